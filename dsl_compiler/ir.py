@@ -1,0 +1,316 @@
+"""The μCUTLASS IR: the one representation of a program.
+
+The parser builds it, the checks read it, the printer, the CUTLASS emitter and the reference
+interpreter consume it. Every node is an immutable pydantic model that carries the source span
+it came from; spans take no part in equality or hashing, so ``parse(print(ir)) == ir``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ---------------------------------------------------------------------------------------------
+# Basics
+
+
+class Span(BaseModel):
+    """1-based line and column of the first character, and of the character after the last."""
+
+    model_config = ConfigDict(frozen=True)
+    line: int = 1
+    column: int = 1
+    end_line: int = 1
+    end_column: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.line}:{self.column}"
+
+
+class Node(BaseModel):
+    """Base of every IR node: frozen, forbids unknown fields, span excluded from equality."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    span: Span | None = Field(default=None, exclude=True, repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return type(self) is type(other) and self.model_dump(mode="json") == other.model_dump(mode="json")
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, json.dumps(self.model_dump(mode="json"), sort_keys=True)))
+
+
+# Storage element types. tf32 is a math mode over f32 storage, never a storage type.
+ElementType = Literal["f32", "bf16", "f16"]
+MathType = Literal["f32", "tf32", "bf16", "f16"]
+AccumType = Literal["f32", "f16"]
+
+# Physical layout of a tensor of rank >= 3 whose dim 1 is channels (N, C, *spatial).
+# "contiguous" is PyTorch's default row-major order; "channels_last" is NHWC / NDHWC / NWC.
+# 2-D operands are always stored row-major as declared: a transposed read is written `w^T`.
+Layout = Literal["contiguous", "channels_last"]
+
+ELEMENT_BYTES: dict[str, int] = {"f32": 4, "bf16": 2, "f16": 2}
+
+# ---------------------------------------------------------------------------------------------
+# Tensors
+
+
+class TensorDecl(Node):
+    """A tensor the program receives: a forward input (`input`) or a model parameter (`param`).
+
+    ``shape`` is the logical PyTorch shape. For a param, ``source`` is its key in the reference
+    model's ``state_dict()`` (e.g. ``"fc1.weight"``); parameters are bound once when the program
+    is loaded, so a param may be declared ``channels_last`` and is re-laid out at load time.
+    """
+
+    kind: Literal["input", "param"]
+    name: str
+    dtype: ElementType
+    shape: tuple[int, ...]
+    layout: Layout = "contiguous"
+    source: str | None = None
+
+
+class Operand(Node):
+    """A tensor read by an op. ``transpose`` swaps the last two dims (a column-major read)."""
+
+    name: str
+    transpose: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops
+
+
+class GemmOp(Node):
+    """D[M,N] = A[M,K] @ B[K,N]; rank-3 operands make it batched (L, M, K) @ (L, K, N).
+
+    A rank-3 A with a rank-2 B shares B across the batch. ``a^T`` reads A stored as [K, M];
+    ``b^T`` reads B stored as [N, K] (nn.Linear's weight layout).
+    """
+
+    kind: Literal["gemm"] = "gemm"
+    a: Operand
+    b: Operand
+
+
+class GroupedGemmOp(Node):
+    """Grouped GEMM (mixture-of-experts form): A [sum(group_sizes), K] is cut into row groups,
+    group g is multiplied by B[g] ([G, K, N], or [G, N, K] when written ``b^T``); D is
+    [sum(group_sizes), N]."""
+
+    kind: Literal["grouped_gemm"] = "grouped_gemm"
+    a: Operand
+    b: Operand
+    group_sizes: tuple[int, ...]
+
+
+class ConvOp(Node):
+    """Forward convolution, PyTorch semantics (cross-correlation), 1-D, 2-D or 3-D.
+
+    x is [N, C, *spatial], w is [K, C / groups, *filter]; both as declared (layout included).
+    depthwise is groups == C with K a multiple of C.
+    """
+
+    kind: Literal["conv"] = "conv"
+    spatial_dims: Literal[1, 2, 3]
+    x: Operand
+    w: Operand
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int = 1
+
+
+Op = Annotated[Union[GemmOp, GroupedGemmOp, ConvOp], Field(discriminator="kind")]
+
+# ---------------------------------------------------------------------------------------------
+# Kernel configuration
+
+Schedule = Literal["auto", "cooperative", "pingpong"]
+Raster = Literal["auto", "along_m", "along_n"]
+Decomposition = Literal["data_parallel", "split_k", "stream_k"]
+
+
+class KernelConfig(Node):
+    """The CUTLASS knobs of one kernel. ``None`` / ``"auto"`` let the compiler choose.
+
+    ``tile`` is the CTA tile (M, N, K) in elements; ``cluster`` the thread-block cluster
+    (M, N, 1); ``alignment`` is in elements for A and B (None: the largest legal).
+    """
+
+    math: MathType | None = None
+    accum: AccumType = "f32"
+    tile: tuple[int, int, int] | None = None
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    stages: int | Literal["auto"] = "auto"
+    schedule: Schedule = "auto"
+    raster: Raster = "auto"
+    swizzle: int = 1
+    decomposition: Decomposition = "data_parallel"
+    split_k: int = 1
+    alignment: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Epilogue expressions over the accumulator
+
+UnaryFn = Literal[
+    "neg", "abs", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "mish", "softplus",
+    "exp", "log", "sqrt", "rsqrt", "square", "hardswish", "hardsigmoid",
+]
+BinaryFn = Literal["add", "sub", "mul", "div", "min", "max", "pow"]
+# Functions with literal parameters: clamp(x, lo, hi), hardtanh(x, lo, hi), leaky_relu(x, slope), elu(x, alpha).
+ParamFn = Literal["clamp", "hardtanh", "leaky_relu", "elu"]
+ReduceFn = Literal["row_sum", "row_max", "row_min", "col_sum", "col_max", "col_min"]
+
+
+class Acc(Node):
+    """The accumulator tile: ``acc`` in the source."""
+
+    kind: Literal["acc"] = "acc"
+
+
+class Const(Node):
+    kind: Literal["const"] = "const"
+    value: float
+
+
+class Ref(Node):
+    """A tensor or a let binding read by the epilogue.
+
+    index: ``full`` (``r``: same shape as the output, or a let), ``col`` (``b[col]``: a vector of
+    length N, one value per output column: a bias), ``row`` (``s[row]``: length M, one value per
+    output row), ``scalar`` (a one-element tensor broadcast everywhere).
+    """
+
+    kind: Literal["ref"] = "ref"
+    name: str
+    index: Literal["full", "row", "col", "scalar"] = "full"
+
+
+class Unary(Node):
+    kind: Literal["unary"] = "unary"
+    fn: UnaryFn
+    arg: "Expr"
+
+
+class Binary(Node):
+    kind: Literal["binary"] = "binary"
+    fn: BinaryFn
+    lhs: "Expr"
+    rhs: "Expr"
+
+
+class ParamCall(Node):
+    kind: Literal["param_call"] = "param_call"
+    fn: ParamFn
+    arg: "Expr"
+    params: tuple[float, ...]
+
+
+class Reduce(Node):
+    """A reduction of an element-wise expression over the output tile; only at the top of a
+    ``store``. row_* reduce over N giving [M] (batched: [L, M]); col_* reduce over M giving [N]."""
+
+    kind: Literal["reduce"] = "reduce"
+    fn: ReduceFn
+    arg: "Expr"
+
+
+Expr = Annotated[Union[Acc, Const, Ref, Unary, Binary, ParamCall, Reduce], Field(discriminator="kind")]
+
+
+class Let(Node):
+    name: str
+    expr: Expr
+
+
+class Store(Node):
+    """An output the kernel writes: a full tensor, or a reduction when ``expr`` is a Reduce."""
+
+    name: str
+    dtype: ElementType
+    expr: Expr
+
+
+class Kernel(Node):
+    name: str
+    op: Op
+    config: KernelConfig = KernelConfig()
+    lets: tuple[Let, ...] = ()
+    stores: tuple[Store, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Named PyTorch steps: what the language cannot express, visible and counted.
+
+Literal_ = Union[bool, int, float, str, None, tuple[Union[bool, int, float, str, None], ...]]
+
+
+class TensorArg(Node):
+    kind: Literal["tensor"] = "tensor"
+    name: str
+
+
+class LiteralArg(Node):
+    kind: Literal["literal"] = "literal"
+    value: Literal_
+
+
+Arg = Annotated[Union[TensorArg, LiteralArg], Field(discriminator="kind")]
+
+
+class Kwarg(Node):
+    key: str
+    value: Literal_
+
+
+class TorchStep(Node):
+    """``torch y = softmax(h, dim=1)``: calls a whitelisted PyTorch function (see
+    ``dsl_compiler.torch_steps``) on named tensors and literals; binds its result to ``outputs``."""
+
+    outputs: tuple[str, ...]
+    fn: str
+    args: tuple[Arg, ...] = ()
+    kwargs: tuple[Kwarg, ...] = ()
+
+
+Step = Union[Kernel, TorchStep]
+
+
+class Program(Node):
+    """A whole program: declarations, then steps in order, then the outputs returned by forward."""
+
+    name: str | None = None
+    decls: tuple[TensorDecl, ...]
+    steps: tuple[Step, ...]
+    outputs: tuple[str, ...]
+
+    def decl(self, name: str) -> TensorDecl | None:
+        return next((d for d in self.decls if d.name == name), None)
+
+    @property
+    def inputs(self) -> tuple[TensorDecl, ...]:
+        return tuple(d for d in self.decls if d.kind == "input")
+
+    @property
+    def params(self) -> tuple[TensorDecl, ...]:
+        return tuple(d for d in self.decls if d.kind == "param")
+
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Kernel))
+
+    @property
+    def torch_steps(self) -> tuple[TorchStep, ...]:
+        return tuple(s for s in self.steps if isinstance(s, TorchStep))
+
+
+for _m in (Unary, Binary, ParamCall, Reduce, Let, Store, Kernel, Program):
+    _m.model_rebuild()

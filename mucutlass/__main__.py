@@ -1,0 +1,5 @@
+import sys
+
+from mucutlass.cli import main
+
+sys.exit(main())

@@ -1,0 +1,56 @@
+"""The `mucutlass` command. Each area registers its own subcommands from its `cli` module;
+those modules import nothing heavy at import time, so `mucutlass --help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from mucutlass import __version__
+
+# Modules that expose `register(subparsers)`. Each handler returns an exit code:
+# 0 ok, 1 the input has errors (program, problem, results), 2 usage errors.
+COMMAND_MODULES = (
+    "dsl_compiler.cli",   # check, fmt, interpret
+    "sol_models.cli",     # sol, calibrate
+    "evals.harness_cli",  # bench, suite
+    "graph.cli",          # optimize, resume
+    "evals.cli",          # eval, replay, report
+    "mucutlass.wheelhouse",  # wheelhouse
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mucutlass",
+        description="Make PyTorch programs fast on NVIDIA Hopper GPUs with μCUTLASS kernels, guided by speed of light.",
+    )
+    parser.add_argument("--version", action="version", version=f"mucutlass {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that area is not installed in this build
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
