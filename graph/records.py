@@ -1,0 +1,77 @@
+"""Flat result records of an optimization run: what the graph writes, what evaluations store,
+what replay re-judges. Plain pydantic, JSON-serialisable, independent of LangGraph."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Stage = Literal["write", "compile", "validate", "profile", "done"]
+
+
+class Hypothesis(BaseModel):
+    """A planned change: what to change, why, and what it is expected to buy."""
+
+    title: str
+    rationale: str = ""
+    expected_gain: float = 1.0  # expected speedup factor of this change over the current best
+    risk: float = 1.0  # >= 1; implementation risk x performance risk
+    roi: float = 0.0
+
+
+class AttemptRecord(BaseModel):
+    """One attempt: one program written, compiled, validated and profiled (as far as it got)."""
+
+    index: int  # 1-based within the run
+    hypothesis: str = ""
+    program_text: str = ""
+    program_hash: str = ""
+    reached: Stage = "write"  # the last stage this attempt got through
+    compile_ok: bool = False
+    diagnostics: list[str] = Field(default_factory=list)  # rendered, model-readable
+    correct: bool = False
+    max_abs_error: float | None = None
+    failure_reason: str | None = None
+    t_us: float | None = None  # candidate time (median)
+    t_spread_pct: float | None = None
+    timing_source: Literal["gpu", "estimate"] | None = None
+    t_sol_us: float | None = None
+    sol_fraction: float | None = None  # t_sol_us / t_us
+    speedup_vs_eager_fp32: float | None = None
+    speedup_vs_eager_tf32: float | None = None
+    speedup_vs_compile: float | None = None
+    precision: str | None = None  # math precision the program used (tf32, bf16, ...)
+    flags: list[str] = Field(default_factory=list)  # integrity findings ("sol_ceiling: ...")
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    build_s: float = 0.0
+    wall_s: float = 0.0
+    improved: bool = False  # a new best when it finished
+
+
+class RunSummary(BaseModel):
+    """The outcome of one run of the graph on one problem."""
+
+    problem: str
+    tier: str
+    policy: str
+    backend: str
+    gpu: str
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    best_index: int | None = None
+    best_t_us: float | None = None
+    t_sol_us: float | None = None
+    reference_us: dict[str, float] = Field(default_factory=dict)  # eager_fp32, eager_tf32, compile
+    stop_reason: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def best(self) -> AttemptRecord | None:
+        if self.best_index is None:
+            return None
+        return next((a for a in self.attempts if a.index == self.best_index), None)
