@@ -1,0 +1,353 @@
+"""KernelBench-format problems: one Python file with ``Model``, ``get_inputs`` and ``get_init_inputs``.
+
+A problem may set ``TOLERANCE`` (atol = rtol for ``torch.allclose``) and ``ALLOWED_PRECISIONS``
+(the math precisions a candidate may use) as module constants; otherwise the suite's default
+tolerance applies (1e-2, KernelBench v0.1) and the precisions follow from the tolerance.
+
+Loading never raises anything but ``ProblemError``, whose message is one line naming the file.
+Torch is imported only when a problem is loaded, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterable
+
+DEFAULT_TOLERANCE = 1e-2  # KernelBench v0 / v0.1 fp32 tolerance
+STRICT_TOLERANCE = 1e-4  # KernelBench since Nov 2025
+ALL_PRECISIONS: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
+STRICT_PRECISIONS: tuple[str, ...] = ("f32", "tf32")
+REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
+
+SUITES_DIR = Path(__file__).resolve().parent / "suites"
+SUITES_INDEX = SUITES_DIR / "index.toml"
+
+_KB_NAME = re.compile(r"^(\d+)_(.+)$")
+_LEVEL_DIR = re.compile(r"^level(\d+)$", re.IGNORECASE)
+
+
+class ProblemError(Exception):
+    """A problem file (or a selection of them) cannot be used; the message is one line."""
+
+
+def default_precisions(tolerance: float) -> tuple[str, ...]:
+    """Half-precision inputs fail 1e-4 against an fp32 reference; TF32 passes it on most problems."""
+    return ALL_PRECISIONS if tolerance >= DEFAULT_TOLERANCE else STRICT_PRECISIONS
+
+
+@dataclass(eq=False)
+class Problem:
+    """One problem: its source, where it came from, how it is judged, and its imported module."""
+
+    name: str
+    path: str
+    source: str
+    module: ModuleType = field(repr=False)
+    tolerance: float = DEFAULT_TOLERANCE
+    allowed_precisions: tuple[str, ...] = ALL_PRECISIONS
+    level: int | None = None
+    problem_id: int | None = None
+    suite: str | None = None
+
+    @property
+    def key(self) -> str:
+        """A stable identifier: ``builtin/gemm_square``, ``L2/12``, or the file name."""
+        if self.suite:
+            return f"{self.suite}/{self.name}"
+        if self.level is not None and self.problem_id is not None:
+            return f"L{self.level}/{self.problem_id}"
+        return self.name
+
+    @property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    def make_model(self, seed: int = 0, device: Any = None):
+        """Build the reference ``Model`` the way KernelBench does: seed, then construct, so a
+        ``ModelNew`` built with the same seed gets the same parameters."""
+        return self.make_model_of(self.module.Model, seed, device)
+
+    def make_model_of(self, cls, seed: int = 0, device: Any = None):
+        import torch
+
+        init_inputs = list(self.module.get_init_inputs())
+        torch.manual_seed(seed)
+        model = cls(*init_inputs)
+        if device is not None:
+            model = model.to(device)
+        return model
+
+    def make_inputs(self, seed: int = 0, device: Any = None) -> list:
+        """The forward arguments for one input set: ``get_inputs()`` under ``seed``, generated on
+        the CPU (device-independent values) and moved to ``device``."""
+        import torch
+
+        torch.manual_seed(seed)
+        inputs = list(self.module.get_inputs())
+        if device is not None:
+            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+        return inputs
+
+    def to_spec(self) -> dict:
+        """A picklable, JSON-able description from which ``Problem.from_spec`` rebuilds it
+        (in a worker process)."""
+        return {
+            "name": self.name,
+            "path": self.path,
+            "source": self.source,
+            "tolerance": self.tolerance,
+            "allowed_precisions": list(self.allowed_precisions),
+            "level": self.level,
+            "problem_id": self.problem_id,
+            "suite": self.suite,
+        }
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "Problem":
+        module = _import_source(spec["source"], spec["path"])
+        return cls(
+            name=spec["name"],
+            path=spec["path"],
+            source=spec["source"],
+            module=module,
+            tolerance=float(spec["tolerance"]),
+            allowed_precisions=tuple(spec["allowed_precisions"]),
+            level=spec.get("level"),
+            problem_id=spec.get("problem_id"),
+            suite=spec.get("suite"),
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _import_source(source: str, path: str) -> ModuleType:
+    """Execute a problem's source as a fresh module (unique name, so two files with the same
+    stem never collide); registered in ``sys.modules`` so dataclasses and pickling work."""
+    digest = hashlib.sha256((path + "\0" + source).encode()).hexdigest()[:12]
+    mod_name = f"mucutlass_problem_{re.sub(r'[^0-9A-Za-z_]', '_', Path(path).stem)}_{digest}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_loader(mod_name, loader=None, origin=path)
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = path
+    sys.modules[mod_name] = module
+    try:
+        code = compile(source, path, "exec")
+        exec(code, module.__dict__)
+    except BaseException as exc:  # a broken file must never take the caller down
+        sys.modules.pop(mod_name, None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        if isinstance(exc, SyntaxError):
+            raise ProblemError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+        raise ProblemError(f"{path}: failed to import: {_one_line(exc)}") from None
+    return module
+
+
+def _level_and_id(path: Path) -> tuple[int | None, int | None]:
+    m = _KB_NAME.match(path.stem)
+    problem_id = int(m.group(1)) if m else None
+    lm = _LEVEL_DIR.match(path.parent.name)
+    level = int(lm.group(1)) if lm else None
+    return level, problem_id
+
+
+def load_problem(path: str | Path, default_tolerance: float | None = None, suite: str | None = None) -> Problem:
+    """Load one KernelBench-format file. Raises ``ProblemError`` (one line, naming the file)."""
+    p = Path(path)
+    if not p.exists():
+        raise ProblemError(f"{p}: no such file")
+    if p.is_dir():
+        raise ProblemError(f"{p}: is a folder; load a folder with load_folder or pass a .py file")
+    if p.suffix != ".py":
+        raise ProblemError(f"{p}: not a Python file (expected a KernelBench problem .py)")
+    try:
+        source = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProblemError(f"{p}: cannot read: {_one_line(exc)}") from None
+    module = _import_source(source, str(p.resolve()))
+    missing = [n for n in REQUIRED_NAMES if not hasattr(module, n)]
+    if missing:
+        raise ProblemError(
+            f"{p}: not a KernelBench problem: missing {', '.join(missing)} "
+            f"(a problem defines class Model, get_inputs() and get_init_inputs())"
+        )
+    if not isinstance(module.Model, type):
+        raise ProblemError(f"{p}: Model must be a class (an nn.Module subclass)")
+    for fn in ("get_inputs", "get_init_inputs"):
+        if not callable(getattr(module, fn)):
+            raise ProblemError(f"{p}: {fn} must be a function")
+    tolerance = getattr(module, "TOLERANCE", None)
+    if tolerance is None:
+        tolerance = DEFAULT_TOLERANCE if default_tolerance is None else default_tolerance
+    try:
+        tolerance = float(tolerance)
+        if not tolerance > 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ProblemError(f"{p}: TOLERANCE must be a positive number, got {tolerance!r}") from None
+    precisions = getattr(module, "ALLOWED_PRECISIONS", None)
+    if precisions is None:
+        precisions = default_precisions(tolerance)
+    if isinstance(precisions, str):
+        precisions = (precisions,)
+    precisions = tuple(precisions)
+    unknown = [x for x in precisions if x not in ALL_PRECISIONS]
+    if unknown or not precisions:
+        raise ProblemError(
+            f"{p}: ALLOWED_PRECISIONS has {unknown or 'nothing'}; expected a non-empty subset of {list(ALL_PRECISIONS)}"
+        )
+    level, problem_id = _level_and_id(p)
+    return Problem(
+        name=p.stem,
+        path=str(p.resolve()),
+        source=source,
+        module=module,
+        tolerance=tolerance,
+        allowed_precisions=precisions,
+        level=level,
+        problem_id=problem_id,
+        suite=suite,
+    )
+
+
+def _problem_files(folder: Path) -> list[Path]:
+    files = [f for f in folder.glob("*.py") if not f.name.startswith(("_", "."))]
+
+    def order(f: Path):
+        m = _KB_NAME.match(f.stem)
+        return (0, int(m.group(1)), f.name) if m else (1, 0, f.name)
+
+    return sorted(files, key=order)
+
+
+def load_folder(path: str | Path, default_tolerance: float | None = None, suite: str | None = None) -> list[Problem]:
+    """Every problem file in a folder (not recursive), KernelBench ids in numeric order."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ProblemError(f"{folder}: no such folder")
+    files = _problem_files(folder)
+    if not files:
+        raise ProblemError(f"{folder}: no problem files (*.py) in this folder")
+    return [load_problem(f, default_tolerance=default_tolerance, suite=suite) for f in files]
+
+
+def parse_ids(ids: str | Iterable[int] | None) -> list[int] | None:
+    """``"1-20,25"`` -> [1..20, 25]; an iterable of ints passes through; None means all."""
+    if ids is None:
+        return None
+    if not isinstance(ids, str):
+        return sorted({int(i) for i in ids})
+    out: set[int] = set()
+    for part in ids.replace(" ", "").split(","):
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ProblemError(f"--ids {ids!r}: cannot read {part!r}; write ids like 1-20,25")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ProblemError(f"--ids {ids!r}: range {part!r} runs backwards; write low-high")
+        out.update(range(lo, hi + 1))
+    return sorted(out)
+
+
+def kernelbench_level_dir(root: str | Path, level: int) -> Path:
+    """Find ``level<N>`` in a KernelBench checkout, its ``KernelBench/`` folder, or the level folder itself."""
+    r = Path(root)
+    candidates = [r / "KernelBench" / f"level{level}", r / f"level{level}", r]
+    for c in candidates:
+        if c.is_dir() and _LEVEL_DIR.match(c.name) and int(_LEVEL_DIR.match(c.name).group(1)) == level:
+            return c
+    raise ProblemError(
+        f"{r}: no level{level} folder found (looked for KernelBench/level{level} and level{level}); "
+        f"pass the root of a KernelBench checkout"
+    )
+
+
+def load_kernelbench(
+    root: str | Path, level: int, ids: str | Iterable[int] | None = None, default_tolerance: float | None = None
+) -> list[Problem]:
+    """Problems ``ids`` (all when None) of one KernelBench level, in id order."""
+    folder = kernelbench_level_dir(root, int(level))
+    wanted = parse_ids(ids)
+    by_id: dict[int, Path] = {}
+    for f in _problem_files(folder):
+        m = _KB_NAME.match(f.stem)
+        if m:
+            by_id[int(m.group(1))] = f
+    if wanted is None:
+        wanted = sorted(by_id)
+    missing = [i for i in wanted if i not in by_id]
+    if missing:
+        raise ProblemError(f"{folder}: no problem with id {', '.join(map(str, missing))} in level {level}")
+    return [load_problem(by_id[i], default_tolerance=default_tolerance) for i in wanted]
+
+
+def suite_index() -> dict[str, dict]:
+    """The suites shipped with mucutlass (``suites/index.toml``): name -> {path, tolerance, description}."""
+    try:
+        return tomllib.loads(SUITES_INDEX.read_text(encoding="utf-8")).get("suite", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ProblemError(f"{SUITES_INDEX}: cannot read the suite index: {_one_line(exc)}") from None
+
+
+def load_suite(name: str) -> list[Problem]:
+    """A named suite (``builtin``, ``builtin-strict``) from ``suites/index.toml``."""
+    index = suite_index()
+    if name not in index:
+        raise ProblemError(f"unknown suite {name!r}; known suites: {', '.join(sorted(index)) or 'none'}")
+    entry = index[name]
+    folder = SUITES_DIR / entry.get("path", name)
+    tolerance = float(entry.get("tolerance", DEFAULT_TOLERANCE))
+    problems = load_folder(folder, default_tolerance=tolerance, suite=name)
+    if entry.get("force_tolerance", False):
+        # A stricter variant of a suite: its tolerance wins over the files', and precisions that
+        # cannot meet it are dropped.
+        allowed = default_precisions(tolerance)
+        for p in problems:
+            p.tolerance = tolerance
+            p.allowed_precisions = tuple(x for x in p.allowed_precisions if x in allowed) or allowed
+    only = entry.get("problems")
+    if only:
+        by_name = {p.name: p for p in problems}
+        unknown = [n for n in only if n not in by_name]
+        if unknown:
+            raise ProblemError(f"suite {name!r} lists unknown problems: {', '.join(unknown)}")
+        problems = [by_name[n] for n in only]
+    return problems
+
+
+def load_problems(
+    target: str | Path | None = None,
+    *,
+    suite: str | None = None,
+    kernelbench: str | Path | None = None,
+    level: int | None = None,
+    ids: str | Iterable[int] | None = None,
+    default_tolerance: float | None = None,
+) -> list[Problem]:
+    """The one entry point for command lines: a file, a folder, a suite, or a KernelBench selection."""
+    chosen = sum(x is not None for x in (target, suite, kernelbench))
+    if chosen != 1:
+        raise ProblemError("give exactly one of: a problem file or folder, --suite NAME, --kernelbench PATH")
+    if suite is not None:
+        return load_suite(suite)
+    if kernelbench is not None:
+        if level is None:
+            raise ProblemError("--kernelbench needs --level N (1, 2, 3 or 4)")
+        return load_kernelbench(kernelbench, level, ids, default_tolerance=default_tolerance)
+    p = Path(target)
+    if p.is_dir():
+        return load_folder(p, default_tolerance=default_tolerance)
+    return [load_problem(p, default_tolerance=default_tolerance)]

@@ -1,0 +1,30 @@
+"""nn.Linear, tanh, multiply by a constant, add a learned per-feature bias."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOLERANCE = 1e-2
+ALLOWED_PRECISIONS = ("f32", "tf32", "bf16", "f16")
+
+batch_size, in_features, out_features = 2048, 4096, 4096
+scale = 2.0
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, scale):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+        self.scale = scale
+        self.bias = nn.Parameter(torch.randn(out_features) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x)) * self.scale + self.bias
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, scale]

@@ -1,0 +1,31 @@
+"""A three-layer MLP: Linear 4096 -> 4096, ReLU, Linear 4096 -> 4096, ReLU, Linear 4096 -> 1024; batch 1024."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOLERANCE = 1e-2
+ALLOWED_PRECISIONS = ("f32", "tf32", "bf16", "f16")
+
+batch_size, in_features, hidden, out_features = 1024, 4096, 4096, 1024
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, hidden, out_features):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.fc1(x))
+        x = torch.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, hidden, out_features]
