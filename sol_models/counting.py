@@ -1,0 +1,427 @@
+"""FLOPs and bytes of a PyTorch problem or a μCUTLASS program.
+
+A KernelBench-format problem is built and run on the ``meta`` device, so nothing is allocated and
+a Level 3 model counts in well under a second. Every ATen op the forward dispatches is seen by a
+``TorchDispatchMode``:
+
+* FLOPs of matmuls, convolutions and attention come from PyTorch's own FLOP formulas
+  (``torch.utils.flop_counter``: 2·M·N·K per GEMM, 2·N·K·(C/g)·R·S·P·Q per convolution); they are
+  the tensor-core FLOPs (``flops_tensor``).
+* Every other op is counted by the rules of ``FLOPS_PER_ELEMENT`` below (``flops_other``, run on
+  the SIMT units): per output element for elementwise ops, per input element for reductions,
+  norms and softmax, per output element times window size for pooling. Copies, views and index
+  ops cost no FLOPs.
+
+Bytes are counted three ways (NVlabs SOLAR's definitions):
+
+* ``bytes_unfused``: every op reads its tensor inputs and writes its outputs through DRAM
+  (views and metadata ops move nothing);
+* ``bytes_fused``: the program's inputs, the parameters and buffers it reads, and its outputs,
+  each once: the least any implementation must move;
+* ``bytes_program`` (``count_program`` only): what a μCUTLASS program's kernels and torch steps
+  move, the intermediates between its stages included.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+OpKind = Literal["matmul", "elementwise", "reduction", "norm", "softmax", "pool", "data", "other"]
+
+
+class ProblemLoadError(Exception):
+    """A problem file that cannot be imported, built or run; ``str()`` is one line naming the file."""
+
+
+class OpRow(BaseModel):
+    """One ATen op (or one program step), aggregated over its calls."""
+
+    op: str
+    kind: OpKind
+    calls: int = 0
+    flops: float = 0.0
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+
+
+class WorkCount(BaseModel):
+    """The intended work of a problem or a program."""
+
+    name: str
+    source: Literal["problem", "program"] = "problem"
+    flops: float  # flops_tensor + flops_other
+    flops_tensor: float = 0.0  # matmul / conv / attention: what tensor cores can run
+    flops_other: float = 0.0  # elementwise, reductions, norms, softmax, pooling (SIMT)
+    bytes_fused: float
+    bytes_unfused: float
+    bytes_program: float | None = None
+    input_bytes: float = 0.0
+    param_bytes: float = 0.0
+    output_bytes: float = 0.0
+    kernel_count: int = 1  # launches: eager ops for a problem, kernels + torch steps for a program
+    ops: list[OpRow] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOP rules for the ops torch's FLOP counter does not cover. Names are ATen overload packets with
+# any trailing "_" (in-place) removed. Each value is FLOPs per element of the op's largest
+# floating tensor argument or output ("elementwise": per output element; the rest: per input
+# element). A transcendental function counts as one FLOP.
+
+_ELEMENTWISE: dict[str, float] = {
+    # one arithmetic, compare or select per element
+    **dict.fromkeys(
+        "add sub rsub mul div neg abs relu clamp clamp_min clamp_max maximum minimum fmax fmin where "
+        "threshold hardtanh leaky_relu relu6 sign sgn floor ceil round trunc frac remainder fmod "
+        "reciprocal square lt gt le ge eq ne logical_and logical_or logical_not logical_xor "
+        "bitwise_and bitwise_or bitwise_not masked_fill bernoulli exp exp2 expm1 log log2 log10 log1p "
+        "sqrt rsqrt sin cos tan asin acos atan atan2 sinh cosh tanh erf erfc erfinv pow xlogy "
+        "hypot copysign nan_to_num isnan isinf isfinite".split(),
+        1.0,
+    ),
+    "addcmul": 2.0, "addcdiv": 2.0, "lerp": 3.0,
+    "sigmoid": 3.0,  # exp, add, div
+    "silu": 4.0,  # sigmoid and a multiply
+    "hardsigmoid": 3.0, "hardswish": 4.0, "hardshrink": 2.0, "softshrink": 3.0, "tanhshrink": 2.0,
+    "softplus": 3.0,  # exp, add, log
+    "mish": 5.0,  # softplus, tanh, multiply
+    "elu": 3.0, "celu": 3.0, "selu": 4.0, "glu": 4.0, "prelu": 2.0, "rrelu_with_noise": 2.0,
+    "log_sigmoid_forward": 4.0, "softsign": 3.0, "logit": 3.0,
+    "native_dropout": 2.0,  # draw a mask and scale
+}
+_GELU_FLOPS = {"none": 5.0, "tanh": 9.0}  # erf form: div, erf, add, 2 mul; tanh form: cube, fma, tanh, ...
+
+_REDUCTION: dict[str, float] = {
+    **dict.fromkeys(
+        "sum mean amax amin max min argmax argmin prod any all cumsum cumprod cummax cummin "
+        "aminmax count_nonzero nansum nanmean".split(),
+        1.0,
+    ),
+    "logsumexp": 4.0, "var": 3.0, "std": 4.0, "var_mean": 3.0, "std_mean": 4.0,
+    "linalg_vector_norm": 2.0, "norm": 2.0, "frobenius_norm": 2.0, "dist": 3.0,
+    "mse_loss": 3.0, "l1_loss": 3.0, "smooth_l1_loss": 4.0, "huber_loss": 4.0, "soft_margin_loss": 4.0,
+    "binary_cross_entropy": 6.0, "binary_cross_entropy_with_logits": 8.0, "kl_div": 4.0,
+    "nll_loss_forward": 1.0, "nll_loss2d_forward": 1.0, "multi_margin_loss": 4.0,
+    "multilabel_margin_loss_forward": 4.0, "hinge_embedding_loss": 3.0,
+}
+# Norms: mean (1), variance (3), normalise (2), affine (2) per element.
+_NORM: dict[str, float] = dict.fromkeys(
+    "native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_functional "
+    "_native_batch_norm_legit_no_training native_layer_norm native_group_norm instance_norm "
+    "_batch_norm_with_update _batch_norm_no_update cudnn_batch_norm".split(),
+    8.0,
+)
+_NORM.update({"_fused_rms_norm": 4.0, "rms_norm": 4.0, "local_response_norm": 6.0})
+# max, subtract, exp, sum, divide (log_softmax: log instead of divide)
+_SOFTMAX: dict[str, float] = {"_softmax": 5.0, "_log_softmax": 5.0, "softmax": 5.0, "log_softmax": 5.0}
+_POOL_WINDOW = {
+    "max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d_with_indices",
+}
+_POOL_ADAPTIVE = {"_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d",
+                  "adaptive_max_pool3d", "_adaptive_avg_pool1d", "adaptive_max_pool1d"}
+_UPSAMPLE = {"upsample_bilinear2d": 8.0, "upsample_bicubic2d": 30.0, "upsample_trilinear3d": 16.0,
+             "upsample_linear1d": 4.0, "upsample_nearest1d": 0.0, "upsample_nearest2d": 0.0,
+             "upsample_nearest3d": 0.0, "grid_sampler_2d": 12.0}
+
+# Ops that only describe memory (no bytes move, no launch); views are detected by `is_view` too.
+_METADATA = set(
+    "view _unsafe_view reshape t transpose permute expand expand_as squeeze unsqueeze slice select "
+    "as_strided alias detach lift_fresh split split_with_sizes unsafe_split unsafe_split_with_sizes "
+    "unbind chunk narrow view_as_real view_as_complex _reshape_alias unfold movedim diagonal "
+    "empty empty_like empty_strided new_empty new_empty_strided _to_copy_noop sym_size sym_stride "
+    "sym_numel sym_storage_offset is_same_size _local_scalar_dense resize_ set_".split()
+)
+
+
+def _tensor_bytes(t: Any) -> float:
+    """Bytes a tensor's elements occupy; a broadcast (stride-0) view counts its storage only."""
+    n = t.numel() * t.element_size()
+    try:
+        storage = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return float(n)
+    return float(min(n, storage)) if storage else float(n)
+
+
+def _storage_key(t: Any) -> int | None:
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+
+
+def _view_key(t: Any) -> tuple:
+    return (_storage_key(t), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _is_float(t: Any) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _rule_flops(name: str, func: Any, args: tuple, kwargs: dict, tensors_in: list, tensors_out: list) -> tuple[OpKind, float]:
+    """(kind, FLOPs) of a non-matmul op by the documented rules."""
+    out_elems = max((t.numel() for t in tensors_out if _is_float(t)), default=0)
+    in_elems = max((t.numel() for t in tensors_in if _is_float(t)), default=0)
+    if name == "gelu":
+        approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+        return "elementwise", _GELU_FLOPS.get(approx, 5.0) * out_elems
+    if name in _ELEMENTWISE:
+        return "elementwise", _ELEMENTWISE[name] * (out_elems or in_elems)
+    if name in _SOFTMAX:
+        return "softmax", _SOFTMAX[name] * in_elems
+    if name in _NORM:
+        return "norm", _NORM[name] * in_elems
+    if name in _REDUCTION:
+        return "reduction", _REDUCTION[name] * in_elems
+    if name in _POOL_WINDOW:
+        kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size", (1,))
+        window = math.prod(kernel) if isinstance(kernel, (list, tuple)) else int(kernel)
+        if len(kernel if isinstance(kernel, (list, tuple)) else [kernel]) == 1:
+            spatial = len(tensors_in[0].shape) - 2 if tensors_in else 1
+            window = int(kernel[0] if isinstance(kernel, (list, tuple)) else kernel) ** max(spatial, 1)
+        return "pool", float(window) * out_elems
+    if name in _POOL_ADAPTIVE:
+        return "pool", float(in_elems)
+    if name in _UPSAMPLE:
+        return "elementwise", _UPSAMPLE[name] * out_elems
+    return "data", 0.0
+
+
+class _WorkCounter:
+    """The dispatch mode's bookkeeping (kept apart so the mode class stays small)."""
+
+    def __init__(self, external: dict[int, float]):
+        from torch.utils.flop_counter import flop_registry
+
+        self.flop_registry = flop_registry
+        self.external = external  # storage key -> bytes, for inputs, parameters and buffers
+        self.external_read: set[int] = set()
+        self.rows: OrderedDict[str, OpRow] = OrderedDict()
+        self.launches = 0
+        self.unknown: set[str] = set()
+
+    def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        name = func.overloadpacket.__name__
+        base = name.rstrip("_") if not name.startswith("__") else name
+        if getattr(func, "is_view", False) or base in _METADATA or name in _METADATA:
+            return
+        flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        flat_out = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        seen: set[tuple] = set()
+        bytes_read = 0.0
+        for t in flat_in:
+            key = _view_key(t)
+            if key in seen:
+                continue
+            seen.add(key)
+            bytes_read += _tensor_bytes(t)
+            sk = key[0]
+            if sk in self.external:
+                self.external_read.add(sk)
+        bytes_written = sum(_tensor_bytes(t) for t in flat_out)
+        packet = func.overloadpacket
+        if packet in self.flop_registry:
+            kind: OpKind = "matmul"
+            flops = float(self.flop_registry[packet](*args, **kwargs, out_val=out))
+        else:
+            kind, flops = _rule_flops(base, func, args, kwargs, flat_in, flat_out)
+            if kind == "data" and base not in _DATA_OPS and any(_is_float(t) for t in flat_out):
+                kind = "other"
+                self.unknown.add(base)
+        row = self.rows.setdefault(base, OpRow(op=base, kind=kind))
+        row.calls += 1
+        row.flops += flops
+        row.bytes_read += bytes_read
+        row.bytes_written += bytes_written
+        self.launches += 1
+
+
+# Ops that move data without arithmetic (no FLOPs by design, not "unknown").
+_DATA_OPS = set(
+    "clone copy _to_copy contiguous cat stack constant_pad_nd reflection_pad1d reflection_pad2d "
+    "reflection_pad3d replication_pad1d replication_pad2d replication_pad3d pad flip roll repeat "
+    "index index_select gather scatter scatter_add index_put index_add embedding zeros zeros_like "
+    "ones ones_like full full_like fill scalar_tensor arange linspace tril triu masked_select "
+    "nonzero sort topk rand rand_like randn randn_like randint normal uniform tensor lift "
+    "_unsafe_index pixel_shuffle pixel_unshuffle channel_shuffle im2col col2im one_hot "
+    "new_zeros new_ones new_full diag diag_embed tile repeat_interleave take".split()
+)
+
+
+def _make_mode(counter: _WorkCounter):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _CountingMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            counter.record(func, args, kwargs, out)
+            return out
+
+    return _CountingMode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading a KernelBench-format problem
+
+
+def _one_line_error(path: Path, exc: BaseException, what: str) -> str:
+    line = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if Path(frame.filename).resolve() == path.resolve():
+            line = f":{frame.lineno}"
+            break
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if len(message) > 300:
+        message = message[:297] + "..."
+    return f"{path}{line}: {what}: {type(exc).__name__}: {message}"
+
+
+def load_module(path: str | Path):
+    """Import a problem file under a private module name; ProblemLoadError on any failure."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProblemLoadError(f"{path}: no such problem file")
+    mod_name = f"_mucutlass_sol_problem_{abs(hash(str(path.resolve())))}"
+    try:
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ProblemLoadError(f"{path}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module  # dataclasses and pickling look modules up here
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            sys.modules.pop(mod_name, None)
+    except ProblemLoadError:
+        raise
+    except BaseException as exc:  # a problem file may raise anything, SystemExit included
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise ProblemLoadError(_one_line_error(path, exc, "import failed")) from None
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
+    if missing:
+        raise ProblemLoadError(
+            f"{path}: not a KernelBench problem: missing {', '.join(missing)} "
+            "(define class Model(nn.Module), get_inputs() and get_init_inputs())"
+        )
+    return module
+
+
+def _resolve(problem: Any) -> tuple[Path, Any, str]:
+    """(path, module or None, name) from a path or an object with ``.path`` (and maybe ``.module``)."""
+    if isinstance(problem, (str, Path)):
+        path = Path(problem)
+        return path, None, path.stem
+    path = Path(getattr(problem, "path"))
+    module = getattr(problem, "module", None)
+    if module is not None and not all(hasattr(module, n) for n in ("Model", "get_inputs", "get_init_inputs")):
+        module = None
+    return path, module, getattr(problem, "name", None) or path.stem
+
+
+def _to_meta(obj: Any) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) and t.device.type != "meta" else t, obj)
+
+
+def _build_and_run(module: Any, device: str, seed: int):
+    """Build Model and inputs on ``device`` ("meta" or "cpu"), run forward under the counter."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    torch.manual_seed(seed)
+    with torch.device(device):
+        init_inputs = module.get_init_inputs()
+        init_inputs = list(init_inputs) if isinstance(init_inputs, (list, tuple)) else [init_inputs]
+        model = module.Model(*init_inputs)
+        torch.manual_seed(seed)
+        inputs = module.get_inputs()
+        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if device == "meta":
+        model = model.to("meta")
+        inputs = _to_meta(inputs)
+    external: dict[int, float] = {}
+    input_bytes = 0.0
+    for t in tree_flatten(inputs)[0]:
+        if isinstance(t, torch.Tensor):
+            key = _storage_key(t)
+            if key is not None and key not in external:
+                external[key] = _tensor_bytes(t)
+                input_bytes += external[key]
+    param_keys: dict[int, float] = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        key = _storage_key(t)
+        if key is not None and key not in external:
+            param_keys[key] = float(t.untyped_storage().nbytes() or _tensor_bytes(t))
+    external.update(param_keys)
+    counter = _WorkCounter(external)
+    with torch.no_grad(), _make_mode(counter):
+        out = model(*inputs)
+    outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+    return counter, param_keys, input_bytes, outputs
+
+
+def count_problem(problem: Any, seed: int = 0) -> WorkCount:
+    """FLOPs and bytes of a KernelBench-format problem (a path, or an object with ``.path``).
+
+    The model and its inputs are built on the meta device; a problem whose forward needs real
+    values (``.item()``, data-dependent shapes) is counted again on CPU tensors, with a note.
+    Raises ProblemLoadError with a one-line message for a file that cannot be loaded or run.
+    """
+    path, module, name = _resolve(problem)
+    if module is None:
+        module = load_module(path)
+    notes: list[str] = []
+    try:
+        counter, param_keys, input_bytes, outputs = _build_and_run(module, "meta", seed)
+    except BaseException as meta_exc:  # noqa: BLE001 - a problem may raise anything
+        if isinstance(meta_exc, KeyboardInterrupt):
+            raise
+        try:
+            counter, param_keys, input_bytes, outputs = _build_and_run(module, "cpu", seed)
+            notes.append(f"counted on CPU tensors: the meta device failed ({type(meta_exc).__name__})")
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise ProblemLoadError(_one_line_error(path, exc, "running Model failed")) from None
+    output_bytes = sum(_tensor_bytes(o) for o in outputs)
+    param_read = sum(b for k, b in param_keys.items() if k in counter.external_read)
+    input_read = sum(b for k, b in counter.external.items() if k in counter.external_read and k not in param_keys)
+    # An input the forward never reads still has to be passed; only unread parameters are dropped.
+    bytes_fused = max(input_bytes, input_read) + param_read + output_bytes
+    rows = list(counter.rows.values())
+    flops_tensor = sum(r.flops for r in rows if r.kind == "matmul")
+    flops_other = sum(r.flops for r in rows if r.kind != "matmul")
+    if counter.unknown:
+        notes.append("no FLOP rule (counted as 0 FLOPs, bytes counted): " + ", ".join(sorted(counter.unknown)))
+    return WorkCount(
+        name=name,
+        source="problem",
+        flops=flops_tensor + flops_other,
+        flops_tensor=flops_tensor,
+        flops_other=flops_other,
+        bytes_fused=bytes_fused,
+        bytes_unfused=sum(r.bytes_read + r.bytes_written for r in rows),
+        input_bytes=input_bytes,
+        param_bytes=param_read,
+        output_bytes=output_bytes,
+        kernel_count=max(counter.launches, 1),
+        ops=rows,
+        notes=notes,
+    )

@@ -1,0 +1,27 @@
+import torch
+import torch.nn as nn
+
+batch_size, input_size, hidden, output_size = 64, 512, [1024, 256], 10
+
+
+class Model(nn.Module):
+    def __init__(self, input_size, layer_sizes, output_size):
+        super().__init__()
+        layers = []
+        current = input_size
+        for size in layer_sizes:
+            layers += [nn.Linear(current, size), nn.ReLU()]
+            current = size
+        layers.append(nn.Linear(current, output_size))
+        self.network = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.network(x)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden, output_size]
