@@ -1,0 +1,196 @@
+"""`mucutlass eval`, `replay` and `report`. Imports nothing heavy until a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+BASELINE_CHOICES = ("eager_fp32", "eager_tf32", "compile")
+
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write numbers separated by commas, like 0.5,1,2.5") from None
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write whole numbers separated by commas, like 4,8,12") from None
+
+
+def _error(message: str, hint: str | None = None) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    if hint:
+        print(f"  hint: {hint}", file=sys.stderr)
+    return 1
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "eval", help="evaluate problems x tiers x policies into a resumable results store",
+        description="Run the graph on every problem under every tier (and policy), resumably. Policies that are "
+                    "pure stop rules are derived by replaying the fixed-budget log unless --policies-mode run.",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--suite", help="a built-in suite (builtin, builtin-strict, smoke)")
+    src.add_argument("--kernelbench", metavar="PATH", help="a KernelBench checkout")
+    p.add_argument("--level", type=int, help="KernelBench level (with --kernelbench)")
+    p.add_argument("--ids", help="KernelBench problem ids, like 1-20,25 (with --kernelbench)")
+    p.add_argument("--tiers", type=_csv, default=["offline"], help="model tiers, comma-separated (default: offline)")
+    p.add_argument("--policies", type=_csv, default=["fixed", "sol+plateau"],
+                   help="budgeting policies, comma-separated (default: fixed,sol+plateau)")
+    p.add_argument("--policies-mode", choices=("replay", "run"), default="replay",
+                   help="replay: run fixed once and derive the others from its log (default); run: run each policy")
+    p.add_argument("--max-attempts", type=int, default=40, help="attempt budget per run (default: 40)")
+    p.add_argument("--backend", default="auto", choices=("auto", "cutlass", "interpreter"),
+                   help="auto: cutlass with a GPU, the interpreter without")
+    p.add_argument("--out", default=None, help="evaluation folder (default: evals-out/<suite or level>)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: a cluster address, or 'local' for a private instance")
+    p.add_argument("--workers", type=int, default=None, help="local workers (default: one per visible GPU)")
+    p.add_argument("--run-fn", default=None, help=argparse.SUPPRESS)  # 'module:function' in place of the graph
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_eval)
+
+    p = subparsers.add_parser(
+        "replay", help="re-judge finished logs under other stop rules (no GPU, no model)",
+        description="For each policy setting: where each run would have stopped, attempts and tokens saved, "
+                    "and the geomean speedup retained, as in the budgeting study.",
+    )
+    p.add_argument("results", help="an evaluation folder or its results.sqlite")
+    p.add_argument("--policies", type=_csv, default=["sol", "plateau", "sol+plateau"])
+    p.add_argument("--eps", type=_floats, default=[0.5, 1.0, 2.5], help="SOL margins, like 0.5,1,2.5")
+    p.add_argument("--w", type=_ints, default=[4, 8, 12], help="plateau windows, like 4,8,12")
+    p.add_argument("--token-budget", type=_ints, default=[], help="token budgets for the tokens policy")
+    p.add_argument("--baseline", choices=BASELINE_CHOICES, default="eager_fp32")
+    p.add_argument("--json", action="store_true", help="print JSON rows in place of the table")
+    p.add_argument("--stops", action="store_true", help="also list where each run would have stopped")
+    p.set_defaults(func=cmd_replay)
+
+    p = subparsers.add_parser("report", help="write report.md with tables and plots from an evaluation")
+    p.add_argument("results", help="an evaluation folder or its results.sqlite")
+    p.add_argument("--out", default=None, help="report folder (default: RESULTS/report)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_eval(args) -> int:
+    from evals.problems import ProblemError, load_problems
+    from evals.runner import DEFAULT_RUN_FN, EvalConfig, EvalError, check_policies, run_evaluation
+    from graph.context import resolve_backend
+    from evals.store import StoreError
+
+    if args.kernelbench is None and (args.level is not None or args.ids is not None):
+        return _error("--level and --ids go with --kernelbench", "add --kernelbench PATH, or drop them")
+    if args.max_attempts < 1:
+        return _error(f"--max-attempts {args.max_attempts}: must be at least 1")
+    try:
+        check_policies(args.policies)
+    except EvalError as exc:
+        return _error(str(exc))
+    if not args.tiers:
+        return _error("no tiers given", "write e.g. --tiers offline")
+    try:
+        problems = load_problems(suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids)
+    except ProblemError as exc:
+        return _error(str(exc))
+    keys = [p.key for p in problems]
+    if len(set(keys)) != len(keys):
+        return _error("two problems share a name in this selection", "select them so each name appears once")
+    if args.kernelbench is not None:
+        source = {"kernelbench": str(Path(args.kernelbench).resolve()), "level": args.level, "ids": args.ids}
+        default_out = f"evals-out/kernelbench-L{args.level}"
+    else:
+        source = {"suite": args.suite}
+        default_out = f"evals-out/{args.suite}"
+    out = Path(args.out or default_out)
+    backend, _why = resolve_backend(args.backend)
+    config = EvalConfig(
+        source=source, problems=keys, tiers=args.tiers, policies=args.policies, policies_mode=args.policies_mode,
+        max_attempts=args.max_attempts, backend=backend, executor=f"ray:{args.ray}" if args.ray else "local",
+    )
+    if args.ray:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            return _error("--ray needs the ray package", "pip install 'mucutlass[ray]'")
+        from evals.executors import RayExecutor
+
+        executor = RayExecutor(args.ray)
+    else:
+        from evals.executors import LocalExecutor
+
+        executor = LocalExecutor(args.workers)
+    try:
+        outcome = run_evaluation(
+            config, {p.key: p.path for p in problems}, out, executor=executor,
+            run_fn=args.run_fn or DEFAULT_RUN_FN, show_progress=not args.no_progress,
+        )
+    except (StoreError, EvalError) as exc:
+        return _error(str(exc))
+    print(f"{'resumed' if outcome.resumed else 'started'} evaluation in {out}: {outcome.ran} run(s) now, "
+          f"{outcome.skipped} already finished, {outcome.derived} derived by replay")
+    for label, err in outcome.failed.items():
+        print(f"  failed: {label}: {err}")
+    print(f"results: {outcome.results_json}\nreport:  {outcome.report_md}")
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
+    from evals.store import ResultsStore, StoreError
+    from graph.policies import PolicySettings
+
+    try:
+        store = ResultsStore.open_existing(args.results)
+    except StoreError as exc:
+        return _error(str(exc))
+    try:
+        logs = [s for s in store.summaries(statuses=("done",)) if s.policy == "fixed"]
+        if not logs:
+            return _error(f"{args.results}: no finished runs under the fixed policy to replay",
+                          "evaluate with --policies including fixed (the default), or let the evaluation finish")
+        max_attempts = (store.config() or {}).get("max_attempts")
+        base = PolicySettings(max_attempts=max_attempts) if max_attempts else None
+        result = replay(logs, policy_grid(args.policies, args.eps, args.w, args.token_budget),
+                        baseline=args.baseline, base_settings=base)
+    except ReplayError as exc:
+        return _error(str(exc))
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(result.model_dump(), indent=2))
+        return 0
+    print(replay_table_markdown(result))
+    if args.stops:
+        for row in result.rows:
+            print(f"\n{row.tier} / {row.setting.label}:")
+            for problem, n in sorted(row.stops.items()):
+                print(f"  {problem}: {n} attempts")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from evals.report import write_report
+    from evals.store import ResultsStore, StoreError
+
+    try:
+        store = ResultsStore.open_existing(args.results)
+    except StoreError as exc:
+        return _error(str(exc))
+    try:
+        root = Path(args.results)
+        out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report"
+        path = write_report(store, out)
+    finally:
+        store.close()
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,217 @@
+"""Where an evaluation's runs execute.
+
+- ``LocalExecutor``: one worker per visible GPU (each a process pinned to its GPU through
+  CUDA_VISIBLE_DEVICES); with one worker, or on a CPU machine, runs in this process.
+- ``RayExecutor``: one Ray task per run (in replay mode: per problem and tier), one GPU each when the
+  cluster has GPUs; attempts stream back through a Ray queue and results as tasks finish.
+
+Workers never touch the store: they send reports, and the driver writes them (``RunSink``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+from collections.abc import Sequence
+from pathlib import Path
+
+from graph.records import AttemptRecord, RunSummary
+from evals.runner import RunFn, RunSink, RunSpec, execute_run, one_line_error
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def visible_gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _visible_gpu_ids() -> list[str]:
+    """The device ids workers may pin to, honouring an outer CUDA_VISIBLE_DEVICES."""
+    outer = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if outer:
+        return [d.strip() for d in outer.split(",") if d.strip()]
+    return [str(i) for i in range(visible_gpu_count())]
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, workers: int | None = None):
+        self.workers = workers
+
+    def run(self, specs: Sequence[RunSpec], run_fn: str | RunFn, sink: RunSink) -> None:
+        if not specs:
+            return
+        gpus = _visible_gpu_ids()
+        workers = self.workers or max(1, len(gpus))
+        if workers == 1:
+            for spec in specs:
+                _run_inline(spec, run_fn, sink)
+            return
+        if callable(run_fn):
+            raise TypeError("several local workers need the run function by name ('module:function')")
+        _run_processes(specs, run_fn, sink, workers, gpus)
+
+
+def _run_inline(spec: RunSpec, run_fn: str | RunFn, sink: RunSink) -> None:
+    sink.started(spec)
+    try:
+        summary = execute_run(spec, run_fn, lambda a: sink.attempt(spec, a))
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a broken run costs that run only
+        sink.failed(spec, one_line_error(exc))
+        return
+    sink.finished(spec, summary)
+
+
+def _process_worker(gpu: str | None, run_fn: str, tasks, events) -> None:
+    """A local worker process: pinned to one GPU, runs specs until it gets None."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    while True:
+        item = tasks.get()
+        if item is None:
+            return
+        spec = RunSpec.model_validate(item)
+        events.put(("started", spec.model_dump(), None))
+        try:
+            summary = execute_run(
+                spec, run_fn, lambda a: events.put(("attempt", spec.model_dump(), a.model_dump(mode="json")))
+            )
+            events.put(("finished", spec.model_dump(), summary.model_dump(mode="json")))
+        except Exception as exc:
+            events.put(("failed", spec.model_dump(), one_line_error(exc)))
+
+
+def _deliver(kind: str, spec: RunSpec, payload, sink: RunSink) -> bool:
+    """Pass one worker report to the sink; True when it ends a run."""
+    if kind == "started":
+        sink.started(spec)
+    elif kind == "attempt":
+        sink.attempt(spec, AttemptRecord.model_validate(payload))
+    elif kind == "finished":
+        sink.finished(spec, RunSummary.model_validate(payload))
+        return True
+    elif kind == "failed":
+        sink.failed(spec, payload)
+        return True
+    return False
+
+
+def _run_processes(specs: Sequence[RunSpec], run_fn: str, sink: RunSink, workers: int, gpus: list[str]) -> None:
+    ctx = mp.get_context("spawn")  # a fresh interpreter per worker: CUDA is initialised after pinning
+    tasks, events = ctx.Queue(), ctx.Queue()
+    for spec in specs:
+        tasks.put(spec.model_dump())
+    procs = []
+    for i in range(workers):
+        tasks.put(None)
+        gpu = gpus[i % len(gpus)] if gpus else None
+        p = ctx.Process(target=_process_worker, args=(gpu, run_fn, tasks, events), daemon=True)
+        p.start()
+        procs.append(p)
+    open_runs = {s.key: s for s in specs}
+    try:
+        while open_runs:
+            try:
+                kind, spec_data, payload = events.get(timeout=0.5)
+            except queue_mod.Empty:
+                if not any(p.is_alive() for p in procs):
+                    break
+                continue
+            spec = RunSpec.model_validate(spec_data)
+            if _deliver(kind, spec, payload, sink):
+                open_runs.pop(spec.key, None)
+        for spec in open_runs.values():  # a worker died without reporting (killed, out of memory)
+            sink.failed(spec, "the worker process exited before the run finished")
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join(timeout=5)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def _ray_task(spec_data: dict, run_fn: str, reports) -> tuple[str, object]:
+    """Runs on a Ray worker: one spec; attempts go to the driver through the ``reports`` queue."""
+    spec = RunSpec.model_validate(spec_data)
+    reports.put(("started", spec_data, None))
+    try:
+        summary = execute_run(spec, run_fn, lambda a: reports.put(("attempt", spec_data, a.model_dump(mode="json"))))
+        return ("finished", summary.model_dump(mode="json"))
+    except Exception as exc:
+        return ("failed", one_line_error(exc))
+
+
+class RayExecutor:
+    """``address``: "local" starts a private Ray instance on this machine; otherwise a cluster address."""
+
+    name = "ray"
+
+    def __init__(self, address: str = "local", num_cpus: int | None = None):
+        self.address = address
+        self.num_cpus = num_cpus
+
+    def _init(self, ray) -> bool:
+        if ray.is_initialized():
+            return False
+        # Workers import the project from its checkout (same machine, or a shared file system).
+        path = [str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(path)}}
+        if self.address == "local":
+            ray.init(num_cpus=self.num_cpus or os.cpu_count(), include_dashboard=False,
+                     runtime_env=runtime_env, log_to_driver=False)
+        else:
+            ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False)
+        return True
+
+    def run(self, specs: Sequence[RunSpec], run_fn: str | RunFn, sink: RunSink) -> None:
+        if not specs:
+            return
+        if callable(run_fn):
+            raise TypeError("Ray tasks need the run function by name ('module:function')")
+        import ray
+        from ray.util.queue import Queue
+
+        started_here = self._init(ray)
+        try:
+            gpus = ray.cluster_resources().get("GPU", 0)
+            task = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1, max_retries=0)(_ray_task)
+            reports = Queue()
+            refs = {task.remote(s.model_dump(), run_fn, reports): s for s in specs}
+            pending = list(refs)
+
+            def drain() -> None:
+                while True:
+                    try:
+                        kind, spec_data, payload = reports.get_nowait()
+                    except queue_mod.Empty:  # ray.util.queue.Empty is a queue.Empty
+                        return
+                    _deliver(kind, RunSpec.model_validate(spec_data), payload, sink)
+
+            try:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+                    drain()
+                    for ref in done:
+                        spec = refs[ref]
+                        try:
+                            kind, payload = ray.get(ref)
+                        except Exception as exc:  # the task itself died (node lost, worker killed)
+                            kind, payload = "failed", one_line_error(exc)
+                        _deliver(kind, spec, payload, sink)
+            except KeyboardInterrupt:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                raise
+        finally:
+            if started_here:
+                ray.shutdown()

@@ -1,0 +1,240 @@
+"""Evaluation metrics: pure functions of per-problem results.
+
+Definitions (KernelBench's and the budgeting study's):
+- speedup = t_baseline / t_kernel for baselines eager_fp32, eager_tf32 and compile; geomean and median over
+  correct problems.
+- fast_p = (problems correct AND speedup > p) / (all problems); fast_0 is the correctness rate.
+- attempt curve: after n attempts, the fraction of all problems whose best correct result so far is >= 2x.
+- efficiency gain = (g_policy / g_fixed) x (spend_fixed / spend_policy), spend being tokens, or attempts for
+  tiers that use no tokens; retention = g_policy / g_fixed.
+- Integrity: a result with flags (SOL ceiling, PyTorch-only, the harness's checks) is out of every headline
+  number (it counts as not correct) and counted beside them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, Field
+
+from graph.records import AttemptRecord, RunSummary
+
+BASELINES = ("eager_fp32", "eager_tf32", "compile")
+FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+ATTEMPT_CURVE_THRESHOLD = 2.0
+
+
+class ProblemResult(BaseModel):
+    """The outcome of one (problem, tier, policy), reduced to what metrics need."""
+
+    problem: str
+    tier: str
+    policy: str
+    correct: bool  # the kept result passed validation
+    speedups: dict[str, float] = Field(default_factory=dict)  # baseline -> t_baseline / t_kernel
+    sol_fraction: float | None = None  # t_sol / t_kernel of the kept result
+    flags: list[str] = Field(default_factory=list)  # integrity findings on the kept result
+    attempts: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    # per attempt, in order: speedup over each baseline of a correct, unflagged attempt, else None
+    attempt_speedups: dict[str, list[float | None]] = Field(default_factory=dict)
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.flags)
+
+    @property
+    def counts(self) -> bool:
+        """In the headline numbers: correct and not flagged."""
+        return self.correct and not self.flags
+
+
+def _speedups_of(attempt: AttemptRecord) -> dict[str, float]:
+    values = {
+        "eager_fp32": attempt.speedup_vs_eager_fp32,
+        "eager_tf32": attempt.speedup_vs_eager_tf32,
+        "compile": attempt.speedup_vs_compile,
+    }
+    return {k: v for k, v in values.items() if v is not None and v > 0}
+
+
+def result_from_summary(summary: RunSummary) -> ProblemResult:
+    best = summary.best
+    per_attempt: dict[str, list[float | None]] = {b: [] for b in BASELINES}
+    for a in sorted(summary.attempts, key=lambda a: a.index):
+        ok = a.correct and not a.flags
+        s = _speedups_of(a) if ok else {}
+        for b in BASELINES:
+            per_attempt[b].append(s.get(b))
+    return ProblemResult(
+        problem=summary.problem,
+        tier=summary.tier,
+        policy=summary.policy,
+        correct=bool(best and best.correct),
+        speedups=_speedups_of(best) if best and best.correct else {},
+        sol_fraction=best.sol_fraction if best and best.correct else None,
+        flags=list(best.flags) if best else [],
+        attempts=len(summary.attempts),
+        tokens=summary.tokens_in + summary.tokens_out,
+        cost_usd=summary.cost_usd,
+        attempt_speedups=per_attempt,
+    )
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    xs = [v for v in values if v is not None and v > 0]
+    if not xs:
+        return None
+    return math.exp(sum(math.log(v) for v in xs) / len(xs))
+
+
+def geomean_speedup(results: Sequence[ProblemResult], baseline: str) -> float | None:
+    """Geomean speedup over ``baseline`` across correct, unflagged results."""
+    return geomean(r.speedups[baseline] for r in results if r.counts and baseline in r.speedups)
+
+
+def median_speedup(results: Sequence[ProblemResult], baseline: str) -> float | None:
+    xs = [r.speedups[baseline] for r in results if r.counts and baseline in r.speedups]
+    return statistics.median(xs) if xs else None
+
+
+def fast_p(results: Sequence[ProblemResult], p: float, baseline: str) -> float:
+    """KernelBench's fast_p: correct and speedup strictly above p, over all problems."""
+    if not results:
+        return 0.0
+    hits = sum(1 for r in results if r.counts and r.speedups.get(baseline, 0.0) > p)
+    return hits / len(results)
+
+
+def fast_p_table(results: Sequence[ProblemResult], baseline: str,
+                 thresholds: Sequence[float] = FAST_P_THRESHOLDS) -> dict[float, float]:
+    return {p: fast_p(results, p, baseline) for p in thresholds}
+
+
+def attempt_curve(results: Sequence[ProblemResult], baseline: str = "eager_fp32",
+                  threshold: float = ATTEMPT_CURVE_THRESHOLD, max_attempts: int | None = None) -> list[float]:
+    """curve[n-1] = fraction of all problems with a correct result >= threshold within their first n attempts.
+
+    A run that stopped before n keeps its final best (it would not have been run further).
+    """
+    if not results:
+        return []
+    n_max = max_attempts or max((len(r.attempt_speedups.get(baseline, [])) for r in results), default=0)
+    curve = []
+    for n in range(1, n_max + 1):
+        hits = 0
+        for r in results:
+            first_n = [s for s in r.attempt_speedups.get(baseline, [])[:n] if s is not None]
+            if first_n and max(first_n) >= threshold:
+                hits += 1
+        curve.append(hits / len(results))
+    return curve
+
+
+def geomean_sol_fraction(results: Sequence[ProblemResult]) -> float | None:
+    return geomean(r.sol_fraction for r in results if r.counts and r.sol_fraction)
+
+
+def retention(g_policy: float | None, g_fixed: float | None) -> float | None:
+    if not g_policy or not g_fixed:
+        return None
+    return g_policy / g_fixed
+
+
+def efficiency_gain(g_policy: float | None, g_fixed: float | None,
+                    spend_policy: float, spend_fixed: float) -> float | None:
+    """(g_policy / g_fixed) x (spend_fixed / spend_policy); spend is tokens, or attempts without tokens."""
+    r = retention(g_policy, g_fixed)
+    if r is None or spend_policy <= 0 or spend_fixed <= 0:
+        return None
+    return r * (spend_fixed / spend_policy)
+
+
+class GroupMetrics(BaseModel):
+    """Every headline number of one (tier, policy) group."""
+
+    tier: str
+    policy: str
+    total: int
+    correct: int  # correct and unflagged
+    flagged: int
+    geomean_speedup: dict[str, float | None]
+    median_speedup: dict[str, float | None]
+    geomean_speedup_with_flagged: dict[str, float | None]  # what the flagged results would have claimed
+    fast_p: dict[str, dict[float, float]]
+    geomean_sol_fraction: float | None
+    attempt_curve: dict[str, list[float]]
+    attempts: int
+    tokens: int
+    cost_usd: float
+
+    @property
+    def spend_unit(self) -> str:
+        return "tokens" if self.tokens > 0 else "attempts"
+
+    @property
+    def spend(self) -> int:
+        return self.tokens if self.tokens > 0 else self.attempts
+
+
+def group_metrics(results: Sequence[ProblemResult]) -> GroupMetrics:
+    if not results:
+        raise ValueError("no results to summarise")
+    tier, policy = results[0].tier, results[0].policy
+    unflagged = [r.model_copy(update={"flags": []}) for r in results]
+    return GroupMetrics(
+        tier=tier,
+        policy=policy,
+        total=len(results),
+        correct=sum(r.counts for r in results),
+        flagged=sum(r.flagged for r in results),
+        geomean_speedup={b: geomean_speedup(results, b) for b in BASELINES},
+        median_speedup={b: median_speedup(results, b) for b in BASELINES},
+        geomean_speedup_with_flagged={b: geomean_speedup(unflagged, b) for b in BASELINES},
+        fast_p={b: fast_p_table(results, b) for b in BASELINES},
+        geomean_sol_fraction=geomean_sol_fraction(results),
+        attempt_curve={b: attempt_curve(results, b) for b in BASELINES},
+        attempts=sum(r.attempts for r in results),
+        tokens=sum(r.tokens for r in results),
+        cost_usd=sum(r.cost_usd for r in results),
+    )
+
+
+def by_group(results: Iterable[ProblemResult]) -> dict[tuple[str, str], list[ProblemResult]]:
+    groups: dict[tuple[str, str], list[ProblemResult]] = {}
+    for r in results:
+        groups.setdefault((r.tier, r.policy), []).append(r)
+    return groups
+
+
+class PolicyComparison(BaseModel):
+    """A policy against the fixed budget of the same tier, on the same problems."""
+
+    tier: str
+    policy: str
+    baseline: str
+    retention: float | None
+    spend_unit: str  # "tokens" or "attempts" (tiers without tokens)
+    spend_saved: float  # fraction of the fixed policy's spend
+    attempts_saved: float
+    efficiency_gain: float | None
+
+
+def compare_to_fixed(policy: GroupMetrics, fixed: GroupMetrics, baseline: str = "eager_fp32") -> PolicyComparison:
+    unit = "tokens" if fixed.tokens > 0 else "attempts"
+    spend_p = policy.tokens if unit == "tokens" else policy.attempts
+    spend_f = fixed.tokens if unit == "tokens" else fixed.attempts
+    g_p, g_f = policy.geomean_speedup[baseline], fixed.geomean_speedup[baseline]
+    return PolicyComparison(
+        tier=policy.tier,
+        policy=policy.policy,
+        baseline=baseline,
+        retention=retention(g_p, g_f),
+        spend_unit=unit,
+        spend_saved=1 - spend_p / spend_f if spend_f else 0.0,
+        attempts_saved=1 - policy.attempts / fixed.attempts if fixed.attempts else 0.0,
+        efficiency_gain=efficiency_gain(g_p, g_f, spend_p, spend_f),
+    )

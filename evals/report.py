@@ -1,0 +1,339 @@
+"""The evaluation report: report.md with tables and matplotlib PNG plots, from a results store.
+
+With LangSmith configured (LANGSMITH_API_KEY and LANGSMITH_ENDPOINT), one experiment per tier and
+policy is uploaded as well; nothing is sent otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from evals import metrics
+from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
+from graph.policies import PolicySettings
+from graph.records import RunSummary
+
+DEFAULT_EPS = (0.5, 1.0, 2.5)
+DEFAULT_WINDOWS = (4, 8, 12)
+PLOT_BASELINE = "eager_tf32"  # the honest baseline on GEMMs (kernelbench-facts: TF32 alone is 4.6x on eager)
+
+
+def _f(x: float | None, fmt: str = ".2f", suffix: str = "") -> str:
+    return "-" if x is None else f"{format(x, fmt)}{suffix}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# Plots (matplotlib, headless)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_fast_p(groups: dict[tuple[str, str], list[metrics.ProblemResult]], baseline: str, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    top = max([r.speedups.get(baseline, 0) for rs in groups.values() for r in rs] + [2.5])
+    ps = [i * top / 200 for i in range(201)]
+    for (tier, policy), rs in sorted(groups.items()):
+        ax.plot(ps, [metrics.fast_p(rs, p, baseline) for p in ps], label=f"{tier} / {policy}")
+    for p in metrics.FAST_P_THRESHOLDS:
+        ax.axvline(p, color="0.85", lw=0.8, zorder=0)
+    ax.set_xlabel(f"speedup threshold p (over {baseline})")
+    ax.set_ylabel("fast_p (fraction of all problems)")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
+    ax.set_title("fast_p: correct and faster than p")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_speedup_vs_sol(results: Sequence[metrics.ProblemResult], baseline: str, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (tier, policy), rs in sorted(metrics.by_group(results).items()):
+        pts = [(100 * r.sol_fraction, r.speedups[baseline]) for r in rs
+               if r.counts and r.sol_fraction and baseline in r.speedups]
+        if pts:
+            ax.scatter(*zip(*pts), label=f"{tier} / {policy}", s=18, alpha=0.8)
+    flagged = [(100 * r.sol_fraction, r.speedups[baseline]) for r in results
+               if r.flagged and r.sol_fraction and baseline in r.speedups]
+    if flagged:
+        ax.scatter(*zip(*flagged), marker="x", color="red", label="flagged (not counted)")
+    ax.axvline(100, color="0.5", ls="--", lw=0.8)
+    ax.axhline(1, color="0.5", ls=":", lw=0.8)
+    ax.set_xlabel("% of speed of light (t_SOL / t)")
+    ax.set_ylabel(f"speedup over {baseline}")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("per problem: speedup against % of SOL")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_spend_vs_speedup(results: Sequence[metrics.ProblemResult], baseline: str, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    use_tokens = any(r.tokens for r in results)
+    for (tier, policy), rs in sorted(metrics.by_group(results).items()):
+        pts = [(r.tokens if use_tokens else r.attempts, r.speedups[baseline]) for r in rs
+               if r.counts and baseline in r.speedups]
+        if pts:
+            ax.scatter(*zip(*pts), label=f"{tier} / {policy}", s=18, alpha=0.8)
+    ax.set_xlabel("tokens per problem" if use_tokens else "attempts per problem (tiers without tokens)")
+    ax.set_ylabel(f"speedup over {baseline}")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("spend against speedup, per tier and policy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_attempt_curves(groups: dict[tuple[str, str], metrics.GroupMetrics], baseline: str, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (tier, policy), g in sorted(groups.items()):
+        curve = g.attempt_curve[baseline]
+        if curve:
+            ax.step(range(1, len(curve) + 1), curve, where="post", label=f"{tier} / {policy}")
+    ax.set_xlabel("attempts")
+    ax.set_ylabel(f"fraction of problems >= {metrics.ATTEMPT_CURVE_THRESHOLD:g}x over {baseline}")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
+    ax.set_title("attempt curves")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def build_report(store, out_dir: str | Path) -> str:
+    """Markdown text of the report; plots are written next to it."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = store.summaries()
+    config = store.config() or {}
+    env = store.environment()
+    derived = store.derived_policies()
+    failures = store.failures()
+    results = [metrics.result_from_summary(s) for s in summaries]
+    groups_results = metrics.by_group(results)
+    groups = {k: metrics.group_metrics(v) for k, v in groups_results.items()}
+    timing_sources = sorted({a.timing_source for s in summaries for a in s.attempts if a.timing_source})
+
+    md = ["# mucutlass evaluation report", ""]
+    source = config.get("source", {})
+    md.append(f"- problems: {len(config.get('problems', []))} ({', '.join(f'{k}={v}' for k, v in source.items() if v is not None)})")
+    md.append(f"- tiers: {', '.join(config.get('tiers', []))}; policies: {', '.join(config.get('policies', []))}; "
+              f"budget: {config.get('max_attempts')} attempts per run")
+    md.append(f"- GPU: {env.get('gpu')}; backend: {env.get('backend')}; host: {env.get('host')}")
+    versions = env.get("versions", {})
+    md.append("- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+              + (f", CUDA {env['torch_cuda']}" if env.get("torch_cuda") else "")
+              + (f", nvcc {env['nvcc']}" if env.get("nvcc") else ""))
+    md.append(f"- report written {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
+    if "estimate" in timing_sources:
+        md.append("- **timings are SOL-model estimates (no GPU was used)**: speedups here rank configurations, "
+                  "they are not measurements")
+    if derived:
+        md.append("- " + "; ".join(f"policy `{p}` was derived by replaying the `{src}` logs" for p, src in derived.items())
+                  + " (its stop rule is a pure function of the attempt history, so the cut log is exactly the run "
+                  "that policy would have made)")
+    md.append("- headline numbers count correct results without integrity flags; flagged results are counted beside "
+              "them and listed below")
+    if any(not (g.tokens) for g in groups.values()):
+        md.append("- tiers that used no tokens are compared by attempts in place of tokens")
+    md.append("")
+
+    if not results:
+        md += ["No finished runs yet.", ""]
+        return "\n".join(md)
+
+    md += ["## Headline", ""]
+    rows = []
+    for (tier, policy), g in sorted(groups.items()):
+        rows.append([
+            tier, policy, g.total, g.correct, g.flagged,
+            *[_f(g.geomean_speedup[b], ".3f", "x") for b in metrics.BASELINES],
+            *[_f(g.median_speedup[b], ".3f", "x") for b in metrics.BASELINES],
+            _pct(g.geomean_sol_fraction), g.attempts, g.tokens, f"${g.cost_usd:.2f}",
+        ])
+    md.append(_md_table(
+        ["tier", "policy", "problems", "correct", "flagged",
+         *[f"geomean vs {b}" for b in metrics.BASELINES], *[f"median vs {b}" for b in metrics.BASELINES],
+         "geomean % SOL", "attempts", "tokens", "cost"], rows))
+    md.append("")
+
+    md += ["## fast_p", "", "fast_p = (correct and speedup > p) / all problems; fast_0 is the correctness rate.", ""]
+    for b in metrics.BASELINES:
+        md += [f"Over {b}:", ""]
+        md.append(_md_table(["tier", "policy", *[f"fast_{p:g}" for p in metrics.FAST_P_THRESHOLDS]],
+                            [[t, p, *[_pct(g.fast_p[b][x]) for x in metrics.FAST_P_THRESHOLDS]]
+                             for (t, p), g in sorted(groups.items())]))
+        md.append("")
+
+    comparisons = [metrics.compare_to_fixed(g, groups[(t, "fixed")]) for (t, p), g in sorted(groups.items())
+                   if p != "fixed" and (t, "fixed") in groups]
+    if comparisons:
+        md += ["## Policies against the fixed budget", ""]
+        md.append(_md_table(
+            ["tier", "policy", "retention (geomean vs eager_fp32)", "spend saved", "attempts saved", "efficiency gain"],
+            [[c.tier, c.policy, _pct(c.retention), f"{_pct(c.spend_saved)} of {c.spend_unit}", _pct(c.attempts_saved),
+              _f(c.efficiency_gain, ".2f", "x") + ("" if c.spend_unit == "tokens" else " (by attempts)")]
+             for c in comparisons]))
+        md.append("")
+
+    logs = [s for s in summaries if s.policy == "fixed"]  # the logs other policies replay from
+    if logs:
+        try:
+            grid = policy_grid(["sol", "plateau", "sol+plateau"], DEFAULT_EPS, DEFAULT_WINDOWS)
+            base = PolicySettings(max_attempts=config["max_attempts"]) if config.get("max_attempts") else None
+            table = replay_table_markdown(replay(logs, grid, base_settings=base))
+            md += ["## Budgeting study (replay of the fixed logs)", "",
+                   f"eps in {', '.join(map(str, DEFAULT_EPS))}, w in {', '.join(map(str, DEFAULT_WINDOWS))}; "
+                   "`mucutlass replay` runs other grids.", "", table, ""]
+        except ReplayError as exc:
+            md += [f"(replay skipped: {exc})", ""]
+
+    plots = [
+        ("fast_p curves", plot_fast_p(groups_results, PLOT_BASELINE, out / "fast_p.png")),
+        ("per-problem speedup against % of SOL", plot_speedup_vs_sol(results, PLOT_BASELINE, out / "speedup_vs_sol.png")),
+        ("spend against speedup", plot_spend_vs_speedup(results, PLOT_BASELINE, out / "spend_vs_speedup.png")),
+        ("attempt curves", plot_attempt_curves(groups, "eager_fp32", out / "attempt_curves.png")),
+    ]
+    md += ["## Plots", ""]
+    md += [f"![{title}]({p.name})" for title, p in plots]
+    md.append("")
+
+    md += ["## Per problem", ""]
+    rows = []
+    for s, r in zip(summaries, results):
+        rows.append([
+            s.problem, s.tier, s.policy, "yes" if r.correct else "no",
+            *[_f(r.speedups.get(b), ".2f", "x") for b in metrics.BASELINES],
+            _pct(r.sol_fraction), r.attempts, r.tokens, ", ".join(r.flags) or "", s.stop_reason,
+        ])
+    md.append(_md_table(["problem", "tier", "policy", "correct", *[f"vs {b}" for b in metrics.BASELINES],
+                         "% SOL", "attempts", "tokens", "flags", "stop reason"], rows))
+    md.append("")
+
+    flagged = [r for r in results if r.flagged]
+    md += ["## Integrity", ""]
+    if flagged:
+        md.append(f"{len(flagged)} result(s) carry integrity flags and are out of the headline numbers:")
+        md.append("")
+        md += [f"- {r.problem} [{r.tier}, {r.policy}]: {'; '.join(r.flags)}" for r in flagged]
+        md.append("")
+        md.append(_md_table(["tier", "policy", *[f"geomean vs {b} if flagged counted" for b in metrics.BASELINES]],
+                            [[t, p, *[_f(g.geomean_speedup_with_flagged[b], ".3f", "x") for b in metrics.BASELINES]]
+                             for (t, p), g in sorted(groups.items()) if g.flagged]))
+    else:
+        md.append("No result carries an integrity flag.")
+    md.append("")
+    if failures:
+        md += ["## Failed runs (retried on resume)", ""]
+        md += [f"- {'/'.join(k)}: {e}" for k, e in sorted(failures.items())]
+        md.append("")
+    return "\n".join(md)
+
+
+def write_report(store, out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    text = build_report(store, out)
+    path = out / "report.md"
+    path.write_text(text + "\n", encoding="utf-8")
+    if langsmith_configured():
+        upload_to_langsmith(store)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# LangSmith
+
+
+def langsmith_configured() -> bool:
+    return bool(os.environ.get("LANGSMITH_API_KEY") and os.environ.get("LANGSMITH_ENDPOINT"))
+
+
+def upload_to_langsmith(store, client=None, dataset_name: str | None = None) -> list[str]:
+    """One experiment (a project tied to the problems' dataset) per tier and policy; one run per problem
+    with its outputs and the speedups as feedback. Returns the experiment names."""
+    from langsmith import Client
+
+    client = client or Client(api_key=os.environ["LANGSMITH_API_KEY"], api_url=os.environ["LANGSMITH_ENDPOINT"])
+    config = store.config() or {}
+    env = store.environment()
+    source = config.get("source", {})
+    dataset_name = dataset_name or "mucutlass-" + "-".join(str(v) for v in source.values() if v is not None)
+    summaries = store.summaries()
+    if client.has_dataset(dataset_name=dataset_name):
+        dataset = client.read_dataset(dataset_name=dataset_name)
+        examples = {e.inputs.get("problem"): e.id for e in client.list_examples(dataset_id=dataset.id)}
+    else:
+        dataset = client.create_dataset(dataset_name, description="mucutlass evaluation problems")
+        examples = {}
+    missing = sorted({s.problem for s in summaries} - set(examples))
+    if missing:
+        created = client.create_examples(inputs=[{"problem": p} for p in missing], dataset_id=dataset.id)
+        ids = created.get("example_ids", []) if isinstance(created, dict) else [e.id for e in (created or [])]
+        examples.update(zip(missing, ids))
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    names = []
+    for (tier, policy), runs in sorted(_group_summaries(summaries).items()):
+        name = f"mucutlass-{tier}-{policy}-{stamp}"
+        client.create_project(name, reference_dataset_id=dataset.id,
+                              metadata={"tier": tier, "policy": policy, "gpu": env.get("gpu"),
+                                        "max_attempts": config.get("max_attempts")})
+        for s in runs:
+            r = metrics.result_from_summary(s)
+            run_id = uuid.uuid4()
+            end = _dt.datetime.now(_dt.timezone.utc)
+            client.create_run(
+                name="optimize", run_type="chain", id=run_id, project_name=name,
+                inputs={"problem": s.problem}, reference_example_id=examples.get(s.problem),
+                outputs={"correct": r.correct, "speedups": r.speedups, "sol_fraction": r.sol_fraction,
+                         "flags": r.flags, "attempts": r.attempts, "stop_reason": s.stop_reason},
+                start_time=end - _dt.timedelta(seconds=s.wall_s), end_time=end,
+                extra={"metadata": {"tier": tier, "policy": policy}},
+            )
+            client.create_feedback(run_id, key="correct", score=float(r.counts))
+            for b, v in r.speedups.items():
+                client.create_feedback(run_id, key=f"speedup_vs_{b}", score=v)
+        names.append(name)
+    client.flush()
+    return names
+
+
+def _group_summaries(summaries: Sequence[RunSummary]) -> dict[tuple[str, str], list[RunSummary]]:
+    groups: dict[tuple[str, str], list[RunSummary]] = {}
+    for s in summaries:
+        groups.setdefault((s.tier, s.policy), []).append(s)
+    return groups

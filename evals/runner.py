@@ -1,0 +1,435 @@
+"""Evaluations: many problems x model tiers x budgeting policies, resumable, into one results store.
+
+Each (problem, tier) runs once under the most generous policy (``fixed`` with the attempt budget);
+the other policies, pure stop rules, are derived by replaying that log (``policies_mode="replay"``),
+which is how the budgeting study compared them and saves the GPU time of running each one. With
+``policies_mode="run"`` every policy runs on its own.
+
+Resume: runs whose summary is stored are skipped; a run killed mid-way starts again with the same
+``run_dir``, where the graph keeps its checkpoint, so its finished attempts are not redone.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from graph.policies import POLICY_NAMES, PolicySettings
+from graph.records import AttemptRecord, RunSummary
+
+DEFAULT_RUN_FN = "graph.runner:run_optimize"
+GENEROUS_POLICY = "fixed"
+# What must match for a store to be resumed: the same runs with the same budget.
+RESUME_KEYS = ("problems", "tiers", "policies", "policies_mode", "max_attempts")
+
+
+class EvalError(ValueError):
+    """An evaluation that cannot start as asked; one-line message."""
+
+
+class RunSpec(BaseModel):
+    """One graph run: everything a worker (local or on a Ray node) needs, as plain data."""
+
+    problem: str  # the problem's stable key (builtin/gemm_square, L1/12, ...)
+    problem_path: str
+    tier: str
+    policy: str
+    max_attempts: int
+    backend: str
+    run_dir: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.problem, self.tier, self.policy)
+
+    @property
+    def label(self) -> str:
+        return f"{self.problem} [{self.tier}, {self.policy}]"
+
+
+class EvalConfig(BaseModel):
+    source: dict[str, Any]  # how the problems were chosen: {"suite": ...} or {"kernelbench": ..., "level": ..., "ids": ...}
+    problems: list[str]  # problem keys, in order
+    tiers: list[str]
+    policies: list[str]
+    policies_mode: Literal["replay", "run"] = "replay"
+    max_attempts: int = 40
+    backend: str = "auto"
+    executor: str = "local"
+
+    def policies_to_run(self) -> list[str]:
+        if self.policies_mode == "run":
+            return list(self.policies)
+        return [GENEROUS_POLICY]
+
+    def policies_to_derive(self) -> list[str]:
+        if self.policies_mode == "run":
+            return []
+        return [p for p in self.policies if p != GENEROUS_POLICY]
+
+    def policy_settings(self) -> PolicySettings:
+        return PolicySettings(max_attempts=self.max_attempts)
+
+
+def check_policies(policies: Sequence[str]) -> None:
+    unknown = [p for p in policies if p not in POLICY_NAMES]
+    if unknown:
+        raise EvalError(f"unknown policy {', '.join(map(repr, unknown))}; expected some of {', '.join(POLICY_NAMES)}")
+    if not policies:
+        raise EvalError("no policies given; write e.g. --policies fixed,sol+plateau")
+
+
+def _safe(part: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", part).strip("_") or "_"
+
+
+def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path) -> list[RunSpec]:
+    """Every run the evaluation needs, problem-major so one problem's tiers finish together."""
+    specs = []
+    for key in config.problems:
+        for tier in config.tiers:
+            for policy in config.policies_to_run():
+                specs.append(RunSpec(
+                    problem=key,
+                    problem_path=problem_paths[key],
+                    tier=tier,
+                    policy=policy,
+                    max_attempts=config.max_attempts,
+                    backend=config.backend,
+                    run_dir=str(out_dir / "runs" / _safe(key) / _safe(tier) / _safe(policy)),
+                ))
+    return specs
+
+
+# ------------------------------------------------------------------------------------------------
+# The worker side: plain functions, so the local executor and Ray tasks call the same code.
+
+
+class RunFn(Protocol):
+    def __call__(self, problem_path: str, ctx: Any, run_dir: str,
+                 on_event: Callable[[Any], None] | None = None) -> RunSummary: ...
+
+
+def resolve_run_fn(run_fn: str | RunFn) -> RunFn:
+    """``"package.module:function"`` -> the function (workers get the name, not the object)."""
+    if callable(run_fn):
+        return run_fn
+    module_name, _, attr = run_fn.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr or "run_optimize")
+    except (ImportError, AttributeError) as exc:
+        raise EvalError(f"cannot load the run function {run_fn!r}: {exc}") from None
+
+
+def make_context(spec: RunSpec) -> Any:
+    """The graph's RunContext for this run."""
+    from graph.context import RunContext
+
+    return RunContext(tier=spec.tier, policy=spec.policy, max_attempts=spec.max_attempts, backend=spec.backend)
+
+
+def attempt_from_event(event: Any) -> AttemptRecord | None:
+    """The finished attempt an on_event call carries, if any."""
+    if isinstance(event, AttemptRecord):
+        return event
+    payload = event.get("attempt") if isinstance(event, dict) else getattr(event, "attempt", None)
+    if isinstance(payload, AttemptRecord):
+        return payload
+    if isinstance(payload, dict):
+        return AttemptRecord.model_validate(payload)
+    return None
+
+
+def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None],
+                context_factory: Callable[[RunSpec], Any] = make_context) -> RunSummary:
+    """Run one spec; every finished attempt is passed to ``emit_attempt`` as it arrives."""
+    fn = resolve_run_fn(run_fn)
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+
+    def on_event(event: Any) -> None:
+        attempt = attempt_from_event(event)
+        if attempt is not None:
+            emit_attempt(attempt)
+
+    summary = fn(spec.problem_path, context_factory(spec), spec.run_dir, on_event=on_event)
+    if not isinstance(summary, RunSummary):
+        summary = RunSummary.model_validate(summary)
+    # The store keys runs by the evaluation's names, whatever the graph called them.
+    return summary.model_copy(update={"problem": spec.problem, "tier": spec.tier, "policy": spec.policy})
+
+
+def one_line_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+# ------------------------------------------------------------------------------------------------
+# The driver side.
+
+
+class RunSink(Protocol):
+    """Where executors report; always called in the driver process."""
+
+    def started(self, spec: RunSpec) -> None: ...
+    def attempt(self, spec: RunSpec, attempt: AttemptRecord) -> None: ...
+    def finished(self, spec: RunSpec, summary: RunSummary) -> None: ...
+    def failed(self, spec: RunSpec, error: str) -> None: ...
+
+
+class Executor(Protocol):
+    name: str
+
+    def run(self, specs: Sequence[RunSpec], run_fn: str | RunFn, sink: RunSink) -> None: ...
+
+
+class StoreSink:
+    """Writes every report into the store at once, and moves the progress bars."""
+
+    def __init__(self, store, progress=None):
+        self.store = store
+        self.progress = progress
+
+    def started(self, spec: RunSpec) -> None:
+        self.store.start_run(*spec.key, run_dir=spec.run_dir)
+        if self.progress:
+            self.progress.run_started(spec)
+
+    def attempt(self, spec: RunSpec, attempt: AttemptRecord) -> None:
+        self.store.record_attempt(*spec.key, attempt)
+        if self.progress:
+            self.progress.run_attempt(spec, attempt)
+
+    def finished(self, spec: RunSpec, summary: RunSummary) -> None:
+        self.store.finish_run(summary)
+        if self.progress:
+            self.progress.run_finished(spec, ok=True)
+
+    def failed(self, spec: RunSpec, error: str) -> None:
+        self.store.fail_run(*spec.key, error)
+        if self.progress:
+            self.progress.run_finished(spec, ok=False)
+
+
+class EvalProgress:
+    """Rich progress bars: one overall, one per run in flight (attempts out of the budget)."""
+
+    def __init__(self, total_runs: int, done_runs: int, console=None):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=False,
+        )
+        self._overall = self._progress.add_task("all runs", total=total_runs, completed=done_runs)
+        self._tasks: dict[tuple[str, str, str], Any] = {}
+
+    def __enter__(self):
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._progress.__exit__(*exc)
+
+    def run_started(self, spec: RunSpec) -> None:
+        self._tasks[spec.key] = self._progress.add_task(f"  {spec.label}", total=spec.max_attempts)
+
+    def run_attempt(self, spec: RunSpec, attempt: AttemptRecord) -> None:
+        task = self._tasks.get(spec.key)
+        if task is not None:
+            self._progress.update(task, completed=attempt.index)
+
+    def run_finished(self, spec: RunSpec, ok: bool) -> None:
+        task = self._tasks.pop(spec.key, None)
+        if task is not None:
+            self._progress.remove_task(task)
+        if not ok:
+            self._progress.console.print(f"[red]failed[/red] {spec.label}")
+        self._progress.advance(self._overall)
+
+
+def collect_environment(backend: str) -> dict[str, Any]:
+    """What the numbers were measured on: GPU, driver-side versions, host."""
+    def version(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "backend": backend,
+        "versions": {d: version(d) for d in ("mucutlass", "torch", "nvidia-cutlass", "langgraph", "pydantic", "ray")},
+    }
+    try:
+        import torch
+
+        env["torch_cuda"] = torch.version.cuda
+        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (cpu)"
+        env["gpu_count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        env["gpu"] = "unknown"
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        try:
+            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
+            m = re.search(r"release ([\d.]+)", out)
+            env["nvcc"] = m.group(1) if m else out.strip().splitlines()[-1]
+        except (OSError, subprocess.SubprocessError):
+            env["nvcc"] = None
+    return env
+
+
+class EvalOutcome(BaseModel):
+    out_dir: str
+    resumed: bool
+    ran: int  # runs executed in this call
+    skipped: int  # runs already finished in the store
+    failed: dict[str, str] = Field(default_factory=dict)  # run label -> one-line error
+    derived: int = 0  # runs derived by replay
+    results_json: str | None = None
+    report_md: str | None = None
+
+
+def derive_policies(store, config: EvalConfig) -> int:
+    """Store each derived policy's runs, replayed from the finished logs of the generous policy."""
+    from evals.replay import replay_run
+
+    derived = 0
+    settings = config.policy_settings()
+    for log in store.summaries(statuses=("done",)):
+        if log.policy != GENEROUS_POLICY:
+            continue
+        for policy in config.policies_to_derive():
+            store.finish_run(replay_run(log, policy, settings), status="derived", derived_from=GENEROUS_POLICY)
+            derived += 1
+    return derived
+
+
+def run_evaluation(
+    config: EvalConfig,
+    problem_paths: dict[str, str],
+    out_dir: str | Path,
+    *,
+    executor: Executor,
+    run_fn: str | RunFn = DEFAULT_RUN_FN,
+    environment: dict | None = None,
+    show_progress: bool = True,
+    write_outputs: bool = True,
+) -> EvalOutcome:
+    """Run (or resume) an evaluation into ``out_dir/results.sqlite``; then derive policies and write
+    the results JSON and the report."""
+    from evals.store import ResultsStore
+
+    check_policies(config.policies)
+    out = Path(out_dir)
+    store = ResultsStore(out / "results.sqlite")
+    try:
+        resumed = store.init_evaluation(
+            config.model_dump(), environment if environment is not None else collect_environment(config.backend),
+            resume_keys=RESUME_KEYS,
+        )
+        specs = plan_runs(config, problem_paths, out)
+        finished = store.finished_keys()
+        todo = [s for s in specs if s.key not in finished]
+        progress = EvalProgress(len(specs), len(specs) - len(todo)) if show_progress else None
+        sink = StoreSink(store, progress)
+        if progress:
+            with progress:
+                executor.run(todo, run_fn, sink)
+        else:
+            executor.run(todo, run_fn, sink)
+        derived = derive_policies(store, config)
+        labels = {s.key: s.label for s in specs}
+        outcome = EvalOutcome(
+            out_dir=str(out), resumed=resumed, ran=len(todo), skipped=len(specs) - len(todo),
+            failed={labels.get(k, "/".join(k)): e for k, e in store.failures().items()}, derived=derived,
+        )
+        if write_outputs:
+            outcome.results_json = str(write_results_json(store, out / "results.json"))
+            from evals.report import write_report
+
+            outcome.report_md = str(write_report(store, out / "report"))
+        return outcome
+    finally:
+        store.close()
+
+
+def results_document(store) -> dict[str, Any]:
+    """The project's results format: date, gpu, versions, rows, summary (headline group) and every group."""
+    from evals import metrics
+
+    summaries = store.summaries()
+    results = [metrics.result_from_summary(s) for s in summaries]
+    env = store.environment()
+    config = store.config() or {}
+    groups = metrics.by_group(results)
+
+    def group_summary(rs) -> dict[str, Any]:
+        g = metrics.group_metrics(rs)
+        return {
+            "tier": g.tier,
+            "policy": g.policy,
+            **{f"geomean_speedup_vs_{b}": g.geomean_speedup[b] for b in metrics.BASELINES},
+            **{f"median_speedup_vs_{b}": g.median_speedup[b] for b in metrics.BASELINES},
+            "geomean_sol_fraction": g.geomean_sol_fraction,
+            "correct": g.correct,
+            "flagged": g.flagged,
+            "total": g.total,
+            "attempts": g.attempts,
+            "tokens": g.tokens,
+            "cost_usd": g.cost_usd,
+        }
+
+    all_groups = [group_summary(rs) for _, rs in sorted(groups.items())]
+    headline = next(
+        (s for s in all_groups if s["tier"] == (config.get("tiers") or [None])[0]
+         and s["policy"] == (config.get("policies") or [None])[0]),
+        all_groups[0] if all_groups else None,
+    )
+    timing_sources = sorted({a.timing_source for s in summaries for a in s.attempts if a.timing_source})
+    rows = []
+    for s, r in zip(summaries, results):
+        best = s.best
+        rows.append({
+            "problem": s.problem, "tier": s.tier, "policy": s.policy,
+            "correct": r.correct, "flags": r.flags,
+            **{f"speedup_vs_{b}": r.speedups.get(b) for b in metrics.BASELINES},
+            "sol_fraction": r.sol_fraction, "t_us": s.best_t_us, "t_sol_us": s.t_sol_us,
+            "reference_us": s.reference_us, "attempts": r.attempts, "tokens": r.tokens, "cost_usd": r.cost_usd,
+            "stop_reason": s.stop_reason, "precision": best.precision if best else None,
+            "timing_source": best.timing_source if best else None,
+        })
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": env.get("gpu"),
+        "versions": env.get("versions", {}),
+        "environment": env,
+        "config": config,
+        "timing_sources": timing_sources,
+        "derived_policies": store.derived_policies(),
+        "rows": rows,
+        "summary": headline,
+        "groups": all_groups,
+    }
+
+
+def write_results_json(store, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(results_document(store), indent=2) + "\n", encoding="utf-8")
+    return p

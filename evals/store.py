@@ -1,0 +1,260 @@
+"""The results store of one evaluation: a single SQLite file.
+
+Tables: ``evaluation`` (one row: config and environment), ``runs`` (one row per problem, tier and
+policy: status and the run's summary) and ``attempts`` (every field of every AttemptRecord).
+Attempts are written as they arrive, so a killed evaluation keeps everything it finished; a run
+counts as done only once its summary is stored, which is what resume looks at.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from graph.records import AttemptRecord, RunSummary
+
+RunStatus = Literal["running", "done", "failed", "derived"]
+FINISHED: tuple[RunStatus, ...] = ("done", "derived")
+
+
+class StoreError(Exception):
+    """The file is not a results store, or does not belong to this evaluation."""
+
+
+def _column_type(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    base = args[0] if origin is not None and len(args) == 1 and get_origin(args[0]) is None else annotation
+    if base is bool or base is int:
+        return "INTEGER"
+    if base is float:
+        return "REAL"
+    if base is str:
+        return "TEXT"
+    return "TEXT"  # lists, literals: JSON or plain text
+
+
+# The attempts table follows AttemptRecord: a new field there becomes a new column here.
+_ATTEMPT_FIELDS = list(AttemptRecord.model_fields)
+_JSON_FIELDS = {n for n, f in AttemptRecord.model_fields.items() if get_origin(f.annotation) is list}
+_BOOL_FIELDS = {n for n, f in AttemptRecord.model_fields.items() if f.annotation is bool}
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS evaluation (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  config_json TEXT NOT NULL,
+  environment_json TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  resumed_at REAL
+);
+CREATE TABLE IF NOT EXISTS runs (
+  problem TEXT NOT NULL,
+  tier TEXT NOT NULL,
+  policy TEXT NOT NULL,
+  status TEXT NOT NULL,
+  run_dir TEXT,
+  derived_from TEXT,
+  error TEXT,
+  summary_json TEXT,
+  started_at REAL,
+  finished_at REAL,
+  PRIMARY KEY (problem, tier, policy)
+);
+CREATE TABLE IF NOT EXISTS attempts (
+  problem TEXT NOT NULL,
+  tier TEXT NOT NULL,
+  policy TEXT NOT NULL,
+  {", ".join(f'"{n}" {_column_type(AttemptRecord.model_fields[n].annotation)}' for n in _ATTEMPT_FIELDS)},
+  PRIMARY KEY (problem, tier, policy, "index")
+);
+"""
+
+
+def _attempt_row(record: AttemptRecord) -> list[Any]:
+    data = record.model_dump()
+    return [json.dumps(data[n]) if n in _JSON_FIELDS else data[n] for n in _ATTEMPT_FIELDS]
+
+
+def _attempt_from_row(row: sqlite3.Row) -> AttemptRecord:
+    data = {}
+    for n in _ATTEMPT_FIELDS:
+        value = row[n]
+        if n in _JSON_FIELDS:
+            value = json.loads(value) if value else []
+        elif n in _BOOL_FIELDS:
+            value = bool(value)
+        data[n] = value
+    return AttemptRecord.model_validate(data)
+
+
+class ResultsStore:
+    """One evaluation's results. Safe to share between threads of the driver process."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a results store ({exc})") from None
+
+    @classmethod
+    def open_existing(cls, path: str | Path) -> ResultsStore:
+        """Open a finished or partial evaluation for reading (replay, report)."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / "results.sqlite"
+        if not p.is_file():
+            raise StoreError(f"{p}: no such results store (expected EVAL_DIR or EVAL_DIR/results.sqlite)")
+        store = cls(p)
+        if store.config() is None:
+            raise StoreError(f"{p}: holds no evaluation (was `mucutlass eval` run with this --out?)")
+        return store
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._db:
+            yield self._db
+
+    # evaluation ---------------------------------------------------------------------------------
+    def init_evaluation(self, config: dict, environment: dict, *, resume_keys: tuple[str, ...] = ()) -> bool:
+        """Record the evaluation, or check that this store holds the same one. Returns True on resume.
+
+        ``resume_keys`` are the config entries that must match for a resume to be valid (the same
+        problems, tiers and budget); others (output paths, executor) may change between sessions.
+        """
+        with self._tx() as db:
+            row = db.execute("SELECT config_json FROM evaluation WHERE id = 1").fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO evaluation (id, config_json, environment_json, created_at) VALUES (1, ?, ?, ?)",
+                    (json.dumps(config, sort_keys=True), json.dumps(environment, sort_keys=True), time.time()),
+                )
+                return False
+            stored = json.loads(row["config_json"])
+            for key in resume_keys:
+                if stored.get(key) != config.get(key):
+                    raise StoreError(
+                        f"{self.path}: holds an evaluation with {key}={stored.get(key)!r}, not {config.get(key)!r}; "
+                        "use another --out to start a new evaluation"
+                    )
+            db.execute("UPDATE evaluation SET resumed_at = ? WHERE id = 1", (time.time(),))
+            return True
+
+    def config(self) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT config_json FROM evaluation WHERE id = 1").fetchone()
+        return json.loads(row["config_json"]) if row else None
+
+    def environment(self) -> dict:
+        with self._lock:
+            row = self._db.execute("SELECT environment_json FROM evaluation WHERE id = 1").fetchone()
+        return json.loads(row["environment_json"]) if row else {}
+
+    # runs ---------------------------------------------------------------------------------------
+    def start_run(self, problem: str, tier: str, policy: str, run_dir: str | None = None) -> None:
+        with self._tx() as db:
+            db.execute(
+                """INSERT INTO runs (problem, tier, policy, status, run_dir, started_at) VALUES (?, ?, ?, 'running', ?, ?)
+                   ON CONFLICT (problem, tier, policy) DO UPDATE SET status='running', run_dir=excluded.run_dir,
+                   error=NULL, started_at=excluded.started_at""",
+                (problem, tier, policy, run_dir, time.time()),
+            )
+
+    def record_attempt(self, problem: str, tier: str, policy: str, attempt: AttemptRecord) -> None:
+        """Store one attempt as soon as it finishes; a repeat of the same index replaces it."""
+        placeholders = ", ".join("?" for _ in range(3 + len(_ATTEMPT_FIELDS)))
+        columns = ", ".join(f'"{n}"' for n in _ATTEMPT_FIELDS)
+        with self._tx() as db:
+            db.execute(
+                f"INSERT OR REPLACE INTO attempts (problem, tier, policy, {columns}) VALUES ({placeholders})",
+                [problem, tier, policy, *_attempt_row(attempt)],
+            )
+
+    def finish_run(self, summary: RunSummary, *, status: RunStatus = "done", derived_from: str | None = None) -> None:
+        """Store a run's summary and its attempts (the summary's list is authoritative)."""
+        key = (summary.problem, summary.tier, summary.policy)
+        placeholders = ", ".join("?" for _ in range(3 + len(_ATTEMPT_FIELDS)))
+        columns = ", ".join(f'"{n}"' for n in _ATTEMPT_FIELDS)
+        with self._tx() as db:
+            db.execute("DELETE FROM attempts WHERE problem = ? AND tier = ? AND policy = ?", key)
+            db.executemany(
+                f"INSERT INTO attempts (problem, tier, policy, {columns}) VALUES ({placeholders})",
+                [[*key, *_attempt_row(a)] for a in summary.attempts],
+            )
+            db.execute(
+                """INSERT INTO runs (problem, tier, policy, status, derived_from, summary_json, started_at, finished_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (problem, tier, policy) DO UPDATE SET status=excluded.status,
+                   derived_from=excluded.derived_from, summary_json=excluded.summary_json, error=NULL,
+                   finished_at=excluded.finished_at""",
+                (*key, status, derived_from, summary.model_dump_json(exclude={"attempts"}), time.time(), time.time()),
+            )
+
+    def fail_run(self, problem: str, tier: str, policy: str, error: str) -> None:
+        """A run that raised: kept as failed (retried on resume), its attempts so far kept."""
+        with self._tx() as db:
+            db.execute(
+                """INSERT INTO runs (problem, tier, policy, status, error, finished_at) VALUES (?, ?, ?, 'failed', ?, ?)
+                   ON CONFLICT (problem, tier, policy) DO UPDATE SET status='failed', error=excluded.error,
+                   finished_at=excluded.finished_at""",
+                (problem, tier, policy, error, time.time()),
+            )
+
+    def run_status(self) -> dict[tuple[str, str, str], str]:
+        with self._lock:
+            rows = self._db.execute("SELECT problem, tier, policy, status FROM runs").fetchall()
+        return {(r["problem"], r["tier"], r["policy"]): r["status"] for r in rows}
+
+    def finished_keys(self) -> set[tuple[str, str, str]]:
+        return {k for k, s in self.run_status().items() if s in FINISHED}
+
+    def failures(self) -> dict[tuple[str, str, str], str]:
+        with self._lock:
+            rows = self._db.execute("SELECT problem, tier, policy, error FROM runs WHERE status = 'failed'").fetchall()
+        return {(r["problem"], r["tier"], r["policy"]): r["error"] or "" for r in rows}
+
+    def attempts(self, problem: str, tier: str, policy: str) -> list[AttemptRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                'SELECT * FROM attempts WHERE problem = ? AND tier = ? AND policy = ? ORDER BY "index"',
+                (problem, tier, policy),
+            ).fetchall()
+        return [_attempt_from_row(r) for r in rows]
+
+    def summaries(self, *, statuses: tuple[str, ...] = FINISHED) -> list[RunSummary]:
+        """Finished runs with their attempts, ordered by problem, tier, policy."""
+        marks = ", ".join("?" for _ in statuses)
+        with self._lock:
+            runs = self._db.execute(
+                f"SELECT problem, tier, policy, summary_json FROM runs WHERE status IN ({marks}) "
+                "ORDER BY problem, tier, policy",
+                statuses,
+            ).fetchall()
+        out = []
+        for r in runs:
+            summary = RunSummary.model_validate_json(r["summary_json"])
+            summary.attempts = self.attempts(r["problem"], r["tier"], r["policy"])
+            out.append(summary)
+        return out
+
+    def derived_policies(self) -> dict[str, str]:
+        """policy -> the policy whose log it was replayed from."""
+        with self._lock:
+            rows = self._db.execute("SELECT DISTINCT policy, derived_from FROM runs WHERE status = 'derived'").fetchall()
+        return {r["policy"]: r["derived_from"] for r in rows}

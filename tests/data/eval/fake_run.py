@@ -1,0 +1,76 @@
+"""A stand-in for graph.runner.run_optimize in evaluation tests: deterministic attempts per problem,
+a checkpoint in run_dir (so a restarted run continues where it stopped), and a log of every attempt
+it actually executed, so tests can prove nothing finished was redone.
+
+FAKE_RUN_DIE_AFTER=N makes the process exit abruptly (os._exit) after N attempts in total,
+as a killed evaluation would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from graph.records import AttemptRecord, RunSummary
+
+EXECUTED_LOG = "FAKE_RUN_EXECUTED_LOG"  # file that gets one line per executed attempt
+DIE_AFTER = "FAKE_RUN_DIE_AFTER"
+_executed_here = 0
+
+
+def fake_attempt(problem: str, index: int) -> AttemptRecord:
+    """Attempt ``index`` on ``problem``: times fall with the index, every third attempt fails."""
+    h = int(hashlib.sha256(f"{problem}:{index}".encode()).hexdigest()[:8], 16)
+    correct = index % 3 != 0
+    t_us = 100.0 / (1 + 0.5 * index) * (1 + (h % 7) / 100)
+    ref = {"eager_fp32": 400.0, "eager_tf32": 120.0, "compile": 110.0}
+    return AttemptRecord(
+        index=index, hypothesis=f"try {index}", program_text=f"program p{index}",
+        program_hash=hashlib.sha256(f"p{index}".encode()).hexdigest()[:16],
+        reached="done" if correct else "validate", compile_ok=True, correct=correct,
+        failure_reason=None if correct else "mismatch",
+        t_us=t_us if correct else None, timing_source="estimate", t_sol_us=20.0,
+        sol_fraction=20.0 / t_us if correct else None,
+        speedup_vs_eager_fp32=ref["eager_fp32"] / t_us if correct else None,
+        speedup_vs_eager_tf32=ref["eager_tf32"] / t_us if correct else None,
+        speedup_vs_compile=ref["compile"] / t_us if correct else None,
+        precision="tf32", tokens_in=0, tokens_out=0, wall_s=0.01,
+    )
+
+
+def run(problem_path: str, ctx, run_dir: str, on_event=None) -> RunSummary:
+    global _executed_here
+    problem = Path(problem_path).stem
+    ckpt = Path(run_dir) / "fake_checkpoint.jsonl"
+    attempts = [AttemptRecord.model_validate_json(line) for line in ckpt.read_text().splitlines()] if ckpt.exists() else []
+    die_after = int(os.environ.get(DIE_AFTER, "0") or 0)
+    for index in range(len(attempts) + 1, ctx.max_attempts + 1):
+        if die_after and _executed_here >= die_after:
+            os._exit(137)
+        a = fake_attempt(problem, index)
+        _executed_here += 1
+        if os.environ.get(EXECUTED_LOG):
+            with open(os.environ[EXECUTED_LOG], "a") as fh:
+                fh.write(f"{problem} {ctx.tier} {ctx.policy} {index}\n")
+        with ckpt.open("a") as fh:
+            fh.write(a.model_dump_json() + "\n")
+        attempts.append(a)
+        if on_event:
+            on_event({"attempt": a})
+    good = [a for a in attempts if a.correct]
+    best = min(good, key=lambda a: a.t_us) if good else None
+    return RunSummary(
+        problem=problem, tier=ctx.tier, policy=ctx.policy, backend="interpreter", gpu="none",
+        attempts=attempts, best_index=best.index if best else None, best_t_us=best.t_us if best else None,
+        t_sol_us=20.0, reference_us={"eager_fp32": 400.0, "eager_tf32": 120.0, "compile": 110.0},
+        stop_reason=f"fixed: {len(attempts)} of {ctx.max_attempts} attempts used",
+    )
+
+
+def broken(problem_path: str, ctx, run_dir: str, on_event=None) -> RunSummary:
+    """A run function that fails on one problem: the evaluation must carry on."""
+    if "gemm" in Path(problem_path).stem:
+        raise RuntimeError("boom in the graph")
+    return run(problem_path, ctx, run_dir, on_event)
