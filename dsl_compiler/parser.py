@@ -1,0 +1,660 @@
+"""μCUTLASS text -> IR. ``parse`` never raises: every problem becomes a Diagnostic with a location,
+what was found, what is allowed and a fix hint."""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Any
+
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from pydantic import ValidationError
+
+from dsl_compiler import ir
+from dsl_compiler.diagnostics import Diagnostic
+
+# A program is a few kilobytes; the cap keeps a pathological input from costing minutes.
+MAX_PROGRAM_CHARS = 1_000_000
+# Nesting beyond this is never a real epilogue and would exhaust recursion in later passes.
+MAX_NESTING = 64
+
+OP_NAMES = ("gemm", "grouped_gemm", "conv1d", "conv2d", "conv3d")
+ELEMENT_TYPES = ("f32", "bf16", "f16")
+LAYOUTS = ("contiguous", "channels_last")
+INDEX_KINDS = ("row", "col", "scalar")
+UNARY_FNS = ir.UnaryFn.__args__  # type: ignore[attr-defined]
+BINARY_CALL_FNS = ("min", "max", "pow")
+PARAM_FN_ARITY = {"clamp": 2, "hardtanh": 2, "leaky_relu": 1, "elu": 1}
+REDUCE_FNS = ir.ReduceFn.__args__  # type: ignore[attr-defined]
+KNOBS = (
+    "math", "accum", "alignment", "tile", "cluster", "stages", "schedule",
+    "raster", "swizzle", "decomposition", "split_k",
+)
+KNOB_VALUES: dict[str, str] = {
+    "math": "one of f32, tf32, bf16, f16",
+    "accum": "one of f32, f16",
+    "alignment": "an element count like 4, or auto",
+    "tile": "a tile like 128x128x32, or auto",
+    "cluster": "a cluster like 2x1x1",
+    "stages": "a stage count like 4, or auto",
+    "schedule": "one of auto, cooperative, pingpong",
+    "raster": "one of auto, along_m, along_n",
+    "swizzle": "one of 1, 2, 4, 8",
+    "decomposition": "one of data_parallel, split_k, stream_k",
+    "split_k": "a split count like 2",
+}
+
+# Terminal names as a person would say them, for "expected ..." in syntax errors.
+TOKEN_WORDS: dict[str, str] = {
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "TILE": "a tile like 128x128x32",
+    "STRING": 'a quoted key like "fc.weight"',
+    "INPUT": "input",
+    "PARAM": "param",
+    "TRANSPOSE": "^T",
+    "MINUS": "'-'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "COMMA": "','",
+    "COLON": "':'",
+    "SEMICOLON": "';'",
+    "EQUAL": "'='",
+    "PLUS": "'+'",
+    "STAR": "'*'",
+    "SLASH": "'/'",
+    "$END": "the end of the program",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _lark() -> Lark:
+    grammar = (Path(__file__).with_name("grammar.lark")).read_text()
+    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=True)
+
+
+def _words(expected: set[str] | frozenset[str]) -> str:
+    words = []
+    for name in sorted(expected):
+        if name in TOKEN_WORDS:
+            words.append(TOKEN_WORDS[name])
+        elif name.startswith("__ANON") or name.startswith("_"):
+            continue
+        else:
+            # keywords: lark names them after their text in upper case
+            words.append(name.lower())
+    words = sorted(set(words))
+    if not words:
+        return "something else"
+    if len(words) == 1:
+        return words[0]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _span(meta: Any) -> ir.Span | None:
+    if meta is None or getattr(meta, "empty", True):
+        return None
+    return ir.Span(line=meta.line, column=meta.column, end_line=meta.end_line, end_column=meta.end_column)
+
+
+def _tok_span(tok: Token) -> ir.Span:
+    return ir.Span(
+        line=tok.line or 1,
+        column=tok.column or 1,
+        end_line=tok.end_line or tok.line or 1,
+        end_column=tok.end_column or tok.column or 1,
+    )
+
+
+class _Reject(Exception):
+    """A semantic error found while building the IR (carried out of lark's transformer)."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+def _err(message: str, where: Token | ir.Span | None, found: str | None = None, expected: str | None = None,
+         hint: str | None = None, code: str = "syntax") -> _Reject:
+    span = _tok_span(where) if isinstance(where, Token) else where
+    return _Reject(Diagnostic(code=code, message=message, span=span, found=found, expected=expected, hint=hint))
+
+
+def _depth(expr: ir.Node) -> int:
+    if isinstance(expr, ir.Unary | ir.ParamCall | ir.Reduce):
+        return 1 + _depth(expr.arg)
+    if isinstance(expr, ir.Binary):
+        return 1 + max(_depth(expr.lhs), _depth(expr.rhs))
+    return 1
+
+
+class _Expr:
+    """An expression during parsing, with the span of its source text."""
+
+    __slots__ = ("node", "span")
+
+    def __init__(self, node: Any, span: ir.Span | None):
+        self.node = node
+        self.span = span
+
+
+@v_args(meta=True)
+class _ToIR(Transformer):
+    # ---- literals
+    def number(self, meta, children):
+        tok = children[0]
+        return _Expr(ir.Const(value=float(tok), span=_tok_span(tok)), _tok_span(tok))
+
+    def signed_number(self, meta, children):
+        minus, tok = children
+        text = str(tok)
+        value: int | float = int(text) if tok.type == "INT" else float(text)
+        return -value if minus is not None else value
+
+    def string_lit(self, meta, children):
+        return str(children[0])[1:-1]
+
+    def true_lit(self, meta, children):
+        return True
+
+    def false_lit(self, meta, children):
+        return False
+
+    def none_lit(self, meta, children):
+        return None
+
+    def empty_tuple(self, meta, children):
+        return ()
+
+    def tuple_lit(self, meta, children):
+        items = [c for c in children if not isinstance(c, Token)]
+        for item in items:
+            if isinstance(item, tuple):
+                raise _err("tuples cannot be nested", _span(meta), found="a tuple inside a tuple",
+                           expected="a flat tuple like (1, 1)", hint="write the values as one flat tuple")
+        return tuple(items)
+
+    # ---- declarations
+    def header(self, meta, children):
+        return ("header", str(children[0]), _span(meta))
+
+    def dims(self, meta, children):
+        return tuple(int(c) for c in children)
+
+    def decl(self, meta, children):
+        kind, name, dtype, dims, layout, source = children
+        if str(dtype) not in ELEMENT_TYPES:
+            raise _err(f"unknown element type '{dtype}'", dtype, found=str(dtype), expected=", ".join(ELEMENT_TYPES),
+                       hint="tf32 is a math mode, not a storage type: store f32 and set math = tf32 in the kernel"
+                       if str(dtype) == "tf32" else "use f32, bf16 or f16", code="dtype")
+        if layout is not None and str(layout) not in LAYOUTS:
+            raise _err(f"unknown layout '{layout}'", layout, found=str(layout), expected=" or ".join(LAYOUTS),
+                       hint="write channels_last for NHWC / NDHWC / NWC storage, or nothing for PyTorch's default")
+        shape = dims if dims is not None else ()
+        if any(d <= 0 for d in shape):
+            raise _err(f"'{name}' has a zero extent", _span(meta), found=str(list(shape)),
+                       expected="every extent at least 1", hint="declare the shape the tensor really has", code="shape")
+        if str(kind) == "input" and source is not None:
+            raise _err(f"input '{name}' cannot name a state_dict key", source, found=str(source),
+                       expected="no '= \"key\"' on an input", hint="declare it as param if it is a model parameter")
+        return ir.TensorDecl(
+            kind=str(kind), name=str(name), dtype=str(dtype), shape=shape,
+            layout=str(layout) if layout is not None else "contiguous",
+            source=str(source)[1:-1] if source is not None else None, span=_span(meta),
+        )
+
+    def output_stmt(self, meta, children):
+        return ("output", tuple(str(c) for c in children), _span(meta))
+
+    def empty(self, meta, children):
+        return None
+
+    # ---- kernels
+    def operand(self, meta, children):
+        name, transpose = children
+        return ir.Operand(name=str(name), transpose=transpose is not None, span=_span(meta))
+
+    def op_kwarg(self, meta, children):
+        key, value = children
+        return ("kwarg", key, value)
+
+    def op(self, meta, children):
+        name, *args = children
+        span = _span(meta)
+        fn = str(name)
+        if fn not in OP_NAMES:
+            raise _err(f"unknown op '{fn}'", name, found=fn, expected=", ".join(OP_NAMES),
+                       hint="batched GEMM is gemm on rank-3 operands; anything else can be a torch step", code="unknown-op")
+        operands = [a for a in args if isinstance(a, ir.Operand)]
+        kwargs: dict[str, Any] = {}
+        for a in args:
+            if isinstance(a, tuple) and a[0] == "kwarg":
+                if str(a[1]) in kwargs:
+                    raise _err(f"'{a[1]}' is given twice", a[1], found=str(a[1]), hint="give each option once")
+                kwargs[str(a[1])] = (a[1], a[2])
+        if fn == "gemm":
+            return self._gemm(name, operands, kwargs, span)
+        if fn == "grouped_gemm":
+            return self._grouped(name, operands, kwargs, span)
+        return self._conv(name, int(fn[4]), operands, kwargs, span)
+
+    @staticmethod
+    def _need_operands(name: Token, operands: list, count: int, what: str) -> None:
+        if len(operands) != count:
+            raise _err(f"{name} takes {count} tensors, got {len(operands)}", name, found=f"{len(operands)} tensors",
+                       expected=what, hint=f"write {what}")
+
+    @staticmethod
+    def _no_kwargs(name: Token, kwargs: dict, allowed: tuple[str, ...]) -> None:
+        for key, (tok, _) in kwargs.items():
+            if key not in allowed:
+                raise _err(f"{name} has no option '{key}'", tok, found=key,
+                           expected=", ".join(allowed) if allowed else "no options",
+                           hint="remove it" if not allowed else f"use one of {', '.join(allowed)}")
+
+    def _gemm(self, name, operands, kwargs, span):
+        self._need_operands(name, operands, 2, "gemm(a, b) with a^T / b^T for transposed reads")
+        self._no_kwargs(name, kwargs, ())
+        return ir.GemmOp(a=operands[0], b=operands[1], span=span)
+
+    def _grouped(self, name, operands, kwargs, span):
+        self._need_operands(name, operands, 2, "grouped_gemm(a, b, group_sizes=(m0, m1, ...))")
+        self._no_kwargs(name, kwargs, ("group_sizes",))
+        if "group_sizes" not in kwargs:
+            raise _err("grouped_gemm needs group_sizes", name, found="no group_sizes",
+                       expected="group_sizes=(m0, m1, ...)", hint="give the row count of each group of a")
+        tok, value = kwargs["group_sizes"]
+        sizes = value if isinstance(value, tuple) else (value,)
+        if not sizes or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+            raise _err("group_sizes must be positive integers", tok, found=repr(value),
+                       expected="a tuple like (128, 64, 256)", hint="give the row count of each group of a")
+        return ir.GroupedGemmOp(a=operands[0], b=operands[1], group_sizes=tuple(sizes), span=span)
+
+    def _conv(self, name, dims, operands, kwargs, span):
+        self._need_operands(name, operands, 2, f"{name}(x, w, stride=..., padding=..., dilation=..., groups=...)")
+        self._no_kwargs(name, kwargs, ("stride", "padding", "dilation", "groups"))
+        values: dict[str, Any] = {}
+        for key, default in (("stride", 1), ("padding", 0), ("dilation", 1)):
+            tok, value = kwargs.get(key, (name, default))
+            vec = (value,) * dims if isinstance(value, int) and not isinstance(value, bool) else value
+            minimum = 0 if key == "padding" else 1
+            if (not isinstance(vec, tuple) or len(vec) != dims
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in vec)):
+                like = "2" if dims == 1 else "(" + ", ".join(["2"] * dims) + ")"
+                raise _err(f"{key} of {name} must be {dims} integer(s) >= {minimum}", tok, found=repr(value),
+                           expected=f"an integer or a tuple of {dims}, like {like}",
+                           hint=f"give one {key} per spatial dim")
+            values[key] = vec
+        tok, groups = kwargs.get("groups", (name, 1))
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+            raise _err("groups must be a positive integer", tok, found=repr(groups), expected="an integer >= 1",
+                       hint="groups = in_channels for a depthwise convolution")
+        return ir.ConvOp(spatial_dims=dims, x=operands[0], w=operands[1], groups=groups, span=span, **values)
+
+    def config_item(self, meta, children):
+        key, value = children
+        return ("knob", key, value)
+
+    def let_stmt(self, meta, children):
+        name, expr = children
+        return ir.Let(name=str(name), expr=expr.node, span=_span(meta))
+
+    def store_stmt(self, meta, children):
+        name, dtype, expr = children
+        if str(dtype) not in ELEMENT_TYPES:
+            raise _err(f"unknown element type '{dtype}'", dtype, found=str(dtype), expected=", ".join(ELEMENT_TYPES),
+                       hint="stores are f32, bf16 or f16", code="dtype")
+        return ir.Store(name=str(name), dtype=str(dtype), expr=expr.node, span=_span(meta))
+
+    def kernel(self, meta, children):
+        name, op, *body = children
+        knobs: dict[str, Any] = {}
+        lets: list[ir.Let] = []
+        stores: list[ir.Store] = []
+        config_span = None
+        for item in body:
+            if item is None:
+                continue
+            if isinstance(item, ir.Let):
+                lets.append(item)
+            elif isinstance(item, ir.Store):
+                stores.append(item)
+            else:
+                _, key_tok, value_tok = item
+                key = str(key_tok)
+                if key in knobs:
+                    raise _err(f"knob '{key}' is set twice", key_tok, found=key, hint="set each knob once")
+                knobs[key] = self._knob(key_tok, value_tok)
+                config_span = config_span or _tok_span(key_tok)
+        if not stores:
+            raise _err(f"kernel '{name}' stores nothing", _span(meta), found="no store",
+                       expected="at least one 'store NAME: DTYPE = EXPR'", hint="add e.g. store y: f32 = acc")
+        return ir.Kernel(name=str(name), op=op, config=ir.KernelConfig(span=config_span, **knobs), lets=tuple(lets),
+                         stores=tuple(stores), span=_span(meta))
+
+    @staticmethod
+    def _knob(key_tok: Token, value_tok: Token) -> Any:
+        key, value = str(key_tok), str(value_tok)
+        if key not in KNOBS:
+            raise _err(f"unknown knob '{key}'", key_tok, found=key, expected=", ".join(KNOBS),
+                       hint="check the spelling; knobs go before the let and store lines")
+
+        def bad() -> _Reject:
+            return _err(f"bad value for {key}", value_tok, found=value, expected=KNOB_VALUES[key],
+                        hint=f"write {key} = " + KNOB_VALUES[key].replace("one of ", "").split(",")[0].split(" or ")[0]
+                        .replace("a tile like ", "").replace("an element count like ", "")
+                        .replace("a stage count like ", "").replace("a cluster like ", "")
+                        .replace("a split count like ", ""))
+
+        kind = value_tok.type
+        if key == "math":
+            if value not in ("f32", "tf32", "bf16", "f16"):
+                raise bad()
+            return value
+        if key == "accum":
+            if value not in ("f32", "f16"):
+                raise bad()
+            return value
+        if key in ("tile", "cluster"):
+            if key == "tile" and value == "auto":
+                return None
+            if kind != "TILE":
+                raise bad()
+            parts = tuple(int(p) for p in value.split("x"))
+            if key == "cluster" and len(parts) == 2:
+                parts = parts + (1,)
+            if len(parts) != 3 or any(p <= 0 for p in parts):
+                raise bad()
+            return parts
+        if key in ("stages", "alignment"):
+            if value == "auto":
+                return "auto" if key == "stages" else None
+            if kind != "INT" or int(value) <= 0:
+                raise bad()
+            return int(value)
+        if key in ("swizzle", "split_k"):
+            if kind != "INT" or int(value) <= 0:
+                raise bad()
+            return int(value)
+        allowed = {"schedule": ("auto", "cooperative", "pingpong"), "raster": ("auto", "along_m", "along_n"),
+                   "decomposition": ("data_parallel", "split_k", "stream_k")}[key]
+        if value not in allowed:
+            raise bad()
+        return value
+
+    # ---- expressions
+    def _bin(self, fn, meta, children):
+        lhs, rhs = [c for c in children if isinstance(c, _Expr)]
+        node = ir.Binary(fn=fn, lhs=lhs.node, rhs=rhs.node, span=_span(meta))
+        return self._checked(node, _span(meta))
+
+    def _checked(self, node, span):
+        if _depth(node) > MAX_NESTING:
+            raise _err("expression nested too deeply", span, found=f"more than {MAX_NESTING} levels",
+                       expected=f"at most {MAX_NESTING}", hint="name parts of it with let")
+        return _Expr(node, span)
+
+    def add(self, meta, children):
+        return self._bin("add", meta, children)
+
+    def sub(self, meta, children):
+        return self._bin("sub", meta, children)
+
+    def mul(self, meta, children):
+        return self._bin("mul", meta, children)
+
+    def div(self, meta, children):
+        return self._bin("div", meta, children)
+
+    def neg(self, meta, children):
+        (arg,) = [c for c in children if isinstance(c, _Expr)]
+        if isinstance(arg.node, ir.Const) and arg.node.value >= 0:
+            return _Expr(ir.Const(value=-arg.node.value, span=_span(meta)), _span(meta))
+        return self._checked(ir.Unary(fn="neg", arg=arg.node, span=_span(meta)), _span(meta))
+
+    def acc(self, meta, children):
+        return _Expr(ir.Acc(span=_span(meta)), _span(meta))
+
+    def ref(self, meta, children):
+        return _Expr(ir.Ref(name=str(children[0]), span=_span(meta)), _span(meta))
+
+    def indexed(self, meta, children):
+        name, index = children
+        if str(index) not in INDEX_KINDS:
+            raise _err(f"unknown index '{index}'", index, found=str(index), expected="row, col or scalar",
+                       hint="b[col]: one value per output column (a bias); s[row]: one per row; a[scalar]: one value")
+        return _Expr(ir.Ref(name=str(name), index=str(index), span=_span(meta)), _span(meta))
+
+    def call(self, meta, children):
+        fn_tok, *args = children
+        fn = str(fn_tok)
+        span = _span(meta)
+        nodes = [a.node for a in args]
+
+        def arity(n: int, like: str) -> None:
+            if len(nodes) != n:
+                raise _err(f"{fn} takes {n} argument(s), got {len(nodes)}", fn_tok, found=f"{len(nodes)} arguments",
+                           expected=like, hint=f"write {like}")
+
+        if fn in UNARY_FNS:
+            arity(1, f"{fn}(x)")
+            return self._checked(ir.Unary(fn=fn, arg=nodes[0], span=span), span)
+        if fn in BINARY_CALL_FNS:
+            arity(2, f"{fn}(x, y)")
+            return self._checked(ir.Binary(fn=fn, lhs=nodes[0], rhs=nodes[1], span=span), span)
+        if fn in PARAM_FN_ARITY:
+            n = PARAM_FN_ARITY[fn]
+            like = {"clamp": "clamp(x, -1.0, 1.0)", "hardtanh": "hardtanh(x, -1.0, 1.0)",
+                    "leaky_relu": "leaky_relu(x, 0.01)", "elu": "elu(x, 1.0)"}[fn]
+            arity(n + 1, like)
+            params = []
+            for a in args[1:]:
+                if not isinstance(a.node, ir.Const):
+                    raise _err(f"the parameters of {fn} must be numbers", a.span, found="an expression",
+                               expected=like, hint="write the parameter as a literal number")
+                params.append(a.node.value)
+            return self._checked(ir.ParamCall(fn=fn, arg=nodes[0], params=tuple(params), span=span), span)
+        if fn in REDUCE_FNS:
+            arity(1, f"{fn}(x)")
+            return self._checked(ir.Reduce(fn=fn, arg=nodes[0], span=span), span)
+        known = sorted(set(UNARY_FNS) | set(BINARY_CALL_FNS) | set(PARAM_FN_ARITY) | set(REDUCE_FNS))
+        raise _err(f"unknown function '{fn}'", fn_tok, found=fn, expected=", ".join(known),
+                   hint="use one of the epilogue functions, or a torch step after the kernel", code="unknown-function")
+
+    # ---- torch steps
+    def tensor_arg(self, meta, children):
+        return ir.TensorArg(name=str(children[0]), span=_span(meta))
+
+    def literal_arg(self, meta, children):
+        return ir.LiteralArg(value=children[0], span=_span(meta))
+
+    def torch_kwarg(self, meta, children):
+        key, value = children
+        return ir.Kwarg(key=str(key), value=value, span=_span(meta))
+
+    def torch_step(self, meta, children):
+        names = [c for c in children if isinstance(c, Token)]
+        rest = [c for c in children if not isinstance(c, Token)]
+        *outputs, fn = names
+        args = [r for r in rest if isinstance(r, ir.TensorArg | ir.LiteralArg)]
+        kwargs = [r for r in rest if isinstance(r, ir.Kwarg)]
+        # the grammar puts kwargs after the function name; positional after keyword is Python's rule too
+        seen_kw = False
+        for r in rest:
+            if isinstance(r, ir.Kwarg):
+                seen_kw = True
+            elif r is not None and seen_kw:
+                raise _err("a positional argument follows a keyword argument", r.span,
+                           found="positional after keyword", expected="positional arguments first",
+                           hint="move the keyword arguments to the end")
+        keys = [k.key for k in kwargs]
+        for k in kwargs:
+            if keys.count(k.key) > 1:
+                raise _err(f"'{k.key}' is given twice", k.span, found=k.key, hint="give each keyword once")
+        return ir.TorchStep(outputs=tuple(str(o) for o in outputs), fn=str(fn), args=tuple(args),
+                            kwargs=tuple(kwargs), span=_span(meta))
+
+    def start(self, meta, children):
+        return [c for c in children if c is not None]
+
+
+def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
+    line = getattr(exc, "line", 1) or 1
+    column = getattr(exc, "column", 1) or 1
+    if line < 1:
+        line = max(1, text.count("\n") + 1)
+    if column < 1:
+        column = 1
+    span = ir.Span(line=line, column=column, end_line=line, end_column=column + 1)
+    if isinstance(exc, UnexpectedCharacters):
+        ch = text[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(text) else "?"
+        allowed = getattr(exc, "allowed", None) or set()
+        return Diagnostic(code="syntax", message=f"unexpected character {ch!r}", span=span, found=repr(ch),
+                          expected=_words(allowed), hint=_hint_for_char(ch))
+    if isinstance(exc, UnexpectedEOF):
+        return Diagnostic(code="syntax", message="the program ends too early", span=span, found="the end of the program",
+                          expected=_words(set(exc.expected)), hint="finish the last statement (a '}' or ')' may be missing)")
+    if isinstance(exc, UnexpectedToken):
+        tok = exc.token
+        if tok.type == "$END":
+            return Diagnostic(code="syntax", message="the program ends too early", span=span,
+                              found="the end of the program", expected=_words(exc.expected),
+                              hint="finish the last statement (a '}' or ')' may be missing)")
+        found = repr(str(tok))
+        expected = _words(exc.expected)
+        return Diagnostic(code="syntax", message=f"unexpected {found}", span=span, found=found, expected=expected,
+                          hint=_hint_for_token(str(tok), exc.expected))
+    return Diagnostic(code="syntax", message="syntax error", span=span, hint="compare with the language reference")
+
+
+def _hint_for_char(ch: str) -> str:
+    if ch in "\"'":
+        return 'quote state_dict keys with double quotes, like = "fc.weight"'
+    if ch == "^":
+        return "a transposed read is written w^T"
+    if ch == "*":
+        return "there is no ** operator; use pow(x, y) or square(x)"
+    return "remove it; see the language reference for what a program may contain"
+
+
+def _hint_for_token(tok: str, expected: set[str] | frozenset[str]) -> str:
+    reserved = {"program", "input", "param", "kernel", "torch", "output", "let", "store", "acc", "True", "False", "None"}
+    if tok in reserved and "NAME" in expected:
+        return f"'{tok}' is a reserved word; choose another name"
+    if "RBRACE" in expected and "NAME" in expected:
+        return "inside a kernel write knobs (tile = 128x128x32), let NAME = EXPR or store NAME: DTYPE = EXPR"
+    if "INPUT" in expected or "KERNEL" in expected:
+        return "a program is: program NAME, input/param lines, kernel and torch steps, then output NAME"
+    return "compare this line with the language reference"
+
+
+def _nesting_too_deep(text: str) -> ir.Span | None:
+    """Finds bracket nesting beyond any real program before the parser recurses into it."""
+    depth = 0
+    line, col = 1, 0
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+        elif ch in "([{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return ir.Span(line=line, column=col, end_line=line, end_column=col + 1)
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    return None
+
+
+def parse(text: str) -> tuple[ir.Program | None, list[Diagnostic]]:
+    """Parse μCUTLASS text into a Program. Never raises: problems are returned as diagnostics."""
+    try:
+        return _parse(text)
+    except RecursionError:
+        return None, [Diagnostic(code="syntax", message="the program is nested too deeply",
+                                 found="nesting deeper than the parser supports",
+                                 expected=f"at most {MAX_NESTING} levels", hint="name parts of the expression with let")]
+    except Exception as exc:  # noqa: BLE001 - the contract is: never raise on any input
+        return None, [Diagnostic(code="syntax", message=f"the program could not be read ({type(exc).__name__})",
+                                 hint="compare it with the language reference")]
+
+
+def _parse(text: str) -> tuple[ir.Program | None, list[Diagnostic]]:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        return None, [Diagnostic(code="syntax", message="a program must be text", found=type(text).__name__,
+                                 expected="a string", hint="pass the program's text")]
+    if len(text) > MAX_PROGRAM_CHARS:
+        return None, [Diagnostic(code="syntax", message="the program is too large",
+                                 span=ir.Span(line=1, column=1, end_line=1, end_column=2),
+                                 found=f"{len(text)} characters", expected=f"at most {MAX_PROGRAM_CHARS}",
+                                 hint="a μCUTLASS program is a few kernels; is this the right file?")]
+    if not text.strip() or all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
+        return None, [Diagnostic(code="syntax", message="the program is empty",
+                                 span=ir.Span(line=1, column=1, end_line=1, end_column=1),
+                                 found="no statements", expected="declarations, kernels and an output line",
+                                 hint="start with: input x: f32[M, K]; end with: output y")]
+    deep = _nesting_too_deep(text)
+    if deep is not None:
+        return None, [Diagnostic(code="syntax", message="brackets nested too deeply", span=deep,
+                                 found=f"more than {MAX_NESTING} open brackets", expected=f"at most {MAX_NESTING}",
+                                 hint="name parts of the expression with let")]
+    try:
+        tree = _lark().parse(text)
+    except UnexpectedInput as exc:
+        return None, [_syntax_diagnostic(exc, text)]
+    try:
+        items = _ToIR().transform(tree)
+    except VisitError as exc:
+        orig = exc.orig_exc
+        if isinstance(orig, _Reject):
+            return None, [orig.diagnostic]
+        if isinstance(orig, ValidationError):
+            return None, [Diagnostic(code="syntax", message="a value is out of range",
+                                     found=str(orig.errors()[0].get("input"))[:80] if orig.errors() else None,
+                                     hint="compare this statement with the language reference")]
+        if isinstance(orig, RecursionError):
+            raise orig
+        raise
+    return _assemble(items)
+
+
+def _assemble(items: list) -> tuple[ir.Program | None, list[Diagnostic]]:
+    name = None
+    decls: list[ir.TensorDecl] = []
+    steps: list[ir.Kernel | ir.TorchStep] = []
+    outputs: tuple[str, ...] | None = None
+    diags: list[Diagnostic] = []
+    for i, item in enumerate(items):
+        if isinstance(item, ir.TensorDecl):
+            decls.append(item)
+        elif isinstance(item, ir.Kernel | ir.TorchStep):
+            steps.append(item)
+        elif item[0] == "header":
+            if i != 0:
+                diags.append(Diagnostic(code="syntax", message="'program NAME' must come first", span=item[2],
+                                        found="program after other statements", expected="program NAME on the first line",
+                                        hint="move the program line to the top"))
+            if name is not None:
+                diags.append(Diagnostic(code="syntax", message="the program is named twice", span=item[2],
+                                        hint="keep one 'program NAME' line"))
+            name = item[1]
+        elif item[0] == "output":
+            if outputs is not None:
+                diags.append(Diagnostic(code="syntax", message="more than one output line", span=item[2],
+                                        found="a second output line", expected="one line: output a, b",
+                                        hint="list all outputs on one output line"))
+            outputs = item[1]
+    if outputs is None:
+        diags.append(Diagnostic(code="syntax", message="the program has no output line", found="no output line",
+                                expected="output NAME (or output a, b)", hint="end the program with: output NAME"))
+    if diags:
+        return None, diags
+    return ir.Program(name=name, decls=tuple(decls), steps=tuple(steps), outputs=outputs), []

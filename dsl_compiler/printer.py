@@ -1,0 +1,156 @@
+"""IR -> canonical μCUTLASS text. ``parse(format_program(p))[0] == p`` for every valid program."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dsl_compiler import ir
+
+_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+# Binding strength: sums < products < unary minus < atoms.
+_PREC = {"add": 1, "sub": 1, "mul": 2, "div": 2}
+_DEFAULTS = ir.KernelConfig()
+
+
+def format_number(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError(f"a constant must be finite, got {value}")
+    text = repr(float(value))
+    return text
+
+
+def format_expr(expr: Any) -> str:
+    return _expr(expr, 0)
+
+
+def _expr(e: Any, context: int) -> str:
+    """``context`` is the binding strength the surrounding position needs."""
+    if isinstance(e, ir.Acc):
+        return "acc"
+    if isinstance(e, ir.Const):
+        text = format_number(e.value)
+        # a negative literal binds like unary minus
+        return f"({text})" if text.startswith("-") and context > 2 else text
+    if isinstance(e, ir.Ref):
+        return e.name if e.index == "full" else f"{e.name}[{e.index}]"
+    if isinstance(e, ir.Unary):
+        if e.fn == "neg" and not isinstance(e.arg, ir.Const):
+            text = "-" + _expr(e.arg, 3)
+            return f"({text})" if context > 2 else text
+        return f"{e.fn}({_expr(e.arg, 0)})"
+    if isinstance(e, ir.Binary):
+        if e.fn in _OPERATORS:
+            prec = _PREC[e.fn]
+            # left-associative: the right operand needs one level more
+            text = f"{_expr(e.lhs, prec)} {_OPERATORS[e.fn]} {_expr(e.rhs, prec + 1)}"
+            return f"({text})" if prec < context else text
+        return f"{e.fn}({_expr(e.lhs, 0)}, {_expr(e.rhs, 0)})"
+    if isinstance(e, ir.ParamCall):
+        params = ", ".join(format_number(p) for p in e.params)
+        return f"{e.fn}({_expr(e.arg, 0)}, {params})"
+    if isinstance(e, ir.Reduce):
+        return f"{e.fn}({_expr(e.arg, 0)})"
+    raise TypeError(f"not an expression: {type(e).__name__}")
+
+
+def format_literal(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return format_number(value)
+    if isinstance(value, str):
+        if '"' in value or "\\" in value or "\n" in value:
+            raise ValueError(f"a string literal cannot contain quotes, backslashes or newlines: {value!r}")
+        return f'"{value}"'
+    if isinstance(value, tuple | list):
+        items = [format_literal(v) for v in value]
+        if len(items) == 1:
+            return f"({items[0]},)"
+        return "(" + ", ".join(items) + ")"
+    raise TypeError(f"not a literal: {value!r}")
+
+
+def _operand(o: ir.Operand) -> str:
+    return o.name + ("^T" if o.transpose else "")
+
+
+def _tuple(values: tuple[int, ...]) -> str:
+    return str(values[0]) if len(values) == 1 else "(" + ", ".join(str(v) for v in values) + ")"
+
+
+def format_op(op: Any) -> str:
+    if isinstance(op, ir.GemmOp):
+        return f"gemm({_operand(op.a)}, {_operand(op.b)})"
+    if isinstance(op, ir.GroupedGemmOp):
+        return f"grouped_gemm({_operand(op.a)}, {_operand(op.b)}, group_sizes={format_literal(op.group_sizes)})"
+    if isinstance(op, ir.ConvOp):
+        return (f"conv{op.spatial_dims}d({_operand(op.x)}, {_operand(op.w)}, stride={_tuple(op.stride)}, "
+                f"padding={_tuple(op.padding)}, dilation={_tuple(op.dilation)}, groups={op.groups})")
+    raise TypeError(f"not an op: {type(op).__name__}")
+
+
+def _knob_text(key: str, value: Any) -> str:
+    if key in ("tile", "cluster"):
+        return "x".join(str(v) for v in value) if value is not None else "auto"
+    if key == "alignment":
+        return "auto" if value is None else str(value)
+    return str(value)
+
+
+# Knobs in print order, one line per group; a knob at its default is left out.
+_KNOB_LINES = (
+    ("math", "accum", "alignment"),
+    ("tile", "cluster", "stages", "schedule"),
+    ("raster", "swizzle", "decomposition", "split_k"),
+)
+
+
+def format_config(config: ir.KernelConfig) -> list[str]:
+    lines = []
+    for keys in _KNOB_LINES:
+        parts = [f"{k} = {_knob_text(k, getattr(config, k))}" for k in keys
+                 if getattr(config, k) != getattr(_DEFAULTS, k)]
+        if parts:
+            lines.append("; ".join(parts))
+    return lines
+
+
+def format_kernel(k: ir.Kernel) -> str:
+    body = format_config(k.config)
+    body += [f"let {let.name} = {format_expr(let.expr)}" for let in k.lets]
+    body += [f"store {s.name}: {s.dtype} = {format_expr(s.expr)}" for s in k.stores]
+    return f"kernel {k.name} = {format_op(k.op)} {{\n" + "".join(f"  {line}\n" for line in body) + "}"
+
+
+def format_torch_step(t: ir.TorchStep) -> str:
+    args = [a.name if isinstance(a, ir.TensorArg) else format_literal(a.value) for a in t.args]
+    args += [f"{kw.key}={format_literal(kw.value)}" for kw in t.kwargs]
+    return f"torch {', '.join(t.outputs)} = {t.fn}({', '.join(args)})"
+
+
+def format_decl(d: ir.TensorDecl) -> str:
+    text = f"{d.kind} {d.name}: {d.dtype}[{', '.join(str(s) for s in d.shape)}]"
+    if d.layout != "contiguous":
+        text += f" {d.layout}"
+    if d.source is not None:
+        text += f" = {format_literal(d.source)}"
+    return text
+
+
+def format_step(step: ir.Kernel | ir.TorchStep) -> str:
+    return format_kernel(step) if isinstance(step, ir.Kernel) else format_torch_step(step)
+
+
+def format_program(program: ir.Program) -> str:
+    """Canonical text: the name, declarations, steps in order, then the output line."""
+    parts: list[str] = []
+    if program.name is not None:
+        parts.append(f"program {program.name}")
+    if program.decls:
+        parts.append("\n".join(format_decl(d) for d in program.decls))
+    parts += [format_step(s) for s in program.steps]
+    parts.append(f"output {', '.join(program.outputs)}")
+    return "\n\n".join(parts) + "\n"

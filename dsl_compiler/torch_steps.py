@@ -1,0 +1,204 @@
+"""Named PyTorch steps: the whitelisted functions a program may call for what kernels cannot express.
+
+A step ``torch y = softmax(h, dim=1)`` calls the function on named tensors and literals. Every backend
+runs steps through ``run`` so that their semantics never differ between the interpreter and the GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from dsl_compiler import ir
+
+# name -> what it does, for the language reference and for error messages. Signatures follow PyTorch
+# (torch.* or torch.nn.functional.*) unless noted.
+STEPS: dict[str, str] = {
+    # layout and shape
+    "channels_last": "x -> the same values stored NHWC / NDHWC / NWC",
+    "contiguous": "x -> the same values in PyTorch's default order",
+    "reshape": "reshape(x, (d0, d1, ...))", "flatten": "flatten(x, start_dim=1)", "permute": "permute(x, (0, 2, 1))",
+    "transpose": "transpose(x, 0, 1)", "unsqueeze": "unsqueeze(x, 1)", "squeeze": "squeeze(x, 1)",
+    "cat": "cat(a, b, ..., dim=1)", "stack": "stack(a, b, ..., dim=0)", "chunk": "torch a, b = chunk(x, 2, dim=1)",
+    "pad": "pad(x, (l, r, t, b), value=0.0)",
+    # elementwise
+    "relu": "", "gelu": "gelu(x, approximate=\"tanh\")", "silu": "", "sigmoid": "", "tanh": "", "softplus": "",
+    "mish": "", "elu": "", "selu": "", "hardtanh": "hardtanh(x, min_val=-1.0, max_val=1.0)",
+    "leaky_relu": "leaky_relu(x, 0.01)", "hardswish": "", "hardsigmoid": "", "softsign": "", "exp": "", "log": "",
+    "abs": "", "neg": "", "sqrt": "", "rsqrt": "", "square": "", "clamp": "clamp(x, min=0.0, max=6.0)",
+    "add": "add(a, b) or add(a, 2.0)", "sub": "", "mul": "", "div": "", "minimum": "", "maximum": "", "pow": "",
+    # reductions and normalisation
+    "softmax": "softmax(x, dim=1)", "log_softmax": "log_softmax(x, dim=1)", "sum": "sum(x, dim=1, keepdim=True)",
+    "mean": "", "amax": "", "amin": "", "logsumexp": "logsumexp(x, dim=1)", "var": "var(x, dim=1, unbiased=False)",
+    "std": "", "norm": "norm(x, p=2, dim=1)", "prod": "", "cumsum": "cumsum(x, dim=1)",
+    "batch_norm": "batch_norm(x, weight, bias, eps=1e-05): training-mode statistics of the batch, as KernelBench",
+    "layer_norm": "layer_norm(x, (D,), weight, bias, eps=1e-05)", "group_norm": "group_norm(x, G, weight, bias, eps=1e-05)",
+    "instance_norm": "instance_norm(x, eps=1e-05)",
+    "normalize": "normalize(x, p=2.0, dim=1)",
+    # pooling
+    "max_pool1d": "", "max_pool2d": "max_pool2d(x, 2)", "max_pool3d": "", "avg_pool1d": "", "avg_pool2d": "",
+    "avg_pool3d": "", "adaptive_avg_pool1d": "", "adaptive_avg_pool2d": "adaptive_avg_pool2d(x, (1, 1))",
+    "adaptive_avg_pool3d": "", "adaptive_max_pool2d": "",
+    # whole ops left to PyTorch (counted as such)
+    "matmul": "", "linear": "linear(x, w, b)", "conv1d": "", "conv2d": "conv2d(x, w, b, stride=1, padding=0)",
+    "conv3d": "", "conv_transpose1d": "", "conv_transpose2d": "conv_transpose2d(x, w, b, stride=2, padding=1)",
+    "conv_transpose3d": "",
+}
+
+# Functions taking a leading list of tensors.
+_LIST_FIRST = ("cat", "stack")
+
+
+def _table() -> dict[str, Callable[..., Any]]:
+    import torch
+    import torch.nn.functional as F
+
+    def channels_last(x):
+        if x.dim() < 3:
+            return x
+        order = (0, *range(2, x.dim()), 1)
+        inverse = (0, x.dim() - 1, *range(1, x.dim() - 1))
+        return x.permute(order).contiguous().permute(inverse)
+
+    def batch_norm(x, weight=None, bias=None, eps=1e-5, momentum=0.1):
+        # KernelBench never calls eval(): BatchNorm normalises with the batch's own statistics.
+        return F.batch_norm(x, None, None, weight, bias, training=True, momentum=momentum, eps=eps)
+
+    def instance_norm(x, weight=None, bias=None, eps=1e-5):
+        return F.instance_norm(x, weight=weight, bias=bias, eps=eps)
+
+    table: dict[str, Callable[..., Any]] = {
+        "channels_last": channels_last,
+        "contiguous": lambda x: x.contiguous(),
+        "reshape": torch.reshape, "flatten": torch.flatten, "permute": torch.permute, "transpose": torch.transpose,
+        "unsqueeze": torch.unsqueeze, "squeeze": torch.squeeze, "cat": torch.cat, "stack": torch.stack,
+        "chunk": torch.chunk, "pad": F.pad,
+        "relu": F.relu, "gelu": F.gelu, "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+        "softplus": F.softplus, "mish": F.mish, "elu": F.elu, "selu": F.selu, "hardtanh": F.hardtanh,
+        "leaky_relu": F.leaky_relu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "softsign": F.softsign,
+        "exp": torch.exp, "log": torch.log, "abs": torch.abs, "neg": torch.neg, "sqrt": torch.sqrt,
+        "rsqrt": torch.rsqrt, "square": torch.square, "clamp": torch.clamp,
+        "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "minimum": torch.minimum,
+        "maximum": torch.maximum, "pow": torch.pow,
+        "softmax": torch.softmax, "log_softmax": torch.log_softmax, "sum": torch.sum, "mean": torch.mean,
+        "amax": torch.amax, "amin": torch.amin, "logsumexp": torch.logsumexp, "var": torch.var, "std": torch.std,
+        "norm": torch.norm, "prod": torch.prod, "cumsum": torch.cumsum,
+        "batch_norm": batch_norm, "layer_norm": F.layer_norm, "group_norm": F.group_norm,
+        "instance_norm": instance_norm, "normalize": F.normalize,
+        "max_pool1d": F.max_pool1d, "max_pool2d": F.max_pool2d, "max_pool3d": F.max_pool3d,
+        "avg_pool1d": F.avg_pool1d, "avg_pool2d": F.avg_pool2d, "avg_pool3d": F.avg_pool3d,
+        "adaptive_avg_pool1d": F.adaptive_avg_pool1d, "adaptive_avg_pool2d": F.adaptive_avg_pool2d,
+        "adaptive_avg_pool3d": F.adaptive_avg_pool3d, "adaptive_max_pool2d": F.adaptive_max_pool2d,
+        "matmul": torch.matmul, "linear": F.linear, "conv1d": F.conv1d, "conv2d": F.conv2d, "conv3d": F.conv3d,
+        "conv_transpose1d": F.conv_transpose1d, "conv_transpose2d": F.conv_transpose2d,
+        "conv_transpose3d": F.conv_transpose3d,
+    }
+    assert set(table) == set(STEPS)
+    return table
+
+
+_TABLE: dict[str, Callable[..., Any]] | None = None
+
+
+def _fn(name: str) -> Callable[..., Any]:
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = _table()
+    return _TABLE[name]
+
+
+class StepError(ValueError):
+    """A torch step that cannot run: unknown function, bad arguments, or a PyTorch error."""
+
+
+def _call(step: ir.TorchStep, lookup: Callable[[str], Any]) -> list[Any]:
+    if step.fn not in STEPS:
+        raise StepError(f"'{step.fn}' is not a whitelisted torch step")
+    args = [lookup(a.name) if isinstance(a, ir.TensorArg) else _literal(a.value) for a in step.args]
+    kwargs = {k.key: _literal(k.value) for k in step.kwargs}
+    if step.fn in _LIST_FIRST:
+        tensors = [a for a in args if not isinstance(a, int | float | str | tuple | list | bool | type(None))]
+        rest = args[len(tensors):]
+        args = [tensors, *rest]
+    result = _fn(step.fn)(*args, **kwargs)
+    results = list(result) if isinstance(result, tuple | list) else [result]
+    if len(results) != len(step.outputs):
+        raise StepError(f"{step.fn} gives {len(results)} tensor(s) but the step names {len(step.outputs)}")
+    return results
+
+
+def _literal(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def run(step: ir.TorchStep, env: dict[str, Any]) -> dict[str, Any]:
+    """Run one step on the tensors in ``env``; returns output name -> tensor."""
+    results = _call(step, lambda name: env[name])
+    return dict(zip(step.outputs, results))
+
+
+_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+
+
+def torch_dtype(element: str):
+    import torch
+
+    return getattr(torch, _DTYPES[element])
+
+
+def empty_like_type(t, device: str = "meta"):
+    """A tensor of a TensorType (values unset), with its layout's strides."""
+    import torch
+
+    shape = t.shape
+    dtype = torch_dtype(t.dtype)
+    if t.layout == "channels_last" and len(shape) >= 3:
+        order = (0, *range(2, len(shape)), 1)
+        inverse = (0, len(shape) - 1, *range(1, len(shape) - 1))
+        return torch.empty([shape[i] for i in order], dtype=dtype, device=device).permute(inverse)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def type_of(tensor) -> Any:
+    """The TensorType of a tensor (raises StepError for element types a program cannot carry)."""
+    import torch
+
+    from dsl_compiler.shapes import TensorType
+
+    names = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+    if tensor.dtype not in names:
+        raise StepError(f"the step gives a {str(tensor.dtype).replace('torch.', '')} tensor; programs carry f32, bf16, f16")
+    layout = "contiguous"
+    if tensor.dim() >= 3 and not tensor.is_contiguous():
+        memory_format = torch.channels_last if tensor.dim() == 4 else torch.channels_last_3d if tensor.dim() == 5 else None
+        if memory_format is not None and tensor.is_contiguous(memory_format=memory_format):
+            layout = "channels_last"
+        elif tensor.dim() == 3 and tensor.stride(1) == 1:
+            layout = "channels_last"
+    return TensorType(dtype=names[tensor.dtype], shape=tuple(tensor.shape), layout=layout)
+
+
+def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
+    """Output types of a step, found by running it on meta tensors (no data, no device)."""
+    from dsl_compiler.shapes import ShapeError
+
+    if step.fn not in STEPS:
+        raise ShapeError(f"'{step.fn}' is not a whitelisted torch step", step.span, found=step.fn,
+                         expected="one of " + ", ".join(sorted(STEPS)),
+                         hint="use a whitelisted function, or express it in a kernel epilogue", code="unknown-function")
+    for a in step.args:
+        if isinstance(a, ir.TensorArg) and a.name not in types:
+            raise ShapeError(f"'{a.name}' is not defined before this torch step", a.span or step.span, found=a.name,
+                             expected="an input, a param, or a tensor computed earlier",
+                             hint=f"declare '{a.name}' or compute it in an earlier step", code="undefined-name")
+    try:
+        results = _call(step, lambda name: empty_like_type(types[name]))
+        return [type_of(r) for r in results]
+    except ShapeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any PyTorch complaint becomes a diagnostic
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ShapeError(f"torch step '{step.fn}' fails: {first[:300]}", step.span,
+                         found=", ".join(f"{a.name} {list(types[a.name].shape)}" for a in step.args
+                                         if isinstance(a, ir.TensorArg)) or None,
+                         expected=STEPS.get(step.fn) or f"the arguments of torch {step.fn}",
+                         hint="check the arguments against PyTorch's signature", code="torch-step") from None
