@@ -425,3 +425,190 @@ def count_problem(problem: Any, seed: int = 0) -> WorkCount:
         ops=rows,
         notes=notes,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# μCUTLASS programs: what their kernels and torch steps must move
+
+# Torch steps that only re-describe contiguous memory: no bytes, no launch.
+_FREE_TORCH_STEPS = {"reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze"}
+_EPILOGUE_FLOPS = {**_ELEMENTWISE, "gelu": _GELU_FLOPS["none"], "gelu_tanh": _GELU_FLOPS["tanh"],
+                   "clamp": 2.0, "hardtanh": 2.0, "leaky_relu": 2.0, "elu": 3.0}
+
+
+class ProgramCountError(ValueError):
+    """A program whose shapes cannot be worked out; the message says where."""
+
+
+class StepTraffic(BaseModel):
+    """What one step of a program computes and moves."""
+
+    name: str
+    kind: Literal["kernel", "torch"]
+    op: str  # gemm, grouped_gemm, conv2d, ... or the torch function
+    dims: tuple[int, int, int, int] | None = None  # (l, m, n, k), the implicit GEMM for conv
+    flops_tensor: float = 0.0
+    flops_other: float = 0.0
+    operand_bytes: float = 0.0  # A and B (x and w)
+    aux_bytes: float = 0.0  # epilogue tensors read (bias, residual, scales)
+    store_bytes: float = 0.0  # every store, in its dtype
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    launches: int = 1
+
+
+def _expr_nodes(expr: Any):
+    yield expr
+    for child in ("arg", "lhs", "rhs"):
+        sub = getattr(expr, child, None)
+        if sub is not None:
+            yield from _expr_nodes(sub)
+
+
+def _epilogue_cost_per_element(kernel: Any) -> float:
+    from dsl_compiler import ir
+
+    cost = 0.0
+    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
+        for node in _expr_nodes(expr):
+            if isinstance(node, (ir.Unary, ir.ParamCall)):
+                cost += _EPILOGUE_FLOPS.get(node.fn, 1.0)
+            elif isinstance(node, (ir.Binary, ir.Reduce)):
+                cost += 1.0
+    return cost
+
+
+def _epilogue_refs(kernel: Any) -> set[str]:
+    from dsl_compiler import ir
+
+    lets = {let.name for let in kernel.lets}
+    names: set[str] = set()
+    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
+        for node in _expr_nodes(expr):
+            if isinstance(node, ir.Ref) and node.name not in lets:
+                names.add(node.name)
+    return names
+
+
+def _bytes_of(t: Any) -> float:
+    from dsl_compiler.ir import ELEMENT_BYTES
+
+    return float(t.numel * ELEMENT_BYTES[t.dtype])
+
+
+def _torch_step_flops(fn: str, in_elems: int, out_elems: int) -> float:
+    base = fn.rstrip("_")
+    if base in _SOFTMAX:
+        return _SOFTMAX[base] * in_elems
+    if base in _NORM or base in {"layer_norm", "group_norm", "batch_norm", "instance_norm"}:
+        return 8.0 * in_elems
+    if base in _REDUCTION:
+        return _REDUCTION[base] * in_elems
+    if base == "gelu":
+        return _GELU_FLOPS["none"] * out_elems
+    return _ELEMENTWISE.get(base, 0.0) * out_elems
+
+
+def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
+    """Per-step FLOPs and bytes of a program, and the inferred types of its tensors.
+    Raises ProgramCountError when shapes cannot be inferred."""
+    from dsl_compiler import ir, shapes
+
+    try:
+        types = shapes.infer(program)
+    except Exception as exc:  # ShapeError, or a torch step that fails on meta tensors
+        where = getattr(getattr(exc, "span", None), "line", None)
+        prefix = f"line {where}: " if where else ""
+        raise ProgramCountError(f"{prefix}cannot infer shapes: {getattr(exc, 'message', exc)}") from None
+    steps: list[StepTraffic] = []
+    for step in program.steps:
+        if isinstance(step, ir.Kernel):
+            dims = shapes.gemm_dims(program, step, types)
+            op = step.op
+            if isinstance(op, ir.GroupedGemmOp):
+                flops_tensor = 2.0 * sum(op.group_sizes) * dims.n * dims.k
+                out_elems = sum(op.group_sizes) * dims.n
+                operands = (op.a.name, op.b.name)
+                op_name = "grouped_gemm"
+            elif isinstance(op, ir.ConvOp):
+                flops_tensor = 2.0 * dims.l * dims.m * dims.n * dims.k
+                out_elems = dims.l * dims.m * dims.n
+                operands = (op.x.name, op.w.name)
+                op_name = f"conv{op.spatial_dims}d"
+            else:
+                flops_tensor = 2.0 * dims.l * dims.m * dims.n * dims.k
+                out_elems = dims.l * dims.m * dims.n
+                operands = (op.a.name, op.b.name)
+                op_name = "gemm"
+            operand_bytes = sum(_bytes_of(types[n]) for n in dict.fromkeys(operands))
+            aux = _epilogue_refs(step) - set(operands)
+            aux_bytes = sum(_bytes_of(types[n]) for n in aux if n in types)
+            store_bytes = sum(_bytes_of(types[s.name]) for s in step.stores)
+            steps.append(StepTraffic(
+                name=step.name, kind="kernel", op=op_name, dims=tuple(dims),
+                flops_tensor=flops_tensor,
+                flops_other=_epilogue_cost_per_element(step) * out_elems,
+                operand_bytes=operand_bytes, aux_bytes=aux_bytes, store_bytes=store_bytes,
+                bytes_read=operand_bytes + aux_bytes, bytes_written=store_bytes,
+            ))
+        else:
+            ins = [a.name for a in step.args if isinstance(a, ir.TensorArg)]
+            ins = list(dict.fromkeys(ins))
+            free = step.fn in _FREE_TORCH_STEPS
+            read = 0.0 if free else sum(_bytes_of(types[n]) for n in ins if n in types)
+            written = 0.0 if free else sum(_bytes_of(types[n]) for n in step.outputs if n in types)
+            in_elems = max((types[n].numel for n in ins if n in types), default=0)
+            out_elems = max((types[n].numel for n in step.outputs if n in types), default=0)
+            steps.append(StepTraffic(
+                name=",".join(step.outputs), kind="torch", op=step.fn,
+                flops_other=0.0 if free else _torch_step_flops(step.fn, in_elems, out_elems),
+                bytes_read=read, bytes_written=written, store_bytes=written,
+                launches=0 if free else 1,
+            ))
+    return steps, types
+
+
+def count_program(program: Any) -> WorkCount:
+    """FLOPs and bytes of a μCUTLASS program: 2·L·M·N·K per GEMM kernel (conv by its implicit-GEMM
+    view, grouped GEMM by its groups), epilogue and torch-step FLOPs by the same rules as problems;
+    ``bytes_program``: each kernel reads its operands and epilogue tensors and writes its stores,
+    each torch step reads its tensor arguments and writes its outputs (intermediates included);
+    ``bytes_fused``: the program's inputs, the params it reads, and its outputs, once."""
+    from dsl_compiler import ir
+
+    steps, types = program_traffic(program)
+    read_names: set[str] = set()
+    for step in program.steps:
+        if isinstance(step, ir.Kernel):
+            op = step.op
+            read_names |= {op.x.name, op.w.name} if isinstance(op, ir.ConvOp) else {op.a.name, op.b.name}
+            read_names |= _epilogue_refs(step)
+        else:
+            read_names |= {a.name for a in step.args if isinstance(a, ir.TensorArg)}
+    input_bytes = sum(_bytes_of(types[d.name]) for d in program.inputs)
+    param_bytes = sum(_bytes_of(types[d.name]) for d in program.params if d.name in read_names)
+    output_bytes = sum(_bytes_of(types[n]) for n in dict.fromkeys(program.outputs) if n in types)
+    bytes_program = sum(s.bytes_read + s.bytes_written for s in steps)
+    flops_tensor = sum(s.flops_tensor for s in steps)
+    flops_other = sum(s.flops_other for s in steps)
+    kind_of = {"kernel": "matmul"}
+    rows = [
+        OpRow(op=f"{s.name} ({s.op})", kind=kind_of.get(s.kind, "other"), calls=1,
+              flops=s.flops_tensor + s.flops_other, bytes_read=s.bytes_read, bytes_written=s.bytes_written)
+        for s in steps
+    ]
+    return WorkCount(
+        name=program.name or "program",
+        source="program",
+        flops=flops_tensor + flops_other,
+        flops_tensor=flops_tensor,
+        flops_other=flops_other,
+        bytes_fused=input_bytes + param_bytes + output_bytes,
+        bytes_unfused=bytes_program,
+        bytes_program=bytes_program,
+        input_bytes=input_bytes,
+        param_bytes=param_bytes,
+        output_bytes=output_bytes,
+        kernel_count=max(sum(s.launches for s in steps), 1),
+        ops=rows,
+    )
