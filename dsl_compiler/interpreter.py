@@ -1,0 +1,297 @@
+"""The reference interpreter: runs a program with PyTorch ops, on any device, with exactly the
+semantics the CUTLASS emitter implements.
+
+Precision follows the kernel: operands are rounded to the math type (tf32: 10 mantissa bits,
+round-to-nearest-even; bf16 / f16: a cast), products accumulate in fp32 with PyTorch's TF32 turned off,
+the accumulator is rounded to f16 when ``accum = f16``, the epilogue runs in fp32 and each store is cast
+to its element type. So the interpreter's error against an fp32 reference predicts the kernel's.
+
+Epilogue view: for a GEMM, row = output row (M), col = output column (N). For a convolution, row =
+output pixel (N·P·Q in (n, p, q) order), col = output channel (K); its output keeps the layout of x.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from dsl_compiler import ir, torch_steps
+
+Env = dict[str, torch.Tensor]
+KernelRunner = Callable[[ir.Program, ir.Kernel, Env], dict[str, torch.Tensor]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Precision
+
+
+def round_tf32(x: torch.Tensor) -> torch.Tensor:
+    """Round fp32 values to TF32 (10 explicit mantissa bits), round-to-nearest-even; inf/nan kept."""
+    x = x.float().contiguous()
+    bits = x.view(torch.int32)
+    lsb = (bits >> 13) & 1
+    rounded = ((bits + 0x0FFF + lsb) & ~0x1FFF).view(torch.float32)
+    return torch.where(torch.isfinite(x), rounded, x)
+
+
+def round_operand(x: torch.Tensor, math: str) -> torch.Tensor:
+    """An operand as the tensor cores see it, widened to fp32 for the exact product."""
+    if math == "tf32":
+        return round_tf32(x)
+    if math == "bf16":
+        return x.to(torch.bfloat16).float()
+    if math == "f16":
+        return x.to(torch.float16).float()
+    return x.float()
+
+
+@contextlib.contextmanager
+def exact_fp32() -> Iterator[None]:
+    """fp32 matmul and convolution without PyTorch's own TF32 shortcuts, restored afterwards."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
+        torch.set_float32_matmul_precision(saved[2])
+
+
+def channels_last(x: torch.Tensor) -> torch.Tensor:
+    """The same values stored channels-last (NWC / NHWC / NDHWC); rank < 3 unchanged."""
+    if x.dim() < 3:
+        return x
+    order = (0, *range(2, x.dim()), 1)
+    inverse = (0, x.dim() - 1, *range(1, x.dim() - 1))
+    return x.permute(order).contiguous().permute(inverse)
+
+
+def as_declared(x: torch.Tensor, decl: ir.TensorDecl) -> torch.Tensor:
+    """A tensor in a declaration's element type and layout; raises ValueError on a shape mismatch."""
+    if tuple(x.shape) != tuple(decl.shape):
+        raise ValueError(f"'{decl.name}' is declared {list(decl.shape)} but got {list(x.shape)}")
+    x = x.to(torch_steps.torch_dtype(decl.dtype))
+    if decl.layout == "channels_last":
+        return channels_last(x)
+    return x if x.is_contiguous() else x.contiguous()
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops
+
+
+def _operand(env: Env, operand: ir.Operand) -> torch.Tensor:
+    x = env[operand.name]
+    return x.transpose(-1, -2) if operand.transpose else x
+
+
+def accumulate(program: ir.Program, kernel: ir.Kernel, env: Env, math: str) -> torch.Tensor:
+    """The op's accumulator in fp32 (before the epilogue), in PyTorch's logical shape."""
+    op = kernel.op
+    with exact_fp32():
+        if isinstance(op, ir.GemmOp):
+            a = round_operand(_operand(env, op.a), math)
+            b = round_operand(_operand(env, op.b), math)
+            acc = torch.matmul(a, b)
+        elif isinstance(op, ir.GroupedGemmOp):
+            a = round_operand(_operand(env, op.a), math)
+            b = round_operand(_operand(env, op.b), math)
+            parts = torch.split(a, list(op.group_sizes), dim=0)
+            acc = torch.cat([torch.matmul(p, b[g]) for g, p in enumerate(parts)], dim=0)
+        else:
+            x = round_operand(env[op.x.name], math)
+            w = round_operand(env[op.w.name], math)
+            conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[op.spatial_dims]
+            acc = conv(x, w, None, op.stride, op.padding, op.dilation, op.groups)
+    if kernel.config.accum == "f16":
+        acc = acc.to(torch.float16).float()
+    return acc
+
+
+# ---------------------------------------------------------------------------------------------
+# Epilogue
+
+
+def _softplus(x: torch.Tensor) -> torch.Tensor:
+    return F.softplus(x)
+
+
+UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "relu": torch.relu,
+    "gelu": lambda x: F.gelu(x),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "mish": F.mish,
+    "softplus": _softplus,
+    "exp": torch.exp,
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+    "square": torch.square,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+}
+BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": torch.div,
+    "min": torch.minimum,
+    "max": torch.maximum,
+    "pow": torch.pow,
+}
+
+
+def _param_fn(fn: str, x: torch.Tensor, params: tuple[float, ...]) -> torch.Tensor:
+    if fn in ("clamp", "hardtanh"):
+        return torch.clamp(x, min=params[0], max=params[1])
+    if fn == "leaky_relu":
+        return F.leaky_relu(x, params[0])
+    if fn == "elu":
+        return F.elu(x, params[0])
+    raise ValueError(f"unknown function {fn}")
+
+
+class _Epilogue:
+    """Evaluates epilogue expressions over one kernel's accumulator, in fp32."""
+
+    def __init__(self, kernel: ir.Kernel, acc: torch.Tensor, env: Env):
+        self.kernel = kernel
+        self.acc = acc
+        self.env = env
+        self.lets: dict[str, torch.Tensor] = {}
+        self.is_conv = isinstance(kernel.op, ir.ConvOp)
+
+    def vector(self, t: torch.Tensor, index: str) -> torch.Tensor:
+        """A row / col / scalar operand shaped to broadcast against the accumulator."""
+        v = t.float().reshape(-1)
+        acc = self.acc
+        if index == "scalar":
+            return v.reshape(())
+        if self.is_conv:
+            n, k, *spatial = acc.shape
+            if index == "col":
+                return v.reshape(1, k, *([1] * len(spatial)))
+            return v.reshape(n, 1, *spatial)
+        if index == "col":
+            return v.reshape(acc.shape[-1])
+        return v.reshape(acc.shape[-2], 1)
+
+    def eval(self, e: Any) -> torch.Tensor:
+        if isinstance(e, ir.Acc):
+            return self.acc
+        if isinstance(e, ir.Const):
+            return torch.tensor(e.value, dtype=torch.float32, device=self.acc.device)
+        if isinstance(e, ir.Ref):
+            if e.name in self.lets:
+                return self.lets[e.name]
+            t = self.env[e.name]
+            if e.index == "full":
+                return t.float()
+            return self.vector(t, e.index)
+        if isinstance(e, ir.Unary):
+            return UNARY[e.fn](self.eval(e.arg))
+        if isinstance(e, ir.Binary):
+            return BINARY[e.fn](self.eval(e.lhs), self.eval(e.rhs))
+        if isinstance(e, ir.ParamCall):
+            return _param_fn(e.fn, self.eval(e.arg), e.params)
+        if isinstance(e, ir.Reduce):
+            return self.reduce(e.fn, torch.broadcast_to(self.eval(e.arg), self.acc.shape))
+        raise TypeError(f"not an expression: {type(e).__name__}")
+
+    def reduce(self, fn: str, x: torch.Tensor) -> torch.Tensor:
+        kind, how = fn.split("_")
+        op = {"sum": lambda t, d: torch.sum(t, dim=d), "max": lambda t, d: torch.amax(t, dim=d),
+              "min": lambda t, d: torch.amin(t, dim=d)}[how]
+        if self.is_conv:
+            if kind == "row":  # over channels, one value per output pixel
+                return op(x, 1).reshape(-1)
+            return op(x, tuple(d for d in range(x.dim()) if d != 1))
+        if kind == "row":
+            return op(x, -1)
+        return op(x, -2)
+
+
+def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, torch.Tensor]:
+    """Run one kernel on the tensors in ``env``; returns store name -> tensor."""
+    math = kernel_math(kernel, env)
+    acc = accumulate(program, kernel, env, math)
+    epilogue = _Epilogue(kernel, acc, env)
+    for let in kernel.lets:
+        epilogue.lets[let.name] = epilogue.eval(let.expr)
+    out: dict[str, torch.Tensor] = {}
+    keep_channels_last = isinstance(kernel.op, ir.ConvOp) and _is_channels_last(env[kernel.op.x.name])
+    for store in kernel.stores:
+        value = epilogue.eval(store.expr)
+        dtype = torch_steps.torch_dtype(store.dtype)
+        if isinstance(store.expr, ir.Reduce):
+            out[store.name] = value.to(dtype).contiguous()
+            continue
+        value = torch.broadcast_to(value, acc.shape).to(dtype)
+        out[store.name] = channels_last(value) if keep_channels_last else value.contiguous()
+    return out
+
+
+_ELEMENT_OF = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def kernel_math(kernel: ir.Kernel, env: Env) -> str:
+    """As ``shapes.effective_math``: the math knob, else the element type of operand A."""
+    if kernel.config.math is not None:
+        return kernel.config.math
+    a = kernel.op.x if isinstance(kernel.op, ir.ConvOp) else kernel.op.a
+    return _ELEMENT_OF.get(env[a.name].dtype, "f32")
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    return x.dim() >= 3 and torch_steps.type_of(x).layout == "channels_last"
+
+
+class InterpreterExecutor:
+    """The ``interpreter`` backend's kernel executor."""
+
+    def __init__(self, program: ir.Program | None = None, artifacts: Any = None):
+        self.program = program
+
+    def run_kernel(self, program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, torch.Tensor]:
+        return run_kernel(program, kernel, env)
+
+
+def run_steps(program: ir.Program, env: Env, kernel_runner: KernelRunner) -> Env:
+    """Run every step in order over ``env`` (name -> tensor); kernels by ``kernel_runner``, torch steps by
+    ``torch_steps.run`` on every backend."""
+    for step in program.steps:
+        if isinstance(step, ir.Kernel):
+            env.update(kernel_runner(program, step, env))
+        else:
+            env.update(torch_steps.run(step, env))
+    return env
+
+
+def bind_inputs(program: ir.Program, inputs: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> Env:
+    decls = program.inputs
+    if len(inputs) != len(decls):
+        raise ValueError(f"the program takes {len(decls)} input(s) ({', '.join(d.name for d in decls)}), got {len(inputs)}")
+    return {d.name: as_declared(x, d) for d, x in zip(decls, inputs)}
+
+
+def run(program: ir.Program, inputs: list[torch.Tensor], params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Run the whole program on the interpreter; returns the outputs in order."""
+    env = bind_inputs(program, inputs)
+    device = inputs[0].device if inputs else None
+    for d in program.params:
+        if d.name not in params:
+            raise ValueError(f"param '{d.name}' is not bound")
+        p = params[d.name]
+        env[d.name] = as_declared(p.to(device) if device is not None else p, d)
+    run_steps(program, env, run_kernel)
+    return [env[name] for name in program.outputs]

@@ -1,0 +1,95 @@
+"""Load a program as a ``torch.nn.Module`` on a backend.
+
+The module runs the program's steps in order over an environment name -> tensor. A kernel step is run
+by the backend's executor (``run_kernel(program, kernel, env) -> {store: tensor}``): the interpreter, or
+``dsl_compiler.cutlass_runtime.CutlassExecutor`` for built CUTLASS kernels. Torch steps run through
+``torch_steps.run`` on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from dsl_compiler import interpreter, ir
+
+Backend = Literal["interpreter", "cutlass"]
+
+
+class BindError(ValueError):
+    """A param cannot be bound from the model (missing key, wrong shape); the message says which."""
+
+
+def bind_params(program: ir.Program, model: nn.Module) -> dict[str, torch.Tensor]:
+    """Each declared param from the model's ``state_dict`` (by its key), in the declared element type
+    and layout, laid out once here so that calls pay nothing."""
+    state = model.state_dict()
+    params: dict[str, torch.Tensor] = {}
+    for decl in program.params:
+        key = decl.source if decl.source is not None else decl.name
+        if key not in state:
+            close = [k for k in state if k.split(".")[-1] == key.split(".")[-1]][:5]
+            raise BindError(
+                f"param '{decl.name}': the model has no state_dict key '{key}'"
+                + (f" (keys like it: {', '.join(close)})" if close else f" (keys: {', '.join(list(state)[:8])})")
+            )
+        tensor = state[key].detach()
+        if tuple(tensor.shape) != tuple(decl.shape):
+            if tensor.numel() == _numel(decl.shape):
+                # e.g. a conv bias declared [K, 1, 1] in the model and [K] in the program
+                tensor = tensor.reshape(decl.shape)
+            else:
+                raise BindError(f"param '{decl.name}' ('{key}') is declared {list(decl.shape)} "
+                                f"but the model's is {list(tensor.shape)}")
+        params[decl.name] = interpreter.as_declared(tensor, decl)
+    return params
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def make_executor(program: ir.Program, backend: Backend, artifacts: Any = None) -> Any:
+    if backend == "interpreter":
+        return interpreter.InterpreterExecutor(program, artifacts)
+    if backend == "cutlass":
+        from dsl_compiler.cutlass_runtime import CutlassExecutor  # needs built kernels and a GPU
+
+        return CutlassExecutor(program, artifacts)
+    raise ValueError(f"unknown backend '{backend}': use interpreter or cutlass")
+
+
+_BUFFER_PREFIX = "param__"
+
+
+class ProgramModule(nn.Module):
+    """A μCUTLASS program as a module: ``forward(*inputs)`` returns the one output, or a tuple."""
+
+    def __init__(self, program: ir.Program, executor: Any, params: dict[str, torch.Tensor]):
+        super().__init__()
+        self.program = program
+        self.executor = executor
+        missing = [d.name for d in program.params if d.name not in params]
+        if missing:
+            raise BindError(f"params not bound: {', '.join(missing)}")
+        # buffers follow .to(device) with the module; the prefix keeps them clear of nn.Module's attributes
+        for decl in program.params:
+            self.register_buffer(_BUFFER_PREFIX + decl.name, params[decl.name], persistent=False)
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        env = interpreter.bind_inputs(self.program, inputs)
+        for decl in self.program.params:
+            env[decl.name] = getattr(self, _BUFFER_PREFIX + decl.name)
+        interpreter.run_steps(self.program, env, self.executor.run_kernel)
+        outputs = tuple(env[name] for name in self.program.outputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def load(program: ir.Program, backend: Backend, params: dict[str, torch.Tensor], artifacts: Any = None) -> nn.Module:
+    """The program as an ``nn.Module`` running on ``backend`` ("interpreter" or "cutlass")."""
+    return ProgramModule(program, make_executor(program, backend, artifacts), params)
