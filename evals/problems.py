@@ -75,22 +75,27 @@ class Problem:
         return self.make_model_of(self.module.Model, seed, device)
 
     def make_model_of(self, cls, seed: int = 0, device: Any = None):
+        """Construct ``cls`` (``Model`` or a ``ModelNew``) with the problem's init inputs under ``seed``.
+        With a device, parameters are created on it directly (fast, and the same for every class
+        built this way); the values then depend on the device's generator, not the CPU's."""
         import torch
 
-        init_inputs = list(self.module.get_init_inputs())
-        torch.manual_seed(seed)
-        model = cls(*init_inputs)
-        if device is not None:
+        with _default_device(device):
+            init_inputs = list(self.module.get_init_inputs())
+            torch.manual_seed(seed)
+            model = cls(*init_inputs)
+        if device is not None and hasattr(model, "to"):
             model = model.to(device)
         return model
 
     def make_inputs(self, seed: int = 0, device: Any = None) -> list:
-        """The forward arguments for one input set: ``get_inputs()`` under ``seed``, generated on
-        the CPU (device-independent values) and moved to ``device``."""
+        """The forward arguments for one input set: ``get_inputs()`` under ``seed``, created on
+        ``device`` (or moved there when the problem pins another device)."""
         import torch
 
-        torch.manual_seed(seed)
-        inputs = list(self.module.get_inputs())
+        with _default_device(device):
+            torch.manual_seed(seed)
+            inputs = list(self.module.get_inputs())
         if device is not None:
             inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
         return inputs
@@ -123,6 +128,16 @@ class Problem:
             problem_id=spec.get("problem_id"),
             suite=spec.get("suite"),
         )
+
+
+def _default_device(device):
+    import contextlib
+
+    import torch
+
+    if device is None:
+        return contextlib.nullcontext()
+    return torch.device(device)
 
 
 def _one_line(exc: BaseException) -> str:
