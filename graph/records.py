@@ -69,6 +69,11 @@ class RunSummary(BaseModel):
     tokens_out: int = 0
     cost_usd: float = 0.0
     wall_s: float = 0.0
+    # per model: {tokens_in, tokens_out, cost_usd, calls}
+    tokens_by_model: dict[str, dict[str, float]] = Field(default_factory=dict)
+    graph_overhead_s: float = 0.0  # wall time not spent in model calls, builds, validation or profiling
+    backend_reason: str = ""  # why this backend (``--backend auto`` explains its choice)
+    run_id: str = ""
 
     @property
     def best(self) -> AttemptRecord | None:

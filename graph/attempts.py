@@ -1,0 +1,75 @@
+"""Bookkeeping of attempts over the graph state: start one, advance it, finish it (a failure or a
+judged result), keep the best and the token counters. Pure functions returning state updates."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from graph.policies import PolicySettings, should_stop
+from graph.records import AttemptRecord
+from graph.state import OptimizeState, history
+
+
+def program_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def add_tokens(state: OptimizeState, model: str, tokens_in: int, tokens_out: int, cost_usd: float) -> dict[str, Any]:
+    by_model = {k: dict(v) for k, v in state.get("tokens_by_model", {}).items()}
+    row = by_model.setdefault(model or "unknown", {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0})
+    row["tokens_in"] += tokens_in
+    row["tokens_out"] += tokens_out
+    row["cost_usd"] += cost_usd
+    row["calls"] += 1
+    return {
+        "tokens_in": state.get("tokens_in", 0) + tokens_in,
+        "tokens_out": state.get("tokens_out", 0) + tokens_out,
+        "cost_usd": state.get("cost_usd", 0.0) + cost_usd,
+        "tokens_by_model": by_model,
+    }
+
+
+def advance(attempt: AttemptRecord, node_s: float, **changes: Any) -> dict:
+    """The attempt after one more node: its fields updated and the node's time added."""
+    return attempt.model_copy(update={**changes, "wall_s": attempt.wall_s + node_s}).model_dump()
+
+
+def fail(
+    state: OptimizeState, attempt: AttemptRecord, node_s: float, reason: str, diagnostics: list[str],
+    settings: PolicySettings, policy: str, **changes: Any,
+) -> dict[str, Any]:
+    """Finish a failed attempt: it joins the history, its messages go back to the writer, and the
+    budget is checked (a failure counts as an attempt)."""
+    done = AttemptRecord.model_validate(
+        advance(attempt, node_s, failure_reason=reason, diagnostics=diagnostics or [reason], **changes)
+    )
+    attempts = [*state.get("attempts", []), done.model_dump()]
+    stop, why = should_stop(policy, history({"attempts": attempts}), state.get("sol", {}).get("t_sol_us"),
+                            state.get("reference_us", {}), settings)
+    return {"current": None, "attempts": attempts, "diagnostics": done.diagnostics, "stop_reason": why if stop else ""}
+
+
+def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: list[str]) -> dict[str, Any]:
+    """Finish a profiled attempt: SOL fraction, speedups, flags; a new best when it is one."""
+    t_sol = state.get("sol", {}).get("t_sol_us")
+    refs = state.get("reference_us", {})
+    t = attempt.t_us
+    changes: dict[str, Any] = {"reached": "done", "flags": flags, "t_sol_us": t_sol}
+    if t and t > 0:
+        if t_sol:
+            changes["sol_fraction"] = t_sol / t
+        for key, name in (("eager_fp32", "speedup_vs_eager_fp32"), ("eager_tf32", "speedup_vs_eager_tf32"),
+                          ("compile", "speedup_vs_compile")):
+            if refs.get(key):
+                changes[name] = refs[key] / t
+    best = state.get("best_t_us")
+    improved = bool(attempt.correct and t is not None and not flags and (best is None or t < best))
+    changes["improved"] = improved
+    done = AttemptRecord.model_validate(advance(attempt, node_s, **changes))
+    update: dict[str, Any] = {"current": None, "attempts": [*state.get("attempts", []), done.model_dump()],
+                              "diagnostics": []}
+    if improved:
+        update.update(best_index=done.index, best_t_us=t, best_program_text=done.program_text,
+                      best_program_json=state.get("program_json"), best_artifacts=dict(state.get("artifacts") or {}))
+    return update

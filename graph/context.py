@@ -1,0 +1,251 @@
+"""The run context: settings of one optimization run (tier, policy, budgets, backend, GPU) and the
+services the nodes call. It is LangGraph's run-scoped ``context``: never checkpointed, rebuilt from
+``run.json`` on resume.
+
+``Services`` is the one place where the graph meets the libraries (dsl_compiler, sol_models,
+evals). It loads the problem, counts SOL and starts the harness once per run and caches them, so
+nodes never re-read the problem, re-count SOL or re-import torch. Tests pass a subclass with small
+fakes of the libraries; the graph's own logic is always the real one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from graph.policies import POLICY_NAMES, PolicySettings
+
+BACKENDS = ("cutlass", "interpreter", "auto")
+
+
+class Services:
+    """Adapters over the libraries, with per-run caches. Every method may raise; nodes turn
+    exceptions into failed attempts with their message."""
+
+    def __init__(self, harness_settings: Any = None):
+        self._problems: dict[str, Any] = {}
+        self._sol: dict[tuple[str, str], dict] = {}
+        self._references: dict[str, dict[str, float]] = {}
+        self._harness = None
+        self._harness_settings = harness_settings
+        self.work_s = 0.0  # time spent inside library calls, to measure the graph's own overhead
+
+    # -- time accounting ------------------------------------------------------------------
+    def _timed(self, fn, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.work_s += time.perf_counter() - start
+
+    # -- problem and speed of light -------------------------------------------------------
+    def problem(self, path: str) -> Any:
+        if path not in self._problems:
+            from evals.problems import load_problem
+
+            self._problems[path] = self._timed(load_problem, path)
+        return self._problems[path]
+
+    def sol_report(self, path: str, gpu: str) -> dict[str, Any]:
+        """The SOL report of the problem as a plain dict (``t_sol_us``, ``bound``, ``flops``, ...)."""
+        key = (path, gpu)
+        if key not in self._sol:
+            self._sol[key] = self._timed(self._count_sol, self.problem(path), gpu)
+        return self._sol[key]
+
+    def _count_sol(self, problem: Any, gpu: str) -> dict[str, Any]:
+        from sol_models.bounds import sol_report
+        from sol_models.counting import count_problem
+        from sol_models.hardware import get_gpu
+
+        work = count_problem(problem)
+        report = sol_report(work, get_gpu(gpu), precision="tf32")
+        out = _as_dict(report)
+        for name in ("flops", "bytes_fused", "bytes_unfused"):
+            if getattr(work, name, None) is not None:
+                out.setdefault(name, getattr(work, name))
+        return out
+
+    def reference_timings(self, path: str) -> dict[str, float]:
+        if path not in self._references:
+            timings = self._timed(self.harness().reference_timings, self.problem(path))
+            data = _as_dict(timings)
+            self._references[path] = {k: float(v) for k, v in data.items()
+                                      if k in ("eager_fp32", "eager_tf32", "compile") and v is not None}
+        return self._references[path]
+
+    # -- programs -------------------------------------------------------------------------
+    def check_text(self, text: str) -> tuple[Any, list[Any]]:
+        from dsl_compiler import check_text
+
+        return self._timed(check_text, text)
+
+    def format_program(self, program: Any) -> str:
+        try:
+            from dsl_compiler import format_program
+        except ImportError:
+            return ""
+        return format_program(program)
+
+    def build(self, program: Any) -> Any:
+        from dsl_compiler.build import build_program
+
+        return self._timed(build_program, program)
+
+    def export_model_new(self, program: Any, artifacts: dict[str, str] | None, path: str) -> None:
+        from dsl_compiler.export import export_model_new
+
+        text = export_model_new(program, artifacts=artifacts)
+        if isinstance(text, str):
+            with open(path, "w") as fh:
+                fh.write(text)
+
+    # -- harness --------------------------------------------------------------------------
+    def harness(self) -> Any:
+        if self._harness is None:
+            from evals.harness import Harness
+
+            self._harness = Harness(self._harness_settings) if self._harness_settings is not None else Harness()
+        return self._harness
+
+    def candidate(self, program: Any, backend: str, artifacts: dict[str, str] | None) -> Any:
+        from evals.harness import Candidate
+
+        return Candidate(program_json=program.model_dump_json(), backend=backend, artifacts=artifacts or {})
+
+    def validate(self, path: str, candidate: Any) -> dict[str, Any]:
+        """-> {correct, max_abs_error, reason}"""
+        v = self._timed(self.harness().validate, self.problem(path), candidate)
+        d = _as_dict(v)
+        correct = bool(d.get("correct", d.get("ok", False)))
+        return {
+            "correct": correct,
+            "max_abs_error": d.get("max_abs_error"),
+            "reason": d.get("reason") or d.get("failure_reason") or d.get("message"),
+        }
+
+    def profile(self, path: str, candidate: Any) -> dict[str, Any]:
+        """-> {t_us, t_spread_pct, timing_source}"""
+        t = self._timed(self.harness().profile, self.problem(path), candidate)
+        d = _as_dict(t)
+        return {
+            "t_us": d.get("t_us", d.get("median_us")),
+            "t_spread_pct": d.get("t_spread_pct", d.get("spread_pct")),
+            "timing_source": d.get("timing_source", "gpu"),
+        }
+
+    def ceiling_check(self, t_us: float, t_sol_us: float) -> tuple[bool, str]:
+        try:
+            from sol_models.gaming import ceiling_check
+        except ImportError:  # the same rule, until the library lands: >10% under the bound is suspect
+            ok = t_us >= 0.9 * t_sol_us
+            return ok, "" if ok else f"{t_us:.3g} us is more than 10% under t_SOL {t_sol_us:.3g} us"
+        verdict = ceiling_check(t_us, t_sol_us)
+        return bool(verdict.ok), getattr(verdict, "reason", "") or ""
+
+    def close(self) -> None:
+        h, self._harness = self._harness, None
+        if h is not None and hasattr(h, "close"):
+            h.close()
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return dict(obj)
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump()
+    if hasattr(obj, "__dataclass_fields__"):
+        return asdict(obj)
+    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+
+
+def gpu_available() -> tuple[bool, str]:
+    """Whether a CUDA GPU and nvcc are present, without importing torch when nvcc is absent."""
+    if shutil.which("nvcc") is None:
+        return False, "nvcc not found on PATH"
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU visible to PyTorch"
+    return True, f"GPU {torch.cuda.get_device_name()} and nvcc found"
+
+
+def resolve_backend(backend: str) -> tuple[str, str]:
+    """(backend, why): ``auto`` means cutlass when a GPU and nvcc are present, else interpreter."""
+    if backend != "auto":
+        return backend, "chosen with --backend"
+    ok, why = gpu_available()
+    return ("cutlass", why) if ok else ("interpreter", f"{why}: timings are model estimates")
+
+
+@dataclass
+class RunContext:
+    """Settings of one run. Plain fields are saved to ``run.json`` and restored on resume;
+    ``tier_impl`` and ``services`` are live objects (built from the settings when not given)."""
+
+    tier: str = "offline"
+    policy: str = "sol+plateau"
+    max_attempts: int = 40
+    eps: float = 2.5
+    plateau_window: int = 12
+    token_budget: int = 400_000
+    baseline: str = "best"
+    backend: str = "interpreter"
+    gpu: str = "h200"
+    tiers_file: str | None = None
+    run_id: str = ""
+    tier_impl: Any = field(default=None, repr=False, compare=False)
+    services: Any = field(default=None, repr=False, compare=False)
+
+    _LIVE = ("tier_impl", "services")
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {self.policy!r}; expected one of {', '.join(POLICY_NAMES)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.services is None:
+            self.services = Services()
+
+    @property
+    def policy_settings(self) -> PolicySettings:
+        return PolicySettings(
+            max_attempts=self.max_attempts, eps=self.eps, plateau_window=self.plateau_window,
+            token_budget=self.token_budget, baseline=self.baseline,
+        )
+
+    def get_tier(self) -> Any:
+        if self.tier_impl is None:
+            from nodes.tiers import make_tier
+
+            self.tier_impl = make_tier(self.tier, self.tiers_file)
+        return self.tier_impl
+
+    def settings(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._LIVE}
+
+    @classmethod
+    def from_settings(cls, data: dict[str, Any], **live: Any) -> "RunContext":
+        known = {f.name for f in fields(cls)} - set(cls._LIVE)
+        return cls(**{k: v for k, v in data.items() if k in known}, **live)
+
+    def langsmith_config(self, problem: str) -> dict[str, Any]:
+        """run_name, tags and metadata for tracing; LangChain sends them only when
+        LANGSMITH_TRACING is set."""
+        return {
+            "run_name": f"optimize {problem}",
+            "tags": [f"tier:{self.tier}", f"policy:{self.policy}", f"backend:{self.backend}"],
+            "metadata": {"tier": self.tier, "policy": self.policy, "problem": problem,
+                         "backend": self.backend, "gpu": self.gpu, "run_id": self.run_id},
+        }
+
+
+def tracing_enabled() -> bool:
+    return os.environ.get("LANGSMITH_TRACING", os.environ.get("LANGCHAIN_TRACING_V2", "")).lower() in ("true", "1")

@@ -1,0 +1,108 @@
+"""Progress events of a run, derived from the graph's state updates, and their two renderings:
+a rich terminal line per attempt, or one JSON object per line (``--json``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, TextIO
+
+EventSink = Callable[[dict[str, Any]], None]
+
+
+class EventTracker:
+    """Mirrors the state from the ``updates`` stream and emits an event per finished attempt."""
+
+    def __init__(self, emit: EventSink | None, max_attempts: int, state: dict[str, Any] | None = None):
+        self.emit = emit or (lambda e: None)
+        self.max_attempts = max_attempts
+        self.state: dict[str, Any] = dict(state or {})
+        self.seen = len(self.state.get("attempts", []))
+
+    def update(self, node: str, update: dict[str, Any] | None) -> None:
+        if not update:
+            return
+        had_sol = bool(self.state.get("sol"))
+        self.state.update(update)
+        if not had_sol and self.state.get("sol"):
+            sol = self.state["sol"]
+            self.emit({"event": "setup", "problem": self.state.get("problem_name"), "t_sol_us": sol.get("t_sol_us"),
+                       "bound": sol.get("bound"), "reference_us": self.state.get("reference_us", {})})
+        if node == "planner" and update.get("hypothesis"):
+            h = update["hypothesis"]
+            self.emit({"event": "plan", "hypothesis": h.get("title"), "expected_gain": h.get("expected_gain"),
+                       "risk": h.get("risk"), "roi": h.get("roi"),
+                       "candidates": [p.get("title") for p in update.get("plan", [])]})
+        attempts = self.state.get("attempts", [])
+        for a in attempts[self.seen:]:
+            self.emit(self.attempt_event(a))
+        self.seen = len(attempts)
+        if update.get("stop_reason"):
+            self.emit({"event": "stop", "reason": update["stop_reason"]})
+
+    def attempt_event(self, a: dict[str, Any]) -> dict[str, Any]:
+        refs = self.state.get("reference_us", {})
+        t_sol = self.state.get("sol", {}).get("t_sol_us")
+        best = self.state.get("best_t_us")
+        ref = min(refs.values()) if refs else None
+        return {
+            "event": "attempt", "index": a["index"], "of": self.max_attempts, "hypothesis": a.get("hypothesis"),
+            "reached": a.get("reached"), "correct": a.get("correct"), "t_us": a.get("t_us"),
+            "failure_reason": a.get("failure_reason"), "flags": a.get("flags", []), "improved": a.get("improved"),
+            "best_t_us": best, "best_speedup": (ref / best) if (ref and best) else None,
+            "headroom": (best / t_sol) if (best and t_sol) else None,
+            "tokens": self.state.get("tokens_in", 0) + self.state.get("tokens_out", 0),
+            "cost_usd": self.state.get("cost_usd", 0.0),
+        }
+
+
+def json_lines(stream: TextIO = sys.stdout) -> EventSink:
+    def emit(event: dict[str, Any]) -> None:
+        stream.write(json.dumps(event, default=str) + "\n")
+        stream.flush()
+
+    return emit
+
+
+def _fmt(x: float | None, spec: str = ".3g", suffix: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{suffix}"
+
+
+def rich_printer(console: Any = None) -> EventSink:
+    """One line per event on the terminal: attempt n of N, best speedup, headroom, tokens."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True, highlight=False)
+
+    def emit(e: dict[str, Any]) -> None:
+        kind = e["event"]
+        if kind == "start":
+            console.print(f"[bold]optimize[/] {e['problem']}  tier={e['tier']} policy={e['policy']} "
+                          f"backend={e['backend']} ({e['backend_reason']})  -> {e['run_dir']}")
+        elif kind == "setup":
+            refs = ", ".join(f"{k} {v:.4g} us" for k, v in (e.get("reference_us") or {}).items()) or "none"
+            console.print(f"  t_SOL {_fmt(e.get('t_sol_us'), '.4g', ' us')} ({e.get('bound')}-bound); reference: {refs}")
+        elif kind == "plan":
+            console.print(f"  [dim]plan:[/] {e['hypothesis']} (gain {_fmt(e.get('expected_gain'))}x, "
+                          f"risk {_fmt(e.get('risk'))}, roi {_fmt(e.get('roi'))})")
+        elif kind == "attempt":
+            if e["correct"] and e.get("t_us") is not None:
+                result = f"[green]{e['t_us']:.4g} us[/]" + (" [bold green]new best[/]" if e.get("improved") else "")
+            else:
+                result = f"[red]{(e.get('failure_reason') or e.get('reached') or 'failed')[:90]}[/]"
+            if e.get("flags"):
+                result += f" [yellow]flagged: {e['flags'][0][:60]}[/]"
+            console.print(
+                f"  attempt {e['index']}/{e['of']}: {(e.get('hypothesis') or '')[:40]:<40} {result}  "
+                f"best {_fmt(e.get('best_speedup'), '.2f', 'x')} headroom {_fmt(e.get('headroom'), '.2f', 'x')} "
+                f"tokens {e.get('tokens', 0)}"
+            )
+        elif kind == "stop":
+            console.print(f"  [bold]stop:[/] {e['reason']}")
+        elif kind == "done":
+            console.print(f"[bold]done[/]: best {_fmt(e.get('best_t_us'), '.4g', ' us')} "
+                          f"(attempt {e.get('best_index')}), {e.get('attempts')} attempts, "
+                          f"{e.get('tokens')} tokens, ${e.get('cost_usd', 0):.4f}, overhead "
+                          f"{_fmt(e.get('graph_overhead_s'), '.2f', ' s')} -> {e.get('run_dir')}")
+
+    return emit

@@ -1,0 +1,160 @@
+"""Run the graph on one problem and write the run directory.
+
+RUN_DIR/
+  run.json            settings of the run (restored by ``resume``)
+  checkpoints.sqlite  LangGraph checkpoints (thread = run id)
+  best.mcu            the best program
+  cutlass/            generated CUTLASS sources of the best program (cutlass backend)
+  model_new.py        a drop-in ModelNew module (cutlass backend)
+  attempts.csv, attempts.json, summary.json
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from graph.checkpoints import open_saver, thread_config
+from graph.context import RunContext, resolve_backend
+from graph.events import EventSink, EventTracker
+from graph.records import AttemptRecord, RunSummary
+from graph.state import initial_state
+
+RUN_FILE = "run.json"
+
+
+class RunError(Exception):
+    """A run cannot start or resume (missing run directory, unreadable run.json): one line."""
+
+
+def run_optimize(problem_path: str | Path, ctx: RunContext, run_dir: str | Path, on_event: EventSink | None = None) -> RunSummary:
+    """Optimize one problem; returns its summary and writes the run directory."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    problem_path = str(Path(problem_path).resolve())
+    ctx.run_id = ctx.run_id or uuid.uuid4().hex[:12]
+    backend, why = resolve_backend(ctx.backend)
+    ctx.backend = backend
+    (run_dir / RUN_FILE).write_text(json.dumps(
+        {"problem_path": problem_path, "backend_reason": why, "settings": ctx.settings()}, indent=2))
+    return _drive(ctx, run_dir, problem_path, why, initial_state(problem_path, backend), on_event)
+
+
+def resume_run(run_dir: str | Path, on_event: EventSink | None = None, **live: Any) -> RunSummary:
+    """Continue a run from its last completed node (finished attempts are not redone). ``live``
+    passes objects that run.json cannot hold (``tier_impl``, ``services``)."""
+    run_dir = Path(run_dir)
+    meta_path = run_dir / RUN_FILE
+    if not meta_path.is_file():
+        raise RunError(f"{run_dir}: not a run directory (no {RUN_FILE})")
+    try:
+        meta = json.loads(meta_path.read_text())
+        ctx = RunContext.from_settings(meta["settings"], **live)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RunError(f"{meta_path}: unreadable run settings: {exc}") from None
+    return _drive(ctx, run_dir, meta["problem_path"], meta.get("backend_reason", ""), None, on_event)
+
+
+def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
+           on_event: EventSink | None) -> RunSummary:
+    from graph.builder import build_graph
+
+    emit = on_event or (lambda e: None)
+    started = time.perf_counter()
+    config = {**thread_config(ctx.run_id), **ctx.langsmith_config(Path(problem_path).stem),
+              "recursion_limit": 8 * ctx.max_attempts + 50}
+    with open_saver(run_dir) as saver:
+        graph = build_graph(checkpointer=saver)
+        prior = graph.get_state(config).values if start_state is None else {}
+        if start_state is None and not prior:
+            start_state = initial_state(problem_path, ctx.backend)  # killed before the first checkpoint
+        emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "policy": ctx.policy,
+              "backend": ctx.backend, "backend_reason": backend_reason, "run_dir": str(run_dir),
+              "resumed": bool(prior), "attempts_done": len(prior.get("attempts", []))})
+        tracker = EventTracker(emit, ctx.max_attempts, prior)
+        work_before = prior.get("work_s", 0.0)
+        try:
+            for chunk in graph.stream(start_state, config, context=ctx, stream_mode="updates"):
+                for node, update in chunk.items():
+                    tracker.update(node, update)
+        finally:
+            ctx.services.close()
+        final = graph.get_state(config).values
+    wall_s = time.perf_counter() - started
+    overhead_s = max(0.0, wall_s - (final.get("work_s", 0.0) - work_before))
+    summary = summarize(final, ctx, wall_s, overhead_s, backend_reason)
+    write_outputs(final, summary, ctx, run_dir)
+    emit({"event": "done", "run_dir": str(run_dir), "best_index": summary.best_index, "best_t_us": summary.best_t_us,
+          "attempts": len(summary.attempts), "tokens": summary.tokens_in + summary.tokens_out,
+          "cost_usd": summary.cost_usd, "stop_reason": summary.stop_reason, "graph_overhead_s": overhead_s})
+    return summary
+
+
+def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, backend_reason: str) -> RunSummary:
+    return RunSummary(
+        problem=state.get("problem_name") or Path(state.get("problem_path", "")).stem,
+        tier=ctx.tier, policy=ctx.policy, backend=ctx.backend, gpu=ctx.gpu,
+        attempts=[AttemptRecord.model_validate(a) for a in state.get("attempts", [])],
+        best_index=state.get("best_index"), best_t_us=state.get("best_t_us"),
+        t_sol_us=state.get("sol", {}).get("t_sol_us"), reference_us=state.get("reference_us", {}),
+        stop_reason=state.get("stop_reason", ""), tokens_in=state.get("tokens_in", 0),
+        tokens_out=state.get("tokens_out", 0), cost_usd=state.get("cost_usd", 0.0), wall_s=wall_s,
+        tokens_by_model=state.get("tokens_by_model", {}), graph_overhead_s=overhead_s,
+        backend_reason=backend_reason, run_id=ctx.run_id,
+    )
+
+
+ATTEMPT_COLUMNS = [
+    "index", "hypothesis", "reached", "compile_ok", "correct", "failure_reason", "t_us", "t_spread_pct",
+    "timing_source", "t_sol_us", "sol_fraction", "speedup_vs_eager_fp32", "speedup_vs_eager_tf32",
+    "speedup_vs_compile", "precision", "max_abs_error", "flags", "tokens_in", "tokens_out", "cost_usd", "build_s",
+    "wall_s", "improved", "program_hash",
+]
+
+
+def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Path) -> None:
+    rows = [a.model_dump() for a in summary.attempts]
+    (run_dir / "attempts.json").write_text(json.dumps(rows, indent=2))
+    with open(run_dir / "attempts.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=ATTEMPT_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "flags": "; ".join(r["flags"])})
+    data = summary.model_dump(exclude={"attempts"})
+    data["attempts"] = len(summary.attempts)
+    data["headroom"] = (summary.best_t_us / summary.t_sol_us) if (summary.best_t_us and summary.t_sol_us) else None
+    best_text = state.get("best_program_text")
+    if best_text:
+        (run_dir / "best.mcu").write_text(best_text)
+        data["best_program"] = "best.mcu"
+    artifacts = state.get("best_artifacts") or {}
+    if artifacts:
+        data["cutlass_sources"] = _copy_sources(artifacts, run_dir / "cutlass")
+    if best_text and ctx.backend == "cutlass" and state.get("best_program_json"):
+        from dsl_compiler.ir import Program
+
+        try:
+            ctx.services.export_model_new(Program.model_validate_json(state["best_program_json"]), artifacts,
+                                          str(run_dir / "model_new.py"))
+            data["model_new"] = "model_new.py"
+        except Exception as exc:  # the run's results stand without the export; say why it is missing
+            data["model_new_error"] = f"{type(exc).__name__}: {exc}"
+    (run_dir / "summary.json").write_text(json.dumps(data, indent=2, default=str))
+
+
+def _copy_sources(artifacts: dict[str, str], dest: Path) -> list[str]:
+    """The .cu sources next to each built library (same stem), for the user to read or reuse."""
+    copied = []
+    for lib in artifacts.values():
+        lib_path = Path(lib)
+        for src in sorted(lib_path.parent.glob(f"{lib_path.stem}*")):
+            if src.suffix in (".cu", ".cuh", ".h", ".hpp") and src.is_file():
+                dest.mkdir(exist_ok=True)
+                shutil.copy2(src, dest / src.name)
+                copied.append(f"cutlass/{src.name}")
+    return copied

@@ -1,0 +1,64 @@
+"""The graph's state: plain JSON-able values only, so every checkpoint is portable and a run
+directory can be read without this package. Records (AttemptRecord, Hypothesis) are stored as
+dicts and read back through the helpers below."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from graph.records import AttemptRecord, Hypothesis
+
+
+class OptimizeState(TypedDict, total=False):
+    # the problem and its bound (set once by the planner's first pass)
+    problem_path: str
+    problem_name: str
+    sol: dict[str, Any]  # SolReport as a dict: t_sol_us, bound, ...
+    reference_us: dict[str, float]  # eager_fp32, eager_tf32, compile
+    backend: str
+    # the plan
+    plan: list[dict]  # ranked Hypothesis dicts
+    hypothesis: dict | None  # the one being implemented
+    # the attempt in flight
+    current: dict | None  # AttemptRecord as it progresses
+    program_json: str | None  # IR of the checked program
+    artifacts: dict[str, str]  # kernel name -> shared library (cutlass backend)
+    diagnostics: list[str]  # errors of the last failed attempt, for the writer
+    # history and the best so far
+    attempts: list[dict]  # finished AttemptRecords
+    best_index: int | None
+    best_t_us: float | None
+    best_program_text: str | None
+    best_program_json: str | None
+    best_artifacts: dict[str, str]
+    # budget counters
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    tokens_by_model: dict[str, dict[str, float]]  # model -> {tokens_in, tokens_out, cost_usd}
+    work_s: float  # seconds spent in library calls (model, compile, validate, profile)
+    stop_reason: str
+
+
+def history(state: OptimizeState) -> list[AttemptRecord]:
+    return [AttemptRecord.model_validate(a) for a in state.get("attempts", [])]
+
+
+def current(state: OptimizeState) -> AttemptRecord | None:
+    cur = state.get("current")
+    return AttemptRecord.model_validate(cur) if cur else None
+
+
+def hypothesis(state: OptimizeState) -> Hypothesis | None:
+    h = state.get("hypothesis")
+    return Hypothesis.model_validate(h) if h else None
+
+
+def initial_state(problem_path: str, backend: str) -> OptimizeState:
+    return OptimizeState(
+        problem_path=problem_path, problem_name="", sol={}, reference_us={}, backend=backend,
+        plan=[], hypothesis=None, current=None, program_json=None, artifacts={}, diagnostics=[],
+        attempts=[], best_index=None, best_t_us=None, best_program_text=None, best_program_json=None,
+        best_artifacts={}, tokens_in=0, tokens_out=0, cost_usd=0.0, tokens_by_model={}, work_s=0.0,
+        stop_reason="",
+    )

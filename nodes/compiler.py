@@ -1,0 +1,54 @@
+"""compiler: checks the program (and builds it for the cutlass backend). Any error ends the
+attempt and goes back to the writer with the diagnostics."""
+
+from __future__ import annotations
+
+import time
+
+from langgraph.runtime import Runtime
+
+from dsl_compiler.diagnostics import has_errors
+from graph.attempts import advance, fail
+from graph.context import RunContext
+from graph.state import OptimizeState, current
+
+
+def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
+    ctx, svc = runtime.context, runtime.context.services
+    attempt = current(state)
+    work0, start = svc.work_s, time.perf_counter()
+
+    def failed(reason: str, diagnostics: list[str], **changes) -> dict:
+        node_s = time.perf_counter() - start
+        return {**fail(state, attempt, node_s, reason, diagnostics, ctx.policy_settings, ctx.policy, **changes),
+                "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
+
+    try:
+        program, diagnostics = svc.check_text(attempt.program_text)
+    except Exception as exc:
+        return failed(f"check crashed: {type(exc).__name__}: {exc}", [])
+    rendered = [d.render("program.mcu") for d in diagnostics]
+    if program is None or has_errors(diagnostics):
+        first = next((d for d in diagnostics if d.severity == "error"), None)
+        return failed(f"check: {first.message if first else 'no program'}", rendered)
+    precision = ",".join(sorted({k.config.math or "f32" for k in program.kernels})) or None
+    artifacts: dict[str, str] = {}
+    build_s = 0.0
+    if state.get("backend") == "cutlass":
+        try:
+            built = svc.build(program)
+        except Exception as exc:
+            return failed(f"build crashed: {type(exc).__name__}: {exc}", [], precision=precision)
+        build_s = float(getattr(built, "seconds", 0.0))
+        if not built.ok:
+            msgs = [d.render("program.mcu") for d in built.diagnostics] or ["build failed without diagnostics"]
+            return failed(f"build: {msgs[0].splitlines()[0]}", msgs, build_s=build_s, precision=precision)
+        artifacts = {k: str(v) for k, v in built.artifacts.items()}
+    node_s = time.perf_counter() - start
+    return {
+        "current": advance(attempt, node_s, reached="compile", compile_ok=True, build_s=build_s, precision=precision,
+                           diagnostics=[d.render("program.mcu") for d in diagnostics]),
+        "program_json": program.model_dump_json(),
+        "artifacts": artifacts,
+        "work_s": state.get("work_s", 0.0) + (svc.work_s - work0),
+    }

@@ -1,0 +1,63 @@
+"""dsl_writer: asks the tier for one program implementing the chosen hypothesis (or repairing the
+last attempt's errors) and opens a new attempt with it."""
+
+from __future__ import annotations
+
+import time
+
+from langgraph.runtime import Runtime
+
+from graph.attempts import add_tokens, advance, fail, program_hash
+from graph.context import RunContext
+from graph.records import AttemptRecord
+from graph.state import OptimizeState, history, hypothesis
+from nodes.tiers import WriterReply, WriterRequest
+
+
+def writer_request(state: OptimizeState, ctx: RunContext, index: int | None) -> WriterRequest:
+    problem = ctx.services.problem(state["problem_path"])
+    past = history(state)
+    return WriterRequest(
+        problem_name=state.get("problem_name") or problem.name,
+        problem_source=problem.source,
+        sol=state.get("sol", {}),
+        plan=hypothesis(state),
+        history=past,
+        diagnostics=list(state.get("diagnostics", [])),
+        attempt_index=index if index is not None else len(past) + 1,
+        best_program_text=state.get("best_program_text"),
+        last_program_text=past[-1].program_text if past else None,
+        allowed_precisions=list(getattr(problem, "allowed_precisions", ())),
+        tolerance=getattr(problem, "tolerance", None),
+        problem=problem,
+        gpu=ctx.gpu,
+    )
+
+
+def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    index = len(state.get("attempts", [])) + 1
+    request = writer_request(state, ctx, index)
+    start = time.perf_counter()
+    try:
+        reply = ctx.get_tier().write(request)
+    except Exception as exc:  # any tier failure is this attempt's failure, never the run's
+        reply = WriterReply("", error=f"tier failed: {type(exc).__name__}: {exc}")
+    call_s = time.perf_counter() - start
+    plan = hypothesis(state)
+    title = reply.hypothesis.title if reply.hypothesis else (plan.title if plan else "")
+    if request.diagnostics and not reply.hypothesis:
+        title = f"repair: {title}" if title and not title.startswith("repair") else (title or "repair")
+    attempt = AttemptRecord(
+        index=index, hypothesis=title, program_text=reply.program_text, program_hash=program_hash(reply.program_text),
+        tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
+    )
+    update = add_tokens(state, reply.model, reply.tokens_in, reply.tokens_out, reply.cost_usd)
+    update["work_s"] = state.get("work_s", 0.0) + call_s
+    if reply.error or not reply.program_text.strip():
+        reason = reply.error or "the tier returned no program"
+        update.update(fail({**state, **update}, attempt, call_s, f"write: {reason}", [reason],
+                           ctx.policy_settings, ctx.policy))
+        return update
+    update["current"] = advance(attempt, call_s)
+    return update

@@ -1,0 +1,45 @@
+"""planner: on the first pass, loads the problem, its SOL report and the reference timings once;
+then names and ranks the changes to try (graph.planning) and picks the best by ROI."""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from dsl_compiler.ir import Program
+from graph.context import RunContext
+from graph.planning import ProgramFeatures, plan
+from graph.state import OptimizeState, history
+from nodes.dsl_writer import writer_request
+from nodes.tiers import ProposingTier
+
+
+def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    svc = ctx.services
+    work0 = svc.work_s
+    update: dict = {}
+    if not state.get("sol"):
+        path = state["problem_path"]
+        try:
+            problem = svc.problem(path)
+            update["problem_name"] = getattr(problem, "key", None) or problem.name
+            update["sol"] = svc.sol_report(path, ctx.gpu)
+            update["reference_us"] = svc.reference_timings(path)
+        except Exception as exc:  # a broken problem or library failure ends the run with its reason
+            return {"stop_reason": f"setup failed: {type(exc).__name__}: {exc}"}
+        state = {**state, **update}
+    best_json = state.get("best_program_json")
+    features = ProgramFeatures.of(Program.model_validate_json(best_json) if best_json else None)
+    tier = ctx.get_tier()
+    proposed = None
+    if isinstance(tier, ProposingTier):
+        try:
+            proposed = tier.propose(writer_request(state, ctx, None)) or None
+        except Exception:  # the built-in nomination is always there to fall back on
+            proposed = None
+    problem = svc.problem(state["problem_path"])
+    ranked = plan(state["sol"], history(state), features, getattr(problem, "allowed_precisions", ("f32", "tf32")),
+                  proposed)
+    update.update(plan=[h.model_dump() for h in ranked], hypothesis=ranked[0].model_dump(), diagnostics=[])
+    update["work_s"] = state.get("work_s", 0.0) + (svc.work_s - work0)
+    return update

@@ -1,0 +1,122 @@
+"""Every prompt the graph sends to a model, in one place.
+
+The writer's system prompt carries the whole language reference (docs/language.md, read at run
+time so it never drifts from the language) and asks for exactly one program in a ```mcu block.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from nodes.tiers import WriterRequest
+
+LANGUAGE_DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
+
+WRITER_SYSTEM = """\
+You write μCUTLASS programs: a small language whose compiler emits CUTLASS 3.x kernels for NVIDIA \
+Hopper GPUs (sm_90a). Given a PyTorch reference program, you write a μCUTLASS program that computes \
+the same outputs (within the tolerance) as fast as possible.
+
+Rules:
+- Answer with exactly one complete program in a single ```mcu code block. Nothing after the block \
+is read. A short reason before the block is fine.
+- The program's inputs are the reference forward() arguments in order; parameters are bound from the \
+reference model's state_dict by key.
+- Do real work in kernels. A torch step is for what the language cannot express; prefer fusing \
+element-wise work into a kernel's epilogue.
+- Never special-case input values or skip work the reference does: results are checked on fresh \
+random inputs and anything faster than the speed of light is rejected.
+
+The language reference follows.
+
+{language_reference}
+"""
+
+WRITER_USER = """\
+# Problem: {problem_name}
+Tolerance: {tolerance}. Allowed math precisions: {precisions}. Target GPU: {gpu}.
+
+```python
+{problem_source}
+```
+
+# Speed of light
+{sol_summary}
+
+# Attempt {attempt_index}: {plan}
+
+{history}{current}{diagnostics}Write the program now: one ```mcu block."""
+
+
+@functools.cache
+def _language_reference_cached(path: str, mtime: float) -> str:
+    return Path(path).read_text()
+
+
+def language_reference(path: Path = LANGUAGE_DOC) -> str:
+    if not path.is_file():
+        return "(The language reference docs/language.md is missing from this installation.)"
+    return _language_reference_cached(str(path), path.stat().st_mtime)
+
+
+def writer_system_prompt() -> str:
+    return WRITER_SYSTEM.format(language_reference=language_reference())
+
+
+def sol_summary(sol: dict) -> str:
+    if not sol:
+        return "No speed-of-light report."
+    parts = [f"t_SOL = {sol.get('t_sol_us', float('nan')):.4g} us ({sol.get('bound', '?')}-bound"]
+    if sol.get("intensity_flop_per_byte") is not None:
+        parts.append(f", {sol['intensity_flop_per_byte']:.3g} FLOP/byte")
+    parts.append(")")
+    if sol.get("flops"):
+        parts.append(f"; {sol['flops']:.3g} FLOPs")
+    if sol.get("bytes_fused"):
+        parts.append(f", {sol['bytes_fused']:.3g} bytes if fully fused")
+    return "".join(parts) + "."
+
+
+def history_table(request: WriterRequest, last_n: int = 8) -> str:
+    rows = request.history[-last_n:]
+    if not rows:
+        return ""
+    lines = ["# Previous attempts (latest last)", "| # | change | result | time us | x SOL |", "|---|---|---|---|---|"]
+    for a in rows:
+        result = "ok" if a.correct else (a.failure_reason or a.reached)
+        t = f"{a.t_us:.4g}" if a.t_us is not None else "-"
+        gap = f"{a.t_us / a.t_sol_us:.2f}" if a.t_us and a.t_sol_us else "-"
+        lines.append(f"| {a.index} | {a.hypothesis[:60]} | {result[:80]} | {t} | {gap} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def writer_user_prompt(request: WriterRequest) -> str:
+    plan = request.plan.title if request.plan else "a first correct program"
+    if request.plan and request.plan.rationale:
+        plan += f"\n{request.plan.rationale}"
+    current = ""
+    base = request.best_program_text or request.last_program_text
+    if base:
+        which = "best program so far" if request.best_program_text else "last program"
+        current = f"# The {which}: edit it\n```mcu\n{base.strip()}\n```\n\n"
+    diagnostics = ""
+    if request.diagnostics:
+        diagnostics = "# Errors of the last attempt: fix them\n" + "\n".join(request.diagnostics) + "\n\n"
+    return WRITER_USER.format(
+        problem_name=request.problem_name,
+        tolerance=request.tolerance if request.tolerance is not None else "default",
+        precisions=", ".join(request.allowed_precisions) or "f32, tf32",
+        gpu=request.gpu,
+        problem_source=request.problem_source.strip(),
+        sol_summary=sol_summary(request.sol),
+        attempt_index=request.attempt_index,
+        plan=plan,
+        history=history_table(request),
+        current=current,
+        diagnostics=diagnostics,
+    )
+
+
+def writer_messages(request: WriterRequest) -> list[tuple[str, str]]:
+    return [("system", writer_system_prompt()), ("user", writer_user_prompt(request))]

@@ -1,0 +1,35 @@
+"""sol_judge: headroom = t_best / t_SOL; flags results faster than physically possible; applies
+the run's budgeting policy to loop or end, and records why."""
+
+from __future__ import annotations
+
+import time
+
+from langgraph.runtime import Runtime
+
+from graph.attempts import judge
+from graph.context import RunContext
+from graph.policies import should_stop
+from graph.state import OptimizeState, current, history
+
+
+def sol_judge(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
+    ctx, svc = runtime.context, runtime.context.services
+    start = time.perf_counter()
+    update: dict = {}
+    attempt = current(state)
+    if attempt is not None:  # a profiled attempt to judge (failed ones were finished where they failed)
+        t_sol = state.get("sol", {}).get("t_sol_us")
+        flags: list[str] = []
+        if t_sol and attempt.t_us:
+            ok, reason = svc.ceiling_check(attempt.t_us, t_sol)
+            if not ok:
+                flags.append(f"sol_ceiling: {reason}")
+        update = judge(state, attempt, time.perf_counter() - start, flags)
+        state = {**state, **update}
+    if state.get("stop_reason"):
+        return update
+    stop, reason = should_stop(ctx.policy, history(state), state.get("sol", {}).get("t_sol_us"),
+                               state.get("reference_us", {}), ctx.policy_settings)
+    update["stop_reason"] = reason if stop else ""
+    return update

@@ -1,0 +1,151 @@
+"""The graph loop end to end with scripted chat models and fake libraries: error round trip to the
+writer, the best kept, a stop for each policy reason, token totals, the run directory."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+from graph.context import RunContext
+from graph.runner import run_optimize
+from nodes.tiers import ChatTier, PlaybackTier, TierSpec
+from test_graph_fakes import BROKEN, GOOD, SLOW, WRONG, TextTrackingServices, reply, write_problem
+
+
+class RecordingChat(GenericFakeChatModel):
+    seen: list = []
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append([m.content for m in messages])
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def chat_tier(*programs, price_in=1.0, price_out=4.0):
+    chat = RecordingChat(messages=iter([reply(p) for p in programs]), seen=[])
+    spec = TierSpec(name="fake", model="fake-model", price_in_per_mtok=price_in, price_out_per_mtok=price_out)
+    return ChatTier(chat, spec), chat
+
+
+def run(tmp_path, tier, policy="fixed", max_attempts=3, **kw):
+    services = TextTrackingServices()
+    ctx = RunContext(tier="fake", policy=policy, max_attempts=max_attempts, backend="interpreter",
+                     tier_impl=tier, services=services, **kw)
+    events = []
+    summary = run_optimize(write_problem(tmp_path), ctx, tmp_path / "run", on_event=events.append)
+    return summary, services, events
+
+
+def test_loop_error_round_trip_best_and_tokens(tmp_path):
+    tier, chat = chat_tier(BROKEN, SLOW, GOOD)
+    summary, services, events = run(tmp_path, tier)
+    a = summary.attempts
+    assert [x.reached for x in a] == ["write", "done", "done"]
+    assert not a[0].compile_ok and a[0].failure_reason.startswith("check: w is not declared")
+    assert "program.mcu:3:21: error[undefined-name]" in a[0].diagnostics[0]
+    # the writer's next prompt carries the diagnostic and its fix hint
+    assert "error[undefined-name]" in chat.seen[1][1] and "declare it" in chat.seen[1][1]
+    assert "error[undefined-name]" not in chat.seen[0][1]
+    # the writer's system prompt asks for one ```mcu block
+    assert "```mcu" in chat.seen[0][0]
+    assert a[1].correct and a[1].t_us == 80.0 and a[1].improved
+    assert a[2].t_us == 12.0 and a[2].improved and a[2].sol_fraction == 10.0 / 12.0
+    assert a[2].speedup_vs_eager_tf32 == 50.0 / 12.0 and a[2].precision == "tf32"
+    assert summary.best_index == 3 and summary.best_t_us == 12.0
+    assert summary.stop_reason.startswith("fixed: 3 of 3")
+    # tokens: every call counted, with cost at the tier's prices
+    assert (summary.tokens_in, summary.tokens_out) == (3000, 600)
+    assert abs(summary.cost_usd - (3000 * 1.0 + 600 * 4.0) / 1e6) < 1e-12
+    assert summary.tokens_by_model["fake-model"]["calls"] == 3
+    # setup happens once per run, not once per node or attempt
+    assert services.calls["problem"] == 1 and services.calls["sol"] == 1 and services.calls["reference"] == 1
+    # events: one per attempt, in order, with progress numbers
+    att = [e for e in events if e["event"] == "attempt"]
+    assert [e["index"] for e in att] == [1, 2, 3] and att[-1]["of"] == 3
+    assert att[-1]["best_speedup"] == 50.0 / 12.0 and att[-1]["headroom"] == 1.2
+    assert events[-1]["event"] == "done"
+
+
+def test_run_directory(tmp_path):
+    tier, _ = chat_tier(BROKEN, SLOW, GOOD)
+    summary, _, _ = run(tmp_path, tier)
+    run_dir = tmp_path / "run"
+    assert (run_dir / "best.mcu").read_text() == GOOD
+    data = json.loads((run_dir / "summary.json").read_text())
+    assert data["best_index"] == 3 and data["attempts"] == 3 and data["headroom"] == 1.2
+    assert 0 <= data["graph_overhead_s"] <= data["wall_s"]
+    rows = list(csv.DictReader(open(run_dir / "attempts.csv")))
+    assert [r["index"] for r in rows] == ["1", "2", "3"] and rows[2]["t_us"] == "12.0"
+    assert len(json.loads((run_dir / "attempts.json").read_text())) == 3
+    assert (run_dir / "checkpoints.sqlite").is_file() and (run_dir / "run.json").is_file()
+
+
+def test_wrong_result_goes_back_to_the_writer(tmp_path):
+    tier, chat = chat_tier(WRONG, GOOD)
+    summary, _, _ = run(tmp_path, tier, max_attempts=2)
+    assert summary.attempts[0].failure_reason.startswith("validate: max abs error 3.5")
+    assert "wrong result" in chat.seen[1][1]
+    assert summary.best_index == 2
+
+
+def test_sol_stop(tmp_path):
+    tier, _ = chat_tier(SLOW, GOOD, GOOD, GOOD)
+    summary, _, _ = run(tmp_path, tier, policy="sol", max_attempts=4, eps=0.5)
+    assert len(summary.attempts) == 2 and summary.stop_reason.startswith("sol:")
+
+
+def test_plateau_stop(tmp_path):
+    tier, _ = chat_tier(GOOD, SLOW, SLOW, SLOW, SLOW)
+    summary, _, _ = run(tmp_path, tier, policy="plateau", max_attempts=5, plateau_window=2)
+    assert len(summary.attempts) == 3 and summary.stop_reason.startswith("plateau: 2")
+
+
+def test_sol_plus_plateau_stops_on_sol(tmp_path):
+    tier, _ = chat_tier(GOOD, SLOW, SLOW)
+    summary, _, _ = run(tmp_path, tier, policy="sol+plateau", max_attempts=3, eps=0.5, plateau_window=5)
+    assert len(summary.attempts) == 1 and summary.stop_reason.startswith("sol:")
+
+
+def test_token_budget_stop(tmp_path):
+    tier, _ = chat_tier(SLOW, SLOW, SLOW, SLOW)
+    summary, _, _ = run(tmp_path, tier, policy="tokens", max_attempts=4, token_budget=2400)
+    assert len(summary.attempts) == 2 and summary.stop_reason.startswith("tokens: 2400 of 2400")
+
+
+def test_failures_to_the_cap_end_the_run(tmp_path):
+    tier, _ = chat_tier(BROKEN, BROKEN)
+    summary, _, _ = run(tmp_path, tier, policy="sol", max_attempts=2)
+    assert len(summary.attempts) == 2 and summary.best_index is None
+    assert summary.stop_reason.startswith("fixed: 2 of 2")
+    assert not (tmp_path / "run" / "best.mcu").exists()
+
+
+def test_malformed_reply_is_one_failed_attempt(tmp_path):
+    from langchain_core.messages import AIMessage
+
+    chat = RecordingChat(messages=iter([AIMessage(content="I cannot help with that."), reply(GOOD)]), seen=[])
+    summary, _, _ = run(tmp_path, ChatTier(chat, TierSpec(name="fake", model="m")), max_attempts=2)
+    assert summary.attempts[0].failure_reason.startswith("write: the reply had no program")
+    assert summary.best_index == 2
+
+
+def test_tier_exception_is_one_failed_attempt(tmp_path):
+    class Exploding:
+        name = "exploding"
+
+        def write(self, request):
+            raise RuntimeError("endpoint unreachable")
+
+    summary, _, _ = run(tmp_path, Exploding(), max_attempts=2)
+    assert [a.failure_reason for a in summary.attempts] == ["write: tier failed: RuntimeError: endpoint unreachable"] * 2
+
+
+def test_playback_tier(tmp_path):
+    progs = tmp_path / "progs"
+    progs.mkdir()
+    for i, text in enumerate([BROKEN, SLOW, GOOD]):
+        (progs / f"{i:02d}.mcu").write_text(text)
+    summary, _, _ = run(tmp_path, PlaybackTier(progs), max_attempts=4)
+    assert [a.program_text for a in summary.attempts] == [BROKEN, SLOW, GOOD, GOOD]
+    assert summary.tokens_in == 0 and summary.best_index == 3
