@@ -1,0 +1,326 @@
+"""Config-aware time estimate of a μCUTLASS program on a GPU: good enough to rank kernel
+configurations, and the "timing" on machines without a GPU (labelled as an estimate).
+
+Per kernel (a GEMM, or a convolution by its implicit-GEMM view), the model is:
+
+* work units: output tiles ceil(M/tm)·ceil(N/tn) per batch / group, rounded up to whole clusters,
+  times split_k; they run in waves over the SMs a cluster shape can fill; stream-K spreads the
+  k-iterations evenly instead (no wave quantization, a partial-tile fix-up);
+* per unit, the mainloop runs at the precision's achievable peak (ACHIEVABLE_FRACTION of the
+  datasheet, or the calibrated rate), less a fixed cost per k-block (small tiles pay it more
+  often), less too few pipeline stages (latency not hidden), less accumulator spills (tile too
+  large for the schedule's warp groups);
+* operand traffic from L2: every tile re-reads its A rows and B columns, M·N·K·(1/tn + 1/tm)
+  elements, divided by the cluster's multicast (cluster along M shares B, along N shares A), at an
+  L2 bandwidth of L2_BYTES_PER_CLOCK_PER_SM;
+* DRAM traffic: operands, epilogue tensors and stores once, plus split-K / stream-K partials;
+* epilogue: each tile writes its stores and reads its aux tensors at its SM's share of DRAM
+  bandwidth; ping-pong hides most of it behind the other warp group's mainloop, cooperative
+  hides part, the non-persistent conv kernel none;
+* the mainloop, L2 and DRAM times are combined by a soft maximum (they overlap, imperfectly),
+  then the exposed epilogue, the split-K reduction and one launch latency are added.
+
+Torch steps run at the achievable DRAM bandwidth plus a launch. The tile and schedule defaults
+follow the CUTLASS emitter's (``auto`` tile: 128x256 cooperative, 128x128 ping-pong or conv).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from sol_models.hardware import GpuSpec
+
+# Fraction of the datasheet peak a well-configured large GEMM reaches (H200: tf32 357 of 495
+# TFLOP/s, bf16 762 of 989 at 4096^3, 128x256 cooperative, cluster 2x1). A calibrated profile
+# already holds reached rates, so its fraction is near 1.
+ACHIEVABLE_FRACTION = {"f32": 0.80, "tf32": 0.80, "bf16": 0.83, "f16": 0.83, "fp8": 0.80}
+CALIBRATED_FRACTION = 1.0
+DRAM_FRACTION = 0.9  # achievable copy bandwidth vs datasheet (H200: 4.3 of 4.8 TB/s)
+L2_BYTES_PER_CLOCK_PER_SM = 40.0  # effective L2 -> SM operand bandwidth (TMA loads)
+K_BLOCK_OVERHEAD_US = 0.02  # barrier, TMA issue and pipeline bookkeeping per k-block
+SOFTMAX_POWER = 4.0  # how sharply overlapping times combine: 1 = sum, infinity = max
+EPILOGUE_EXPOSED = {"cooperative": 0.7, "pingpong": 0.1, "conv": 1.0}
+STAGE_EFFICIENCY = {1: 0.5, 2: 0.8, 3: 0.93}  # 4 or more: 1.0
+EPILOGUE_SMEM_KB = 32.0  # shared memory the TMA epilogue keeps (StageCountAutoCarveout)
+MAX_ACC_REGS_PER_THREAD = 128  # above this, accumulators spill (255 registers per thread in all)
+SPILL_EFFICIENCY = 0.55
+
+
+class KernelEstimate(BaseModel):
+    name: str
+    op: str
+    dims: tuple[int, int, int, int]  # l, m, n, k
+    math: str
+    tile: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    schedule: str
+    stages: int
+    decomposition: str
+    split_k: int
+    tiles: int  # output tiles (cluster-rounded), before split_k
+    units: int  # work units scheduled over the SMs
+    waves: float
+    wave_efficiency: float  # useful fraction of the SM-time the waves occupy
+    padding_waste: float  # fraction of computed MACs that fall outside the problem (tile padding)
+    t_mainloop_us: float
+    t_l2_us: float
+    t_dram_us: float
+    t_epilogue_us: float
+    t_reduction_us: float
+    t_launch_us: float
+    t_us: float
+    achieved_tflops: float
+    feasible: bool = True
+    reasons: list[str] = Field(default_factory=list)
+
+
+class StepEstimate(BaseModel):
+    name: str
+    op: str
+    bytes_moved: float
+    t_us: float
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ProgramEstimate(BaseModel):
+    """The estimated time of a whole program: kernels plus torch steps, in order."""
+
+    gpu: str
+    calibrated: bool
+    t_us: float
+    timing_source: Literal["estimate"] = "estimate"
+    kernels: list[KernelEstimate] = Field(default_factory=list)
+    torch_steps: list[StepEstimate] = Field(default_factory=list)
+
+
+def _softmax(values: list[float], p: float = SOFTMAX_POWER) -> float:
+    top = max(values)
+    if top <= 0:
+        return 0.0
+    return top * sum((v / top) ** p for v in values) ** (1.0 / p)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _fraction(gpu: GpuSpec, math_mode: str) -> float:
+    return CALIBRATED_FRACTION if gpu.calibrated else ACHIEVABLE_FRACTION.get(math_mode, 0.75)
+
+
+def _dram_bw(gpu: GpuSpec) -> float:
+    return gpu.dram_bw_bytes_per_s * (1.0 if gpu.calibrated else DRAM_FRACTION)
+
+
+def default_tile(op_kind: str, operand_bytes: int, schedule: str) -> tuple[int, int, int]:
+    """The tile ``auto`` resolves to (the CUTLASS emitter's rule)."""
+    k = 32 if operand_bytes == 4 else 64
+    if op_kind.startswith("conv"):
+        return (128, 128, k)
+    return (128, 256, k) if schedule != "pingpong" else (128, 128, k)
+
+
+def auto_stages(tile: tuple[int, int, int], operand_bytes: int, gpu: GpuSpec) -> int:
+    """Stages that fit in shared memory after the epilogue's carve-out."""
+    stage_bytes = (tile[0] + tile[1]) * tile[2] * operand_bytes
+    return max(1, int((gpu.smem_per_sm_kb - EPILOGUE_SMEM_KB) * 1024 // stage_bytes))
+
+
+def estimate_kernel(
+    *,
+    name: str,
+    op: str,
+    dims: tuple[int, int, int, int],
+    math_mode: str,
+    config: Any,
+    gpu: GpuSpec,
+    operand_bytes_per_element: int,
+    dram_bytes: float,
+    epilogue_bytes_per_output: float,
+    groups: int = 1,
+    group_sizes: tuple[int, ...] | None = None,
+) -> KernelEstimate:
+    """Estimate one kernel from its GEMM view and configuration (an ``ir.KernelConfig``).
+
+    ``dram_bytes``: operands, epilogue tensors and stores, once. ``epilogue_bytes_per_output``:
+    bytes the epilogue moves per output element (stores and full-size aux reads). ``groups``: a
+    grouped convolution's groups (N and the tiles are per group)."""
+    l, m, n, k = dims
+    reasons: list[str] = []
+    is_conv = op.startswith("conv")
+    es = operand_bytes_per_element
+    schedule = config.schedule
+    tile = config.tile or default_tile(op, es, schedule)
+    tm, tn, tk = tile
+    if is_conv:
+        schedule = "conv"
+    elif schedule == "auto":
+        schedule = "cooperative" if tm >= 128 else "pingpong"
+    cm, cn = config.cluster[0], config.cluster[1]
+    csize = max(1, cm * cn * config.cluster[2])
+    sms = max(csize, (gpu.sm_count // csize) * csize)
+    feasible = True
+
+    # Shared memory and stages.
+    stage_bytes = (tm + tn) * tk * es
+    fit = auto_stages(tile, es, gpu)
+    stages = fit if config.stages == "auto" else int(config.stages)
+    if stages * stage_bytes > gpu.smem_per_sm_kb * 1024:
+        feasible = False
+        reasons.append(f"{stages} stages of {stage_bytes // 1024} KB exceed {gpu.smem_per_sm_kb:g} KB of shared memory")
+    stage_eff = STAGE_EFFICIENCY.get(min(stages, 4), 1.0)
+    if stage_eff < 1.0:
+        reasons.append(f"{stages} pipeline stage(s) hide less memory latency (x{stage_eff:.2f})")
+
+    # Tiles, rounded up to whole clusters, and the work units they make.
+    n_per_group = max(1, n // max(groups, 1))
+    tiles_n = _ceil_div(n_per_group, tn)
+    if group_sizes:
+        tiles_mn = sum(_ceil_div(_ceil_div(g, tm), cm) * cm * _ceil_div(tiles_n, cn) * cn for g in group_sizes if g > 0)
+        useful_macs = sum(group_sizes) * n * k
+    else:
+        tiles_m = _ceil_div(_ceil_div(m, tm), cm) * cm
+        tiles_mn = tiles_m * _ceil_div(tiles_n, cn) * cn * max(groups, 1) * l
+        useful_macs = l * m * n * k
+    split = max(1, config.split_k) if config.decomposition == "split_k" else 1
+    k_per_unit = _ceil_div(_ceil_div(k, split), tk) * tk
+    k_blocks = k_per_unit // tk
+    units = tiles_mn * split
+    computed_macs = tiles_mn * tm * tn * k_per_unit * split
+    padding_waste = max(0.0, 1.0 - useful_macs / computed_macs) if computed_macs else 0.0
+    if padding_waste > 0.2:
+        reasons.append(f"{padding_waste:.0%} of the computed tile area is padding (tile {tm}x{tn} over M={m}, N={n_per_group})")
+
+    # Mainloop rate per SM.
+    peak_per_sm = gpu.peak_flops(math_mode) * _fraction(gpu, math_mode) / gpu.sm_count * stage_eff
+    threads = 256 if schedule == "cooperative" else 128
+    acc_regs = tm * tn // threads
+    if acc_regs > MAX_ACC_REGS_PER_THREAD:
+        peak_per_sm *= SPILL_EFFICIENCY
+        reasons.append(f"{acc_regs} accumulator registers per thread spill ({schedule} holds a {tm}x{tn} tile in {threads} threads)")
+    if schedule == "cooperative" and tm < 128:
+        peak_per_sm *= 0.5
+        feasible = False
+        reasons.append("cooperative splits tile M over two warp groups: tile M < 128 leaves one idle")
+    t_kblock_us = 2.0 * tm * tn * tk / peak_per_sm * 1e6
+    t_unit_us = k_blocks * (t_kblock_us + K_BLOCK_OVERHEAD_US)
+    if config.decomposition == "stream_k":
+        waves = units * k_blocks / (sms * k_blocks) if k_blocks else 0.0
+        t_mainloop_us = units * t_unit_us / sms
+        wave_eff = 1.0
+        fixup_splits = max(1, _ceil_div(sms, units)) if units < sms else 1
+        reasons.append("stream-K: k-iterations spread evenly over the SMs")
+    else:
+        waves = float(_ceil_div(units, sms))
+        t_mainloop_us = waves * t_unit_us
+        wave_eff = units / (waves * sms) if waves else 0.0
+        fixup_splits = split
+        if wave_eff < 0.7:
+            reasons.append(f"{units} work units on {sms} SMs: {waves:.0f} wave(s) at {wave_eff:.0%} occupancy")
+
+    # Operand traffic through L2 (multicast within a cluster), and DRAM.
+    l2_bw = L2_BYTES_PER_CLOCK_PER_SM * gpu.sm_count * gpu.boost_clock_mhz * 1e6
+    a_reads = computed_macs / tn * es / max(cn, 1)
+    b_reads = computed_macs / tm * es / max(cm, 1)
+    t_l2_us = (a_reads + b_reads) / l2_bw * 1e6
+    partial_bytes = 0.0
+    if fixup_splits > 1:
+        partial_bytes = 2.0 * fixup_splits * l * m * n * 4  # fp32 partials written and read back
+    dram_bw = _dram_bw(gpu)
+    t_dram_us = (dram_bytes + partial_bytes) / dram_bw * 1e6
+    t_reduction_us = partial_bytes / dram_bw * 1e6 if fixup_splits > 1 else 0.0
+    if fixup_splits > 1:
+        reasons.append(f"{fixup_splits}-way K reduction moves {partial_bytes / 1e6:.1f} MB of fp32 partials")
+
+    # Epilogue per tile at its SM's share of DRAM bandwidth; how much of it is hidden depends on the schedule.
+    tile_epilogue_bytes = tm * tn * epilogue_bytes_per_output
+    t_epi_tile_us = tile_epilogue_bytes / (dram_bw / sms) * 1e6
+    epi_waves = waves if config.decomposition != "stream_k" else _ceil_div(tiles_mn, sms)
+    t_epilogue_us = epi_waves * t_epi_tile_us * EPILOGUE_EXPOSED[schedule]
+
+    t_overlapped = _softmax([t_mainloop_us, t_l2_us, t_dram_us])
+    if t_l2_us > t_mainloop_us:
+        reasons.append(f"operand reloads from L2 ({(a_reads + b_reads) / 1e9:.2f} GB) outweigh the math: use a larger tile or a cluster")
+    if t_dram_us > t_mainloop_us:
+        reasons.append("memory-bound: DRAM traffic exceeds the math")
+    t_launch_us = gpu.launch_latency_us
+    t_us = t_overlapped + t_epilogue_us + t_reduction_us + t_launch_us
+    if not feasible:
+        reasons.append("infeasible configuration: ranked last")
+    flops = 2.0 * useful_macs
+    return KernelEstimate(
+        name=name, op=op, dims=(l, m, n, k), math=math_mode, tile=(tm, tn, tk),
+        cluster=tuple(config.cluster), schedule=schedule, stages=stages,
+        decomposition=config.decomposition, split_k=split, tiles=tiles_mn, units=units,
+        waves=waves, wave_efficiency=wave_eff, padding_waste=padding_waste,
+        t_mainloop_us=t_mainloop_us, t_l2_us=t_l2_us, t_dram_us=t_dram_us,
+        t_epilogue_us=t_epilogue_us, t_reduction_us=t_reduction_us, t_launch_us=t_launch_us,
+        t_us=t_us if feasible else math.inf,
+        achieved_tflops=flops / (t_us * 1e-6) / 1e12 if t_us > 0 else 0.0,
+        feasible=feasible, reasons=reasons,
+    )
+
+
+def estimate_program(program: Any, gpu: GpuSpec) -> ProgramEstimate:
+    """Estimated time of a μCUTLASS program (an ``ir.Program``) on ``gpu``: kernels by the
+    config-aware model above, torch steps at memory bandwidth. Raises counting.ProgramCountError
+    when the program's shapes cannot be inferred."""
+    from dsl_compiler import ir, shapes
+    from dsl_compiler.ir import ELEMENT_BYTES
+
+    from sol_models.counting import program_traffic
+
+    steps, types = program_traffic(program)
+    by_name = {s.name: s for s in steps if s.kind == "kernel"}
+    kernels: list[KernelEstimate] = []
+    torch_rows: list[StepEstimate] = []
+    torch_iter = iter([s for s in steps if s.kind == "torch"])
+    for step in program.steps:
+        if isinstance(step, ir.Kernel):
+            traffic = by_name[step.name]
+            math_mode = shapes.effective_math(program, step, types)
+            op = step.op
+            a_name = op.x.name if isinstance(op, ir.ConvOp) else op.a.name
+            es = ELEMENT_BYTES[types[a_name].dtype]  # operands move in their storage type
+            l, m, n, k = traffic.dims
+            out_elems = (sum(op.group_sizes) if isinstance(op, ir.GroupedGemmOp) else l * m) * n
+            full_aux = sum(
+                ELEMENT_BYTES[types[name].dtype] * types[name].numel
+                for name in _full_aux(step) if name in types
+            )
+            epi_per_output = (traffic.store_bytes + full_aux) / out_elems if out_elems else 0.0
+            kernels.append(estimate_kernel(
+                name=step.name, op=traffic.op, dims=traffic.dims, math_mode=math_mode,
+                config=step.config, gpu=gpu, operand_bytes_per_element=es,
+                dram_bytes=traffic.bytes_read + traffic.bytes_written,
+                epilogue_bytes_per_output=epi_per_output,
+                groups=op.groups if isinstance(op, ir.ConvOp) else 1,
+                group_sizes=op.group_sizes if isinstance(op, ir.GroupedGemmOp) else None,
+            ))
+        else:
+            traffic = next(torch_iter)
+            moved = traffic.bytes_read + traffic.bytes_written
+            t = 0.0 if traffic.launches == 0 else gpu.launch_latency_us + moved / _dram_bw(gpu) * 1e6
+            torch_rows.append(StepEstimate(
+                name=traffic.name, op=traffic.op, bytes_moved=moved, t_us=t,
+                reasons=["torch step at DRAM bandwidth"] if t else ["metadata only: no copy, no launch"],
+            ))
+    total = sum(k.t_us for k in kernels) + sum(s.t_us for s in torch_rows)
+    return ProgramEstimate(gpu=gpu.name, calibrated=gpu.calibrated, t_us=total, kernels=kernels, torch_steps=torch_rows)
+
+
+def _full_aux(kernel: Any) -> set[str]:
+    """Epilogue tensors read at full output size (residuals), which cost per-tile traffic."""
+    from dsl_compiler import ir
+    from sol_models.counting import _expr_nodes
+
+    lets = {let.name for let in kernel.lets}
+    names: set[str] = set()
+    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
+        for node in _expr_nodes(expr):
+            if isinstance(node, ir.Ref) and node.index == "full" and node.name not in lets:
+                names.add(node.name)
+    return names
