@@ -1,0 +1,772 @@
+"""μCUTLASS IR -> CUTLASS 3.x C++ for sm_90a, one kernel per translation unit.
+
+Each kernel becomes one `.cu` file with a deterministic namespace (a hash of its source), a
+CollectiveBuilder mainloop (GEMM or implicit-GEMM convolution) and an ``Sm90EVT`` epilogue tree
+built from the kernel's store expressions, and a small C ABI:
+
+    int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, const float* scalars,
+                                 size_t* bytes, char* msg, int msg_len)
+    int mucutlass_run(void* const* ptrs, const int64_t* ints, const float* scalars,
+                      void* workspace, size_t workspace_bytes, void* stream, char* msg, int msg_len)
+
+``ptrs`` are device pointers in the order of ``KernelAbi.tensors``; ``ints`` are sizes and strides
+in the order of ``KernelAbi.ints``; ``scalars`` are the epilogue's literal constants (kept out of
+the source so that a kernel differing only in constants reuses the cached build). A non-zero
+return means failure, with CUTLASS's own status text in ``msg``.
+
+Element-wise epilogue math is fused into one ``Sm90Compute`` node per store whose functor is
+generated from the expression; its inputs are the EVT leaves (accumulator, row / column / scalar
+broadcasts, the source tensor C, extra auxiliary loads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ir import (
+    Acc,
+    Binary,
+    Const,
+    ConvOp,
+    GemmOp,
+    GroupedGemmOp,
+    Kernel,
+    Let,
+    ParamCall,
+    Program,
+    Reduce,
+    Ref,
+    Span,
+    Store,
+    Unary,
+)
+
+CPP_ELEMENT = {"f32": "float", "bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t"}
+ELEMENT_BITS = {"f32": 32, "bf16": 16, "f16": 16}
+
+
+class EmitError(Exception):
+    """A kernel the backend cannot build; carries the Diagnostic to return."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+@dataclass(frozen=True)
+class AbiTensor:
+    """One device pointer of the C ABI.
+
+    role: ``a``/``b`` (GEMM operands), ``x``/``w`` (conv), ``src`` (C, the first full-shape
+    epilogue input), ``aux`` (further full-shape inputs), ``col``/``row``/``scalar`` (broadcast
+    inputs), ``d`` (the main output), ``store`` (further full outputs), ``reduce`` (row_* / col_*).
+    """
+
+    name: str
+    role: str
+    dtype: str
+    reduce_fn: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelAbi:
+    op_kind: str  # gemm | conv
+    tensors: tuple[AbiTensor, ...]
+    ints: tuple[str, ...]
+    scalars: tuple[float, ...]
+    spatial_dims: int = 0
+
+    def index(self, role: str, name: str | None = None) -> int:
+        for i, t in enumerate(self.tensors):
+            if t.role == role and (name is None or t.name == name):
+                return i
+        raise KeyError(role)
+
+
+@dataclass
+class EmittedKernel:
+    kernel_name: str
+    namespace: str
+    source: str
+    abi: KernelAbi
+    # knob -> C++ fragment that carries it: maps an nvcc error back to the program's knob
+    knobs: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions
+
+
+def _unsupported(kernel: Kernel, message: str, hint: str, span: Span | None = None, found: str | None = None):
+    return EmitError(
+        Diagnostic(code="unsupported", message=f"kernel '{kernel.name}': {message}", span=span or kernel.span,
+                   found=found, hint=hint)
+    )
+
+
+def _inline_lets(expr, lets: dict):
+    """Substitute let bindings so every store is one expression over leaves."""
+    if isinstance(expr, Ref) and expr.index == "full" and expr.name in lets:
+        return _inline_lets(lets[expr.name], lets)
+    if isinstance(expr, Unary):
+        return Unary(fn=expr.fn, arg=_inline_lets(expr.arg, lets))
+    if isinstance(expr, Binary):
+        return Binary(fn=expr.fn, lhs=_inline_lets(expr.lhs, lets), rhs=_inline_lets(expr.rhs, lets))
+    if isinstance(expr, ParamCall):
+        return ParamCall(fn=expr.fn, arg=_inline_lets(expr.arg, lets), params=expr.params)
+    if isinstance(expr, Reduce):
+        return Reduce(fn=expr.fn, arg=_inline_lets(expr.arg, lets))
+    return expr
+
+
+def _leaves(expr, out: list):
+    if isinstance(expr, (Acc, Ref)):
+        key = ("acc",) if isinstance(expr, Acc) else ("ref", expr.name, expr.index)
+        if key not in out:
+            out.append(key)
+    elif isinstance(expr, Unary):
+        _leaves(expr.arg, out)
+    elif isinstance(expr, Binary):
+        _leaves(expr.lhs, out)
+        _leaves(expr.rhs, out)
+    elif isinstance(expr, (ParamCall, Reduce)):
+        _leaves(expr.arg, out)
+    return out
+
+
+_UNARY_CPP = {
+    "neg": "(-({0}))",
+    "abs": "fabsf({0})",
+    "relu": "fmaxf({0}, 0.f)",
+    "gelu": "mu_gelu({0})",
+    "gelu_tanh": "mu_gelu_tanh({0})",
+    "silu": "mu_silu({0})",
+    "sigmoid": "mu_sigmoid({0})",
+    "tanh": "tanhf({0})",
+    "mish": "mu_mish({0})",
+    "softplus": "mu_softplus({0})",
+    "exp": "expf({0})",
+    "log": "logf({0})",
+    "sqrt": "sqrtf({0})",
+    "rsqrt": "(1.f / sqrtf({0}))",
+    "square": "mu_square({0})",
+    "hardswish": "mu_hardswish({0})",
+    "hardsigmoid": "mu_hardsigmoid({0})",
+}
+_BINARY_CPP = {
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "div": "({0} / {1})",
+    "min": "fminf({0}, {1})",
+    "max": "fmaxf({0}, {1})",
+    "pow": "powf({0}, {1})",
+}
+
+_HELPERS = r"""
+CUTLASS_HOST_DEVICE float mu_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+CUTLASS_HOST_DEVICE float mu_silu(float x) { return x / (1.f + expf(-x)); }
+CUTLASS_HOST_DEVICE float mu_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+CUTLASS_HOST_DEVICE float mu_gelu_tanh(float x) {
+  return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+// PyTorch's softplus: linear above threshold 20 to avoid overflow of exp.
+CUTLASS_HOST_DEVICE float mu_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+CUTLASS_HOST_DEVICE float mu_mish(float x) { return x * tanhf(mu_softplus(x)); }
+CUTLASS_HOST_DEVICE float mu_square(float x) { return x * x; }
+CUTLASS_HOST_DEVICE float mu_hardsigmoid(float x) { return fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
+CUTLASS_HOST_DEVICE float mu_hardswish(float x) { return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
+CUTLASS_HOST_DEVICE float mu_leaky_relu(float x, float s) { return x > 0.f ? x : x * s; }
+CUTLASS_HOST_DEVICE float mu_elu(float x, float a) { return x > 0.f ? x : a * (expf(x) - 1.f); }
+CUTLASS_HOST_DEVICE float mu_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+"""
+
+
+class _ExprWriter:
+    """Writes one store expression as C++ over leaf variables v0..vn and runtime constants."""
+
+    def __init__(self, leaves: list, scalars: list[float]):
+        self.leaves = leaves
+        self.scalars = scalars
+        self.const_slots: list[int] = []
+
+    def const(self, value: float) -> str:
+        self.scalars.append(float(value))
+        self.const_slots.append(len(self.scalars) - 1)
+        return f"p.c[{len(self.const_slots) - 1}]"
+
+    def write(self, expr) -> str:
+        if isinstance(expr, Acc):
+            return f"v{self.leaves.index(('acc',))}"
+        if isinstance(expr, Ref):
+            return f"v{self.leaves.index(('ref', expr.name, expr.index))}"
+        if isinstance(expr, Const):
+            return self.const(expr.value)
+        if isinstance(expr, Unary):
+            return _UNARY_CPP[expr.fn].format(self.write(expr.arg))
+        if isinstance(expr, Binary):
+            return _BINARY_CPP[expr.fn].format(self.write(expr.lhs), self.write(expr.rhs))
+        if isinstance(expr, ParamCall):
+            arg = self.write(expr.arg)
+            ps = [self.const(v) for v in expr.params]
+            if expr.fn in ("clamp", "hardtanh"):
+                lo, hi = (ps + [self.const(-1.0), self.const(1.0)])[:2] if len(ps) < 2 else ps[:2]
+                return f"mu_clamp({arg}, {lo}, {hi})"
+            if expr.fn == "leaky_relu":
+                return f"mu_leaky_relu({arg}, {ps[0] if ps else self.const(0.01)})"
+            if expr.fn == "elu":
+                return f"mu_elu({arg}, {ps[0] if ps else self.const(1.0)})"
+        if isinstance(expr, Reduce):
+            return self.write(expr.arg)
+        raise TypeError(f"unknown expression node {type(expr).__name__}")
+
+
+def _functor(name: str, n_inputs: int, body: str | None, n_consts: int) -> str:
+    """An ``Sm90Compute`` functor over fragments: element-wise ``body`` (or take the first input)."""
+    params = ", ".join(f"T const& a{i}" for i in range(n_inputs))
+    loads = " ".join(f"float v{i} = float(a{i}[i]);" for i in range(n_inputs))
+    args_decl = f"  struct Arguments {{ float c[{n_consts}]; }};\n" if n_consts else ""
+    p_param = ", Arguments const& p" if n_consts else ""
+    expr = body if body is not None else "v0"
+    return (
+        f"template <class T> struct {name} {{\n{args_decl}"
+        f"  CUTLASS_HOST_DEVICE T operator()({params}{p_param}) const {{\n"
+        f"    T r;\n    CUTLASS_PRAGMA_UNROLL\n"
+        f"    for (int i = 0; i < T::kElements; ++i) {{ {loads} r[i] = {expr}; }}\n"
+        f"    return r;\n  }}\n}};\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Type helpers
+
+
+def tensor_dtypes(program: Program) -> dict[str, str]:
+    """Storage dtype of every named tensor: declarations, kernel stores, torch-step outputs."""
+    try:  # the shape pass knows torch-step outputs exactly
+        from dsl_compiler import shapes  # type: ignore
+
+        return {name: t.dtype for name, t in shapes.infer(program).items()}
+    except Exception:
+        pass
+    dtypes = {d.name: d.dtype for d in program.decls}
+    for step in program.steps:
+        if isinstance(step, Kernel):
+            for s in step.stores:
+                dtypes[s.name] = s.dtype
+        else:
+            first = next((a.name for a in step.args if getattr(a, "kind", "") == "tensor"), None)
+            for o in step.outputs:
+                dtypes[o] = dtypes.get(first, "f32")
+    return dtypes
+
+
+def _alignment(kernel: Kernel, dtype: str) -> int:
+    """Elements per 16-byte access unless the kernel asks for less."""
+    max_align = 128 // ELEMENT_BITS[dtype]
+    if kernel.config.alignment:
+        return min(kernel.config.alignment, max_align)
+    return max_align
+
+
+def _math_for(kernel: Kernel, a_dtype: str, b_dtype: str) -> str:
+    if a_dtype != b_dtype:
+        raise _unsupported(kernel, f"operands of different types ({a_dtype} and {b_dtype})",
+                           "convert one operand with a torch step (e.g. `torch b16 = to(b, dtype=\"bf16\")`) so both match",
+                           found=f"{a_dtype} x {b_dtype}")
+    math = kernel.config.math or a_dtype  # unset: the operands' own type (f32 stays exact f32)
+    if a_dtype == "f32" and math == "f32":
+        raise _unsupported(kernel, "math = f32 (exact fp32, also the default for f32 operands) has no Hopper tensor-core path",
+                           "use math = tf32 (fp32 storage, tensor-core math; about 3e-4 relative error)",
+                           found="math = f32")
+    if (a_dtype == "f32") != (math == "tf32") or (a_dtype != "f32" and math != a_dtype):
+        raise _unsupported(kernel, f"math = {math} over {a_dtype} operands",
+                           f"use math = {'tf32' if a_dtype == 'f32' else a_dtype} for {a_dtype} storage",
+                           found=f"math = {math}")
+    if kernel.config.accum == "f16" and a_dtype != "f16":
+        raise _unsupported(kernel, "accum = f16 needs f16 operands", "use accum = f32", found="accum = f16")
+    return math
+
+
+def _default_tile(kernel: Kernel, dtype: str, conv: bool) -> tuple[int, int, int]:
+    if kernel.config.tile:
+        return kernel.config.tile
+    k = 32 if dtype == "f32" else 64
+    if conv:
+        return (128, 128, k)
+    return (128, 256, k) if kernel.config.schedule != "pingpong" else (128, 128, k)
+
+
+def _cute_shape(dims) -> str:
+    return "cute::Shape<" + ", ".join(f"cute::_{d}" for d in dims) + ">"
+
+
+def namespace_for(source_body: str) -> str:
+    return "mu_" + hashlib.sha256(source_body.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# Epilogue tree
+
+
+@dataclass
+class _Epilogue:
+    callbacks_type: str  # the FusionCallbacks (Sm90EVT tree) type
+    args_expr: str  # C++ initializer of its Arguments
+    functors: str  # generated functor definitions
+    tensors: list[AbiTensor]  # ABI tensors of the epilogue (src, aux, broadcasts, extra stores)
+    d_dtype: str
+    src_dtype: str | None
+    scalars: list[float]
+
+
+def _ptr(i: int, dtype: str, const: bool = True) -> str:
+    c = "const " if const else ""
+    return f"reinterpret_cast<{c}{CPP_ELEMENT[dtype]}*>(ptrs[{i}])"
+
+
+def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_ptr: int, ints: list[str]) -> _Epilogue:
+    lets = {let.name: let.expr for let in kernel.lets}
+    stores = [Store(name=s.name, dtype=s.dtype, expr=_inline_lets(s.expr, lets), span=s.span) for s in kernel.stores]
+    full = [s for s in stores if not isinstance(s.expr, Reduce)]
+    if not full:
+        raise _unsupported(kernel, "every store is a reduction; the kernel needs one full output",
+                           "add a full store, e.g. `store y: f32 = acc`", span=kernel.span)
+    for s in stores:
+        if isinstance(s.expr, Reduce) and isinstance(s.expr.arg, Reduce):
+            raise _unsupported(kernel, "nested reductions", "reduce once, at the top of a store", span=s.span)
+    if conv and len(stores) > 1:
+        raise _unsupported(kernel, "several stores in a convolution epilogue",
+                           "keep one store per conv kernel; compute the others in a later step", span=stores[1].span)
+    if conv and any(isinstance(s.expr, Reduce) for s in stores):
+        raise _unsupported(kernel, "a reduction in a convolution epilogue",
+                           "store the conv output and reduce it in a torch step", span=kernel.span)
+    if any(isinstance(s.expr, Reduce) for s in stores) and kernel.config.decomposition != "data_parallel":
+        raise _unsupported(kernel, "a row/column reduction together with split-K or stream-K",
+                           "use decomposition = data_parallel for kernels with reductions", span=kernel.span)
+
+    tensors: list[AbiTensor] = []
+    leaf_nodes: dict[tuple, tuple[str, str]] = {}  # leaf key -> (type, args)
+    src_name: str | None = None
+    scalars: list[float] = []
+    functors: list[str] = []
+    tile_t = "TileShape"
+
+    def add_tensor(t: AbiTensor) -> int:
+        tensors.append(t)
+        return first_ptr + len(tensors) - 1
+
+    def leaf(key, span) -> tuple[str, str]:
+        nonlocal src_name
+        if key in leaf_nodes:
+            return leaf_nodes[key]
+        if key == ("acc",):
+            node = ("cutlass::epilogue::fusion::Sm90AccFetch", "{}")
+        else:
+            _, name, index = key
+            if name not in dtypes:
+                raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': epilogue reads '{name}', which is not defined", span=span,
+                                           hint="declare it as an input or param, or store it in an earlier kernel"))
+            dt = dtypes[name]
+            el = CPP_ELEMENT[dt]
+            if index == "full" and src_name is None:
+                src_name = name
+                add_tensor(AbiTensor(name, "src", dt))
+                node = (f"cutlass::epilogue::fusion::Sm90SrcFetch<{el}>", "{}")
+            elif index == "full":
+                if conv:
+                    raise _unsupported(kernel, f"a second full-size input '{name}' in a convolution epilogue",
+                                       "a conv epilogue reads at most one full tensor; add the rest in a later step", span=span)
+                i = add_tensor(AbiTensor(name, "aux", dt))
+                ints.extend([f"p{i}.ld", f"p{i}.bs"])
+                node = (
+                    f"cutlass::epilogue::fusion::Sm90AuxLoad<0, {tile_t}, {el}, cute::Stride<int64_t, cute::_1, int64_t>, void, void, {128 // ELEMENT_BITS[dt]}>",
+                    f"{{{_ptr(i, dt)}, {el}(0), {{I({len(ints) - 2}), cute::_1{{}}, I({len(ints) - 1})}}}}",
+                )
+            elif index == "col":  # one value per output column (length N): CUTLASS's row broadcast
+                i = add_tensor(AbiTensor(name, "col", dt))
+                if conv:
+                    node = (f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_0, cute::_1, cute::_0>, 1>",
+                            f"{{{_ptr(i, dt)}, {el}(0), {{}}}}")
+                else:
+                    ints.append(f"p{i}.bs")
+                    node = (f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>",
+                            f"{{{_ptr(i, dt)}, {el}(0), {{cute::_0{{}}, cute::_1{{}}, I({len(ints) - 1})}}}}")
+            elif index == "row":  # one value per output row (length M): CUTLASS's column broadcast
+                if conv:
+                    raise _unsupported(kernel, f"a per-row vector '{name}[row]' in a convolution epilogue",
+                                       "conv rows are output pixels; use a per-channel vector `b[col]` or a torch step", span=span)
+                i = add_tensor(AbiTensor(name, "row", dt))
+                ints.append(f"p{i}.bs")
+                node = (f"cutlass::epilogue::fusion::Sm90ColBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>",
+                        f"{{{_ptr(i, dt)}, {el}(0), {{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}}}")
+            else:  # scalar: a one-element tensor
+                i = add_tensor(AbiTensor(name, "scalar", dt))
+                node = (f"cutlass::epilogue::fusion::Sm90ScalarBroadcast<{el}>",
+                        f"{{{{{el}(0)}}, {{{_ptr(i, dt)}}}, {{}}}}")
+        leaf_nodes[key] = node
+        return node
+
+    def compute_tree(expr, out_el: str, fname: str, span) -> tuple[str, str]:
+        keys = _leaves(expr, [])
+        nodes = [leaf(k, span) for k in keys]
+        w = _ExprWriter(keys, scalars)
+        body = w.write(expr)
+        functors.append(_functor(fname, len(keys), body, len(w.const_slots)))
+        cargs = "{}" if not w.const_slots else (
+            "{{" + ", ".join(f"S({s})" for s in w.const_slots) + "}}")
+        compute = f"cutlass::epilogue::fusion::Sm90Compute<{fname}, {out_el}, float, RN>"
+        t = f"cutlass::epilogue::fusion::Sm90EVT<{compute}, " + ", ".join(n[0] for n in nodes) + ">"
+        a = "{" + ", ".join(n[1] for n in nodes) + ", " + cargs + "}"
+        return t, a
+
+    main = full[0]
+    d_el = CPP_ELEMENT[main.dtype]
+    extras: list[tuple[str, str]] = []
+    main_t, main_a = compute_tree(main.expr, d_el if len(stores) == 1 else "float", "Fused0", main.span)
+    for j, s in enumerate(st for st in stores if st is not main):
+        el = CPP_ELEMENT[s.dtype]
+        if isinstance(s.expr, Reduce):
+            sub_t, sub_a = compute_tree(s.expr.arg, "float", f"Fused{j + 1}", s.span)
+            i = add_tensor(AbiTensor(s.name, "reduce", s.dtype, reduce_fn=s.expr.fn))
+            ints.append(f"p{i}.bs")
+            op = {"sum": "cutlass::plus", "max": "cutlass::maximum", "min": "cutlass::minimum"}[s.expr.fn.split("_")[1]]
+            ident = {"sum": "0.f", "max": "-INFINITY", "min": "INFINITY"}[s.expr.fn.split("_")[1]]
+            if s.expr.fn.startswith("row_"):  # reduce over N -> [M]: CUTLASS's column reduction
+                red = (f"cutlass::epilogue::fusion::Sm90ColReduction<{op}, {op}, {op}, 0, {tile_t}, {el}, float, RN, "
+                       f"cute::Stride<cute::_1, cute::_0, int64_t>, {128 // ELEMENT_BITS[s.dtype]}>")
+                stride = f"{{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}"
+            else:  # reduce over M -> [N]: CUTLASS's row reduction
+                red = (f"cutlass::epilogue::fusion::Sm90RowReduction<{op}, {op}, {op}, 0, {tile_t}, {el}, float, RN, "
+                       f"cute::Stride<cute::_0, cute::_1, int64_t>, {128 // ELEMENT_BITS[s.dtype]}>")
+                stride = f"{{cute::_0{{}}, cute::_1{{}}, I({len(ints) - 1})}}"
+            extras.append((f"cutlass::epilogue::fusion::Sm90EVT<{red}, {sub_t}>",
+                           f"{{{sub_a}, {{ptrs[{i}], {ident}, {stride}}}}}"))
+        else:
+            sub_t, sub_a = compute_tree(s.expr, "float", f"Fused{j + 1}", s.span)
+            i = add_tensor(AbiTensor(s.name, "store", s.dtype))
+            ints.extend([f"p{i}.ld", f"p{i}.bs"])
+            store = (f"cutlass::epilogue::fusion::Sm90AuxStore<0, {tile_t}, {el}, RN, cute::Stride<int64_t, cute::_1, int64_t>, "
+                     f"void, void, {128 // ELEMENT_BITS[s.dtype]}>")
+            extras.append((f"cutlass::epilogue::fusion::Sm90EVT<{store}, {sub_t}>",
+                           f"{{{sub_a}, {{{_ptr(i, s.dtype, const=False)}, {{I({len(ints) - 2}), cute::_1{{}}, I({len(ints) - 1})}}}}}}"))
+    if extras:
+        functors.append(_functor("TakeFirst", 1 + len(extras), None, 0))
+        root = f"cutlass::epilogue::fusion::Sm90Compute<TakeFirst, {d_el}, float, RN>"
+        cb_t = f"cutlass::epilogue::fusion::Sm90EVT<{root}, {main_t}, " + ", ".join(e[0] for e in extras) + ">"
+        cb_a = "{" + main_a + ", " + ", ".join(e[1] for e in extras) + ", {}}"
+    else:
+        cb_t, cb_a = main_t, main_a
+    return _Epilogue(cb_t, cb_a, "".join(functors), tensors, main.dtype, dtypes.get(src_name) if src_name else None, scalars)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+_PREAMBLE = r"""// Generated by mucutlass from a μCUTLASS program. One kernel per translation unit.
+#include <cstdint>
+#include <cstdio>
+#include <cmath>
+#include <cuda_runtime.h>
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/numeric_types.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+"""
+
+_CONV_INCLUDES = r"""#include "cutlass/conv/convolution.h"
+#include "cutlass/conv/convnd_problem_shape.hpp"
+#include "cutlass/conv/dispatch_policy.hpp"
+#include "cutlass/conv/collective/collective_builder.hpp"
+#include "cutlass/conv/device/conv_universal_adapter.hpp"
+#include "cutlass/conv/kernel/conv_universal.hpp"
+"""
+
+_ABI = r"""
+static int mu_fail(char* msg, int msg_len, const char* stage, const char* text) {
+  if (msg && msg_len > 0) snprintf(msg, msg_len, "%s: %s", stage, text);
+  return 1;
+}
+
+static int mu_make_args(void* const* ptrs, const int64_t* ints, const float* scalars, typename Op::Arguments& args) {
+  auto I = [&](int i) { return ints[i]; };
+  auto S = [&](int i) { return scalars[i]; };
+  (void)I; (void)S;
+@@ARGS@@
+  return 0;
+}
+}  // namespace @@NS@@
+
+extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, const float* scalars,
+                                         size_t* bytes, char* msg, int msg_len) {
+  using namespace @@NS@@;
+  typename Op::Arguments args;
+  mu_make_args(ptrs, ints, scalars, args);
+  *bytes = Op::get_workspace_size(args);
+  return 0;
+}
+
+extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float* scalars, void* workspace,
+                             size_t workspace_bytes, void* stream, char* msg, int msg_len) {
+  using namespace @@NS@@;
+  typename Op::Arguments args;
+  mu_make_args(ptrs, ints, scalars, args);
+  Op op;
+  cutlass::Status st = op.can_implement(args);
+  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "can_implement", cutlass::cutlassGetStatusString(st));
+  if (Op::get_workspace_size(args) > workspace_bytes) return mu_fail(msg, msg_len, "workspace", "workspace smaller than mucutlass_workspace_size");
+  st = op.initialize(args, workspace, static_cast<cudaStream_t>(stream));
+  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "initialize", cutlass::cutlassGetStatusString(st));
+  st = op.run(static_cast<cudaStream_t>(stream));
+  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "run", cutlass::cutlassGetStatusString(st));
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return mu_fail(msg, msg_len, "launch", cudaGetErrorString(err));
+  return 0;
+}
+"""
+
+
+def emit_kernel(program: Program, kernel: Kernel, dtypes: dict[str, str] | None = None) -> EmittedKernel:
+    """C++ for one kernel, or raise EmitError with an `unsupported` Diagnostic."""
+    dtypes = dtypes or tensor_dtypes(program)
+    op = kernel.op
+    if isinstance(op, GroupedGemmOp):
+        raise _unsupported(kernel, "grouped GEMM is not built by the CUTLASS backend yet",
+                           "write one gemm kernel per group, or a batched gemm (rank-3 operands) when the groups are equal",
+                           span=op.span, found="grouped_gemm")
+    if isinstance(op, ConvOp):
+        return _emit_conv(program, kernel, op, dtypes)
+    return _emit_gemm(program, kernel, op, dtypes)
+
+
+def _schedule(kernel: Kernel, tile) -> tuple[str, str, str]:
+    sched = kernel.config.schedule
+    if sched == "auto":
+        sched = "cooperative" if tile[0] >= 128 else "pingpong"
+    if sched == "cooperative" and tile[0] < 128:
+        raise _unsupported(kernel, f"schedule = cooperative with tile M = {tile[0]}",
+                           "cooperative splits the tile's M over two warp groups: use tile M >= 128 or schedule = pingpong",
+                           found=f"tile = {'x'.join(map(str, tile))}")
+    if sched == "cooperative":
+        return sched, "cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"
+    return sched, "cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::TmaWarpSpecialized"
+
+
+def _stages(kernel: Kernel, builder_ns: str) -> str:
+    if kernel.config.stages == "auto":
+        return f"{builder_ns}::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
+    return f"{builder_ns}::StageCount<{int(kernel.config.stages)}>"
+
+
+def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[str, str], conv: bool) -> EmittedKernel:
+    core = body + _ABI.replace("@@ARGS@@", args)
+    ns = namespace_for(core)
+    source = _PREAMBLE + (_CONV_INCLUDES if conv else "") + f"\nnamespace {ns} {{\nusing namespace cute;\n" + core.replace("@@NS@@", ns)
+    return EmittedKernel(kernel.name, ns, source, abi, knobs)
+
+
+def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, str]) -> EmittedKernel:
+    for o in (op.a, op.b):
+        if o.name not in dtypes:
+            raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': operand '{o.name}' is not defined",
+                                       span=o.span or kernel.span, hint="declare it, or store it in an earlier kernel"))
+    a_dt, b_dt = dtypes[op.a.name], dtypes[op.b.name]
+    _math_for(kernel, a_dt, b_dt)
+    cfg = kernel.config
+    tile = _default_tile(kernel, a_dt, conv=False)
+    sched, k_sched, e_sched = _schedule(kernel, tile)
+    if cfg.decomposition != "data_parallel" and sched != "cooperative":
+        raise _unsupported(kernel, f"decomposition = {cfg.decomposition} with schedule = pingpong",
+                           "split-K and stream-K run on the cooperative schedule: set schedule = cooperative", found=f"schedule = {sched}")
+    ints = ["M", "N", "K", "L", "p0.ld", "p0.bs", "p1.ld", "p1.bs", "p2.ld", "p2.bs"]
+    tensors = [AbiTensor(op.a.name, "a", a_dt), AbiTensor(op.b.name, "b", b_dt)]
+    epi = _build_epilogue(kernel, dtypes, conv=False, first_ptr=3, ints=ints)
+    d_name = next(s.name for s in kernel.stores if not isinstance(s.expr, Reduce))
+    tensors.append(AbiTensor(d_name, "d", epi.d_dtype))
+    tensors.extend(epi.tensors)
+    if epi.src_dtype:
+        src_index = 3 + [t.role for t in epi.tensors].index("src")
+        ints.extend([f"p{src_index}.ld", f"p{src_index}.bs"])
+    # C++ layouts: A [M,K] row-major, a^T is A stored [K,M] (column-major); B [K,N] row-major is
+    # N-contiguous (CUTLASS RowMajor B), b^T is B stored [N,K] (ColumnMajor, nn.Linear's weight).
+    lay_a = "cutlass::layout::ColumnMajor" if op.a.transpose else "cutlass::layout::RowMajor"
+    lay_b = "cutlass::layout::ColumnMajor" if op.b.transpose else "cutlass::layout::RowMajor"
+    stride_a = "cute::make_stride(cute::_1{}, I(4), I(5))" if op.a.transpose else "cute::make_stride(I(4), cute::_1{}, I(5))"
+    stride_b = "cute::make_stride(I(6), cute::_1{}, I(7))" if op.b.transpose else "cute::make_stride(cute::_1{}, I(6), I(7))"
+    el_a, el_b = CPP_ELEMENT[a_dt], CPP_ELEMENT[b_dt]
+    el_acc = "cutlass::half_t" if cfg.accum == "f16" else "float"
+    el_c = CPP_ELEMENT[epi.src_dtype] if epi.src_dtype else "void"
+    align_c = 128 // ELEMENT_BITS[epi.src_dtype] if epi.src_dtype else 128 // ELEMENT_BITS[epi.d_dtype]
+    align_d = 128 // ELEMENT_BITS[epi.d_dtype]
+    scheduler = "cutlass::gemm::StreamKScheduler" if cfg.decomposition != "data_parallel" else "void"
+    knobs = {
+        "tile": f"TileShape = {_cute_shape(tile)}",
+        "cluster": f"ClusterShape = {_cute_shape(cfg.cluster)}",
+        "stages": f"StageCount: {cfg.stages}",
+        "schedule": f"KernelSchedule = {k_sched}",
+        "decomposition": f"TileScheduler = {scheduler}",
+        "math": f"ElementA = {el_a}",
+        "alignment": f"AlignmentA = {_alignment(kernel, a_dt)}",
+    }
+    body = f"""{_HELPERS}
+constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
+{epi.functors}using TileShape = {_cute_shape(tile)};            // knob: tile
+using ClusterShape = {_cute_shape(cfg.cluster)};  // knob: cluster
+using EpilogueCallbacks = {epi.callbacks_type};
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, {el_acc}, float,
+    {el_c}, cutlass::layout::RowMajor, {align_c}, {CPP_ELEMENT[epi.d_dtype]}, cutlass::layout::RowMajor, {align_d},
+    {e_sched}, EpilogueCallbacks>::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    {el_a}, {lay_a}, {_alignment(kernel, a_dt)}, {el_b}, {lay_b}, {_alignment(kernel, b_dt)}, {el_acc},
+    TileShape, ClusterShape, {_stages(kernel, "cutlass::gemm::collective")},  // knob: stages
+    {k_sched}>::CollectiveOp;                                                 // knob: schedule
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+    CollectiveEpilogue, {scheduler}>;                                          // knob: decomposition
+using Op = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+static int mu_sm_count() {{
+  static int count[64] = {{0}};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (!count[dev & 63]) count[dev & 63] = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+  return count[dev & 63];
+}}
+"""
+    raster = {"auto": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}[cfg.raster]
+    src_ptr = _ptr(3 + [t.role for t in epi.tensors].index("src"), epi.src_dtype) if epi.src_dtype else "nullptr"
+    src_stride = (f"cute::make_stride(I({len(ints) - 2}), cute::_1{{}}, I({len(ints) - 1}))" if epi.src_dtype else "{}")
+    args = f"""  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {{int(I(0)), int(I(1)), int(I(2)), int(I(3))}};
+  args.mainloop.ptr_A = {_ptr(0, a_dt)};
+  args.mainloop.dA = {stride_a};
+  args.mainloop.ptr_B = {_ptr(1, b_dt)};
+  args.mainloop.dB = {stride_b};
+  args.epilogue.thread = {epi.args_expr};
+  args.epilogue.ptr_C = {src_ptr};
+  args.epilogue.dC = {src_stride};
+  args.epilogue.ptr_D = {_ptr(2, epi.d_dtype, const=False)};
+  args.epilogue.dD = cute::make_stride(I(8), cute::_1{{}}, I(9));
+  args.hw_info.device_id = 0;
+  cudaGetDevice(&args.hw_info.device_id);
+  args.hw_info.sm_count = mu_sm_count();
+  using RasterT = decltype(args.scheduler.raster_order);
+  args.scheduler.raster_order = RasterT::{raster};   // knob: raster
+  args.scheduler.max_swizzle_size = {int(cfg.swizzle)};  // knob: swizzle
+"""
+    if cfg.decomposition != "data_parallel":
+        mode = "SplitK" if cfg.decomposition == "split_k" else "StreamK"
+        args += (f"  args.scheduler.splits = {int(cfg.split_k)};  // knob: split_k\n"
+                 f"  using DecompT = decltype(args.scheduler.decomposition_mode);\n"
+                 f"  args.scheduler.decomposition_mode = DecompT::{mode};\n")
+    abi = KernelAbi("gemm", tuple(tensors), tuple(ints), tuple(epi.scalars))
+    return _finish(kernel, body, args, abi, knobs, conv=False)
+
+
+def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
+    for o in (op.x, op.w):
+        if o.name not in dtypes:
+            raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': operand '{o.name}' is not defined",
+                                       span=o.span or kernel.span, hint="declare it, or store it in an earlier kernel"))
+    if op.groups != 1:
+        raise _unsupported(kernel, f"convolution with groups = {op.groups}: CUTLASS 4.2's sm_90 conv kernels take groups = 1",
+                           f"route it to a PyTorch step: `torch y = conv{op.spatial_dims}d(x, w, stride=..., padding=..., groups={op.groups})`, "
+                           "then apply the epilogue in a later kernel or torch step", span=op.span, found=f"groups = {op.groups}")
+    for o, what in ((op.x, "input"), (op.w, "filter")):
+        decl = program.decl(o.name)
+        if decl is not None and decl.layout != "channels_last":
+            raise _unsupported(kernel, f"conv {what} '{o.name}' is contiguous (NCHW); CUTLASS's sm_90 conv reads channels-last (NHWC / KRSC)",
+                               f"declare '{o.name}' channels_last, or add `torch {o.name}_cl = channels_last({o.name})` and convolve that",
+                               span=o.span or kernel.span, found="layout = contiguous")
+    x_dt, w_dt = dtypes[op.x.name], dtypes[op.w.name]
+    _math_for(kernel, x_dt, w_dt)
+    cfg = kernel.config
+    if cfg.schedule != "auto":
+        raise _unsupported(kernel, f"schedule = {cfg.schedule} for a convolution",
+                           "CUTLASS 4.2's sm_90 conv has one (non-persistent) schedule: set schedule = auto", found=f"schedule = {cfg.schedule}")
+    if cfg.decomposition != "data_parallel":
+        raise _unsupported(kernel, f"decomposition = {cfg.decomposition} for a convolution",
+                           "use decomposition = data_parallel for conv kernels", found=f"decomposition = {cfg.decomposition}")
+    tile = _default_tile(kernel, x_dt, conv=True)
+    nd = op.spatial_dims
+    lay = {1: "cutlass::layout::TensorNWC", 2: "cutlass::layout::TensorNHWC", 3: "cutlass::layout::TensorNDHWC"}[nd]
+    ints = ["n", "d", "h", "w", "c", "k", "t", "r", "s", "pad_d", "pad_h", "pad_w",
+            "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w"]
+    tensors = [AbiTensor(op.x.name, "x", x_dt), AbiTensor(op.w.name, "w", w_dt)]
+    epi = _build_epilogue(kernel, dtypes, conv=True, first_ptr=3, ints=ints)
+    tensors.append(AbiTensor(kernel.stores[0].name, "d", epi.d_dtype))
+    tensors.extend(epi.tensors)
+    el_x, el_w = CPP_ELEMENT[x_dt], CPP_ELEMENT[w_dt]
+    el_acc = "cutlass::half_t" if cfg.accum == "f16" else "float"
+    el_c = CPP_ELEMENT[epi.src_dtype] if epi.src_dtype else "void"
+    align_c = 128 // ELEMENT_BITS[epi.src_dtype] if epi.src_dtype else 128 // ELEMENT_BITS[epi.d_dtype]
+    knobs = {"tile": f"TileShape", "cluster": "ClusterShape", "stages": "StageCount", "math": f"ElementAct = {el_x}"}
+    conv_tile = f"cute::Shape<cute::_{tile[0]}, cute::_{tile[1]}, cute::Shape<cute::_{tile[2]}>>"
+    body = f"""{_HELPERS}
+constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
+{epi.functors}using TileShape = {conv_tile};                    // knob: tile
+using ClusterShape = {_cute_shape(cfg.cluster)};  // knob: cluster
+using EpilogueCallbacks = {epi.callbacks_type};
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, {el_acc}, float,
+    {el_c}, {lay}, {align_c}, {CPP_ELEMENT[epi.d_dtype]}, {lay}, {128 // ELEMENT_BITS[epi.d_dtype]},
+    cutlass::epilogue::TmaWarpSpecialized, EpilogueCallbacks>::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    {el_x}, {lay}, {_alignment(kernel, x_dt)}, {el_w}, {lay}, {_alignment(kernel, w_dt)}, {el_acc},
+    TileShape, ClusterShape, {_stages(kernel, "cutlass::conv::collective")},  // knob: stages
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop, {nd}>;
+using ConvKernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+using Op = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
+"""
+    if nd == 1:
+        act, flt, pad, strd, dil = "{int(I(0)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(8)), int(I(4))}", "{int(I(11))}", "{int(I(14))}", "{int(I(17))}"
+    elif nd == 2:
+        act, flt = "{int(I(0)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(7)), int(I(8)), int(I(4))}"
+        pad, strd, dil = "{int(I(10)), int(I(11))}", "{int(I(13)), int(I(14))}", "{int(I(16)), int(I(17))}"
+    else:
+        act, flt = "{int(I(0)), int(I(1)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(6)), int(I(7)), int(I(8)), int(I(4))}"
+        pad, strd, dil = "{int(I(9)), int(I(10)), int(I(11))}", "{int(I(12)), int(I(13)), int(I(14))}", "{int(I(15)), int(I(16)), int(I(17))}"
+    src_ptr = _ptr(3 + [t.role for t in epi.tensors].index("src"), epi.src_dtype) if epi.src_dtype else "nullptr"
+    args = f"""  ProblemShape shape(cutlass::conv::Mode::kCrossCorrelation, {act}, {flt}, {pad}, {pad}, {strd}, {dil}, 1);
+  typename CollectiveEpilogue::StrideC stride_c{{}};
+  typename CollectiveEpilogue::StrideD stride_d{{}};
+  cute::for_each(cute::make_seq<cute::rank<0>(typename CollectiveEpilogue::StrideD{{}})>{{}}, [&](auto i) {{
+    cute::get<0, i>(stride_c) = shape.stride_C[ProblemShape::RankT - 2 - i];
+    cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i];
+  }});
+  args.problem_shape = shape;
+  args.mainloop.ptr_A = {_ptr(0, x_dt)};
+  args.mainloop.ptr_B = {_ptr(1, w_dt)};
+  args.epilogue.thread = {epi.args_expr};
+  args.epilogue.ptr_C = {src_ptr};
+  args.epilogue.dC = stride_c;
+  args.epilogue.ptr_D = {_ptr(2, epi.d_dtype, const=False)};
+  args.epilogue.dD = stride_d;
+"""
+    abi = KernelAbi("conv", tuple(tensors), tuple(ints), tuple(epi.scalars), spatial_dims=nd)
+    return _finish(kernel, body, args, abi, knobs, conv=True)
+
+
+def emit_program(program: Program) -> tuple[list[EmittedKernel], list[Diagnostic]]:
+    """Every kernel of the program; diagnostics for those the backend cannot build."""
+    dtypes = tensor_dtypes(program)
+    emitted, diags = [], []
+    for kernel in program.kernels:
+        try:
+            emitted.append(emit_kernel(program, kernel, dtypes))
+        except EmitError as exc:
+            diags.append(exc.diagnostic)
+    return emitted, diags
