@@ -1,0 +1,1567 @@
+"""Trace a PyTorch reference ``Model`` into a μCUTLASS program.
+
+The reference is traced with ``torch.fx.symbolic_trace`` (``torch.export`` when symbolic tracing
+fails), shapes are propagated on meta tensors, and every op is mapped:
+
+- linear / matmul / mm / bmm / addmm / GEMM-form einsum / ``@``  -> a ``gemm`` kernel
+  (transposes folded into operands as ``^T``, nn.Linear's weight read as ``w^T``);
+- conv1d/2d/3d                                                   -> a ``conv`` kernel
+  (weights declared ``channels_last``, activations converted by a ``channels_last`` torch step);
+- the elementwise chain after a kernel                           -> that kernel's epilogue
+  (bias vectors as ``b[col]``, scalars as constants, same-shape tensors as residuals);
+- sums / max / min / mean over the last dim of a GEMM output     -> row reductions;
+- everything else                                                -> a named PyTorch step.
+
+Every op of the model gets a ``CoverageRow`` saying where it went and, for a fallback, why.
+Nothing here raises on a bad problem: failures come back as diagnostics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import math
+import operator
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ir import (
+    Acc,
+    Binary,
+    Const,
+    ConvOp,
+    GemmOp,
+    Kernel,
+    KernelConfig,
+    Kwarg,
+    Let,
+    LiteralArg,
+    Operand,
+    ParamCall,
+    Program,
+    Reduce,
+    Ref,
+    Store,
+    TensorArg,
+    TensorDecl,
+    TorchStep,
+    Unary,
+)
+
+Placement = Literal["input", "param", "kernel", "epilogue", "reduction", "torch_step", "folded", "unsupported"]
+
+
+class CoverageRow(BaseModel):
+    """Where one op of the reference went. ``reason`` explains every fallback."""
+
+    model_config = ConfigDict(frozen=True)
+    op: str  # the traced node's name, e.g. "linear", "relu_1"
+    target: str  # what it calls, e.g. "nn.Linear", "torch.relu", "Tensor.sum"
+    placement: Placement
+    where: str = ""  # the kernel or tensor it became part of
+    reason: str = ""
+
+
+class TraceOptions(BaseModel):
+    """Knobs for fallbacks: ``fuse`` limits epilogue fusion ("all", "bias" keeps only the bias and
+    scalars of addmm, "none"); ``demote`` lists kernels (by name) to run as PyTorch steps instead;
+    ``unfuse`` lists kernels whose epilogue stays in PyTorch."""
+
+    model_config = ConfigDict(frozen=True)
+    fuse: Literal["all", "bias", "none"] = "all"
+    reductions: bool = True
+    demote: tuple[str, ...] = ()
+    unfuse: tuple[str, ...] = ()
+
+
+class TraceResult(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    program: Program | None
+    coverage: list[CoverageRow] = Field(default_factory=list)
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.program.kernels) if self.program else 0
+
+    def summary(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for row in self.coverage:
+            counts[row.placement] = counts.get(row.placement, 0) + 1
+        return counts
+
+    def coverage_table(self) -> str:
+        lines = ["op | target | placement | where | reason", "--- | --- | --- | --- | ---"]
+        lines += [f"{r.op} | {r.target} | {r.placement} | {r.where} | {r.reason}" for r in self.coverage]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading a problem
+
+
+@dataclass
+class LoadedReference:
+    name: str
+    module: Any  # the Python module defining Model, get_inputs, get_init_inputs
+    tolerance: float = 1e-2
+
+
+def _load_reference(problem: Any) -> LoadedReference:
+    """``problem`` is an ``evals.problems.Problem``, a module, or a path to a problem file."""
+    if isinstance(problem, (str, Path)):
+        path = Path(problem)
+        try:
+            from evals.problems import load_problem  # the harness's loader when present
+
+            problem = load_problem(path)
+        except ImportError:
+            if not path.is_file():
+                raise _TraceError("problem", f"no problem file at {path}", "pass the path of a KernelBench-format .py file")
+            spec = importlib.util.spec_from_file_location(f"_mucutlass_problem_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:  # a broken problem file is an input error
+                raise _TraceError("problem", f"{path.name} failed to import: {exc}", "fix the problem file") from None
+            return LoadedReference(path.stem, module)
+    module = getattr(problem, "module", problem)
+    if isinstance(module, str):
+        module = sys.modules.get(module) or importlib.import_module(module)
+    name = getattr(problem, "name", None) or getattr(module, "__name__", "problem")
+    tolerance = float(getattr(problem, "tolerance", 1e-2) or 1e-2)
+    for attr in ("Model", "get_inputs"):
+        if not hasattr(module, attr):
+            raise _TraceError("problem", f"{name} defines no `{attr}`", "a problem defines Model, get_inputs and get_init_inputs")
+    return LoadedReference(str(name), module, tolerance)
+
+
+class _TraceError(Exception):
+    def __init__(self, code: str, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.diagnostic = Diagnostic(code=code, message=message, hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracing
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """A model tensor by its state_dict key (a parameter or buffer of a called module)."""
+
+    key: str
+
+
+@dataclass
+class _Traced:
+    gm: Any  # torch.fx.GraphModule
+    state: dict[str, Any]  # state_dict key -> tensor (meta or real)
+    example_inputs: list[Any]
+
+
+def _build_and_trace(ref: LoadedReference) -> _Traced:
+    import torch
+    import torch.fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    mod = ref.module
+    init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
+    model = inputs = None
+    # Shapes are all we need: build on the meta device (no memory, no time); some constructors
+    # need real values (`.item()`), so fall back to the CPU.
+    for device in ("meta", "cpu"):
+        try:
+            torch.manual_seed(0)
+            with torch.device(device):
+                model = mod.Model(*init)
+                inputs = list(mod.get_inputs())
+            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+            break
+        except Exception as exc:
+            error = exc
+            model = None
+    if model is None:
+        raise _TraceError("problem", f"building Model(*get_init_inputs()) failed: {error}", "check get_init_inputs")
+
+    state = dict(model.state_dict(keep_vars=True))
+    try:
+        gm = torch.fx.symbolic_trace(model)
+    except Exception as fx_error:
+        try:
+            gm = torch.export.export(model, tuple(inputs), strict=False).module()
+            state = {k: v for k, v in gm.state_dict(keep_vars=True).items()}
+        except Exception as export_error:
+            raise _TraceError(
+                "trace",
+                f"torch.fx could not trace the model ({fx_error}); torch.export failed too ({export_error})",
+                "data-dependent control flow in forward() cannot be traced; write the program by hand",
+            ) from None
+    class _Prop(ShapeProp):
+        """ShapeProp that also keeps non-tensor results (sizes), so `x.view(x.size(0), -1)` folds."""
+
+        def run_node(self, n):
+            result = super().run_node(n)
+            if isinstance(result, (int, float, bool)) or (
+                isinstance(result, (tuple, list, torch.Size)) and all(isinstance(v, int) for v in result)
+            ):
+                n.meta["const"] = tuple(result) if isinstance(result, (list, torch.Size)) else result
+            return result
+
+    tensor_inputs = [x for x in inputs]
+    try:
+        _Prop(gm).propagate(*tensor_inputs)
+    except Exception:
+        # meta kernels are missing for a few ops: propagate on small real tensors of the same shapes
+        real_inputs = [torch.rand(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
+        gm = gm.to_empty(device="cpu") if any(p.is_meta for p in gm.parameters()) else gm
+        try:
+            _Prop(gm).propagate(*real_inputs)
+        except Exception as exc:
+            raise _TraceError("trace", f"shape propagation failed: {exc}", "check get_inputs() against forward()") from None
+        state = dict(gm.state_dict(keep_vars=True))
+    return _Traced(gm, state, inputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalising nodes: every node becomes one _Op
+
+
+_DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16"}
+
+# name -> (IR form, fn, literal params)
+_UNARY = {
+    "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "silu": "silu", "mish": "mish", "exp": "exp",
+    "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "neg": "neg", "square": "square",
+    "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "negative": "neg",
+}
+_BINARY = {
+    "add": "add", "iadd": "add", "sub": "sub", "isub": "sub", "rsub": "rsub", "mul": "mul", "imul": "mul",
+    "truediv": "div", "itruediv": "div", "div": "div", "multiply": "mul", "subtract": "sub", "divide": "div",
+    "minimum": "min", "maximum": "max", "pow": "pow",
+}
+_ALIASES = {"clone", "detach", "contiguous", "identity", "alias", "_assert_tensor_metadata"}
+_TRANSPOSES = {"t", "transpose", "permute", "T", "mT", "swapaxes", "swapdims"}
+_REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min"}
+
+_MODULE_UNARY = {
+    "ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Mish": "mish",
+    "Hardswish": "hardswish", "Hardsigmoid": "hardsigmoid",
+}
+
+
+@dataclass
+class _Op:
+    node: Any
+    kind: str  # input param const alias gemm conv ew reduce getitem torch output unsupported
+    target: str  # readable, for coverage
+    name: str = ""  # canonical op name ("relu", "linear")
+    operands: list[Any] = field(default_factory=list)  # fx.Node | ParamRef | literal
+    torch_fn: str | None = None  # the PyTorch-step form of this op
+    torch_args: list[Any] = field(default_factory=list)
+    torch_kwargs: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    # gemm: operands [a, b]; conv: operands [x, w]
+    a_t: bool = False
+    b_t: bool = False
+    bias: Any = None
+    alpha: float = 1.0
+    beta: float = 1.0
+    conv: dict[str, Any] = field(default_factory=dict)
+    flatten_a: bool = False  # rank > 3 A: reshaped to 2-D around the kernel
+    # ew: fn and literal params
+    fn: str = ""
+    params: tuple[float, ...] = ()
+    # reduce
+    dim: int = -1
+    keepdim: bool = False
+    scale: float = 1.0  # folded scalar factor (mean, a later mul/div)
+    shift: float = 0.0  # folded additive constant (max/min)
+    index: int = 0  # getitem
+
+
+def _target_name(node) -> tuple[str, str]:
+    """(canonical op name, readable target) of a call_function / call_method node."""
+    t = node.target
+    if node.op == "call_method":
+        name = t
+        readable = f"Tensor.{t}"
+    else:
+        name = getattr(t, "__name__", str(t))
+        overload = getattr(t, "overloadpacket", None)
+        if overload is not None:  # aten op from torch.export
+            name = overload.__name__
+        mod = getattr(t, "__module__", "") or ""
+        prefix = "F" if "functional" in mod else ("operator" if mod == "_operator" else "torch")
+        readable = f"{prefix}.{name}"
+        if name == "getattr":
+            name = str(node.args[1])
+            readable = f"Tensor.{name}"
+    name = name.lstrip("_")
+    if name.endswith("_") and name not in ("_",):
+        name = name.rstrip("_")  # in-place variants compute the same values here
+    for prefix in ("i",):
+        if name in ("iadd", "isub", "imul", "itruediv"):
+            break
+    return name, readable
+
+
+def _arg(node_args, node_kwargs, i, key, default=None):
+    if key in node_kwargs:
+        return node_kwargs[key]
+    if i is not None and i < len(node_args):
+        return node_args[i]
+    return default
+
+
+def _tuple(v, n):
+    if isinstance(v, (list, tuple)):
+        return tuple(int(x) for x in v)
+    return (int(v),) * n
+
+
+def _literal(v):
+    import torch
+
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, (list, tuple, torch.Size)):
+        items = tuple(_literal(x) for x in v)
+        if all(isinstance(x, (bool, int, float, str)) or x is None for x in items):
+            return items
+        raise ValueError(f"nested value {v!r}")
+    if isinstance(v, torch.dtype):
+        return str(v).replace("torch.", "")
+    if isinstance(v, torch.memory_format):
+        return str(v).replace("torch.", "")
+    raise ValueError(f"value {v!r} of type {type(v).__name__}")
+
+
+def _normalize(node, gm, state) -> _Op:
+    import torch.fx
+
+    if node.op == "placeholder":
+        return _Op(node, "input", "input", name=node.name)
+    if node.op == "output":
+        return _Op(node, "output", "output")
+    if node.op == "get_attr":
+        key = str(node.target)
+        if key in state:
+            return _Op(node, "param", f"self.{key}", operands=[ParamRef(key)])
+        return _Op(node, "unsupported", f"self.{key}", reason="a tensor attribute outside state_dict cannot be bound as a param")
+    if node.op == "call_module":
+        return _normalize_module(node, gm.get_submodule(node.target))
+    name, readable = _target_name(node)
+    args, kwargs = list(node.args), dict(node.kwargs)
+    op = _Op(node, "torch", readable, name=name, torch_fn=name, torch_args=args, torch_kwargs=kwargs)
+    if "const" in node.meta:
+        op.kind = "const"
+        return op
+    if node.op == "call_function" and node.target is getattr:
+        attr = str(args[1])
+        op.torch_args = [args[0]]
+        if attr == "T":
+            op.torch_fn = "t"
+        elif attr == "mT":
+            op.torch_fn, op.torch_args = "transpose", [args[0], -2, -1]
+        else:
+            op.kind, op.reason = "unsupported", f"attribute .{attr}"
+            return op
+    if name == "getitem":
+        op.kind, op.operands, op.index = "getitem", [args[0]], args[1] if isinstance(args[1], int) else -1
+        if op.index < 0:
+            op.kind, op.reason = "unsupported", "indexing by slices has no μCUTLASS form"
+        return op
+    if name in _ALIASES or (name == "dropout" and _dropout_is_identity(args, kwargs)):
+        op.kind, op.operands = "alias", [args[0]]
+        return op
+    if name == "to" and not kwargs and len(args) == 1:
+        op.kind, op.operands = "alias", [args[0]]
+        return op
+    if name in ("linear",):
+        op.kind, op.operands = "gemm", [args[0], _arg(args, kwargs, 1, "weight")]
+        op.b_t = True
+        op.bias = _arg(args, kwargs, 2, "bias")
+        return op
+    if name in ("matmul", "mm", "bmm"):
+        op.kind, op.operands = "gemm", [args[0], _arg(args, kwargs, 1, "other", _arg(args, kwargs, 1, "mat2"))]
+        return op
+    if name in ("addmm", "baddbmm"):
+        op.kind = "gemm"
+        op.operands = [_arg(args, kwargs, 1, "mat1", _arg(args, kwargs, 1, "batch1")), _arg(args, kwargs, 2, "mat2", _arg(args, kwargs, 2, "batch2"))]
+        op.bias = args[0]
+        op.beta = float(kwargs.get("beta", 1.0))
+        op.alpha = float(kwargs.get("alpha", 1.0))
+        return op
+    if name == "einsum":
+        return _normalize_einsum(op, args)
+    if name in ("conv1d", "conv2d", "conv3d"):
+        dims = int(name[4])
+        padding = _arg(args, kwargs, 4, "padding", 0)
+        op.kind = "conv"
+        op.operands = [args[0], _arg(args, kwargs, 1, "weight")]
+        op.bias = _arg(args, kwargs, 2, "bias")
+        op.conv = dict(
+            dims=dims,
+            stride=_tuple(_arg(args, kwargs, 3, "stride", 1), dims),
+            padding=padding if isinstance(padding, str) else _tuple(padding, dims),
+            dilation=_tuple(_arg(args, kwargs, 5, "dilation", 1), dims),
+            groups=int(_arg(args, kwargs, 6, "groups", 1)),
+        )
+        return op
+    if name in _UNARY:
+        op.kind, op.fn, op.operands = "ew", _UNARY[name], [args[0]]
+        return op
+    if name == "gelu":
+        approx = _arg(args, kwargs, 1, "approximate", "none")
+        op.kind, op.fn, op.operands = "ew", ("gelu_tanh" if approx == "tanh" else "gelu"), [args[0]]
+        return op
+    if name == "softplus":
+        beta, threshold = _arg(args, kwargs, 1, "beta", 1), _arg(args, kwargs, 2, "threshold", 20)
+        if beta == 1 and threshold == 20:
+            op.kind, op.fn, op.operands = "ew", "softplus", [args[0]]
+        else:
+            op.reason = "softplus with beta != 1 or threshold != 20"
+        return op
+    if name in ("leaky_relu",):
+        op.kind, op.fn, op.operands = "ew", "leaky_relu", [args[0]]
+        op.params = (float(_arg(args, kwargs, 1, "negative_slope", 0.01)),)
+        return op
+    if name == "elu":
+        op.kind, op.fn, op.operands = "ew", "elu", [args[0]]
+        op.params = (float(_arg(args, kwargs, 1, "alpha", 1.0)),)
+        return op
+    if name in ("hardtanh", "relu6"):
+        lo = -1.0 if name == "hardtanh" else 0.0
+        hi = 1.0 if name == "hardtanh" else 6.0
+        if name == "hardtanh":
+            lo, hi = float(_arg(args, kwargs, 1, "min_val", lo)), float(_arg(args, kwargs, 2, "max_val", hi))
+        op.kind, op.fn, op.operands, op.params = "ew", "hardtanh", [args[0]], (lo, hi)
+        return op
+    if name in ("clamp", "clip", "clamp_min", "clamp_max"):
+        lo = _arg(args, kwargs, 1, "min") if name != "clamp_max" else None
+        hi = _arg(args, kwargs, 2, "max") if name == "clamp" or name == "clip" else None
+        if name == "clamp_max":
+            hi = _arg(args, kwargs, 1, "max")
+        if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
+            op.reason = "clamp with tensor bounds"
+            return op
+        op.kind, op.operands = "ew", [args[0]]
+        if lo is not None and hi is not None:
+            op.fn, op.params = "clamp", (float(lo), float(hi))
+        elif lo is not None:
+            op.fn, op.operands = "max", [args[0], float(lo)]
+        elif hi is not None:
+            op.fn, op.operands = "min", [args[0], float(hi)]
+        else:
+            op.kind = "alias"
+        return op
+    if name in _BINARY or name in ("max", "min") and _is_binary_minmax(args, kwargs):
+        if name in ("add", "sub") and ("alpha" in kwargs or len(args) > 2):
+            op.reason = f"{name} with alpha"
+            return op
+        fn = _BINARY.get(name, name)
+        lhs, rhs = args[0], _arg(args, kwargs, 1, "other")
+        if fn == "rsub":
+            fn, lhs, rhs = "sub", rhs, lhs
+        if name == "div" and kwargs.get("rounding_mode") is not None:
+            op.reason = "division with a rounding mode"
+            return op
+        op.kind, op.fn, op.operands = "ew", fn, [lhs, rhs]
+        if not isinstance(lhs, torch.fx.Node) and isinstance(rhs, torch.fx.Node):
+            # PyTorch functions take the tensor first: 2 * x -> mul(x, 2), 1 - x -> rsub(x, 1)
+            swapped = {"add": "add", "mul": "mul", "sub": "rsub", "min": "clamp_max", "max": "clamp_min"}
+            if fn in swapped:
+                op.torch_fn, op.torch_args, op.torch_kwargs = swapped[fn], [rhs, lhs], {}
+        elif fn in ("min", "max") and not isinstance(rhs, torch.fx.Node):
+            op.torch_fn = "clamp_max" if fn == "min" else "clamp_min"
+        if fn == "pow" and rhs == 2:
+            op.fn, op.operands = "square", [lhs]
+        return op
+    if name in _REDUCTIONS:
+        dim = _arg(args, kwargs, 1, "dim")
+        keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
+        if isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        if isinstance(dim, int) and not kwargs.get("dtype"):
+            op.kind, op.fn, op.operands, op.dim, op.keepdim = "reduce", _REDUCTIONS[name], [args[0]], dim, keepdim
+            op.index = 1 if name in ("max", "min") else 0  # torch.max(x, dim) returns (values, indices)
+        else:
+            op.reason = f"{name} over several dims or all elements"
+        return op
+    if name in _TRANSPOSES:
+        op.kind = "torch"
+        op.fn = "transpose"
+        op.operands = [args[0]]
+        return op
+    return op
+
+
+def _dropout_is_identity(args, kwargs) -> bool:
+    p = _arg(args, kwargs, 1, "p", 0.5)
+    training = _arg(args, kwargs, 2, "training", True)
+    return p == 0 or not training
+
+
+def _is_binary_minmax(args, kwargs) -> bool:
+    import torch.fx
+
+    other = _arg(args, kwargs, 1, "other")
+    if isinstance(other, (int, float)) and not isinstance(other, bool) and "dim" not in kwargs:
+        return False  # torch.max(x, 1) is a reduction
+    return isinstance(other, torch.fx.Node) and other.meta.get("tensor_meta") is not None and "dim" not in kwargs
+
+
+_EINSUM_TERM = re.compile(r"^[a-zA-Z]+$")
+
+
+def _normalize_einsum(op: _Op, args) -> _Op:
+    equation = args[0]
+    operands = list(args[1:])
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = list(operands[0])
+    try:
+        lhs, out = equation.replace(" ", "").split("->")
+        ta, tb = lhs.split(",")
+    except (ValueError, AttributeError):
+        op.reason = "einsum that is not a two-operand product with an explicit output"
+        return op
+    if len(operands) != 2 or not all(_EINSUM_TERM.match(t) for t in (ta, tb, out)):
+        op.reason = "einsum that is not a two-operand product"
+        return op
+    batch = [c for c in out if c in ta and c in tb]
+    m = [c for c in ta if c in out and c not in tb]
+    n = [c for c in tb if c in out and c not in ta]
+    k = [c for c in ta if c in tb and c not in out]
+    if len(k) != 1 or len(n) != 1 or not m or len(batch) > 1 or len(set(ta + tb)) != len(batch) + len(m) + len(n) + len(k):
+        op.reason = f"einsum {equation} is not of GEMM form (one contracted index, one column index)"
+        return op
+    (kk,), (nn_,) = k, n
+    if batch and not (ta[0] == batch[0] and tb[0] == batch[0] and out[0] == batch[0]):
+        op.reason = f"einsum {equation}: the batch index is not leading"
+        return op
+    ta_core, tb_core, out_core = ta[len(batch):], tb[len(batch):], out[len(batch):]
+    if len(m) > 1:
+        # several row indices: fine when they lead A and the output, in order, with K last in A
+        if batch or ta_core != "".join(m) + kk or out_core != "".join(m) + nn_:
+            op.reason = f"einsum {equation}: row indices are not contiguous"
+            return op
+        a_t = False
+    elif ta_core == m[0] + kk:
+        a_t = False
+    elif ta_core == kk + m[0]:
+        a_t = True
+    else:
+        op.reason = f"einsum {equation}: unexpected A indices"
+        return op
+    if tb_core == kk + nn_:
+        b_t = False
+    elif tb_core == nn_ + kk:
+        b_t = True
+    else:
+        op.reason = f"einsum {equation}: unexpected B indices"
+        return op
+    if out_core not in (m[0] + nn_ if len(m) == 1 else "".join(m) + nn_,):
+        op.reason = f"einsum {equation}: the output is transposed"
+        return op
+    op.kind, op.operands, op.a_t, op.b_t = "gemm", operands, a_t, b_t
+    return op
+
+
+def _normalize_module(node, module) -> _Op:
+    import torch.nn as nn
+
+    cls = type(module).__name__
+    prefix = str(node.target)
+    readable = f"nn.{cls}"
+    x = node.args[0] if node.args else None
+
+    def p(attr):
+        return ParamRef(f"{prefix}.{attr}") if getattr(module, attr, None) is not None else None
+
+    op = _Op(node, "torch", readable, name=cls.lower())
+    if isinstance(module, nn.Linear):
+        op.kind, op.name, op.operands, op.b_t, op.bias = "gemm", "linear", [x, p("weight")], True, p("bias")
+        op.torch_fn, op.torch_args = "linear", [x, p("weight"), p("bias")]
+        return op
+    if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+        dims = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[type(module)]
+        op.name = f"conv{dims}d"
+        op.torch_fn, op.torch_args = op.name, [x, p("weight"), p("bias")]
+        op.torch_kwargs = dict(stride=tuple(module.stride), padding=module.padding if isinstance(module.padding, str) else tuple(module.padding), dilation=tuple(module.dilation), groups=module.groups)
+        if module.padding_mode != "zeros":
+            op.reason = f"padding_mode={module.padding_mode!r}"
+            return op
+        op.kind, op.operands, op.bias = "conv", [x, p("weight")], p("bias")
+        op.conv = dict(dims=dims, **op.torch_kwargs)
+        return op
+    if isinstance(module, (nn.Identity,)) or (isinstance(module, nn.Dropout) and (module.p == 0 or not module.training)):
+        op.kind, op.operands = "alias", [x]
+        return op
+    if cls in _MODULE_UNARY:
+        op.kind, op.fn, op.operands = "ew", _MODULE_UNARY[cls], [x]
+        op.name = op.torch_fn = _MODULE_UNARY[cls]
+        op.torch_args = [x]
+        return op
+    simple: dict[str, tuple[str, tuple[float, ...]]] = {}
+    if isinstance(module, nn.GELU):
+        simple[cls] = ("gelu_tanh" if module.approximate == "tanh" else "gelu", ())
+    elif isinstance(module, nn.LeakyReLU):
+        simple[cls] = ("leaky_relu", (float(module.negative_slope),))
+    elif isinstance(module, nn.Hardtanh):  # ReLU6 is a Hardtanh
+        simple[cls] = ("hardtanh", (float(module.min_val), float(module.max_val)))
+    elif isinstance(module, nn.ELU):
+        simple[cls] = ("elu", (float(module.alpha),))
+    elif isinstance(module, nn.Softplus) and module.beta == 1 and module.threshold == 20:
+        simple[cls] = ("softplus", ())
+    if cls in simple:
+        fn, params = simple[cls]
+        op.kind, op.fn, op.params, op.operands = "ew", fn, params, [x]
+        op.name = fn
+        op.torch_fn, op.torch_args = fn, [x]
+        if fn == "gelu_tanh":
+            op.torch_fn, op.torch_kwargs = "gelu", {"approximate": "tanh"}
+        elif fn == "leaky_relu":
+            op.torch_kwargs = {"negative_slope": params[0]}
+        elif fn == "hardtanh":
+            op.torch_kwargs = {"min_val": params[0], "max_val": params[1]}
+        elif fn == "elu":
+            op.torch_kwargs = {"alpha": params[0]}
+        return op
+    # no kernel form: the functional equivalent as a PyTorch step
+    op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p, prefix)
+    if op.torch_fn is None:
+        op.kind, op.reason = "unsupported", f"nn.{cls} has no μCUTLASS or PyTorch-step form"
+    else:
+        op.reason = f"nn.{cls} has no μCUTLASS kernel form"
+    return op
+
+
+def _module_functional(m, x, p, prefix):
+    import torch.nn as nn
+
+    def buf(attr):
+        return ParamRef(f"{prefix}.{attr}") if getattr(m, attr, None) is not None else None
+
+    if isinstance(m, nn.modules.batchnorm._BatchNorm):
+        if not (m.training or not m.track_running_stats):
+            return None, [], {}  # eval-mode statistics are not a whitelisted step
+        # the step normalises with the batch's statistics, as a module in training mode does
+        return "batch_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, nn.GroupNorm):
+        return "group_norm", [x, m.num_groups, p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, nn.LayerNorm):
+        return "layer_norm", [x, tuple(m.normalized_shape), p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, nn.modules.instancenorm._InstanceNorm):
+        if not (m.training or not m.track_running_stats):
+            return None, [], {}
+        return "instance_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, (nn.Softmax, nn.LogSoftmax)):
+        return ("softmax" if isinstance(m, nn.Softmax) else "log_softmax"), [x], dict(dim=m.dim)
+    if isinstance(m, nn.Flatten):
+        return "flatten", [x], dict(start_dim=m.start_dim, end_dim=m.end_dim)
+    for cls, fn in ((nn.MaxPool1d, "max_pool1d"), (nn.MaxPool2d, "max_pool2d"), (nn.MaxPool3d, "max_pool3d")):
+        if isinstance(m, cls):
+            return fn, [x], dict(kernel_size=m.kernel_size, stride=m.stride, padding=m.padding, dilation=m.dilation, ceil_mode=m.ceil_mode)
+    for cls, fn in ((nn.AvgPool1d, "avg_pool1d"), (nn.AvgPool2d, "avg_pool2d"), (nn.AvgPool3d, "avg_pool3d")):
+        if isinstance(m, cls):
+            kw = dict(kernel_size=m.kernel_size, stride=m.stride, padding=m.padding, ceil_mode=m.ceil_mode, count_include_pad=m.count_include_pad)
+            if getattr(m, "divisor_override", None) is not None:
+                kw["divisor_override"] = m.divisor_override
+            return fn, [x], kw
+    for cls, fn in ((nn.AdaptiveAvgPool1d, "adaptive_avg_pool1d"), (nn.AdaptiveAvgPool2d, "adaptive_avg_pool2d"), (nn.AdaptiveAvgPool3d, "adaptive_avg_pool3d"),
+                    (nn.AdaptiveMaxPool2d, "adaptive_max_pool2d")):
+        if isinstance(m, cls):
+            return fn, [x], dict(output_size=m.output_size)
+    for cls, fn in ((nn.ConvTranspose1d, "conv_transpose1d"), (nn.ConvTranspose2d, "conv_transpose2d"), (nn.ConvTranspose3d, "conv_transpose3d")):
+        if isinstance(m, cls):
+            return fn, [x, p("weight"), p("bias")], dict(stride=tuple(m.stride), padding=tuple(m.padding), output_padding=tuple(m.output_padding),
+                                                          groups=m.groups, dilation=tuple(m.dilation))
+    if isinstance(m, nn.Softsign):
+        return "softsign", [x], {}
+    if isinstance(m, nn.SELU):
+        return "selu", [x], {}
+    if isinstance(m, nn.LogSigmoid):
+        return "logsigmoid", [x], {}
+    return None, [], {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Lowering
+
+
+_RESERVED = {
+    "program", "input", "param", "kernel", "torch", "output", "let", "store", "acc", "row", "col", "gemm", "conv",
+    "conv1d", "conv2d", "conv3d", "grouped_gemm", "math", "accum", "tile", "cluster", "stages", "schedule", "raster",
+    "swizzle", "decomposition", "split_k", "alignment", "auto", "true", "false", "none", "channels_last", "contiguous",
+    "f32", "bf16", "f16", "tf32", "scalar", "full",
+}
+
+
+class _Namer:
+    def __init__(self):
+        self.used: set[str] = set()
+
+    def __call__(self, raw: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_]", "_", raw).strip("_") or "t"
+        if base[0].isdigit() or base.lower() in _RESERVED:
+            base = f"t_{base}"
+        name, i = base, 1
+        while name in self.used:
+            i += 1
+            name = f"{base}_{i}"
+        self.used.add(name)
+        return name
+
+
+@dataclass
+class _Group:
+    """A kernel and the epilogue nodes fused into it."""
+
+    anchor: Any  # the gemm / conv node
+    members: list[Any] = field(default_factory=list)  # fused ew / reduce nodes, in order
+    reduces: set[Any] = field(default_factory=set)
+    kernel_name: str = ""
+
+
+class _Lowering:
+    def __init__(self, traced: _Traced, options: TraceOptions, name: str):
+        self.traced = traced
+        self.options = options
+        self.name = name
+        self.nodes = list(traced.gm.graph.nodes)
+        self.order = {n: i for i, n in enumerate(self.nodes)}
+        self.ops: dict[Any, _Op] = {}
+        self.coverage: dict[Any, CoverageRow] = {}
+        self.diagnostics: list[Diagnostic] = []
+        self.namer = _Namer()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def resolve(self, x):
+        """Follow aliases (clone, detach, contiguous, identity) to the node that holds the value."""
+        import torch.fx
+
+        while isinstance(x, torch.fx.Node) and self.ops.get(x) is not None and self.ops[x].kind == "alias":
+            x = self.ops[x].operands[0]
+        return x
+
+    @staticmethod
+    def meta(x):
+        import torch.fx
+
+        if isinstance(x, torch.fx.Node):
+            tm = x.meta.get("tensor_meta")
+            return tm if hasattr(tm, "shape") else None
+        return None
+
+    def shape_of(self, x) -> tuple[int, ...] | None:
+        import torch
+
+        if isinstance(x, ParamRef):
+            t = self.traced.state.get(x.key)
+            return tuple(t.shape) if isinstance(t, torch.Tensor) else None
+        x = self.resolve(x)
+        if self.ops.get(x) is not None and self.ops[x].kind == "param":
+            return self.shape_of(self.ops[x].operands[0])
+        tm = self.meta(x)
+        return tuple(int(s) for s in tm.shape) if tm is not None else None
+
+    def dtype_of(self, x) -> str | None:
+        import torch
+
+        if isinstance(x, ParamRef):
+            t = self.traced.state.get(x.key)
+            return _DTYPES.get(str(t.dtype)) if isinstance(t, torch.Tensor) else None
+        x = self.resolve(x)
+        if self.ops.get(x) is not None and self.ops[x].kind == "param":
+            return self.dtype_of(self.ops[x].operands[0])
+        tm = self.meta(x)
+        return _DTYPES.get(str(tm.dtype)) if tm is not None else None
+
+    def is_tensor(self, x) -> bool:
+        return isinstance(x, ParamRef) or self.shape_of(x) is not None
+
+    def users(self, node) -> list[Any]:
+        """Users of a value, looking through aliases."""
+        out = []
+        for u in node.users:
+            if self.ops[u].kind == "alias":
+                out.extend(self.users(u))
+            else:
+                out.append(u)
+        return out
+
+    def cover(self, node, placement, where="", reason=""):
+        op = self.ops[node]
+        self.coverage[node] = CoverageRow(op=node.name, target=op.target, placement=placement, where=where, reason=reason)
+
+    # -- phase 1: normalise ----------------------------------------------------------------
+    def normalise(self):
+        for n in self.nodes:
+            self.ops[n] = _normalize(n, self.traced.gm, self.traced.state)
+
+    # -- phase 2: kernels --------------------------------------------------------------------
+    def check_gemm(self, op: _Op) -> str:
+        """Why this gemm cannot be a kernel ('' when it can); folds transposes and layouts."""
+        a, b = (self.resolve(x) for x in op.operands)
+        # fold an explicit transpose of an operand into its ^T read
+        a, a_t = self.fold_transpose(a, op.a_t)
+        b, b_t = self.fold_transpose(b, op.b_t)
+        sa, sb = self.shape_of(a), self.shape_of(b)
+        if sa is None or sb is None:
+            return "an operand is not a tensor"
+        if self.dtype_of(a) is None or self.dtype_of(a) != self.dtype_of(b):
+            return "operands of different or unsupported element types"
+        if len(sb) != 2 and len(sb) != len(sa):
+            return f"operand shapes {list(sa)} x {list(sb)} are not a GEMM, batched GEMM or shared-B batched GEMM"
+        if len(sa) < 2:
+            return "a matrix-vector product with a 1-D operand"
+        if len(sa) > 3:
+            if len(sb) != 2 or a_t:
+                return f"a rank-{len(sa)} batched product"
+            op.flatten_a = True
+        if len(sa) == 3 and len(sb) == 3 and sa[0] != sb[0]:
+            return "batched operands with broadcast batch dims"
+        op.operands, op.a_t, op.b_t = [a, b], a_t, b_t
+        return ""
+
+    def fold_transpose(self, x, transposed: bool):
+        op = self.ops.get(x)
+        if op is None or op.name not in _TRANSPOSES:
+            return x, transposed
+        shape = self.shape_of(x)
+        if shape is None or len(shape) < 2:
+            return x, transposed
+        rank = len(shape)
+        args = op.node.args
+        swaps_last_two = False
+        if op.name in ("t", "T", "mT") and (rank == 2 or op.name == "mT"):
+            swaps_last_two = True
+        elif op.name in ("transpose", "swapaxes", "swapdims") and len(args) >= 3:
+            d0, d1 = sorted(int(d) % rank for d in args[1:3])
+            swaps_last_two = (d0, d1) == (rank - 2, rank - 1)
+        elif op.name == "permute":
+            perm = args[1:] if len(args) > 2 or not isinstance(args[1], (list, tuple)) else args[1]
+            perm = [int(p) % rank for p in perm]
+            swaps_last_two = perm == list(range(rank - 2)) + [rank - 1, rank - 2]
+        if not swaps_last_two:
+            return x, transposed
+        return self.resolve(op.node.args[0]), not transposed
+
+    def check_conv(self, op: _Op) -> str:
+        x, w = (self.resolve(v) for v in op.operands)
+        sx, sw = self.shape_of(x), self.shape_of(w)
+        if sx is None or sw is None:
+            return "an operand is not a tensor"
+        dims = op.conv["dims"]
+        if len(sx) != dims + 2:
+            return f"an unbatched conv{dims}d input"
+        padding = op.conv["padding"]
+        if isinstance(padding, str):
+            if padding == "valid":
+                padding = (0,) * dims
+            else:  # "same" with stride 1: symmetric padding when the dilated filter is odd
+                total = [op.conv["dilation"][i] * (sw[2 + i] - 1) for i in range(dims)]
+                if any(t % 2 for t in total):
+                    return "padding='same' with an even filter (asymmetric padding)"
+                padding = tuple(t // 2 for t in total)
+        op.conv = {**op.conv, "padding": tuple(padding)}
+        if self.dtype_of(x) is None or self.dtype_of(x) != self.dtype_of(w):
+            return "operands of different or unsupported element types"
+        op.operands = [x, w]
+        return ""
+
+    # -- phase 3: grouping -------------------------------------------------------------------
+    def bias_index(self, group: _Group, x) -> str | None:
+        """How tensor x broadcasts against the group's kernel output: full / col / row / scalar."""
+        out = self.shape_of(group.anchor)
+        s = self.shape_of(x)
+        if s is None or out is None:
+            return None
+        numel = math.prod(s) if s else 1
+        if numel == 1:
+            return "scalar"
+        if s == out:
+            return "full"
+        kind = self.ops[group.anchor].kind
+        squeezed = tuple(s)
+        while squeezed and squeezed[0] == 1:
+            squeezed = squeezed[1:]
+        if kind == "gemm":
+            if len(squeezed) == 1 and squeezed[0] == out[-1] and len(s) <= len(out):
+                return "col"
+            if len(out) == 2 and squeezed == (out[0], 1):
+                return "row"
+        if kind == "conv":
+            channels = out[1]
+            spatial = len(out) - 2
+            if squeezed == (channels,) + (1,) * spatial and len(s) <= len(out):
+                return "col"
+        return None
+
+    def depends_on(self, x, group: _Group, memo=None) -> bool:
+        """Whether x (transitively) reads a value of the group."""
+        import torch.fx
+
+        if not isinstance(x, torch.fx.Node):
+            return False
+        memo = {} if memo is None else memo
+        if x in memo:
+            return memo[x]
+        memo[x] = False
+        x = self.resolve(x)
+        if x is group.anchor or x in group.members:
+            memo[x] = True
+            return True
+        found = any(self.depends_on(i, group, memo) for i in x.all_input_nodes)
+        memo[x] = found
+        return found
+
+    def group_of(self, x) -> _Group | None:
+        x = self.resolve(x)
+        return self.member_of.get(x)
+
+    def try_fuse(self, node) -> str:
+        """Fuse an elementwise / reduce node into the group of its operand; '' on success, else why not."""
+        op = self.ops[node]
+        import torch.fx
+
+        tensor_ops = [self.resolve(o) for o in op.operands if isinstance(o, (torch.fx.Node, ParamRef))]
+        groups = {id(g): g for g in (self.group_of(o) for o in tensor_ops) if g is not None}
+        if not groups:
+            return "its inputs do not come from a kernel"
+        if len(groups) > 1:
+            return "it combines the outputs of two kernels"
+        (group,) = groups.values()
+        if self.options.fuse == "none" or self.ops[group.anchor].node.name in self.options.unfuse or group.kernel_name in self.options.unfuse:
+            return "epilogue fusion is off for this kernel"
+        if self.options.fuse == "bias":
+            return "epilogue fusion is limited to the bias"
+        if any(o in group.reduces for o in tensor_ops):
+            return "it reads a reduction, which ends the epilogue"
+        out_shape = self.shape_of(group.anchor)
+        if op.kind == "reduce":
+            return self.try_fuse_reduce(node, op, group, out_shape)
+        if self.shape_of(node) != out_shape:
+            return f"it broadcasts the kernel output {list(out_shape)} to {list(self.shape_of(node) or ())}"
+        if self.dtype_of(node) is None:
+            return "unsupported element type"
+        for o in tensor_ops:
+            if self.group_of(o) is group:
+                continue
+            index = self.bias_index(group, o)
+            if index is None:
+                return f"operand {getattr(o, 'name', o)} of shape {list(self.shape_of(o) or ())} does not broadcast as a row, column, scalar or same-shape tensor"
+            if index in ("full", "row") and self.ops[group.anchor].flatten_a:
+                return "the kernel reads a flattened view of its input; only row-broadcast operands fuse"
+            if self.depends_on(o, group):
+                return f"operand {o.name} is computed from this kernel's output"
+        group.members.append(node)
+        self.member_of[node] = group
+        return ""
+
+    def try_fuse_reduce(self, node, op, group, out_shape) -> str:
+        if not self.options.reductions:
+            return "reductions are off"
+        if self.ops[group.anchor].kind != "gemm" or len(out_shape) != 2:
+            return "reductions are fused only into 2-D GEMM outputs"
+        dim = op.dim % len(out_shape)
+        if dim != len(out_shape) - 1:
+            return "only reductions over the last dim (rows) are fused"
+        if op.node.target in ("max", "min") or op.name in ("max", "min"):
+            # torch.max(x, dim) returns (values, indices): the indices cannot be fused
+            for u in node.users:
+                if self.ops[u].kind != "getitem" or self.ops[u].index != 0:
+                    return "it uses the argmax/argmin indices"
+        group.members.append(node)
+        group.reduces.add(node)
+        self.member_of[node] = group
+        if op.fn == "mean":
+            op.scale = 1.0 / out_shape[dim]
+        return ""
+
+    def fold_after_reduce(self, node) -> bool:
+        """A scalar op on a fused reduction folds into it: sum(x)*c = sum(x*c), max(x)+c = max(x+c)."""
+        op = self.ops[node]
+        if op.kind != "ew" or op.fn not in ("mul", "div", "add", "sub") or len(op.operands) != 2:
+            return False
+        import torch.fx
+
+        red = [self.resolve(o) for o in op.operands if isinstance(o, torch.fx.Node)]
+        consts = [o for o in op.operands if isinstance(o, (int, float)) and not isinstance(o, bool)]
+        if len(red) != 1 or len(consts) != 1:
+            return False
+        target = red[0]
+        if self.ops[target].kind == "getitem":
+            target = self.resolve(self.ops[target].operands[0])
+        group = self.member_of.get(target)
+        if group is None or target not in group.reduces or len(self.users(red[0])) != 1:
+            return False
+        rop, c = self.ops[target], float(consts[0])
+        lhs_is_red = isinstance(op.operands[0], torch.fx.Node)
+        is_sum = rop.fn in ("sum", "mean")
+        if op.fn == "mul" or (op.fn == "div" and lhs_is_red):
+            factor = c if op.fn == "mul" else 1.0 / c
+            if not is_sum and factor <= 0:
+                return False
+            rop.scale *= factor
+            rop.shift *= factor
+        elif op.fn in ("add", "sub") and not is_sum and (lhs_is_red or op.fn == "add"):
+            rop.shift += c if op.fn == "add" else -c
+        else:
+            return False
+        self.aliases_to_reduce[node] = red[0]
+        op.kind, op.operands = "alias", [red[0]]
+        return True
+
+    # -- the whole thing ---------------------------------------------------------------------
+    def run(self) -> TraceResult:
+        import torch.fx
+
+        self.normalise()
+        self.member_of: dict[Any, _Group] = {}
+        self.groups: list[_Group] = []
+        self.aliases_to_reduce: dict[Any, Any] = {}
+        demoted = set(self.options.demote)
+
+        for node in self.nodes:
+            op = self.ops[node]
+            if op.kind == "output":
+                continue
+            if op.kind in ("gemm", "conv"):
+                why = self.check_gemm(op) if op.kind == "gemm" else self.check_conv(op)
+                if not why and (node.name in demoted or self._kernel_name_for(node) in demoted):
+                    why = "demoted to PyTorch after a failed check or build"
+                if why:
+                    op.kind, op.reason = "torch", why
+                    continue
+                group = _Group(anchor=node)
+                group.kernel_name = self._kernel_name_for(node)
+                self.groups.append(group)
+                self.member_of[node] = group
+                continue
+            if op.kind in ("ew", "reduce"):
+                why = self.try_fuse(node)
+                if why and op.kind == "ew" and self.fold_after_reduce(node):
+                    continue
+                if why:
+                    op.reason = why
+                    if op.kind == "reduce":
+                        self.reduce_to_torch(node, op)
+                    op.kind = "torch"
+                continue
+            if op.kind == "getitem":
+                src = self.resolve(op.operands[0])
+                if src in self.member_of and src in self.member_of[src].reduces and op.index == 0:
+                    op.kind, op.operands = "alias", [src]  # values of a fused torch.max(x, dim)
+                continue
+        # aliases created by folding a scalar into a reduction
+        for node, red in self.aliases_to_reduce.items():
+            self.ops[node].kind, self.ops[node].operands = "alias", [red]
+        return self.emit()
+
+    def reduce_to_torch(self, node, op: _Op):
+        """A reduction left to PyTorch, spelled as a whitelisted step."""
+        if op.fn in ("max", "min"):
+            getitems = [u for u in node.users if self.ops[u].kind == "getitem"]
+            if op.index == 1 and len(getitems) != len(node.users):
+                return
+            if op.index == 1 and any(self.ops[u].index != 0 for u in getitems):
+                op.reason += "; its argmax/argmin indices are used"
+                return
+            for u in getitems:
+                self.ops[u].kind, self.ops[u].operands = "alias", [node]
+            op.torch_fn = "amax" if op.fn == "max" else "amin"
+            op.torch_args, op.torch_kwargs = [op.operands[0]], {"dim": op.dim, "keepdim": op.keepdim}
+
+    def _kernel_name_for(self, node) -> str:
+        op = self.ops[node]
+        if node.op == "call_module":
+            return re.sub(r"[^A-Za-z0-9_]", "_", str(node.target))
+        return node.name
+
+    # -- phase 4: emit -----------------------------------------------------------------------
+    def emit(self) -> TraceResult:
+        import torch.fx
+
+        self.tensor_name: dict[Any, str] = {}
+        self.decls: list[TensorDecl] = []
+        self.steps: list[Any] = []
+        self.param_names: dict[str, str] = {}
+        self.emitted: set[Any] = set()
+        self.channels_last: dict[str, str] = {}
+        self.cl_tensors: set[str] = set()
+        self.failed = False
+
+        for n in self.nodes:
+            if self.ops[n].kind == "input":
+                self.declare_input(n)
+        for g in self.groups:
+            g.kernel_name = self.namer(g.kernel_name)
+        out_node = next(n for n in self.nodes if n.op == "output")
+        # live values: what the output needs; dead users do not force a kernel to store a value
+        self.live: set[Any] = set()
+        stack = [out_node]
+        while stack:
+            n = stack.pop()
+            if n in self.live:
+                continue
+            self.live.add(n)
+            stack.extend(n.all_input_nodes)
+        outputs = []
+        ret = out_node.args[0]
+        rets = list(ret) if isinstance(ret, (list, tuple)) else [ret]
+        for r in rets:
+            name = self.value(r)
+            if name is None:
+                self.fail(f"the model returns {r!r}, which is not a tensor the program computes")
+                continue
+            outputs.append(name)
+        for n in self.nodes:
+            if n in self.coverage or n.op == "output":
+                continue
+            op = self.ops[n]
+            if op.kind == "alias":
+                self.cover(n, "folded", where=self.tensor_name.get(self.resolve(n), ""), reason="identity (no data movement needed)")
+            elif op.kind == "const":
+                self.cover(n, "folded", reason="a size or constant, folded at trace time")
+            elif op.name in _TRANSPOSES:
+                self.cover(n, "folded", reason="transpose read as a kernel operand ^T")
+            elif n not in self.live:
+                self.cover(n, "folded", reason="its result is unused")
+            else:
+                self.cover(n, "folded", reason="folded into another op")
+        program = None
+        if not self.failed:
+            try:
+                program = Program(name=self.namer_program(), decls=tuple(self.decls), steps=tuple(self.steps), outputs=tuple(outputs))
+            except Exception as exc:  # pydantic validation: a lowering bug shows as a diagnostic
+                self.fail(f"could not assemble the program: {exc}")
+        coverage = [self.coverage[n] for n in self.nodes if n in self.coverage]
+        return TraceResult(program=program, coverage=coverage, diagnostics=self.diagnostics)
+
+    def namer_program(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_]", "_", self.name).strip("_") or "program"
+
+    def fail(self, message: str, code: str = "unsupported", hint: str | None = None):
+        self.failed = True
+        self.diagnostics.append(Diagnostic(code=code, message=message, hint=hint or "write this part of the program by hand"))
+
+    def declare_input(self, n):
+        import torch
+
+        tm = self.meta(n)
+        if tm is None:
+            self.cover(n, "unsupported", reason="a non-tensor forward() argument")
+            self.fail(f"forward() argument {n.name} is not a tensor")
+            return
+        dtype = _DTYPES.get(str(tm.dtype))
+        if dtype is None:
+            self.cover(n, "unsupported", reason=f"element type {tm.dtype}")
+            self.fail(f"input {n.name} has element type {tm.dtype}; the language has f32, bf16 and f16")
+            return
+        name = self.namer(n.name)
+        self.tensor_name[n] = name
+        self.decls.append(TensorDecl(kind="input", name=name, dtype=dtype, shape=tuple(int(s) for s in tm.shape)))
+        self.cover(n, "input", where=name)
+
+    def declare_param(self, ref: ParamRef, layout="contiguous") -> str | None:
+        import torch
+
+        key = ref.key
+        if (key, layout) in self.param_names:
+            return self.param_names[(key, layout)]
+        t = self.traced.state.get(key)
+        if not isinstance(t, torch.Tensor):
+            self.fail(f"model tensor {key} is not in state_dict")
+            return None
+        dtype = _DTYPES.get(str(t.dtype))
+        if dtype is None:
+            self.fail(f"model tensor {key} has element type {t.dtype}")
+            return None
+        name = self.namer(key.replace(".", "_") + ("_cl" if layout == "channels_last" and any(k == key for k, _ in self.param_names) else ""))
+        self.param_names[(key, layout)] = name
+        self.decls.append(TensorDecl(kind="param", name=name, dtype=dtype, shape=tuple(int(s) for s in t.shape), layout=layout, source=key))
+        return name
+
+    def value(self, x, layout="contiguous") -> str | None:
+        """The program tensor name holding value x (emitting its producer first)."""
+        import torch.fx
+
+        if isinstance(x, ParamRef):
+            return self.declare_param(x, layout)
+        if not isinstance(x, torch.fx.Node):
+            return None
+        x = self.resolve(x)
+        op = self.ops[x]
+        if op.kind == "param":
+            name = self.declare_param(op.operands[0], layout)
+            if x not in self.coverage:
+                self.cover(x, "param", where=name or "")
+            return name
+        if op.kind == "const":
+            return None
+        if x not in self.tensor_name:
+            self.visit(x)
+            if x in self.member_of and x not in self.tensor_name:
+                # a group value read outside its kernel: it must be stored
+                return self.tensor_name.get(x)
+        return self.tensor_name.get(x)
+
+    def visit(self, n):
+        if n in self.emitted:
+            return
+        op = self.ops[n]
+        if op.kind in ("alias",):
+            return
+        if op.kind == "param":
+            return
+        group = self.member_of.get(n)
+        if group is not None:
+            self.emit_group(group)
+            return
+        self.emitted.add(n)
+        if op.kind == "getitem":
+            src = self.resolve(op.operands[0])
+            self.visit(src)
+            base = self.tensor_name.get(("tuple", src))
+            if base is None:
+                self.fail(f"{n.name} indexes a value that is not a tuple of tensors")
+                return
+            self.tensor_name[n] = f"{base}_{op.index}" if False else self.tuple_outputs[src][op.index]
+            self.cover(n, "folded", where=self.tensor_name[n], reason="tuple element of a PyTorch step")
+            return
+        if op.kind == "unsupported":
+            self.cover(n, "unsupported", reason=op.reason)
+            self.fail(f"{op.target} ({n.name}): {op.reason}")
+            return
+        self.emit_torch(n, op)
+
+    # torch steps ------------------------------------------------------------------------------
+    def emit_torch(self, n, op: _Op):
+        import torch.fx
+
+        fn = op.torch_fn
+        if fn is None:
+            self.cover(n, "unsupported", reason=op.reason or "no PyTorch-step form")
+            self.fail(f"{op.target} ({n.name}) has no PyTorch-step form")
+            return
+        fn, torch_args, torch_kwargs = _whitelist_form(fn, list(op.torch_args), dict(op.torch_kwargs), self.shape_of(n))
+        if fn is None:
+            self.cover(n, "unsupported", reason=torch_args)
+            self.fail(f"{op.target} ({n.name}): {torch_args}")
+            return
+        op = _Op(op.node, op.kind, op.target, name=op.name, torch_fn=fn, torch_args=torch_args, torch_kwargs=torch_kwargs,
+                 reason=op.reason, fn=op.fn)
+        args, kwargs = [], []
+        pre_neg = fn == "rsub"  # c - x runs as add(neg(x), c)
+        if pre_neg:
+            fn = "add"
+        for a in op.torch_args:
+            arg = self.torch_arg(a, n)
+            if arg is _BAD:
+                return
+            args.append(arg)
+        for k, v in op.torch_kwargs.items():
+            if isinstance(v, (torch.fx.Node, ParamRef)):
+                self.cover(n, "unsupported", reason=f"tensor keyword argument {k}")
+                self.fail(f"{op.target} ({n.name}) passes a tensor as keyword {k}")
+                return
+            try:
+                kwargs.append(Kwarg(key=k, value=_literal(v)))
+            except ValueError as exc:
+                self.cover(n, "unsupported", reason=f"argument {k}: {exc}")
+                self.fail(f"{op.target} ({n.name}): argument {k} is {exc}")
+                return
+        # drop trailing None positional args (an absent bias)
+        while args and isinstance(args[-1], LiteralArg) and args[-1].value is None:
+            args.pop()
+        whitelist_reason = _torch_step_unknown(fn)
+        if whitelist_reason:
+            self.cover(n, "unsupported", reason=whitelist_reason)
+            self.fail(f"{op.target} ({n.name}): {whitelist_reason}", hint="add the function to the torch-step whitelist or rewrite the model")
+            return
+        tm = n.meta.get("tensor_meta")
+        if isinstance(tm, (list, tuple)) and not hasattr(tm, "shape"):  # TensorMetadata is itself a NamedTuple
+            outs = tuple(self.namer(f"{n.name}_{i}") for i in range(len(tm)))
+            self.tuple_outputs[n] = outs
+            self.tensor_name[("tuple", n)] = outs[0]
+        else:
+            outs = (self.namer(n.name),)
+            self.tensor_name[n] = outs[0]
+        if pre_neg and args and isinstance(args[0], TensorArg):
+            negated = self.namer(f"{outs[0]}_neg")
+            self.steps.append(TorchStep(outputs=(negated,), fn="neg", args=(args[0],)))
+            args[0] = TensorArg(name=negated)
+        self.steps.append(TorchStep(outputs=outs, fn=fn, args=tuple(args), kwargs=tuple(kwargs)))
+        reason = op.reason or ("no μCUTLASS form" if op.kind == "torch" else "")
+        if op.kind in ("ew", "torch") and not op.reason and op.fn:
+            reason = "its input does not come from a kernel"
+        self.cover(n, "torch_step", where=outs[0], reason=reason or f"{op.target} has no μCUTLASS kernel form")
+
+    def torch_arg(self, a, n):
+        import torch.fx
+
+        if isinstance(a, torch.fx.Node) and "const" in self.resolve(a).meta:
+            return LiteralArg(value=_literal(self.resolve(a).meta["const"]))
+        if isinstance(a, (list, tuple)) and any(isinstance(v, torch.fx.Node) for v in a):
+            if all(not isinstance(v, torch.fx.Node) or "const" in v.meta for v in a):
+                a = tuple(v.meta["const"] if isinstance(v, torch.fx.Node) else v for v in a)
+        if isinstance(a, (torch.fx.Node, ParamRef)):
+            name = self.value(a)
+            if name is None:
+                self.cover(n, "unsupported", reason="an argument is not a tensor the program has")
+                self.fail(f"{n.name}: an argument is not a tensor the program has")
+                return _BAD
+            return TensorArg(name=name)
+        try:
+            return LiteralArg(value=_literal(a))
+        except ValueError as exc:
+            self.cover(n, "unsupported", reason=f"argument {exc}")
+            self.fail(f"{self.ops[n].target} ({n.name}): argument {exc} has no program form")
+            return _BAD
+
+    # kernels ----------------------------------------------------------------------------------
+    def emit_group(self, group: _Group):
+        import torch.fx
+
+        if group.anchor in self.emitted:
+            return
+        self.emitted.add(group.anchor)
+        self.emitted.update(group.members)
+        anchor_op = self.ops[group.anchor]
+        members = set(group.members) | {group.anchor}
+
+        # operands first (and everything the epilogue reads)
+        if anchor_op.kind == "gemm":
+            a, b = anchor_op.operands
+            a_name, b_name = self.value(a), self.value(b)
+            if a_name and anchor_op.flatten_a:
+                sa = self.shape_of(a)
+                flat = self.namer(f"{a_name}_2d")
+                self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=a_name), LiteralArg(value=(-1, sa[-1])))))
+                a_name = flat
+            op_ir = GemmOp(a=Operand(name=a_name or "?", transpose=anchor_op.a_t), b=Operand(name=b_name or "?", transpose=anchor_op.b_t))
+        else:
+            x, w = anchor_op.operands
+            x_name = self.value(x)
+            if x_name is not None and x_name not in self.cl_tensors:
+                if x_name not in self.channels_last:
+                    cl = self.namer(f"{x_name}_cl")
+                    self.steps.append(TorchStep(outputs=(cl,), fn="channels_last", args=(TensorArg(name=x_name),)))
+                    self.channels_last[x_name] = cl
+                x_name = self.channels_last[x_name]
+            w_name = self.value(w, layout="channels_last")
+            c = anchor_op.conv
+            op_ir = ConvOp(spatial_dims=c["dims"], x=Operand(name=x_name or "?"), w=Operand(name=w_name or "?"),
+                           stride=tuple(c["stride"]), padding=tuple(c["padding"]), dilation=tuple(c["dilation"]), groups=c["groups"])
+        externals: dict[Any, tuple[str, str]] = {}
+        for m in group.members:
+            for o in self.ops[m].operands:
+                if isinstance(o, (torch.fx.Node, ParamRef)):
+                    r = self.resolve(o) if isinstance(o, torch.fx.Node) else o
+                    if r in members:
+                        continue
+                    name = self.value(r)
+                    externals[r] = (name or "?", self.bias_index(group, r) or "full")
+        bias = anchor_op.bias
+        bias_ref = None
+        if bias is not None:
+            r = self.resolve(bias) if isinstance(bias, torch.fx.Node) else bias
+            index = self.bias_index(group, r)
+            if anchor_op.kind == "conv" and self.shape_of(r) == (self.shape_of(group.anchor)[1],):
+                index = "col"  # the conv's own bias: one value per output channel
+            name = self.value(r)
+            if index is None or name is None:
+                self.fail(f"{group.anchor.name}: bias of shape {list(self.shape_of(r) or ())} does not broadcast over the output")
+                return
+            bias_ref = Ref(name=name, index=index)
+
+        # expressions: a value read more than once inside the kernel becomes a `let`
+        inner_uses: dict[Any, int] = {}
+        for m in group.members:
+            for o in self.ops[m].operands:
+                if isinstance(o, torch.fx.Node) and self.resolve(o) in members:
+                    inner_uses[self.resolve(o)] = inner_uses.get(self.resolve(o), 0) + 1
+        outside = {v: any(u in self.live and (u not in members or u.op == "output") for u in self.users(v))
+                   for v in [group.anchor] + group.members}
+        lets: list[Let] = []
+        stores: list[Store] = []
+        kname = group.kernel_name
+        dtype = self.dtype_of(group.anchor) or "f32"
+        expr: dict[Any, Any] = {}
+
+        def bind(v, e):
+            if v not in group.reduces and inner_uses.get(v, 0) > 1 and not isinstance(e, (Acc, Ref, Const)):
+                let_name = self.namer(f"{v.name}_v")
+                lets.append(Let(name=let_name, expr=e))
+                e = Ref(name=let_name, index="full")
+            expr[v] = e
+
+        base = Acc()
+        if anchor_op.alpha != 1.0:
+            base = Binary(fn="mul", lhs=base, rhs=Const(value=anchor_op.alpha))
+        if bias_ref is not None:
+            bterm = bias_ref if anchor_op.beta == 1.0 else Binary(fn="mul", lhs=bias_ref, rhs=Const(value=anchor_op.beta))
+            base = Binary(fn="add", lhs=base, rhs=bterm)
+        bind(group.anchor, base)
+        for m in group.members:
+            mop = self.ops[m]
+            if mop.kind == "reduce":
+                arg = expr[self.resolve(mop.operands[0])]
+                if mop.scale != 1.0:
+                    arg = Binary(fn="mul", lhs=arg, rhs=Const(value=mop.scale))
+                if mop.shift != 0.0:
+                    arg = Binary(fn="add", lhs=arg, rhs=Const(value=mop.shift))
+                fn = {"sum": "row_sum", "mean": "row_sum", "max": "row_max", "min": "row_min"}[mop.fn]
+                expr[m] = Reduce(fn=fn, arg=arg)
+                continue
+            args = []
+            for o in mop.operands:
+                if isinstance(o, (torch.fx.Node, ParamRef)):
+                    r = self.resolve(o) if isinstance(o, torch.fx.Node) else o
+                    if r in members:
+                        args.append(expr[r])
+                    else:
+                        name, index = externals[r]
+                        args.append(Ref(name=name, index=index))
+                elif isinstance(o, (int, float)) and not isinstance(o, bool):
+                    args.append(Const(value=float(o)))
+                else:
+                    self.fail(f"{m.name}: operand {o!r} is neither a tensor nor a number")
+                    return
+            if mop.fn in ("add", "sub", "mul", "div", "min", "max", "pow"):
+                e = Binary(fn=mop.fn, lhs=args[0], rhs=args[1])
+            elif mop.params:
+                e = ParamCall(fn=mop.fn, arg=args[0], params=tuple(mop.params))
+            else:
+                e = Unary(fn=mop.fn, arg=args[0])
+            bind(m, e)
+        for v in [group.anchor] + group.members:
+            if not outside[v]:
+                continue
+            name = self.namer(v.name if v is not group.anchor else f"{kname}_out")
+            self.tensor_name[v] = name
+            stores.append(Store(name=name, dtype=dtype, expr=expr[v]))
+        # re-expand reduction stores to keepdim shapes with a reshape step after the kernel
+        kernel = Kernel(name=kname, op=op_ir, config=KernelConfig(), lets=tuple(lets), stores=tuple(stores))
+        self.steps.append(kernel)
+        if anchor_op.kind == "conv":
+            self.cl_tensors.update(s.name for s in stores if not isinstance(s.expr, Reduce))
+        out_shape = self.shape_of(group.anchor)
+        if anchor_op.flatten_a:
+            for s in stores:
+                v = next(k for k, nm in self.tensor_name.items() if nm == s.name)
+                shaped = self.namer(f"{s.name}_nd")
+                self.steps.append(TorchStep(outputs=(shaped,), fn="reshape", args=(TensorArg(name=s.name), LiteralArg(value=tuple(out_shape)))))
+                self.tensor_name[v] = shaped
+        for m in group.reduces:
+            if m in self.tensor_name and self.ops[m].keepdim:
+                shaped = self.namer(f"{self.tensor_name[m]}_kd")
+                self.steps.append(TorchStep(outputs=(shaped,), fn="unsqueeze", args=(TensorArg(name=self.tensor_name[m]), LiteralArg(value=-1))))
+                self.tensor_name[m] = shaped
+        # coverage
+        target = anchor_op.target
+        self.cover(group.anchor, "kernel", where=kname)
+        for m in group.members:
+            self.cover(m, "reduction" if m in group.reduces else "epilogue", where=kname)
+        for n_, red in self.aliases_to_reduce.items():
+            if self.resolve(red) in group.reduces:
+                self.cover(n_, "epilogue", where=kname, reason="")
+        for x in self.nodes:
+            xop = self.ops[x]
+            if xop.name in _TRANSPOSES and x not in self.coverage and all(
+                    self.member_of.get(u) is group and u is group.anchor for u in self.users(x)):
+                self.cover(x, "folded", where=kname, reason="transpose read as an operand ^T")
+                self.emitted.add(x)
+
+_BAD = object()
+
+def _whitelist_form(fn: str, args: list, kwargs: dict, shape) -> tuple[str | None, Any, dict]:
+    """Rewrite a traced call into the torch-step whitelist's spelling (None, reason when impossible)."""
+    import torch.fx
+
+    fn = _TORCH_NAME.get(fn, fn)
+    kwargs = {k: v for k, v in kwargs.items() if not k.startswith("_") and v is not None}
+    if fn == "t":
+        return "transpose", [args[0], 0, 1], {}
+    if fn in ("permute", "reshape") and len(args) > 2:
+        return fn, [args[0], tuple(args[1:])], kwargs
+    if fn in ("permute", "reshape") and len(args) == 2 and isinstance(args[1], list):
+        return fn, [args[0], tuple(args[1])], kwargs
+    if fn in ("max", "min"):
+        return ("maximum" if fn == "max" else "minimum"), args, kwargs
+    if fn in ("clamp_min", "clamp_max"):
+        return "clamp", [args[0]], {("min" if fn == "clamp_min" else "max"): args[1]}
+    if fn == "clip":
+        return "clamp", args, kwargs
+    if fn == "relu6":
+        return "hardtanh", [args[0]], {"min_val": 0.0, "max_val": 6.0}
+    if fn == "dropout":
+        return None, "dropout with p > 0 in training mode is random: no program can match it", {}
+    if fn in ("softmax", "log_softmax"):
+        kwargs.pop("dtype", None)
+    return fn, args, kwargs
+
+
+# canonical torch-step names for ops whose traced name differs
+_TORCH_NAME = {
+    "truediv": "div", "itruediv": "div", "iadd": "add", "isub": "sub", "imul": "mul", "rsub": "rsub",
+    "T": "t", "view": "reshape", "multiply": "mul", "subtract": "sub", "divide": "div", "view_as": "reshape_as", "size": "size",
+    "matmul": "matmul", "floordiv": "floor_divide", "negative": "neg",
+}
+
+
+def _torch_step_unknown(fn: str) -> str:
+    """'' when the language's torch-step whitelist has ``fn`` (or no whitelist is installed)."""
+    try:
+        from dsl_compiler import torch_steps
+    except ImportError:
+        return ""
+    for attr in ("is_allowed", "is_whitelisted", "allowed"):
+        check = getattr(torch_steps, attr, None)
+        if callable(check):
+            try:
+                return "" if check(fn) else f"`{fn}` is not in the torch-step whitelist"
+            except Exception:
+                break
+    for attr in ("WHITELIST", "TORCH_STEPS", "ALLOWED", "STEPS", "FUNCTIONS"):
+        table = getattr(torch_steps, attr, None)
+        if table is not None:
+            return "" if fn in table else f"`{fn}` is not in the torch-step whitelist"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def trace_problem(problem: Any, options: TraceOptions | None = None) -> TraceResult:
+    """Trace the reference ``Model`` of ``problem`` into a μCUTLASS program, with coverage."""
+    options = options or TraceOptions()
+    try:
+        ref = _load_reference(problem)
+    except _TraceError as exc:
+        return TraceResult(program=None, diagnostics=[exc.diagnostic])
+    except Exception as exc:  # evals.problems.ProblemError and friends
+        return TraceResult(program=None, diagnostics=[Diagnostic(code="problem", message=str(exc).splitlines()[0] if str(exc) else type(exc).__name__, hint="fix the problem file")])
+    try:
+        traced = _build_and_trace(ref)
+    except _TraceError as exc:
+        return TraceResult(program=None, diagnostics=[exc.diagnostic])
+    lowering = _Lowering(traced, options, ref.name)
+    lowering.tuple_outputs = {}
+    try:
+        return lowering.run()
+    except Exception as exc:  # keep the promise: a value, never a traceback
+        return TraceResult(
+            program=None,
+            coverage=[lowering.coverage[n] for n in lowering.nodes if n in lowering.coverage],
+            diagnostics=[Diagnostic(code="trace", message=f"lowering failed: {type(exc).__name__}: {exc}", hint="write the program by hand")],
+        )
