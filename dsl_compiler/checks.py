@@ -1,23 +1,520 @@
-"""Static checks of a program against a target GPU description (``targets/<name>.toml``)."""
+"""Static checks of a program against a target GPU description (``targets/<name>.toml``).
+
+Each rule returns Diagnostics with a location, what was found, what is allowed and a one-line fix.
+Rule classes (the ``code`` of each diagnostic): ``undefined-name``, ``duplicate-name``, ``shape-mismatch``,
+``dtype``, ``layout``, ``alignment``, ``tile``, ``cluster``, ``smem``, ``reduction``, ``config``,
+``unknown-function``, ``torch-step``, and ``unsupported`` (what the CUTLASS backend cannot build).
+"""
 
 from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
 
 from dsl_compiler import ir, shapes
 from dsl_compiler.diagnostics import Diagnostic, has_errors
 from dsl_compiler.parser import parse
 
+TARGETS_DIR = Path(__file__).with_name("targets")
 
-def check(program: ir.Program, target: str = "sm90a") -> list[Diagnostic]:
+# Codes after which a kernel's later rules would only repeat the same cause.
+_BLOCKING = {"undefined-name", "shape-mismatch", "unknown-function", "torch-step", "duplicate-name"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A GPU description (data from targets/<name>.toml)."""
+
+    name: str
+    max_smem_bytes: int
+    min_stages: int
+    max_cluster_size: int
+    cluster_extents: tuple[int, ...]
+    max_cluster_third: int
+    tma_alignment_bytes: int
+    m_multiple: int
+    max_tile_m: int
+    n_multiple: int
+    n_min: int
+    n_max: int
+    cooperative_m_multiple: int
+    mma_k: dict[str, int]
+    tensor_core_math: tuple[str, ...]
+    math_storage: dict[str, str]
+    reductions: tuple[str, ...]
+    reduction_ops: tuple[str, ...]
+    swizzle: tuple[int, ...]
+
+
+def available_targets() -> list[str]:
+    return sorted(p.stem for p in TARGETS_DIR.glob("*.toml"))
+
+
+@functools.lru_cache(maxsize=None)
+def load_target(name: str = "sm90a") -> Target:
+    """The target description; raises ValueError naming the available ones for an unknown name."""
+    path = TARGETS_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise ValueError(f"unknown target '{name}'; available: {', '.join(available_targets())}")
+    d = tomllib.loads(path.read_text())
+    return Target(
+        name=d["name"],
+        max_smem_bytes=d["smem"]["max_bytes_per_block"],
+        min_stages=d["smem"]["min_stages"],
+        max_cluster_size=d["cluster"]["max_size"],
+        cluster_extents=tuple(d["cluster"]["allowed_extents"]),
+        max_cluster_third=d["cluster"]["max_third_dim"],
+        tma_alignment_bytes=d["tma"]["alignment_bytes"],
+        m_multiple=d["wgmma"]["m_multiple"],
+        max_tile_m=d["wgmma"]["max_tile_m"],
+        n_multiple=d["wgmma"]["n_multiple"],
+        n_min=d["wgmma"]["n_min"],
+        n_max=d["wgmma"]["n_max"],
+        cooperative_m_multiple=d["wgmma"]["cooperative_m_multiple"],
+        mma_k=dict(d["wgmma"]["k_elements"]),
+        tensor_core_math=tuple(d["wgmma"]["tensor_core_math"]),
+        math_storage=dict(d["wgmma"]["math_storage"]),
+        reductions=tuple(d["epilogue"]["reductions"]),
+        reduction_ops=tuple(d["epilogue"]["reduction_ops"]),
+        swizzle=tuple(d["epilogue"]["swizzle"]),
+    )
+
+
+def _diag(code: str, message: str, span: ir.Span | None, found: Any = None, expected: Any = None,
+          hint: str | None = None, severity: str = "error") -> Diagnostic:
+    return Diagnostic(severity=severity, code=code, message=message, span=span,
+                      found=None if found is None else str(found), expected=None if expected is None else str(expected),
+                      hint=hint)
+
+
+def _walk(e: Any) -> Iterator[Any]:
+    yield e
+    if isinstance(e, ir.Unary | ir.ParamCall | ir.Reduce):
+        yield from _walk(e.arg)
+    elif isinstance(e, ir.Binary):
+        yield from _walk(e.lhs)
+        yield from _walk(e.rhs)
+
+
+def _dims_text(t: tuple[int, ...]) -> str:
+    return "x".join(str(v) for v in t)
+
+
+# ---------------------------------------------------------------------------------------------
+# Names
+
+
+def _check_names(program: ir.Program) -> list[Diagnostic]:
+    """Every name defined once, and before it is used."""
+    diags: list[Diagnostic] = []
+    defined: dict[str, ir.Span | None] = {}
+    later: dict[str, ir.Span | None] = {}
+    for step in program.steps:
+        names = [s.name for s in step.stores] if isinstance(step, ir.Kernel) else list(step.outputs)
+        for n in names:
+            later.setdefault(n, step.span)
+
+    def define(name: str, span: ir.Span | None, what: str) -> None:
+        if name in defined:
+            first = defined[name]
+            diags.append(_diag("duplicate-name", f"'{name}' is defined twice", span, found=f"a second {what} '{name}'",
+                               expected="each tensor name defined once",
+                               hint=f"rename it (the first definition is at {first})" if first else "rename it"))
+        else:
+            defined[name] = span
+
+    def use(name: str, span: ir.Span | None, where: str) -> None:
+        if name in defined:
+            return
+        if name in later:
+            diags.append(_diag("undefined-name", f"'{name}' is used by {where} before it is defined", span,
+                               found=f"'{name}' defined later, at {later[name]}", expected="a name defined above its use",
+                               hint="move the step that computes it above this one"))
+        else:
+            diags.append(_diag("undefined-name", f"'{name}' is not defined", span, found=name,
+                               expected="an input, a param, or a tensor stored or computed earlier",
+                               hint=f"declare it (input {name}: f32[...]) or compute it in an earlier step"))
+
+    for d in program.decls:
+        define(d.name, d.span, d.kind)
+    kernel_names: set[str] = set()
+    for step in program.steps:
+        if isinstance(step, ir.Kernel):
+            if step.name in kernel_names:
+                diags.append(_diag("duplicate-name", f"two kernels are named '{step.name}'", step.span,
+                                   found=step.name, expected="distinct kernel names", hint="rename one of them"))
+            kernel_names.add(step.name)
+            op = step.op
+            operands = (op.x, op.w) if isinstance(op, ir.ConvOp) else (op.a, op.b)
+            for o in operands:
+                use(o.name, o.span or op.span, f"kernel '{step.name}'")
+            lets: set[str] = set()
+            for let in step.lets:
+                for node in _walk(let.expr):
+                    if isinstance(node, ir.Ref) and node.name not in lets:
+                        use(node.name, node.span or let.span, f"kernel '{step.name}'")
+                if let.name in lets or let.name in defined:
+                    diags.append(_diag("duplicate-name", f"let '{let.name}' shadows another name", let.span,
+                                       found=let.name, expected="a new name", hint="choose a name not used above"))
+                lets.add(let.name)
+            for store in step.stores:
+                for node in _walk(store.expr):
+                    if isinstance(node, ir.Ref) and node.name not in lets:
+                        use(node.name, node.span or store.span, f"kernel '{step.name}'")
+            for store in step.stores:
+                define(store.name, store.span, "store")
+        else:
+            for a in step.args:
+                if isinstance(a, ir.TensorArg):
+                    use(a.name, a.span or step.span, f"torch step '{step.fn}'")
+            for o in step.outputs:
+                define(o, step.span, "torch-step output")
+    seen: set[str] = set()
+    for o in program.outputs:
+        if o in seen:
+            diags.append(_diag("duplicate-name", f"'{o}' is output twice", None, found=o, expected="distinct outputs",
+                               hint="list each output once"))
+        seen.add(o)
+        use(o, None, "the output line")
+    return diags
+
+
+# ---------------------------------------------------------------------------------------------
+# One kernel
+
+
+class _KernelChecker:
+    def __init__(self, program: ir.Program, kernel: ir.Kernel, types: dict[str, shapes.TensorType], target: Target,
+                 strict_math: bool):
+        self.p = program
+        self.k = kernel
+        self.cfg = kernel.config
+        self.types = types
+        self.t = target
+        self.strict_math = strict_math
+        self.diags: list[Diagnostic] = []
+        self.is_conv = isinstance(kernel.op, ir.ConvOp)
+
+    def err(self, code: str, message: str, span: ir.Span | None, **kw: Any) -> None:
+        self.diags.append(_diag(code, f"kernel '{self.k.name}': {message}", span or self.k.span, **kw))
+
+    def run(self) -> list[Diagnostic]:
+        try:
+            out_shape, dims, layout = shapes.op_output(self.k, self.types)
+        except shapes.ShapeError as exc:
+            return [_diag(exc.code, f"kernel '{self.k.name}': {exc.message}", exc.span or self.k.span, exc.found,
+                          exc.expected, exc.hint)]
+        self.out_shape, self.dims, self.out_layout = out_shape, dims, layout
+        self.check_epilogue()
+        math = self.check_dtypes()
+        self.check_layout_and_alignment()
+        self.check_config(math)
+        return self.diags
+
+    # ---- epilogue: operand shapes, lets, reductions
+    def check_epilogue(self) -> None:
+        lets = {let.name for let in self.k.lets}
+        m_rows = self.dims.m if not isinstance(self.k.op, ir.GroupedGemmOp) else self.out_shape[0]
+        n_cols = self.dims.n
+        view = "output pixels N*P*Q" if self.is_conv else "output rows M"
+        for owner, expr, top_reduce_ok in ([(let, let.expr, False) for let in self.k.lets]
+                                           + [(s, s.expr, True) for s in self.k.stores]):
+            for node in _walk(expr):
+                if isinstance(node, ir.Reduce) and not (top_reduce_ok and node is expr):
+                    self.err("reduction", f"{node.fn} inside an expression", node.span or owner.span,
+                             found=f"{node.fn}(...) nested", expected="a reduction only at the top of a store",
+                             hint=f"write it as its own store: store s: f32 = {node.fn}(...)")
+                if not isinstance(node, ir.Ref):
+                    continue
+                span = node.span or owner.span
+                if node.name in lets:
+                    if node.index != "full":
+                        self.err("shape-mismatch", f"let '{node.name}' is a full tile; it cannot be indexed [{node.index}]",
+                                 span, found=f"{node.name}[{node.index}]", expected=node.name,
+                                 hint=f"write {node.name} without an index")
+                    continue
+                t = self.types.get(node.name)
+                if t is None:
+                    continue  # reported by the name check
+                if node.index == "full":
+                    if t.shape != self.out_shape:
+                        self.err("shape-mismatch", f"'{node.name}' is read whole but its shape is not the output's", span,
+                                 found=f"{node.name} {list(t.shape)}", expected=f"{list(self.out_shape)}",
+                                 hint=f"for a vector write {node.name}[col] (length {n_cols}) or {node.name}[row] "
+                                 f"(length {m_rows})")
+                    elif self.is_conv and len(t.shape) >= 3 and t.layout != self.out_layout:
+                        self.err("layout", f"'{node.name}' is {t.layout} but the conv output is {self.out_layout}", span,
+                                 found=t.layout, expected=self.out_layout,
+                                 hint=f"convert it first: torch {node.name}_cl = channels_last({node.name})")
+                elif node.index == "col" and t.numel != n_cols:
+                    self.err("shape-mismatch", f"'{node.name}[col]' needs one value per output "
+                             f"{'channel' if self.is_conv else 'column'}", span,
+                             found=f"{node.name} {list(t.shape)} ({t.numel} values)", expected=f"{n_cols} values",
+                             hint=f"use {node.name}[row] if it has one value per {view.split()[1][:-1]}"
+                             if t.numel == m_rows else "check which output dim the vector runs along")
+                elif node.index == "row" and t.numel != m_rows:
+                    self.err("shape-mismatch", f"'{node.name}[row]' needs one value per {view}", span,
+                             found=f"{node.name} {list(t.shape)} ({t.numel} values)", expected=f"{m_rows} values",
+                             hint=f"use {node.name}[col] for one value per output column" if t.numel == n_cols
+                             else "check which output dim the vector runs along")
+                elif node.index == "scalar" and t.numel != 1:
+                    self.err("shape-mismatch", f"'{node.name}[scalar]' needs a one-element tensor", span,
+                             found=f"{node.name} {list(t.shape)}", expected="a tensor of one element",
+                             hint="write a literal number instead, or index it [col] / [row]")
+        reduces = [s for s in self.k.stores if isinstance(s.expr, ir.Reduce)]
+        for s in reduces:
+            op_kind = "conv" if self.is_conv else self.k.op.kind
+            if s.expr.fn not in self.t.reductions or op_kind not in self.t.reduction_ops:
+                self.err("reduction", f"{s.expr.fn} is not supported on a {op_kind} epilogue", s.span,
+                         found=f"{s.expr.fn} in a {op_kind} kernel",
+                         expected=f"reductions {', '.join(self.t.reductions)} on {', '.join(self.t.reduction_ops)} kernels",
+                         hint="store the full output and reduce it in a torch step (e.g. torch s = sum(y, dim=1))")
+            elif self.cfg.decomposition != "data_parallel":
+                self.err("reduction", f"{s.expr.fn} with decomposition = {self.cfg.decomposition}", s.span,
+                         found=f"decomposition = {self.cfg.decomposition}", expected="decomposition = data_parallel",
+                         hint="partial K sums cannot feed a reduction: use decomposition = data_parallel")
+        if reduces and len(reduces) == len(self.k.stores):
+            self.err("reduction", "every store is a reduction", self.k.span, found="no full output",
+                     expected="at least one full store beside the reductions",
+                     hint="add a full store, e.g. store y: f32 = acc")
+
+    # ---- element and math types
+    def operands(self) -> tuple[ir.Operand, ir.Operand]:
+        op = self.k.op
+        return (op.x, op.w) if isinstance(op, ir.ConvOp) else (op.a, op.b)
+
+    def check_dtypes(self) -> str:
+        a, b = self.operands()
+        ta, tb = self.types[a.name], self.types[b.name]
+        math = self.cfg.math or ta.dtype
+        math_span = self.cfg.span_of("math") if self.cfg.math else self.k.span
+        if ta.dtype != tb.dtype:
+            self.err("dtype", f"operands of different element types ({ta.dtype} and {tb.dtype})", b.span or self.k.span,
+                     found=f"{a.name}: {ta.dtype}, {b.name}: {tb.dtype}", expected="both operands of one element type",
+                     hint=f"declare both {ta.dtype}, or convert one in a torch step before the kernel")
+            return math
+        if math == "f32":
+            where = "math = f32" if self.cfg.math else "f32 operands with no math knob (exact f32)"
+            self.diags.append(_diag(
+                "dtype", f"kernel '{self.k.name}': {where} has no tensor-core path on {self.t.name}"
+                + ("; the CUTLASS backend cannot build it" if self.strict_math else "; it would run on SIMT cores, slowly"),
+                math_span, found=where, expected=f"math = one of {', '.join(self.t.tensor_core_math)}",
+                hint="set math = tf32 (f32 storage, tensor-core math, about 3e-4 relative error)",
+                severity="error" if self.strict_math else "warning"))
+        elif math in self.t.math_storage and self.t.math_storage[math] != ta.dtype:
+            self.err("dtype", f"math = {math} over {ta.dtype} operands", math_span,
+                     found=f"math = {math}, operands {ta.dtype}", expected=f"math = {math} reads {self.t.math_storage[math]}",
+                     hint=f"use math = {'tf32' if ta.dtype == 'f32' else ta.dtype}, or convert the operands first")
+        if self.cfg.accum == "f16" and ta.dtype != "f16":
+            self.err("dtype", "accum = f16 needs f16 operands", self.cfg.span_of("accum"), found=f"operands {ta.dtype}",
+                     expected="accum = f32", hint="use accum = f32")
+        return math
+
+    # ---- layout and TMA alignment
+    def check_layout_and_alignment(self) -> None:
+        a, b = self.operands()
+        for o in (a, b):
+            t = self.types[o.name]
+            if self.is_conv and t.layout != "channels_last":
+                what = "input" if o is a else "filter"
+                self.err("layout", f"conv {what} '{o.name}' is contiguous (NCHW); the kernel reads channels-last", o.span,
+                         found=f"{o.name}: contiguous", expected="channels_last (NHWC / KRSC)",
+                         hint=(f"declare it: param {o.name}: ... channels_last = \"...\"" if self.p.decl(o.name)
+                               and self.p.decl(o.name).kind == "param"
+                               else f"add torch {o.name}_cl = channels_last({o.name}) and convolve {o.name}_cl"))
+            elif not self.is_conv and t.layout == "channels_last" and len(t.shape) >= 3:
+                self.err("layout", f"gemm operand '{o.name}' is declared channels_last", o.span,
+                         found="channels_last", expected="contiguous (row-major; read transposed with ^T)",
+                         hint="channels_last applies to conv tensors; drop it here")
+        tensors: list[tuple[str, shapes.TensorType, ir.Span | None]] = [
+            (o.name, self.types[o.name], o.span) for o in (a, b)]
+        for s in self.k.stores:
+            if not isinstance(s.expr, ir.Reduce):
+                tensors.append((s.name, shapes.TensorType(dtype=s.dtype, shape=self.out_shape, layout=self.out_layout),
+                                s.span))
+        lets = {let.name for let in self.k.lets}
+        for owner in [*self.k.lets, *self.k.stores]:
+            for node in _walk(owner.expr):
+                if isinstance(node, ir.Ref) and node.index == "full" and node.name not in lets and node.name in self.types:
+                    tensors.append((node.name, self.types[node.name], node.span or owner.span))
+        unit = self.t.tma_alignment_bytes
+        for name, t, span in tensors:
+            if not t.shape:
+                continue
+            extent = _contiguous_extent(t)
+            nbytes = ir.ELEMENT_BYTES[t.dtype]
+            if (extent * nbytes) % unit:
+                per = unit // nbytes
+                self.err("alignment", f"'{name}' has a contiguous extent of {extent} {t.dtype} = {extent * nbytes} bytes, "
+                         f"not a multiple of TMA's {unit} bytes", span,
+                         found=f"{extent} elements", expected=f"a multiple of {per} elements ({unit} bytes)",
+                         hint=f"pad that dim to a multiple of {per} with a torch step (pad), or leave this op to a torch step")
+        if self.cfg.alignment is not None:
+            span = self.cfg.span_of("alignment")
+            nbytes = ir.ELEMENT_BYTES[self.types[a.name].dtype]
+            if (self.cfg.alignment * nbytes) % unit:
+                self.err("alignment", f"alignment = {self.cfg.alignment} elements is {self.cfg.alignment * nbytes} bytes; "
+                         f"TMA needs {unit}-byte units", span, found=f"alignment = {self.cfg.alignment}",
+                         expected=f"a multiple of {unit // nbytes} elements", hint=f"use alignment = {unit // nbytes} or auto")
+            for name, t, _ in tensors[:2]:
+                extent = _contiguous_extent(t)
+                if extent % self.cfg.alignment:
+                    self.err("alignment", f"alignment = {self.cfg.alignment} does not divide the contiguous extent "
+                             f"{extent} of '{name}'", span, found=f"alignment = {self.cfg.alignment}",
+                             expected=f"a divisor of {extent}", hint="use alignment = auto")
+
+    # ---- tile, cluster, stages, schedule, decomposition
+    def check_config(self, math: str) -> None:
+        cfg, t = self.cfg, self.t
+        if cfg.tile is not None:
+            tm, tn, tk = cfg.tile
+            span = cfg.span_of("tile")
+            mma_k = t.mma_k.get(math)
+            problems = []
+            if tm % t.m_multiple or tm > t.max_tile_m:
+                problems.append((f"tile M = {tm}", f"M a multiple of {t.m_multiple} up to {t.max_tile_m}",
+                                 f"use tile M = {min(t.max_tile_m, max(t.m_multiple, tm // t.m_multiple * t.m_multiple))}"))
+            if tn % t.n_multiple or not t.n_min <= tn <= t.n_max:
+                fixed = min(t.n_max, max(t.n_min, tn // t.n_multiple * t.n_multiple))
+                problems.append((f"tile N = {tn}", f"N a multiple of {t.n_multiple} in {t.n_min}..{t.n_max}",
+                                 f"use tile N = {fixed}"))
+            if mma_k and tk % mma_k:
+                problems.append((f"tile K = {tk}", f"K a multiple of {mma_k} (the {math} MMA K)",
+                                 f"use tile K = {max(mma_k, tk // mma_k * mma_k)}"))
+            for found, expected, hint in problems:
+                self.err("tile", f"{found} breaks the wgmma tile rules", span, found=found, expected=expected, hint=hint)
+            coop = cfg.schedule == "cooperative"
+            if coop and tm % t.cooperative_m_multiple:
+                self.err("tile", f"schedule = cooperative with tile M = {tm}", span, found=f"tile = {_dims_text(cfg.tile)}",
+                         expected=f"tile M a multiple of {t.cooperative_m_multiple} for cooperative",
+                         hint="cooperative splits M over two warpgroups: use tile M = 128 or 256, or schedule = pingpong")
+            self.check_smem(cfg.tile)
+        cl = cfg.cluster
+        span = cfg.span_of("cluster")
+        size = cl[0] * cl[1] * cl[2]
+        if any(c not in t.cluster_extents for c in cl[:2]) or cl[2] > t.max_cluster_third:
+            self.err("cluster", f"cluster = {_dims_text(cl)} is not a legal cluster shape", span, found=_dims_text(cl),
+                     expected=f"M and N each one of {', '.join(map(str, t.cluster_extents))}, third dim {t.max_cluster_third}",
+                     hint="use cluster = 2x1x1 or 1x2x1")
+        elif size > t.max_cluster_size:
+            self.err("cluster", f"cluster = {_dims_text(cl)} has {size} blocks", span, found=f"{size} blocks",
+                     expected=f"at most {t.max_cluster_size} (the portable cluster size)",
+                     hint=f"shrink it, e.g. cluster = {min(cl[0], t.max_cluster_size)}x1x1")
+        if cfg.swizzle not in t.swizzle:
+            self.err("config", f"swizzle = {cfg.swizzle}", cfg.span_of("swizzle"), found=cfg.swizzle,
+                     expected=f"one of {', '.join(map(str, t.swizzle))}", hint="use swizzle = 1, 2, 4 or 8")
+        if cfg.split_k > 1 and cfg.decomposition == "data_parallel":
+            self.err("config", f"split_k = {cfg.split_k} with decomposition = data_parallel", cfg.span_of("split_k"),
+                     found=f"split_k = {cfg.split_k}", expected="decomposition = split_k (or stream_k)",
+                     hint="add decomposition = split_k, or remove split_k")
+        if cfg.decomposition == "split_k" and cfg.split_k < 2:
+            self.err("config", "decomposition = split_k with split_k = 1", cfg.span_of("decomposition"),
+                     found="split_k = 1", expected="split_k >= 2", hint="set split_k = 2 (or more)")
+        if cfg.decomposition != "data_parallel" and cfg.schedule == "pingpong":
+            self.err("config", f"decomposition = {cfg.decomposition} with schedule = pingpong", cfg.span_of("schedule"),
+                     found="schedule = pingpong", expected="schedule = cooperative or auto",
+                     hint="split-K and stream-K run on the cooperative schedule")
+        if isinstance(cfg.stages, int) and cfg.stages < t.min_stages:
+            self.err("smem", f"stages = {cfg.stages}", cfg.span_of("stages"), found=f"stages = {cfg.stages}",
+                     expected=f"at least {t.min_stages}", hint=f"use stages = {t.min_stages} or auto")
+
+    def check_smem(self, tile: tuple[int, int, int]) -> None:
+        a, _ = self.operands()
+        nbytes = ir.ELEMENT_BYTES[self.types[a.name].dtype]
+        tm, tn, tk = tile
+        stage_bytes = (tm + tn) * tk * nbytes
+        stages = self.cfg.stages if isinstance(self.cfg.stages, int) else self.t.min_stages
+        total = stages * stage_bytes
+        if total > self.t.max_smem_bytes:
+            fit = self.t.max_smem_bytes // stage_bytes
+            what = f"stages = {stages}" if isinstance(self.cfg.stages, int) else f"the minimum {stages} stages"
+            self.err("smem", f"{what} x {stage_bytes} bytes per stage = {total} bytes of shared memory",
+                     self.cfg.span_of("stages") if isinstance(self.cfg.stages, int) else self.cfg.span_of("tile"),
+                     found=f"{total} bytes", expected=f"at most {self.t.max_smem_bytes} bytes per block on {self.t.name}",
+                     hint=(f"use stages = {fit} or auto" if fit >= self.t.min_stages
+                           else f"use a smaller tile (K = {max(8, tk // 2)}) or smaller M / N"))
+
+
+def _contiguous_extent(t: shapes.TensorType) -> int:
+    if t.layout == "channels_last" and len(t.shape) >= 3:
+        return t.shape[1]
+    return t.shape[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Program
+
+
+def check(program: ir.Program, target: str = "sm90a", backend: str | None = "cutlass") -> list[Diagnostic]:
+    """All static checks of ``program`` for ``target``. With ``backend="cutlass"`` (the default) what the
+    CUTLASS backend cannot build is an error; with ``backend=None`` or ``"interpreter"`` only the language and
+    target rules apply (f32 math is then a warning). Never raises."""
     try:
-        shapes.infer(program)
-    except shapes.ShapeError as exc:
-        return [Diagnostic(code=exc.code, message=exc.message, span=exc.span, found=exc.found,
-                           expected=exc.expected, hint=exc.hint)]
-    return []
+        diags = _check(program, target, backend)
+        return sorted(diags, key=lambda d: (d.span.line, d.span.column) if d.span else (10**9, 0))
+    except Exception as exc:  # noqa: BLE001 - checks report, they do not crash
+        return [_diag("internal", f"the checker failed on this program ({type(exc).__name__}: {exc})", None,
+                      hint="simplify the program around the last change; this is a checker fault")]
 
 
-def check_text(text: str, target: str = "sm90a") -> tuple[ir.Program | None, list[Diagnostic]]:
+def _check(program: ir.Program, target: str, backend: str | None) -> list[Diagnostic]:
+    try:
+        tgt = load_target(target)
+    except ValueError as exc:
+        return [_diag("target", str(exc), None, found=target, expected=", ".join(available_targets()),
+                      hint="pass one of the available targets")]
+    diags = _check_names(program)
+    if has_errors(diags):
+        return diags
+    types: dict[str, shapes.TensorType] = {
+        d.name: shapes.TensorType(dtype=d.dtype, shape=d.shape, layout=d.layout) for d in program.decls}
+    strict = backend == "cutlass"
+    for step in program.steps:
+        if isinstance(step, ir.Kernel):
+            kd = _KernelChecker(program, step, types, tgt, strict).run()
+            diags += kd
+            if any(d.code in _BLOCKING and d.severity == "error" for d in kd):
+                return diags  # later steps would only repeat this cause
+            try:
+                out_shape, dims, layout = shapes.op_output(step, types)
+                for s in step.stores:
+                    types[s.name] = shapes.store_type(step, s, out_shape, dims, layout)
+            except shapes.ShapeError:
+                return diags
+        else:
+            from dsl_compiler import torch_steps
+
+            try:
+                for name, t in zip(step.outputs, torch_steps.infer(step, types)):
+                    types[name] = t
+            except shapes.ShapeError as exc:
+                diags.append(_diag(exc.code, exc.message, exc.span or step.span, exc.found, exc.expected, exc.hint))
+                return diags
+    if strict and not has_errors(diags):
+        diags += _backend_limits(program)
+    return diags
+
+
+def _backend_limits(program: ir.Program) -> list[Diagnostic]:
+    """What the CUTLASS emitter itself refuses to build (groups > 1 conv, grouped GEMM, ...)."""
+    try:
+        from dsl_compiler import emit_cutlass
+    except ImportError:
+        return []
+    try:
+        _, diags = emit_cutlass.emit_program(program)
+    except Exception as exc:  # noqa: BLE001
+        return [_diag("unsupported", f"the CUTLASS emitter cannot handle this program ({type(exc).__name__}: {exc})",
+                      None, hint="try the interpreter backend, or simplify the kernel")]
+    return list(diags)
+
+
+def check_text(text: str, target: str = "sm90a", backend: str | None = "cutlass") -> tuple[ir.Program | None, list[Diagnostic]]:
+    """Parse, then (when it parses) check."""
     program, diagnostics = parse(text)
     if program is None or has_errors(diagnostics):
         return program, diagnostics
-    return program, diagnostics + check(program, target)
+    return program, diagnostics + check(program, target, backend)

@@ -155,6 +155,11 @@ class KernelConfig(Node):
     decomposition: Decomposition = "data_parallel"
     split_k: int = 1
     alignment: int | None = None
+    # Where each knob was written (knob name -> span), for diagnostics; like ``span``, no part of equality.
+    knob_spans: dict[str, Span] | None = Field(default=None, exclude=True, repr=False)
+
+    def span_of(self, knob: str) -> Span | None:
+        return (self.knob_spans or {}).get(knob) or self.span
 
 
 # ---------------------------------------------------------------------------------------------

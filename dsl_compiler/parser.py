@@ -319,6 +319,7 @@ class _ToIR(Transformer):
         lets: list[ir.Let] = []
         stores: list[ir.Store] = []
         config_span = None
+        knob_spans: dict[str, ir.Span] = {}
         for item in body:
             if item is None:
                 continue
@@ -332,11 +333,13 @@ class _ToIR(Transformer):
                 if key in knobs:
                     raise _err(f"knob '{key}' is set twice", key_tok, found=key, hint="set each knob once")
                 knobs[key] = self._knob(key_tok, value_tok)
+                knob_spans[key] = ir.Span(line=key_tok.line, column=key_tok.column, end_line=value_tok.end_line,
+                                          end_column=value_tok.end_column)
                 config_span = config_span or _tok_span(key_tok)
         if not stores:
             raise _err(f"kernel '{name}' stores nothing", _span(meta), found="no store",
                        expected="at least one 'store NAME: DTYPE = EXPR'", hint="add e.g. store y: f32 = acc")
-        return ir.Kernel(name=str(name), op=op, config=ir.KernelConfig(span=config_span, **knobs), lets=tuple(lets),
+        return ir.Kernel(name=str(name), op=op, config=ir.KernelConfig(span=config_span, knob_spans=knob_spans or None, **knobs), lets=tuple(lets),
                          stores=tuple(stores), span=_span(meta))
 
     @staticmethod
