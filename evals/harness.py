@@ -1,0 +1,521 @@
+"""The GPU harness: validates and times candidates against a problem's reference, crash-isolated.
+
+All work runs in a worker subprocess (``evals.worker``, one per GPU), so a crash, an illegal
+address or a hang costs one call: the worker is killed or exits, the call returns a failed result
+with the reason, and a fresh worker is started for the next call. The parent never imports torch.
+
+    harness = Harness(HarnessSettings(n_input_sets=5))
+    v = harness.validate(problem, Candidate.from_source(text))       # -> Validation
+    t = harness.profile(problem, candidate, t_sol_us=123.0)          # -> Timing
+    r = harness.reference_timings(problem)                           # -> ReferenceTimings
+
+Without a GPU, validation runs on the CPU for real, and a μCUTLASS program's time is the SOL
+model's estimate (``timing_source="estimate"``); a ``ModelNew`` gets no timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from evals import integrity
+from evals.integrity import CheckResult
+from evals.problems import Problem, default_precisions
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class HarnessSettings(BaseModel):
+    """How candidates are judged and timed. Times are in seconds unless the name says otherwise."""
+
+    n_input_sets: int = Field(5, ge=1, description="correctness input sets, each from a fresh seed")
+    seed: int | None = Field(None, description="base seed; None draws fresh seeds for every call")
+    tolerance: float | None = Field(None, gt=0, description="overrides every problem's tolerance")
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    gpu_index: int | None = Field(None, description="the GPU this harness's worker uses (CUDA_VISIBLE_DEVICES)")
+    gpu: str = Field("h200", description="GPU name for SOL estimates when no GPU is present")
+    watchdog_s: float = Field(120.0, gt=0, description="a validate or profile call running longer is killed")
+    reference_watchdog_s: float = Field(900.0, gt=0, description="limit for reference timings (torch.compile)")
+    startup_timeout_s: float = Field(300.0, gt=0, description="limit for a worker to start (imports torch)")
+    warmup: int = Field(5, ge=1)
+    min_trials: int = Field(20, ge=3)
+    max_trials: int = Field(200, ge=3)
+    target_timed_s: float = Field(0.5, gt=0, description="time spent in timed calls per measurement")
+    timing_input_sets: int = Field(3, ge=1, description="input sets rotated between timed calls")
+    l2_flush_mb: int = Field(256, ge=0, description="bytes written before every timed call; > L2")
+    compile_reference: bool = True
+    ncu: bool = Field(False, description="collect Nsight Compute counters when `ncu` exists (slow)")
+    python: str = Field(default_factory=lambda: sys.executable)
+
+    def worker_view(self) -> dict:
+        return self.model_dump(include={"device", "warmup", "min_trials", "max_trials", "target_timed_s",
+                                        "l2_flush_mb", "compile_reference"}) | {"compile": self.compile_reference}
+
+
+class Candidate(BaseModel):
+    """What is judged: a μCUTLASS program (``program_json`` from ``Program.model_dump_json()``,
+    its backend and built artifacts) or Python source defining ``ModelNew``."""
+
+    program_json: str | None = None
+    backend: Literal["interpreter", "cutlass"] = "interpreter"
+    artifacts: dict[str, str] = Field(default_factory=dict)
+    source: str | None = None
+    name: str = "candidate"
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Candidate":
+        if (self.program_json is None) == (self.source is None):
+            raise ValueError("a Candidate is either a program (program_json) or Python source (source), not both")
+        return self
+
+    @property
+    def kind(self) -> Literal["program", "python"]:
+        return "program" if self.program_json is not None else "python"
+
+    @classmethod
+    def from_program(cls, program, backend: str = "interpreter", artifacts: dict[str, str] | None = None) -> "Candidate":
+        return cls(program_json=program.model_dump_json(), backend=backend, artifacts=artifacts or {},
+                   name=program.name or "program")
+
+    @classmethod
+    def from_source(cls, source: str, name: str = "ModelNew") -> "Candidate":
+        return cls(source=source, name=name)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Candidate":
+        p = Path(path)
+        return cls(source=p.read_text(encoding="utf-8"), name=p.stem)
+
+    def program(self):
+        from dsl_compiler.ir import Program
+
+        return Program.model_validate_json(self.program_json)
+
+    def worker_view(self) -> dict:
+        return self.model_dump()
+
+
+class SetResult(BaseModel):
+    seed: int
+    correct: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    reason: str = ""
+
+
+class Validation(BaseModel):
+    correct: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    reason: str = ""
+    sets: list[SetResult] = Field(default_factory=list)
+    checks: list[CheckResult] = Field(default_factory=list)
+    precision: str | None = None  # the lowest math precision the candidate uses
+    precisions: list[str] = Field(default_factory=list)
+    tolerance: float | None = None
+    device: str | None = None
+    crashed: bool = False  # the worker died, hung or hit a fatal CUDA error
+    wall_s: float = 0.0
+
+    @property
+    def flags(self) -> list[str]:
+        return integrity.flags_of(self.checks)
+
+
+class Timing(BaseModel):
+    median_us: float | None = None
+    spread_pct: float | None = None
+    trials: int = 0
+    timing_source: Literal["gpu", "estimate"] | None = None
+    mean_us: float | None = None
+    min_us: float | None = None
+    wall_median_us: float | None = None
+    valid: bool = True  # False when a timing check failed (the number cannot be trusted)
+    reason: str = ""
+    checks: list[CheckResult] = Field(default_factory=list)
+    counters: dict[str, float] = Field(default_factory=dict)
+    crashed: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def flags(self) -> list[str]:
+        return integrity.flags_of(self.checks)
+
+
+class ReferenceTimings(BaseModel):
+    """The reference timed like candidates: eager with PyTorch's default precision (matmul fp32,
+    cuDNN TF32), eager with TF32 allowed, and torch.compile (TF32 allowed, compiled once)."""
+
+    eager_fp32_us: float | None = None
+    eager_tf32_us: float | None = None
+    compile_us: float | None = None
+    eager_fp32_spread_pct: float | None = None
+    eager_tf32_spread_pct: float | None = None
+    compile_spread_pct: float | None = None
+    compile_s: float | None = None
+    timing_source: Literal["gpu"] | None = None
+    reason: str = ""
+    crashed: bool = False
+
+    def as_reference_us(self) -> dict[str, float]:
+        """``{"eager_fp32": ..., "eager_tf32": ..., "compile": ...}`` (``RunSummary.reference_us``)."""
+        pairs = (("eager_fp32", self.eager_fp32_us), ("eager_tf32", self.eager_tf32_us), ("compile", self.compile_us))
+        return {k: v for k, v in pairs if v is not None}
+
+    @property
+    def best_us(self) -> float | None:
+        vals = list(self.as_reference_us().values())
+        return min(vals) if vals else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker process
+
+
+class WorkerFailure(Exception):
+    """The worker died, hung, or exited after a fatal CUDA error. ``reason`` says which."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class WorkerProcess:
+    """One ``python -m evals.worker`` process and its JSON-lines pipe."""
+
+    def __init__(self, settings: HarnessSettings):
+        self.settings = settings
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if settings.gpu_index is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(settings.gpu_index)
+        if settings.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        self.log = tempfile.NamedTemporaryFile(prefix="mucutlass-worker-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [settings.python, "-m", "evals.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            cwd=str(PROJECT_ROOT), env=env, start_new_session=True,
+        )
+        self._buf = b""
+        self._next_id = 0
+        self.info: dict | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, op: str, payload: dict, timeout_s: float) -> dict:
+        self._next_id += 1
+        msg = json.dumps({"id": self._next_id, "op": op, **payload}) + "\n"
+        try:
+            self.proc.stdin.write(msg.encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerFailure(self._death_reason("before the request")) from None
+        deadline = time.monotonic() + timeout_s
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise WorkerFailure(f"timeout: no answer within the {timeout_s:g} s watchdog (a hang); the worker was restarted")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise WorkerFailure(self._death_reason("while running the request"))
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        reply = json.loads(line)
+        if reply.get("fatal"):
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            raise WorkerFailure(f"cuda_error: {reply.get('error', 'fatal CUDA error')}; the worker was restarted")
+        return reply
+
+    def _death_reason(self, when: str) -> str:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if code is not None and code < 0:
+            try:
+                what = f"signal {signal.Signals(-code).name}"
+            except ValueError:
+                what = f"signal {-code}"
+        else:
+            what = f"exit code {code}"
+        tail = self.stderr_tail()
+        return f"crash: the worker died ({what}) {when}" + (f"; last output: {tail}" if tail else "")
+
+    def stderr_tail(self, n_chars: int = 300) -> str:
+        try:
+            text = Path(self.log.name).read_text(errors="replace")
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+        return " | ".join(lines[-3:])[-n_chars:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: children (compile workers) too
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The harness
+
+
+class Harness:
+    """Validation and timing of candidates in a crash-isolated worker (one per ``gpu_index``)."""
+
+    def __init__(self, settings: HarnessSettings | None = None):
+        self.settings = settings or HarnessSettings()
+        self._worker: WorkerProcess | None = None
+        self._reference_cache: dict[str, ReferenceTimings] = {}
+        self.restarts = 0  # workers replaced after a crash, hang or fatal CUDA error
+        self.last_failure: str = ""
+
+    # -- worker management ----------------------------------------------------------------
+    def _ensure_worker(self) -> WorkerProcess:
+        if self._worker is None or not self._worker.alive:
+            if self._worker is not None:
+                self._worker.close()
+            self._worker = WorkerProcess(self.settings)
+        w = self._worker
+        if w.info is None:
+            reply = w.request("ping", {}, self.settings.startup_timeout_s)
+            w.info = reply.get("result", {})
+        return w
+
+    def _call(self, op: str, payload: dict, timeout_s: float) -> dict:
+        """The worker's reply; on a crash, hang or fatal CUDA error a fresh worker is started at
+        once (so the next call finds it ready) and ``WorkerFailure`` is raised."""
+        try:
+            worker = self._ensure_worker()
+            return worker.request(op, payload, timeout_s)
+        except WorkerFailure as exc:
+            self.last_failure = exc.reason
+            self.restarts += 1
+            if self._worker is not None:
+                self._worker.kill()
+                self._worker.close()
+            self._worker = WorkerProcess(self.settings)  # started now; pinged on its first use
+            raise
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether the worker sees a CUDA device (starts the worker)."""
+        if self.settings.device == "cpu":
+            return False
+        return bool(self._ensure_worker().info.get("cuda"))
+
+    def worker_info(self) -> dict:
+        return dict(self._ensure_worker().info or {})
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def __enter__(self) -> "Harness":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- helpers --------------------------------------------------------------------------
+    def _problem_view(self, problem: Problem) -> dict:
+        spec = problem.to_spec()
+        if self.settings.tolerance is not None:
+            spec["tolerance"] = self.settings.tolerance
+            allowed = default_precisions(self.settings.tolerance)
+            spec["allowed_precisions"] = [p for p in spec["allowed_precisions"] if p in allowed] or list(allowed)
+        return spec
+
+    def _seeds(self, n: int) -> list[int]:
+        base = self.settings.seed if self.settings.seed is not None else secrets.randbelow(2**31 - 10_000_000)
+        return [base + 1_000_003 * i for i in range(n)]
+
+    def static_checks(self, problem_view: dict, candidate: Candidate) -> tuple[list[CheckResult], list[str]]:
+        allowed = problem_view["allowed_precisions"]
+        if candidate.kind == "program":
+            try:
+                program = candidate.program()
+            except Exception as exc:  # pydantic ValidationError, ImportError
+                return [CheckResult(name="program", ok=False, reason=f"the program does not load: {exc}".splitlines()[0])], []
+            used = integrity.program_precisions(program)
+            checks = [integrity.result("pytorch_only", integrity.pytorch_only_program_check(program))]
+        else:
+            used = integrity.source_precisions(candidate.source or "")
+            checks = [
+                integrity.result("pytorch_only", integrity.pytorch_only_source_check(candidate.source or "")),
+                integrity.result("reaches_reference", integrity.reference_reach_source_check(candidate.source or "")),
+            ]
+        checks.append(integrity.result("precision", integrity.precision_check(used, allowed)))
+        return checks, used
+
+    # -- the three calls ------------------------------------------------------------------
+    def validate(self, problem: Problem, candidate: Candidate) -> Validation:
+        """Correctness on ``n_input_sets`` fresh input sets plus the integrity checks."""
+        start = time.perf_counter()
+        view = self._problem_view(problem)
+        static, used = self.static_checks(view, candidate)
+        base = dict(precisions=used, precision=integrity.lowest_precision(used) if used else None,
+                    tolerance=view["tolerance"])
+        broken = [c for c in static if c.name == "program" and not c.ok]
+        if broken:
+            return Validation(correct=False, reason=broken[0].reason, checks=static, **base)
+        payload = {"problem": view, "candidate": candidate.worker_view(), "settings": self.settings.worker_view(),
+                   "seeds": self._seeds(self.settings.n_input_sets)}
+        try:
+            reply = self._call("validate", payload, self.settings.watchdog_s)
+        except WorkerFailure as exc:
+            return Validation(correct=False, reason=exc.reason, checks=static, crashed=True,
+                              wall_s=time.perf_counter() - start, **base)
+        if not reply.get("ok"):
+            return Validation(correct=False, reason=reply.get("error", "the worker failed"), checks=static,
+                              wall_s=time.perf_counter() - start, **base)
+        res = reply["result"]
+        sets = [SetResult(**s) for s in res["sets"]]
+        checks = static + [CheckResult(**c) for c in res["checks"]]
+        hard = [c for c in checks if c.hard and not c.ok]
+        failed_set = next((s for s in sets if not s.correct), None)
+        correct = bool(sets) and len(sets) == self.settings.n_input_sets and failed_set is None and not hard
+        # An integrity finding explains a wrong output better than the mismatch it causes.
+        if hard:
+            reason = f"{hard[0].name}: {hard[0].reason}"
+        elif failed_set is not None:
+            reason = f"input set {sets.index(failed_set) + 1} (seed {failed_set.seed}): {failed_set.reason}"
+        else:
+            reason = ""
+        errs_abs = [s.max_abs_error for s in sets if s.max_abs_error is not None]
+        errs_rel = [s.max_rel_error for s in sets if s.max_rel_error is not None]
+        return Validation(
+            correct=correct, reason=reason, sets=sets, checks=checks,
+            max_abs_error=max(errs_abs) if errs_abs else None, max_rel_error=max(errs_rel) if errs_rel else None,
+            device=res.get("device"), wall_s=time.perf_counter() - start, **base,
+        )
+
+    def profile(self, problem: Problem, candidate: Candidate, t_sol_us: float | None = None) -> Timing:
+        """The candidate's time: measured on the GPU, or (no GPU) the SOL model's estimate for a
+        program and nothing for Python source. With ``t_sol_us`` the SOL ceiling is checked."""
+        start = time.perf_counter()
+        if self.settings.device == "cpu" or not self._gpu_or_none():
+            timing = self._estimate(candidate)
+        else:
+            payload = {"problem": self._problem_view(problem), "candidate": candidate.worker_view(),
+                       "settings": self.settings.worker_view(), "seeds": self._seeds(self.settings.timing_input_sets)}
+            try:
+                reply = self._call("profile", payload, self.settings.watchdog_s)
+            except WorkerFailure as exc:
+                return Timing(valid=False, reason=exc.reason, crashed=True, wall_s=time.perf_counter() - start)
+            if not reply.get("ok"):
+                return Timing(valid=False, reason=reply.get("error", "the worker failed"),
+                              wall_s=time.perf_counter() - start)
+            res = reply["result"]
+            checks = [CheckResult(**res["check"])] if res.get("check") else []
+            timing = Timing(
+                median_us=res.get("median_us"), spread_pct=res.get("spread_pct"), trials=res.get("trials", 0),
+                timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
+                wall_median_us=res.get("wall_median_us"), checks=checks, reason=res.get("reason", ""),
+            )
+            if self.settings.ncu:
+                timing.counters = self._ncu_counters(problem, candidate)
+        if t_sol_us is not None and timing.median_us is not None:
+            timing.checks.append(integrity.result("sol_ceiling", integrity.sol_ceiling_check(timing.median_us, t_sol_us)))
+        bad = [c for c in timing.checks if not c.ok]
+        if bad:
+            timing.valid = False
+            timing.reason = timing.reason or f"{bad[0].name}: {bad[0].reason}"
+        timing.wall_s = time.perf_counter() - start
+        return timing
+
+    def _gpu_or_none(self) -> bool:
+        try:
+            return self.has_gpu
+        except WorkerFailure as exc:
+            self.last_failure = exc.reason
+            return False
+
+    def _estimate(self, candidate: Candidate) -> Timing:
+        if candidate.kind != "program":
+            return Timing(reason="no GPU: a ModelNew candidate gets no timing without one")
+        try:
+            from sol_models.estimate import estimate_program
+            from sol_models.hardware import get_gpu
+
+            est = estimate_program(candidate.program(), get_gpu(self.settings.gpu))
+        except Exception as exc:  # the estimate is best effort; say why it is missing
+            return Timing(reason=f"no GPU and no estimate: {type(exc).__name__}: {exc}".splitlines()[0])
+        return Timing(median_us=float(est.t_us), spread_pct=0.0, trials=0, timing_source="estimate",
+                      reason=f"no GPU: estimated by the SOL model for {self.settings.gpu}")
+
+    def reference_timings(self, problem: Problem) -> ReferenceTimings:
+        """The reference timed the same way as candidates, in the same worker; cached per problem."""
+        key = problem.source_hash + problem.path
+        if key in self._reference_cache:
+            return self._reference_cache[key]
+        if self.settings.device == "cpu" or not self._gpu_or_none():
+            return ReferenceTimings(reason="no GPU: reference timings need one")
+        payload = {"problem": self._problem_view(problem), "settings": self.settings.worker_view(),
+                   "seeds": self._seeds(self.settings.timing_input_sets)}
+        try:
+            reply = self._call("reference_timings", payload, self.settings.reference_watchdog_s)
+        except WorkerFailure as exc:
+            return ReferenceTimings(reason=exc.reason, crashed=True)
+        if not reply.get("ok"):
+            return ReferenceTimings(reason=reply.get("error", "the worker failed"))
+        res = reply["result"]
+        fields = set(ReferenceTimings.model_fields)
+        timings = ReferenceTimings(**{k: v for k, v in res.items() if k in fields})
+        self._reference_cache[key] = timings
+        return timings
+
+    def memory_allocated_bytes(self) -> int:
+        reply = self._call("memory", {}, self.settings.watchdog_s)
+        return int(reply.get("result", {}).get("memory_allocated_bytes", 0))
+
+    # -- optional hardware counters -------------------------------------------------------
+    def _ncu_counters(self, problem: Problem, candidate: Candidate) -> dict[str, float]:
+        from evals.timing import ncu_counters
+
+        return ncu_counters(problem, candidate, self.settings)

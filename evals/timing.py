@@ -1,0 +1,145 @@
+"""GPU timing primitives, run inside the harness worker (they import torch).
+
+Every timed call: inputs rotated between several independent sets (nothing can be cached by
+pointer or content), the L2 cache flushed by writing a buffer larger than L2, a CUDA event pair
+on the current stream around the call, then a device-wide synchronize (all streams) before the
+end event is read. Next to the event time we record the fully synchronized wall time of the same
+call: work launched on a side stream that the current stream does not wait for shows up as wall
+time far above event time (see ``integrity.side_stream_check``). Clocks are never touched.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+L2_FLUSH_BYTES_DEFAULT = 256 * 1024 * 1024  # > 2x the L2 of any Hopper part (H100/H200: 50 MB)
+
+
+@dataclass
+class TimingSample:
+    """Per-trial times of one callable, in microseconds."""
+
+    event_us: list[float] = field(default_factory=list)
+    wall_us: list[float] = field(default_factory=list)
+    warmup: int = 0
+
+    @property
+    def trials(self) -> int:
+        return len(self.event_us)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.event_us)
+
+    @property
+    def wall_median_us(self) -> float:
+        return statistics.median(self.wall_us) if self.wall_us else float("nan")
+
+    @property
+    def spread_pct(self) -> float:
+        """Interquartile range of the trials relative to the median, in percent."""
+        return spread_pct(self.event_us)
+
+    def summary(self) -> dict:
+        xs = sorted(self.event_us)
+        return {
+            "median_us": self.median_us,
+            "mean_us": statistics.fmean(xs),
+            "min_us": xs[0],
+            "max_us": xs[-1],
+            "spread_pct": self.spread_pct,
+            "trials": self.trials,
+            "warmup": self.warmup,
+            "wall_median_us": self.wall_median_us,
+        }
+
+
+def spread_pct(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    med = statistics.median(values)
+    return 100.0 * (q[2] - q[0]) / med if med > 0 else 0.0
+
+
+class L2Flusher:
+    """Overwrites a buffer larger than L2 so that every timed call starts with a cold cache."""
+
+    def __init__(self, device, nbytes: int = L2_FLUSH_BYTES_DEFAULT):
+        import torch
+
+        self.buffer = torch.empty(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+
+    def flush(self) -> None:
+        self.buffer.fill_(1.0)
+
+
+def choose_trials(estimate_us: float, target_s: float, min_trials: int, max_trials: int) -> int:
+    """Enough trials to spend about ``target_s`` in timed calls, within [min_trials, max_trials]."""
+    if estimate_us <= 0:
+        return max_trials
+    return int(min(max_trials, max(min_trials, round(target_s * 1e6 / estimate_us))))
+
+
+def time_cuda(
+    fn: Callable[[list], object],
+    input_sets: Sequence[list],
+    *,
+    flusher: L2Flusher | None,
+    warmup: int = 5,
+    min_trials: int = 20,
+    max_trials: int = 200,
+    target_s: float = 0.5,
+) -> TimingSample:
+    """Time ``fn(inputs)`` on the GPU; returns per-trial event and synchronized wall times."""
+    import torch
+
+    if not input_sets:
+        raise ValueError("time_cuda needs at least one input set")
+    sample = TimingSample(warmup=warmup)
+    torch.cuda.synchronize()
+    # Warm-up doubles as the trial-count estimate (cold-cache, so it matches the timed calls).
+    warm_us: list[float] = []
+    for i in range(max(warmup, 1)):
+        inputs = input_sets[i % len(input_sets)]
+        if flusher is not None:
+            flusher.flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(inputs)
+        end.record()
+        torch.cuda.synchronize()
+        warm_us.append(start.elapsed_time(end) * 1e3)
+    trials = choose_trials(statistics.median(warm_us[-3:]), target_s, min_trials, max_trials)
+    for i in range(trials):
+        inputs = input_sets[i % len(input_sets)]
+        if flusher is not None:
+            flusher.flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()  # the flush and anything before it are done: the wall clock starts clean
+        t0 = time.perf_counter()
+        start.record()
+        fn(inputs)
+        end.record()
+        torch.cuda.synchronize()  # device-wide: side streams included
+        t1 = time.perf_counter()
+        sample.event_us.append(start.elapsed_time(end) * 1e3)
+        sample.wall_us.append((t1 - t0) * 1e6)
+    return sample
+
+
+def time_cpu(fn: Callable[[list], object], input_sets: Sequence[list], *, warmup: int = 1, trials: int = 5) -> TimingSample:
+    """Wall-clock timing on the CPU (used only where no GPU exists, and labelled so)."""
+    sample = TimingSample(warmup=warmup)
+    for i in range(warmup):
+        fn(input_sets[i % len(input_sets)])
+    for i in range(trials):
+        t0 = time.perf_counter()
+        fn(input_sets[i % len(input_sets)])
+        dt = (time.perf_counter() - t0) * 1e6
+        sample.event_us.append(dt)
+        sample.wall_us.append(dt)
+    return sample
