@@ -47,7 +47,7 @@ class LocalExecutor:
     def run(self, specs: Sequence[RunSpec], run_fn: str | RunFn, sink: RunSink) -> None:
         if not specs:
             return
-        gpus = _visible_gpu_ids()
+        gpus = _visible_gpu_ids() if self.workers != 1 else []
         workers = self.workers or max(1, len(gpus))
         if workers == 1:
             for spec in specs:
