@@ -71,5 +71,6 @@ def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: li
                               "diagnostics": []}
     if improved:
         update.update(best_index=done.index, best_t_us=t, best_program_text=done.program_text,
-                      best_program_json=state.get("program_json"), best_artifacts=dict(state.get("artifacts") or {}))
+                      best_program_json=state.get("program_json"), best_artifacts=dict(state.get("artifacts") or {}),
+                      best_sources=dict(state.get("sources") or {}))
     return update

@@ -25,7 +25,8 @@ class Services:
     """Adapters over the libraries, with per-run caches. Every method may raise; nodes turn
     exceptions into failed attempts with their message."""
 
-    def __init__(self, harness_settings: Any = None):
+    def __init__(self, harness_settings: Any = None, gpu: str = "h200"):
+        self.gpu = gpu
         self._problems: dict[str, Any] = {}
         self._sol: dict[tuple[str, str], dict] = {}
         self._references: dict[str, dict[str, float]] = {}
@@ -70,11 +71,10 @@ class Services:
         return out
 
     def reference_timings(self, path: str) -> dict[str, float]:
+        """{"eager_fp32", "eager_tf32", "compile"} in us; empty without a GPU (nothing measured)."""
         if path not in self._references:
             timings = self._timed(self.harness().reference_timings, self.problem(path))
-            data = _as_dict(timings)
-            self._references[path] = {k: float(v) for k, v in data.items()
-                                      if k in ("eager_fp32", "eager_tf32", "compile") and v is not None}
+            self._references[path] = dict(timings.as_reference_us())
         return self._references[path]
 
     # -- programs -------------------------------------------------------------------------
@@ -106,36 +106,28 @@ class Services:
     # -- harness --------------------------------------------------------------------------
     def harness(self) -> Any:
         if self._harness is None:
-            from evals.harness import Harness
+            from evals.harness import Harness, HarnessSettings
 
-            self._harness = Harness(self._harness_settings) if self._harness_settings is not None else Harness()
+            self._harness = Harness(self._harness_settings or HarnessSettings(gpu=self.gpu))
         return self._harness
 
     def candidate(self, program: Any, backend: str, artifacts: dict[str, str] | None) -> Any:
         from evals.harness import Candidate
 
-        return Candidate(program_json=program.model_dump_json(), backend=backend, artifacts=artifacts or {})
+        return Candidate.from_program(program, backend=backend, artifacts=artifacts or {})
 
     def validate(self, path: str, candidate: Any) -> dict[str, Any]:
-        """-> {correct, max_abs_error, reason}"""
+        """-> {correct, max_abs_error, reason, flags}"""
         v = self._timed(self.harness().validate, self.problem(path), candidate)
-        d = _as_dict(v)
-        correct = bool(d.get("correct", d.get("ok", False)))
-        return {
-            "correct": correct,
-            "max_abs_error": d.get("max_abs_error"),
-            "reason": d.get("reason") or d.get("failure_reason") or d.get("message"),
-        }
+        return {"correct": bool(v.correct), "max_abs_error": v.max_abs_error, "reason": v.reason or None,
+                "flags": list(v.flags)}
 
     def profile(self, path: str, candidate: Any) -> dict[str, Any]:
-        """-> {t_us, t_spread_pct, timing_source}"""
+        """-> {t_us, t_spread_pct, timing_source, reason, flags}; t_us None when the time cannot be
+        trusted (a timing check failed) or was not taken."""
         t = self._timed(self.harness().profile, self.problem(path), candidate)
-        d = _as_dict(t)
-        return {
-            "t_us": d.get("t_us", d.get("median_us")),
-            "t_spread_pct": d.get("t_spread_pct", d.get("spread_pct")),
-            "timing_source": d.get("timing_source", "gpu"),
-        }
+        return {"t_us": t.median_us if t.valid else None, "t_spread_pct": t.spread_pct,
+                "timing_source": t.timing_source, "reason": t.reason, "flags": list(t.flags)}
 
     def ceiling_check(self, t_us: float, t_sol_us: float) -> tuple[bool, str]:
         try:
@@ -212,7 +204,7 @@ class RunContext:
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         if self.services is None:
-            self.services = Services()
+            self.services = Services(gpu=self.gpu)
 
     @property
     def policy_settings(self) -> PolicySettings:

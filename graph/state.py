@@ -23,6 +23,7 @@ class OptimizeState(TypedDict, total=False):
     current: dict | None  # AttemptRecord as it progresses
     program_json: str | None  # IR of the checked program
     artifacts: dict[str, str]  # kernel name -> shared library (cutlass backend)
+    sources: dict[str, str]  # kernel name -> generated CUTLASS .cu (cutlass backend)
     diagnostics: list[str]  # errors of the last failed attempt, for the writer
     # history and the best so far
     attempts: list[dict]  # finished AttemptRecords
@@ -31,6 +32,7 @@ class OptimizeState(TypedDict, total=False):
     best_program_text: str | None
     best_program_json: str | None
     best_artifacts: dict[str, str]
+    best_sources: dict[str, str]
     # budget counters
     tokens_in: int
     tokens_out: int
@@ -57,8 +59,8 @@ def hypothesis(state: OptimizeState) -> Hypothesis | None:
 def initial_state(problem_path: str, backend: str) -> OptimizeState:
     return OptimizeState(
         problem_path=problem_path, problem_name="", sol={}, reference_us={}, backend=backend,
-        plan=[], hypothesis=None, current=None, program_json=None, artifacts={}, diagnostics=[],
+        plan=[], hypothesis=None, current=None, program_json=None, artifacts={}, sources={}, diagnostics=[],
         attempts=[], best_index=None, best_t_us=None, best_program_text=None, best_program_json=None,
-        best_artifacts={}, tokens_in=0, tokens_out=0, cost_usd=0.0, tokens_by_model={}, work_s=0.0,
+        best_artifacts={}, best_sources={}, tokens_in=0, tokens_out=0, cost_usd=0.0, tokens_by_model={}, work_s=0.0,
         stop_reason="",
     )

@@ -33,6 +33,7 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         return failed(f"check: {first.message if first else 'no program'}", rendered)
     precision = ",".join(sorted({k.config.math or "f32" for k in program.kernels})) or None
     artifacts: dict[str, str] = {}
+    sources: dict[str, str] = {}
     build_s = 0.0
     if state.get("backend") == "cutlass":
         try:
@@ -44,11 +45,13 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
             msgs = [d.render("program.mcu") for d in built.diagnostics] or ["build failed without diagnostics"]
             return failed(f"build: {msgs[0].splitlines()[0]}", msgs, build_s=build_s, precision=precision)
         artifacts = {k: str(v) for k, v in built.artifacts.items()}
+        sources = {k: str(v) for k, v in (getattr(built, "sources", None) or {}).items()}
     node_s = time.perf_counter() - start
     return {
         "current": advance(attempt, node_s, reached="compile", compile_ok=True, build_s=build_s, precision=precision,
                            diagnostics=[d.render("program.mcu") for d in diagnostics]),
         "program_json": program.model_dump_json(),
         "artifacts": artifacts,
+        "sources": sources,
         "work_s": state.get("work_s", 0.0) + (svc.work_s - work0),
     }

@@ -21,7 +21,7 @@ def profiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         program = Program.model_validate_json(state["program_json"])
         timing = svc.profile(state["problem_path"], svc.candidate(program, state["backend"], state.get("artifacts")))
         ok = timing.get("t_us") is not None and timing["t_us"] > 0
-        reason = "" if ok else "the profiler returned no time"
+        reason = "" if ok else (timing.get("reason") or "the profiler returned no time")
     except Exception as exc:
         timing, ok, reason = {}, False, f"profiling crashed: {type(exc).__name__}: {exc}"
     node_s = time.perf_counter() - start
@@ -30,5 +30,6 @@ def profiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         return {**fail(state, attempt, node_s, f"profile: {reason}", [reason], ctx.policy_settings, ctx.policy),
                 "work_s": work_s}
     return {"current": advance(attempt, node_s, reached="profile", t_us=float(timing["t_us"]),
-                               t_spread_pct=timing.get("t_spread_pct"), timing_source=timing.get("timing_source")),
+                               t_spread_pct=timing.get("t_spread_pct"), timing_source=timing.get("timing_source"),
+                               flags=[*attempt.flags, *timing.get("flags", [])]),
             "work_s": work_s}

@@ -156,35 +156,6 @@ class ChatTier:
         )
 
 
-class PlaybackTier:
-    """Plays back programs from files, one per attempt in name order (the last one repeats):
-    a tier for reproducing a run and for running the graph without a model."""
-
-    def __init__(self, source: str | Path | list[str | Path], name: str | None = None):
-        paths = [Path(p) for p in source] if isinstance(source, list) else _program_files(Path(source))
-        if not paths:
-            raise TierError(f"playback: no .mcu files in {source}")
-        missing = [str(p) for p in paths if not p.is_file()]
-        if missing:
-            raise TierError(f"playback: file not found: {missing[0]}")
-        self.paths = paths
-        self.name = name or "playback"
-        self.spec = TierSpec(name=self.name, kind="playback", model="playback")
-
-    def write(self, request: WriterRequest) -> WriterReply:
-        # chosen by attempt index, not an internal counter, so a resumed run replays identically
-        path = self.paths[min(request.attempt_index, len(self.paths)) - 1]
-        return WriterReply(path.read_text(), model=f"playback:{path.name}")
-
-
-def _program_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        return sorted(path.glob("*.mcu"))
-    raise TierError(f"playback: {path} is neither a .mcu file nor a folder of them")
-
-
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] + ("..." if len(text) > 300 else "")
@@ -232,6 +203,8 @@ def load_tiers(extra: str | Path | None = None) -> dict[str, TierSpec]:
 def make_tier(name: str, tiers_file: str | Path | None = None, chat_model_factory: Any = None) -> Tier:
     """Resolve a tier name: ``playback:PATH``, a configured endpoint, or ``offline``."""
     if name.startswith("playback:"):
+        from nodes.playback import PlaybackTier
+
         return PlaybackTier(name.split(":", 1)[1], name=name)
     specs = load_tiers(tiers_file)
     if name not in specs:

@@ -28,8 +28,10 @@ def validator(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if not result["correct"]:
         reason = result.get("reason") or "outputs differ from the reference"
         return {**fail(state, attempt, node_s, f"validate: {reason}", [f"wrong result: {reason}"],
-                       ctx.policy_settings, ctx.policy, reached="compile", max_abs_error=result.get("max_abs_error")),
+                       ctx.policy_settings, ctx.policy, reached="compile", max_abs_error=result.get("max_abs_error"),
+                       flags=[*attempt.flags, *result.get("flags", [])]),
                 "work_s": work_s}
+    flags = [*attempt.flags, *result.get("flags", [])]
     return {"current": advance(attempt, node_s, reached="validate", correct=True,
-                               max_abs_error=result.get("max_abs_error")),
+                               max_abs_error=result.get("max_abs_error"), flags=flags),
             "work_s": work_s}

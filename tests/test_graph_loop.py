@@ -10,7 +10,8 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
 from graph.context import RunContext
 from graph.runner import run_optimize
-from nodes.tiers import ChatTier, PlaybackTier, TierSpec
+from nodes.playback import PlaybackTier
+from nodes.tiers import ChatTier, TierSpec
 from test_graph_fakes import BROKEN, GOOD, SLOW, WRONG, TextTrackingServices, reply, write_problem
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from graph.context import RunContext
 from graph.runner import RunError, resume_run, run_optimize
-from nodes.tiers import PlaybackTier
+from nodes.playback import PlaybackTier
 from test_graph_fakes import BROKEN, GOOD, SLOW, WRONG, TextTrackingServices, write_problem
 
 PROGRAMS = [SLOW, BROKEN, WRONG, GOOD, SLOW]
@@ -92,7 +92,7 @@ SCRIPT = textwrap.dedent('''
     sys.path[:0] = [{root!r}, {tests!r}]
     from graph.context import RunContext
     from graph.runner import run_optimize, resume_run
-    from nodes.tiers import PlaybackTier
+    from nodes.playback import PlaybackTier
     from test_graph_fakes import TextTrackingServices
 
     class Slow(PlaybackTier):

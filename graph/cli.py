@@ -1,0 +1,102 @@
+"""`mucutlass optimize` and `mucutlass resume`. Imports nothing heavy until a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # graph.policies.POLICY_NAMES
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "optimize", help="optimize one PyTorch problem with μCUTLASS kernels",
+        description="Run the planner -> writer -> compiler -> validator -> profiler -> judge loop on one "
+                    "KernelBench-format problem and write the run directory (best.mcu, CUTLASS sources, "
+                    "model_new.py, attempts.csv/json, summary.json).",
+    )
+    p.add_argument("problem", help="a KernelBench-format problem file (Model, get_inputs, get_init_inputs)")
+    p.add_argument("--tier", default="offline",
+                   help="model tier from the tiers file, or playback:DIR to replay .mcu files (default: offline)")
+    p.add_argument("--tiers-file", default=None, help="extra tiers TOML (also MUCUTLASS_TIERS)")
+    p.add_argument("--policy", default="sol+plateau", choices=POLICIES, help="when to stop (default: sol+plateau)")
+    p.add_argument("--max-attempts", type=int, default=40, help="attempt cap for every policy (default: 40)")
+    p.add_argument("--eps", type=float, default=2.5, help="sol policy: stop at t_best <= (1 + eps) t_SOL (default: 2.5)")
+    p.add_argument("--plateau", type=int, default=12, dest="plateau_window",
+                   help="plateau policy: attempts in a row without gain (default: 12)")
+    p.add_argument("--token-budget", type=int, default=400_000, help="tokens policy: budget (default: 400000)")
+    p.add_argument("--backend", default="auto", choices=("cutlass", "interpreter", "auto"),
+                   help="auto: cutlass when a GPU and nvcc are present, else interpreter (default: auto)")
+    p.add_argument("--gpu", default="h200", help="GPU of the SOL model (default: h200)")
+    p.add_argument("--out", default=None, help="run directory (default: runs/<problem>-<time>)")
+    p.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
+    p.set_defaults(func=optimize_command)
+
+    r = subparsers.add_parser("resume", help="continue a killed optimize run from its last completed step",
+                              description="Continue a run from RUN_DIR/checkpoints.sqlite; finished attempts are kept.")
+    r.add_argument("run_dir", help="the run directory of `mucutlass optimize`")
+    r.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
+    r.set_defaults(func=resume_command)
+
+
+def _sink(as_json: bool):
+    from graph.events import json_lines, rich_printer
+
+    return json_lines(sys.stdout) if as_json else rich_printer()
+
+
+def _error(msg: str, code: int) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return code
+
+
+def optimize_command(args: argparse.Namespace) -> int:
+    problem = Path(args.problem)
+    if not problem.is_file():
+        return _error(f"{problem}: no such problem file", 1)
+    if args.max_attempts < 1:
+        return _error("--max-attempts must be at least 1", 2)
+    from graph.context import RunContext
+    from graph.runner import run_optimize
+    from nodes.tiers import TierError, make_tier
+
+    if args.tier.startswith("playback:"):  # absolute, so `resume` finds the files from any directory
+        args.tier = "playback:" + str(Path(args.tier.split(":", 1)[1]).resolve())
+    if args.tiers_file:
+        args.tiers_file = str(Path(args.tiers_file).resolve())
+    try:
+        tier = make_tier(args.tier, args.tiers_file)
+    except TierError as exc:
+        return _error(str(exc), 1)
+    out = Path(args.out) if args.out else Path("runs") / f"{problem.stem}-{_stamp()}"
+    if (out / "run.json").exists():
+        return _error(f"{out} already holds a run; continue it with `mucutlass resume {out}` or choose another --out", 2)
+    ctx = RunContext(tier=args.tier, policy=args.policy, max_attempts=args.max_attempts, eps=args.eps,
+                     plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
+                     gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
+    summary = run_optimize(problem, ctx, out, on_event=_sink(args.json))
+    return _outcome(summary)
+
+
+def resume_command(args: argparse.Namespace) -> int:
+    from graph.runner import RunError, resume_run
+    from nodes.tiers import TierError
+
+    try:
+        summary = resume_run(args.run_dir, on_event=_sink(args.json))
+    except (RunError, TierError) as exc:
+        return _error(str(exc), 1)
+    return _outcome(summary)
+
+
+def _outcome(summary) -> int:
+    if summary.stop_reason.startswith("setup failed"):
+        return _error(summary.stop_reason, 1)
+    return 0
+
+
+def _stamp() -> str:
+    import time
+
+    return time.strftime("%Y%m%d-%H%M%S")

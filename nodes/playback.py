@@ -1,0 +1,40 @@
+"""A tier that plays back programs from files: reproduces a run, or runs the graph with no model.
+
+``--tier playback:DIR`` plays DIR/*.mcu in name order, one per attempt (the last one repeats);
+``--tier playback:FILE.mcu`` plays one program.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodes.tiers import TierError, TierSpec, WriterReply, WriterRequest
+
+
+class PlaybackTier:
+    """Plays back programs from files, one per attempt in name order (the last one repeats):
+    a tier for reproducing a run and for running the graph without a model."""
+
+    def __init__(self, source: str | Path | list[str | Path], name: str | None = None):
+        paths = [Path(p) for p in source] if isinstance(source, list) else _program_files(Path(source))
+        if not paths:
+            raise TierError(f"playback: no .mcu files in {source}")
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise TierError(f"playback: file not found: {missing[0]}")
+        self.paths = paths
+        self.name = name or "playback"
+        self.spec = TierSpec(name=self.name, kind="playback", model="playback")
+
+    def write(self, request: WriterRequest) -> WriterReply:
+        # chosen by attempt index, not an internal counter, so a resumed run replays identically
+        path = self.paths[min(request.attempt_index, len(self.paths)) - 1]
+        return WriterReply(path.read_text(), model=self.name)
+
+
+def _program_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return sorted(path.glob("*.mcu"))
+    raise TierError(f"playback: {path} is neither a .mcu file nor a folder of them")
