@@ -8,27 +8,28 @@ torch's caching allocator. A non-zero status becomes ``CutlassError`` carrying C
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import threading
 import time
 
 import torch
 
-from dsl_compiler.emit_cutlass import KernelAbi, emit_program
-from dsl_compiler.ir import ConvOp, GemmOp, Kernel, Program, Reduce
+from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.ir import Kernel, Program, Reduce
 
+# --- portable begin: depends on torch and ctypes only; export.py copies this block into ModelNew files ---
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 _MSG_LEN = 512
-
-_LIBS: dict[str, ctypes.CDLL] = {}
+_LIBS: dict = {}
 _LIBS_LOCK = threading.Lock()
-load_seconds: dict[str, float] = {}  # path -> seconds its first load took
+load_seconds: dict = {}  # path -> seconds its first load took
 
 
 class CutlassError(RuntimeError):
     """A CUTLASS kernel refused or failed to run; the message carries CUTLASS's status text."""
 
 
-def load_library(path: str) -> ctypes.CDLL:
+def load_library(path):
     """dlopen a kernel library once per process and declare its C ABI."""
     with _LIBS_LOCK:
         lib = _LIBS.get(path)
@@ -46,41 +47,156 @@ def load_library(path: str) -> ctypes.CDLL:
         return lib
 
 
-def _row_major_ready(t: torch.Tensor) -> torch.Tensor:
+def _row_major_ready(t):
     """Unit stride in the last dim and 16-byte aligned base and rows, as TMA needs; copies otherwise."""
-    es = t.element_size()
     if t.dim() == 0:
         return t.reshape(1)
     ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0
     if ok and t.dim() >= 2:
-        ok = (t.stride(-2) * es) % 16 == 0 or t.shape[-2] == 1
+        ok = (t.stride(-2) * t.element_size()) % 16 == 0 or t.shape[-2] == 1
     return t if ok else t.contiguous()
 
 
-def _channels_last(t: torch.Tensor) -> torch.Tensor:
+def _channels_last(t):
     """The tensor laid out N, *spatial, C in memory (logical shape unchanged)."""
     perm = (0, *range(2, t.dim()), 1)
     inner = t.permute(perm)
     if not inner.is_contiguous() or inner.data_ptr() % 16:
         inner = inner.contiguous()
-    inv = [0] * t.dim()
-    for i, p in enumerate(perm):
-        inv[p] = i
-    return inner.permute(inv)
+    return _channels_last_view(inner)
 
 
-def _empty_channels_last(shape, dtype, device) -> torch.Tensor:
-    n, k, *spatial = shape
-    return _channels_last_view(torch.empty((n, *spatial, k), dtype=dtype, device=device))
-
-
-def _channels_last_view(inner: torch.Tensor) -> torch.Tensor:
+def _channels_last_view(inner):
     d = inner.dim()
     return inner.permute(0, d - 1, *range(1, d - 1))
 
 
 def _conv_out(size, f, s, p, d):
     return (size + 2 * p - d * (f - 1) - 1) // s + 1
+
+
+def _output(outputs, name, shape, dtype, device, channels_last=False):
+    t = outputs.get(name)
+    if t is None:
+        if channels_last:
+            n, k, *spatial = shape
+            return _channels_last_view(torch.empty((n, *spatial, k), dtype=dtype, device=device))
+        return torch.empty(shape, dtype=dtype, device=device)
+    if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+        raise CutlassError(f"output '{name}' must be {tuple(shape)} {dtype}, got {tuple(t.shape)} {t.dtype}")
+    return t
+
+
+def _check_dtype(kernel_name, name, t, dtype):
+    if t.dtype != TORCH_DTYPE[dtype]:
+        raise CutlassError(f"kernel '{kernel_name}': '{name}' is {t.dtype}, the kernel was built for {dtype}")
+
+
+def gemm_call_args(kernel_name, op, abi, env, outputs):
+    """Device tensors (ABI order), ints and results of a GEMM kernel. ``op`` and ``abi`` are plain dicts."""
+    a, b = env[op["a"]["name"]], env[op["b"]["name"]]
+    if a.dim() == 2 and b.dim() == 3:
+        raise CutlassError(f"kernel '{kernel_name}': a rank-2 A with a rank-3 B is not a gemm")
+    m, k = (a.shape[-1], a.shape[-2]) if op["a"]["transpose"] else (a.shape[-2], a.shape[-1])
+    n = b.shape[-2] if op["b"]["transpose"] else b.shape[-1]
+    batched = a.dim() == 3
+    l = a.shape[0] if batched else 1
+    full_shape = (l, m, n) if batched else (m, n)
+    tensors, results = [], {}
+    for spec in abi["tensors"]:
+        role, name, dtype = spec["role"], spec["name"], TORCH_DTYPE[spec["dtype"]]
+        if role in ("d", "store"):
+            t = results[name] = _output(outputs, name, full_shape, dtype, a.device)
+        elif role == "reduce":
+            shape = ((l, m) if batched else (m,)) if spec["reduce_fn"].startswith("row_") else ((l, n) if batched else (n,))
+            t = results[name] = _output(outputs, name, shape, dtype, a.device)
+        else:
+            t = env[name]
+            _check_dtype(kernel_name, name, t, spec["dtype"])
+            t = _row_major_ready(t) if role != "scalar" else t.reshape(-1).contiguous()
+            if role in ("src", "aux") and tuple(t.shape[-2:]) != (m, n):
+                raise CutlassError(f"kernel '{kernel_name}': '{name}' must be [{m}, {n}] (or batched), got {tuple(t.shape)}")
+            if role == "col" and t.shape[-1] != n:
+                raise CutlassError(f"kernel '{kernel_name}': '{name}[col]' needs {n} values, got {tuple(t.shape)}")
+            if role == "row" and t.shape[-1] != m:
+                raise CutlassError(f"kernel '{kernel_name}': '{name}[row]' needs {m} values, got {tuple(t.shape)}")
+        tensors.append(t)
+    ints = []
+    for name in abi["ints"]:
+        if name in ("M", "N", "K", "L"):
+            ints.append({"M": m, "N": n, "K": k, "L": l}[name])
+            continue
+        idx, what = name[1:].split(".")
+        t, role = tensors[int(idx)], abi["tensors"][int(idx)]["role"]
+        if what == "ld":
+            ints.append(t.stride(-2) if t.dim() >= 2 else 0)
+        else:  # batch stride; 0 shares one matrix or vector across the batch
+            vector = role in ("col", "row", "reduce")
+            ints.append(t.stride(0) if t.dim() == (2 if vector else 3) else 0)
+    return tensors, ints, results
+
+
+def conv_call_args(kernel_name, op, abi, env, outputs):
+    """Device tensors (channels-last), ints and results of a convolution kernel."""
+    x, w = env[op["x"]["name"]], env[op["w"]["name"]]
+    nd = op["spatial_dims"]
+    n, c, *sp = x.shape
+    kk, _, *flt = w.shape
+    out_sp = [_conv_out(s, f, st, p, d) for s, f, st, p, d in zip(sp, flt, op["stride"], op["padding"], op["dilation"])]
+
+    def pad3(v, fill):  # (d, h, w) order
+        return [fill] * (3 - nd) + list(v)
+
+    dhw, trs = pad3(sp, 1), pad3(flt, 1)
+    ints = [n, dhw[0], dhw[1], dhw[2], c, kk, trs[0], trs[1], trs[2], *pad3(op["padding"], 0), *pad3(op["stride"], 1),
+            *pad3(op["dilation"], 1)]
+    out_shape = (n, kk, *out_sp)
+    tensors, results = [], {}
+    for spec in abi["tensors"]:
+        role, name = spec["role"], spec["name"]
+        if role == "d":
+            t = _output(outputs, name, out_shape, TORCH_DTYPE[spec["dtype"]], x.device, channels_last=True)
+            if not t.permute(0, *range(2, t.dim()), 1).is_contiguous():
+                raise CutlassError(f"output '{name}' must be channels-last")
+            results[name] = t
+        else:
+            t = env[name]
+            _check_dtype(kernel_name, name, t, spec["dtype"])
+            if role in ("x", "w", "src"):
+                if role == "src" and tuple(t.shape) != out_shape:
+                    raise CutlassError(f"kernel '{kernel_name}': '{name}' must be {out_shape}, got {tuple(t.shape)}")
+                t = _channels_last(t)
+            else:
+                t = t.reshape(-1).contiguous()
+                if role == "col" and t.numel() != kk:
+                    raise CutlassError(f"kernel '{kernel_name}': '{name}[col]' needs {kk} values, got {t.numel()}")
+        tensors.append(t)
+    return tensors, ints, results
+
+
+def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
+    """Run one built kernel on torch's current stream; returns store name -> tensor."""
+    outputs = outputs or {}
+    build_args = conv_call_args if op["kind"] == "conv" else gemm_call_args
+    tensors, ints, results = build_args(kernel_name, op, abi, env, outputs)
+    lib = load_library(lib_path)
+    device = tensors[0].device
+    ptrs = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
+    c_ints = (ctypes.c_int64 * max(1, len(ints)))(*ints)
+    c_scalars = (ctypes.c_float * max(1, len(abi["scalars"])))(*abi["scalars"])
+    msg = ctypes.create_string_buffer(_MSG_LEN)
+    ws_bytes = ctypes.c_size_t(0)
+    if lib.mucutlass_workspace_size(ptrs, c_ints, c_scalars, ctypes.byref(ws_bytes), msg, _MSG_LEN):
+        raise CutlassError(f"kernel '{kernel_name}': {msg.value.decode(errors='replace')}")
+    workspace = torch.empty(max(1, ws_bytes.value), dtype=torch.uint8, device=device)
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        status = lib.mucutlass_run(ptrs, c_ints, c_scalars, ctypes.c_void_p(workspace.data_ptr()), ws_bytes.value,
+                                   ctypes.c_void_p(stream), msg, _MSG_LEN)
+    if status:
+        raise CutlassError(f"kernel '{kernel_name}': CUTLASS {msg.value.decode(errors='replace')}")
+    return results
+# --- portable end ---
 
 
 class CutlassExecutor:
@@ -92,141 +208,23 @@ class CutlassExecutor:
         emitted, diags = emit_program(program)
         if diags:
             raise CutlassError("; ".join(d.message for d in diags))
-        self.abis: dict[str, KernelAbi] = {e.kernel_name: e.abi for e in emitted}
+        self.abis: dict[str, dict] = {e.kernel_name: dataclasses.asdict(e.abi) for e in emitted}
         missing = [k.name for k in program.kernels if k.name not in self.artifacts]
         if missing:
             raise CutlassError(f"no built library for kernel(s) {', '.join(missing)}: run build.build_program first")
+        self._ops = {k.name: k.op.model_dump(mode="json") for k in program.kernels}
 
     def library(self, kernel_name: str) -> ctypes.CDLL:
         return load_library(self.artifacts[kernel_name])
-
-    # -----------------------------------------------------------------------------------------
 
     def run_kernel(self, program: Program, kernel: Kernel, env: dict[str, torch.Tensor],
                    outputs: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Run one kernel on the tensors of ``env``; returns store name -> tensor.
 
-        ``outputs`` may hold preallocated output tensors (same shapes, dtypes and layouts as this
+        ``outputs`` may hold preallocated output tensors (the shapes, dtypes and layouts this
         would allocate), e.g. poisoned buffers in tests."""
-        abi = self.abis[kernel.name]
-        outputs = outputs or {}
-        if isinstance(kernel.op, ConvOp):
-            tensors, ints, results = self._conv_args(kernel, abi, env, outputs)
-        else:
-            tensors, ints, results = self._gemm_args(kernel, abi, env, outputs)
-        lib = self.library(kernel.name)
-        device = tensors[0].device
-        n = len(tensors)
-        ptrs = (ctypes.c_void_p * n)(*[t.data_ptr() for t in tensors])
-        c_ints = (ctypes.c_int64 * max(1, len(ints)))(*ints)
-        c_scalars = (ctypes.c_float * max(1, len(abi.scalars)))(*abi.scalars)
-        msg = ctypes.create_string_buffer(_MSG_LEN)
-        ws_bytes = ctypes.c_size_t(0)
-        if lib.mucutlass_workspace_size(ptrs, c_ints, c_scalars, ctypes.byref(ws_bytes), msg, _MSG_LEN):
-            raise CutlassError(f"kernel '{kernel.name}': {msg.value.decode(errors='replace')}")
-        workspace = torch.empty(max(1, ws_bytes.value), dtype=torch.uint8, device=device)
-        with torch.cuda.device(device):
-            stream = torch.cuda.current_stream(device).cuda_stream
-            status = lib.mucutlass_run(ptrs, c_ints, c_scalars, ctypes.c_void_p(workspace.data_ptr()), ws_bytes.value,
-                                       ctypes.c_void_p(stream), msg, _MSG_LEN)
-        if status:
-            raise CutlassError(f"kernel '{kernel.name}': CUTLASS {msg.value.decode(errors='replace')}")
-        return results
-
-    def _output(self, outputs, name, shape, dtype, device, channels_last=False) -> torch.Tensor:
-        t = outputs.get(name)
-        if t is None:
-            return _empty_channels_last(shape, dtype, device) if channels_last else torch.empty(shape, dtype=dtype, device=device)
-        if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
-            raise CutlassError(f"output '{name}' must be {tuple(shape)} {dtype}, got {tuple(t.shape)} {t.dtype}")
-        return t
-
-    def _check_dtype(self, kernel, name, t, dtype):
-        if t.dtype != TORCH_DTYPE[dtype]:
-            raise CutlassError(f"kernel '{kernel.name}': '{name}' is {t.dtype}, the kernel was built for {dtype}")
-
-    def _gemm_args(self, kernel: Kernel, abi: KernelAbi, env, outputs):
-        op: GemmOp = kernel.op
-        a, b = env[op.a.name], env[op.b.name]
-        if a.dim() == 2 and b.dim() == 3:
-            raise CutlassError(f"kernel '{kernel.name}': a rank-2 A with a rank-3 B is not a gemm")
-        m, k = (a.shape[-1], a.shape[-2]) if op.a.transpose else (a.shape[-2], a.shape[-1])
-        n = b.shape[-2] if op.b.transpose else b.shape[-1]
-        batched = a.dim() == 3
-        l = a.shape[0] if batched else 1
-        device = a.device
-        full_shape = (l, m, n) if batched else (m, n)
-        tensors: list[torch.Tensor] = []
-        results: dict[str, torch.Tensor] = {}
-        for spec in abi.tensors:
-            self_dtype = TORCH_DTYPE[spec.dtype]
-            if spec.role in ("d", "store"):
-                t = self._output(outputs, spec.name, full_shape, self_dtype, device)
-                results[spec.name] = t
-            elif spec.role == "reduce":
-                shape = ((l, m) if batched else (m,)) if spec.reduce_fn.startswith("row_") else ((l, n) if batched else (n,))
-                t = self._output(outputs, spec.name, shape, self_dtype, device)
-                results[spec.name] = t
-            else:
-                t = env[spec.name]
-                self._check_dtype(kernel, spec.name, t, spec.dtype)
-                t = _row_major_ready(t) if spec.role != "scalar" else t.reshape(-1).contiguous()
-                if spec.role in ("src", "aux") and tuple(t.shape[-2:]) != (m, n):
-                    raise CutlassError(f"kernel '{kernel.name}': '{spec.name}' must be [{m}, {n}] (or batched), got {tuple(t.shape)}")
-                if spec.role == "col" and t.shape[-1] != n:
-                    raise CutlassError(f"kernel '{kernel.name}': '{spec.name}[col]' needs {n} values, got {tuple(t.shape)}")
-                if spec.role == "row" and t.shape[-1] != m:
-                    raise CutlassError(f"kernel '{kernel.name}': '{spec.name}[row]' needs {m} values, got {tuple(t.shape)}")
-            tensors.append(t)
-        ints = []
-        for name in abi.ints:
-            if name in ("M", "N", "K", "L"):
-                ints.append({"M": m, "N": n, "K": k, "L": l}[name])
-                continue
-            idx, what = name[1:].split(".")
-            t, role = tensors[int(idx)], abi.tensors[int(idx)].role
-            if what == "ld":
-                ints.append(t.stride(-2) if t.dim() >= 2 else 0)
-            else:  # batch stride; 0 shares one matrix / vector across the batch
-                vector = role in ("col", "row", "reduce")
-                ints.append(t.stride(0) if t.dim() == (2 if vector else 3) else 0)
-        return tensors, ints, results
-
-    def _conv_args(self, kernel: Kernel, abi: KernelAbi, env, outputs):
-        op: ConvOp = kernel.op
-        x, w = env[op.x.name], env[op.w.name]
-        self._check_dtype(kernel, op.x.name, x, abi.tensors[0].dtype)
-        self._check_dtype(kernel, op.w.name, w, abi.tensors[1].dtype)
-        nd = op.spatial_dims
-        n, c, *sp = x.shape
-        kk, _, *flt = w.shape
-        out_sp = [_conv_out(s, f, st, p, d) for s, f, st, p, d in zip(sp, flt, op.stride, op.padding, op.dilation)]
-        pad3 = lambda v, fill: [fill] * (3 - nd) + list(v)  # noqa: E731 -- (d, h, w) order
-        dhw, trs = pad3(sp, 1), pad3(flt, 1)
-        ints = [n, dhw[0], dhw[1], dhw[2], c, kk, trs[0], trs[1], trs[2], *pad3(op.padding, 0), *pad3(op.stride, 1),
-                *pad3(op.dilation, 1)]
-        out_shape = (n, kk, *out_sp)
-        tensors, results = [], {}
-        for spec in abi.tensors:
-            if spec.role == "d":
-                t = self._output(outputs, spec.name, out_shape, TORCH_DTYPE[spec.dtype], x.device, channels_last=True)
-                if not t.permute(0, *range(2, t.dim()), 1).is_contiguous():
-                    raise CutlassError(f"output '{spec.name}' must be channels-last")
-                results[spec.name] = t
-            elif spec.role in ("x", "w", "src"):
-                t = env[spec.name]
-                self._check_dtype(kernel, spec.name, t, spec.dtype)
-                if spec.role == "src" and tuple(t.shape) != out_shape:
-                    raise CutlassError(f"kernel '{kernel.name}': '{spec.name}' must be {out_shape}, got {tuple(t.shape)}")
-                t = _channels_last(t)
-            else:
-                t = env[spec.name]
-                self._check_dtype(kernel, spec.name, t, spec.dtype)
-                t = t.reshape(-1).contiguous()
-                if spec.role == "col" and t.numel() != kk:
-                    raise CutlassError(f"kernel '{kernel.name}': '{spec.name}[col]' needs {kk} values, got {t.numel()}")
-            tensors.append(t)
-        return tensors, ints, results
+        return call_kernel(self.artifacts[kernel.name], kernel.name, self._ops[kernel.name], self.abis[kernel.name],
+                           env, outputs)
 
 
 def run_program(program: Program, executor: CutlassExecutor, inputs: list[torch.Tensor],

@@ -1,0 +1,173 @@
+"""Export a built program as a standalone Python file defining ``ModelNew``.
+
+The file needs torch and the built kernel libraries, nothing of mucutlass: it carries the
+program's steps and each kernel's C ABI as data, and a copy of the runtime's portable block
+(``cutlass_runtime``, between its ``portable`` markers). Given the problem's source, ``ModelNew``
+subclasses the problem's ``Model``: the same constructor arguments create the same parameters in
+the same order, so a seeded initialisation matches the reference; forward runs the program on the
+CUTLASS kernels, reading the parameters by their ``state_dict`` keys. Without the problem source,
+``ModelNew`` creates the declared parameters itself (uninitialised; load a state_dict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import shutil
+from pathlib import Path
+
+from dsl_compiler import cutlass_runtime
+from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.ir import Program
+
+_RUNNER = r'''
+
+PROGRAM = json.loads(__PROGRAM__)
+KERNELS = json.loads(__KERNELS__)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _lib_path(name):
+    local = os.path.join(_HERE, KERNELS[name]["local"]) if KERNELS[name]["local"] else None
+    return local if local and os.path.exists(local) else KERNELS[name]["lib"]
+
+
+_DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def _as_declared(t, decl):
+    t = t.to(_DT[decl["dtype"]]) if t.dtype != _DT[decl["dtype"]] else t
+    if decl.get("layout") == "channels_last" and t.dim() >= 3:
+        return _channels_last(t)
+    return t
+
+
+def _torch_step(step, env):
+    try:  # the exact whitelist when mucutlass is installed
+        from dsl_compiler import torch_steps, ir
+        return torch_steps.run(ir.TorchStep.model_validate(step), env)
+    except ImportError:
+        pass
+    import torch.nn.functional as F
+    args = [env[a["name"]] if a["kind"] == "tensor" else a["value"] for a in step["args"]]
+    kwargs = {k["key"]: k["value"] for k in step["kwargs"]}
+    if step["fn"] == "channels_last":
+        result = _channels_last(args[0])
+    else:
+        fn = getattr(F, step["fn"], None) or getattr(torch, step["fn"])
+        result = fn(*args, **kwargs)
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    return dict(zip(step["outputs"], results))
+
+
+def run_program(inputs, params):
+    decls = [d for d in PROGRAM["decls"] if d["kind"] == "input"]
+    if len(inputs) != len(decls):
+        raise CutlassError(f"the program takes {len(decls)} input(s), got {len(inputs)}")
+    env = {d["name"]: _as_declared(x, d) for d, x in zip(decls, inputs)}
+    for d in PROGRAM["decls"]:
+        if d["kind"] == "param":
+            env[d["name"]] = _as_declared(params[d["name"]], d)
+    for step in PROGRAM["steps"]:
+        if "op" in step:
+            env.update(call_kernel(_lib_path(step["name"]), step["name"], step["op"], KERNELS[step["name"]]["abi"], env))
+        else:
+            env.update(_torch_step(step, env))
+    return [env[name] for name in PROGRAM["outputs"]]
+
+
+def _params_of(module):
+    state = dict(module.state_dict(keep_vars=False))
+    out = {}
+    for d in PROGRAM["decls"]:
+        if d["kind"] == "param":
+            t = state[d["source"]]
+            cached = module._mucutlass_bound.get(d["name"])
+            if cached is None or cached[0] is not t or cached[0]._version != cached[1]:
+                module._mucutlass_bound[d["name"]] = (t, t._version, _as_declared(t, d))
+            out[d["name"]] = module._mucutlass_bound[d["name"]][2]
+    return out
+'''
+
+_WITH_MODEL = r'''
+
+class ModelNew(Model):
+    """The problem's Model, with forward running the μCUTLASS program on CUTLASS kernels."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._mucutlass_bound = {}
+
+    def forward(self, *inputs):
+        outs = run_program(list(inputs), _params_of(self))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+'''
+
+_WITHOUT_MODEL = r'''
+
+class ModelNew(torch.nn.Module):
+    """Runs the μCUTLASS program on CUTLASS kernels; parameters named by their state_dict keys."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self._mucutlass_bound = {}
+        for d in PROGRAM["decls"]:
+            if d["kind"] == "param":
+                owner = self
+                *path, leaf = d["source"].split(".")
+                for part in path:
+                    if not hasattr(owner, part):
+                        owner.add_module(part, torch.nn.Module())
+                    owner = getattr(owner, part)
+                owner.register_parameter(leaf, torch.nn.Parameter(torch.empty(d["shape"], dtype=_DT[d["dtype"]])))
+
+    def forward(self, *inputs):
+        outs = run_program(list(inputs), _params_of(self))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+'''
+
+
+def portable_runtime_source() -> str:
+    text = inspect.getsource(cutlass_runtime)
+    begin = text.index("# --- portable begin")
+    end = text.index("# --- portable end ---")
+    return text[text.index("\n", begin) + 1:end]
+
+
+def export_model_new(program: Program, artifacts: dict[str, str], path: str | Path, problem_source: str | None = None,
+                     copy_libraries: bool = True) -> Path:
+    """Write ``path``: a Python module defining ``ModelNew`` that runs ``program`` from ``artifacts``.
+
+    With ``copy_libraries`` the kernel libraries are copied next to the file (``<stem>_kernels/``),
+    so the file and that folder can be moved together; otherwise the file points at the cache."""
+    path = Path(path)
+    emitted, diags = emit_program(program)
+    if diags:
+        raise ValueError("the program has kernels the CUTLASS backend cannot build: " + "; ".join(d.message for d in diags))
+    kernels = {}
+    for e in emitted:
+        if e.kernel_name not in artifacts:
+            raise ValueError(f"no built library for kernel '{e.kernel_name}': run build.build_program first")
+        lib = str(Path(artifacts[e.kernel_name]).resolve())
+        local = ""
+        if copy_libraries:
+            folder = path.parent / f"{path.stem}_kernels"
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(lib, folder / f"{e.kernel_name}.so")
+            local = f"{folder.name}/{e.kernel_name}.so"
+        kernels[e.kernel_name] = {"lib": lib, "local": local, "abi": dataclasses.asdict(e.abi)}
+    program_json = json.dumps(program.model_dump(mode="json"))
+    parts = [
+        f'"""ModelNew for μCUTLASS program {program.name or "(unnamed)"}: CUTLASS kernels for sm_90a, '
+        'generated by mucutlass."""\n',
+        "import ctypes\nimport json\nimport os\nimport threading\nimport time\n\nimport torch\n",
+    ]
+    if problem_source is not None:
+        parts.append("\n# ---- the problem's source (defines Model) ----\n" + problem_source.rstrip() + "\n# ---- end of the problem's source ----\n")
+    parts.append("\n" + portable_runtime_source())
+    parts.append(_RUNNER.replace("__PROGRAM__", repr(program_json)).replace("__KERNELS__", repr(json.dumps(kernels))))
+    parts.append(_WITH_MODEL if problem_source is not None else _WITHOUT_MODEL)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(parts))
+    return path

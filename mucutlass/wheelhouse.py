@@ -1,0 +1,110 @@
+"""`mucutlass wheelhouse`: download the wheels an air-gapped GPU host needs to run mucutlass.
+
+Resolves the project's requirements (and theirs) from the installed distributions, leaves out
+torch and its CUDA stack (the GPU host brings its own), and runs
+``pip download --only-binary=:all: --no-deps`` for each name at the installed version with the
+target's Python and platform tags, so that on the host
+``pip install --no-index --no-deps --target /tmp/site DIR/*.whl`` works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+# Provided by the GPU host's image (or far too large to carry): never downloaded.
+EXCLUDED = re.compile(r"^(torch|triton|nvidia-(?!cutlass$).*|cuda-.*|numpy|setuptools|pip|wheel)$")
+# The runtime requirements of a GPU worker: the language, the backend and the harness.
+DEFAULT_ROOTS = ("pydantic", "lark", "nvidia-cutlass", "platformdirs", "rich")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(req: str) -> str | None:
+    """The name of a Requires-Dist entry, or None when it applies only to an extra."""
+    if ";" in req and "extra" in req.split(";", 1)[1]:
+        return None
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    return canonical(m.group(1)) if m else None
+
+
+def resolve(roots: tuple[str, ...] = DEFAULT_ROOTS) -> dict[str, str]:
+    """name -> installed version for ``roots`` and everything they require (installed closure)."""
+    from importlib import metadata
+
+    found: dict[str, str] = {}
+    todo = [canonical(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in found or EXCLUDED.match(name):
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        found[name] = dist.version
+        for req in dist.requires or []:
+            dep = _requirement_name(req)
+            if dep and dep not in found:
+                todo.append(dep)
+    return dict(sorted(found.items()))
+
+
+def download_commands(packages: dict[str, str], out: Path, python: str, platform: str) -> list[list[str]]:
+    platforms = [platform] + [p for p in PLATFORMS if p != platform]
+    cmds = []
+    for name, version in packages.items():
+        cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps", "-d", str(out),
+               "--python-version", python, "--implementation", "cp"]
+        for p in platforms:
+            cmd += ["--platform", p]
+        cmds.append(cmd + [f"{name}=={version}"])
+    return cmds
+
+
+def handle(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if not re.fullmatch(r"3\.\d+", args.python):
+        print(f"error: --python takes a version like 3.12, got '{args.python}'", file=sys.stderr)
+        return 2
+    packages = resolve(tuple(args.package) if args.package else DEFAULT_ROOTS)
+    if not packages:
+        print("error: none of the requirements is installed here; install mucutlass's dependencies first", file=sys.stderr)
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for cmd in download_commands(packages, out, args.python, args.platform):
+        if args.dry_run:
+            print(" ".join(cmd))
+            continue
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        name = cmd[-1]
+        print(f"{'ok  ' if proc.returncode == 0 else 'FAIL'} {name}")
+        if proc.returncode:
+            failed.append((name, (proc.stderr.strip().splitlines() or ["pip failed"])[-1]))
+    if failed:
+        for name, why in failed:
+            print(f"error: {name}: {why}", file=sys.stderr)
+        print("hint: a package with no wheel for this platform needs another --platform tag or an sdist build", file=sys.stderr)
+        return 1
+    if not args.dry_run:
+        print(f"{len(packages)} wheels in {out}; on the GPU host: "
+              f"pip install --no-index --no-deps --target /tmp/site {out}/*.whl && export PYTHONPATH=/tmp/site")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("wheelhouse", help="download the wheels an air-gapped GPU host needs (torch excluded)")
+    p.add_argument("--out", default="wheelhouse", help="folder for the wheels (default: ./wheelhouse)")
+    p.add_argument("--python", default="3.12", help="the GPU host's Python version (default: 3.12)")
+    p.add_argument("--platform", default="manylinux_2_28_x86_64", help="the host's platform tag (more are tried after it)")
+    p.add_argument("--package", action="append", help="a root requirement (repeatable; default: the GPU worker's set)")
+    p.add_argument("--dry-run", action="store_true", help="print the pip commands instead of running them")
+    p.set_defaults(func=handle)

@@ -1,0 +1,113 @@
+"""Structure of the emitted CUTLASS C++ (not whole-file snapshots)."""
+
+from __future__ import annotations
+
+import re
+
+from test_backend_programs import program
+
+from dsl_compiler.emit_cutlass import emit_kernel, emit_program
+
+
+def _one(name):
+    prog = program(name)
+    emitted, diags = emit_program(prog)
+    assert not diags
+    return prog, emitted[0]
+
+
+def test_gemm_bias_relu_uses_collective_builders_and_an_evt_tree():
+    _, e = _one("gemm_bf16_nt_coop")
+    src = e.source
+    assert "cutlass::gemm::collective::CollectiveBuilder<" in src
+    assert "cutlass::epilogue::collective::CollectiveBuilder<" in src
+    assert "cutlass::gemm::KernelTmaWarpSpecializedCooperative" in src
+    assert "cutlass::epilogue::TmaWarpSpecializedCooperative" in src
+    assert "using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>" in src
+    assert "StageCountAutoCarveout" in src
+    # relu(acc + bias[col]): one fused compute node over the accumulator and a row broadcast (length N)
+    assert re.search(r"Sm90EVT<cutlass::epilogue::fusion::Sm90Compute<Fused0, cutlass::bfloat16_t, float, RN>, "
+                     r"cutlass::epilogue::fusion::Sm90AccFetch, cutlass::epilogue::fusion::Sm90RowBroadcast<", src)
+    assert "fmaxf((v0 + v1), 0.f)" in src
+    # nn.Linear weight [N, K] is B in column-major; x [M, K] is row-major A
+    assert "cutlass::bfloat16_t, cutlass::layout::RowMajor, 8, cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8" in src
+    assert 'extern "C" int mucutlass_run(' in src and 'extern "C" int mucutlass_workspace_size(' in src
+    assert "cutlassGetStatusString" in src and "can_implement" in src
+    assert [t.role for t in e.abi.tensors] == ["a", "b", "d", "col"]
+
+
+def test_namespace_is_a_deterministic_hash_of_the_kernel():
+    prog, e1 = _one("gemm_bf16_nt_coop")
+    e2 = emit_kernel(prog, prog.kernels[0])
+    assert e1.source == e2.source and e1.namespace == e2.namespace
+    assert re.fullmatch(r"mu_[0-9a-f]{16}", e1.namespace)
+    _, other = _one("gemm_bf16_nn_pingpong")
+    assert other.namespace != e1.namespace
+
+
+def test_constants_are_runtime_scalars_so_builds_are_shared():
+    from dsl_compiler.parser import parse
+    from test_backend_programs import MATRIX
+
+    _, e = _one("epi_binary_param")
+    assert 0.1 in e.abi.scalars and 1.5 in e.abi.scalars
+    assert "struct Arguments { float c[" in e.source
+    prog2, _ = parse(MATRIX["epi_binary_param"].replace("leaky_relu(acc, 0.1)", "leaky_relu(acc, 0.2)"))
+    e2 = emit_program(prog2)[0][0]
+    assert e2.source == e.source and 0.2 in e2.abi.scalars and 0.1 not in e2.abi.scalars
+
+
+def test_layouts_schedules_clusters_stages_and_schedulers():
+    _, nn = _one("gemm_bf16_nn_pingpong")
+    assert "cutlass::layout::RowMajor, 8, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8" in nn.source
+    assert "KernelTmaWarpSpecializedPingpong" in nn.source and "StageCount<4>" in nn.source
+    assert "ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>" in nn.source
+    _, tn = _one("gemm_bf16_tn_cluster12")
+    assert "cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8" in tn.source
+    assert "cute::Shape<cute::_1, cute::_2, cute::_1>" in tn.source
+    _, sk = _one("gemm_split_k")
+    assert "cutlass::gemm::StreamKScheduler" in sk.source and "DecompT::SplitK" in sk.source and "splits = 2" in sk.source
+    _, st = _one("gemm_stream_k")
+    assert "DecompT::StreamK" in st.source
+    _, ra = _one("gemm_raster_m_swizzle")
+    assert "RasterT::AlongM" in ra.source and "max_swizzle_size = 2" in ra.source
+    _, tf = _one("gemm_tf32_nt")
+    assert "float, cutlass::layout::RowMajor, 4, float, cutlass::layout::ColumnMajor, 4, float" in tf.source
+
+
+def test_epilogue_broadcasts_aux_loads_stores_and_reductions():
+    _, e = _one("epi_broadcasts")
+    src = e.source
+    for node in ("Sm90ColBroadcast<", "Sm90RowBroadcast<", "Sm90ScalarBroadcast<float>", "Sm90SrcFetch<float>", "Sm90AuxLoad<0,"):
+        assert node in src, node
+    assert [t.role for t in e.abi.tensors][3:] == ["row", "col", "scalar", "src", "aux"]
+    _, m = _one("epi_multi_store_reduce")
+    src = m.source
+    assert "Sm90AuxStore<0," in src and "TakeFirst" in src
+    assert src.count("Sm90ColReduction<cutlass::plus") == 1  # row_sum: reduce over N
+    assert "Sm90ColReduction<cutlass::maximum" in src  # row_max
+    assert "Sm90RowReduction<cutlass::minimum" in src  # col_min: reduce over M
+    assert "-INFINITY" in src and "INFINITY" in src
+    assert [(t.role, t.reduce_fn) for t in m.abi.tensors if t.role == "reduce"] == [("reduce", "row_sum"), ("reduce", "row_max"), ("reduce", "col_min")]
+
+
+def test_conv_uses_the_sm90_implicit_gemm_builder_with_channels_last():
+    _, c = _one("conv2d_bf16_bias_relu")
+    src = c.source
+    assert "cutlass::conv::collective::CollectiveBuilder<" in src
+    assert "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90" in src
+    assert "cutlass::layout::TensorNHWC" in src and "ConvProblemShape<cutlass::conv::Operator::kFprop, 2>" in src
+    assert "gemm_universal_adapter.h" not in src  # its 2.x GemmUniversal clashes with the conv kernel
+    assert c.abi.op_kind == "conv" and c.abi.spatial_dims == 2
+    _, c1 = _one("conv1d_f16")
+    assert "TensorNWC" in c1.source and "kFprop, 1>" in c1.source
+    _, c3 = _one("conv3d_bf16")
+    assert "TensorNDHWC" in c3.source and "kFprop, 3>" in c3.source
+
+
+def test_unsupported_cases_name_the_kernel_and_hint_a_route():
+    for name, needle in (("depthwise", "torch y = conv2d"), ("conv_nchw", "channels_last"), ("exact_fp32", "math = tf32"),
+                         ("grouped", "batched gemm"), ("streamk_pingpong", "schedule = cooperative")):
+        _, diags = emit_program(program(name))
+        assert len(diags) == 1 and diags[0].code == "unsupported"
+        assert needle in diags[0].hint, (name, diags[0].hint)
