@@ -47,10 +47,8 @@ def conv_text(name, dt_, tile, math="", n=16, c=64, h=256, k=128):
 
 CASES = {
     "bf16_gemm_coop_128x256x64_c2x1": gemm_text("bf16_gemm_a", "bf16", "128x256x64", "2x1x1", "cooperative"),
-    "bf16_gemm_coop_256x128x64_c1x2": gemm_text("bf16_gemm_b", "bf16", "256x128x64", "1x2x1", "cooperative"),
     "bf16_gemm_pingpong_128x128x64_c2x1": gemm_text("bf16_gemm_c", "bf16", "128x128x64", "2x1x1", "pingpong"),
     "tf32_gemm_coop_128x256x32_c2x1": gemm_text("tf32_gemm_a", "f32", "128x256x32", "2x1x1", "cooperative", math="math = tf32; "),
-    "tf32_gemm_coop_256x128x32_c1x2": gemm_text("tf32_gemm_b", "f32", "256x128x32", "1x2x1", "cooperative", math="math = tf32; "),
     "tf32_conv_128x128x32": conv_text("tf32_conv", "f32", "128x128x32", math="math = tf32; "),
     "bf16_conv_128x128x64": conv_text("bf16_conv", "bf16", "128x128x64"),
 }
