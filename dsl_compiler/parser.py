@@ -4,11 +4,11 @@ what was found, what is allowed and a fix hint."""
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 from typing import Any
 
-from lark import Lark, Token, Transformer, Tree, v_args
+from lark import Lark, Token, v_args
+from lark.visitors import Transformer_NonRecursive
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from pydantic import ValidationError
 
@@ -16,7 +16,7 @@ from dsl_compiler import ir
 from dsl_compiler.diagnostics import Diagnostic
 
 # A program is a few kilobytes; the cap keeps a pathological input from costing minutes.
-MAX_PROGRAM_CHARS = 1_000_000
+MAX_PROGRAM_CHARS = 100_000
 # Nesting beyond this is never a real epilogue and would exhaust recursion in later passes.
 MAX_NESTING = 64
 
@@ -77,7 +77,7 @@ TOKEN_WORDS: dict[str, str] = {
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
     grammar = (Path(__file__).with_name("grammar.lark")).read_text()
-    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=True)
+    return Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
 
 
 def _words(expected: set[str] | frozenset[str]) -> str:
@@ -127,26 +127,19 @@ def _err(message: str, where: Token | ir.Span | None, found: str | None = None, 
     return _Reject(Diagnostic(code=code, message=message, span=span, found=found, expected=expected, hint=hint))
 
 
-def _depth(expr: ir.Node) -> int:
-    if isinstance(expr, ir.Unary | ir.ParamCall | ir.Reduce):
-        return 1 + _depth(expr.arg)
-    if isinstance(expr, ir.Binary):
-        return 1 + max(_depth(expr.lhs), _depth(expr.rhs))
-    return 1
-
-
 class _Expr:
-    """An expression during parsing, with the span of its source text."""
+    """An expression during parsing, with the span of its source text and its nesting depth."""
 
-    __slots__ = ("node", "span")
+    __slots__ = ("node", "span", "depth")
 
-    def __init__(self, node: Any, span: ir.Span | None):
+    def __init__(self, node: Any, span: ir.Span | None, depth: int = 1):
         self.node = node
         self.span = span
+        self.depth = depth
 
 
 @v_args(meta=True)
-class _ToIR(Transformer):
+class _ToIR(Transformer_NonRecursive):
     # ---- literals
     def number(self, meta, children):
         tok = children[0]
@@ -396,13 +389,14 @@ class _ToIR(Transformer):
     def _bin(self, fn, meta, children):
         lhs, rhs = [c for c in children if isinstance(c, _Expr)]
         node = ir.Binary(fn=fn, lhs=lhs.node, rhs=rhs.node, span=_span(meta))
-        return self._checked(node, _span(meta))
+        return self._checked(node, _span(meta), lhs, rhs)
 
-    def _checked(self, node, span):
-        if _depth(node) > MAX_NESTING:
+    def _checked(self, node, span, *args):
+        depth = 1 + max((a.depth for a in args), default=0)
+        if depth > MAX_NESTING:
             raise _err("expression nested too deeply", span, found=f"more than {MAX_NESTING} levels",
                        expected=f"at most {MAX_NESTING}", hint="name parts of it with let")
-        return _Expr(node, span)
+        return _Expr(node, span, depth)
 
     def add(self, meta, children):
         return self._bin("add", meta, children)
@@ -420,7 +414,7 @@ class _ToIR(Transformer):
         (arg,) = [c for c in children if isinstance(c, _Expr)]
         if isinstance(arg.node, ir.Const) and arg.node.value >= 0:
             return _Expr(ir.Const(value=-arg.node.value, span=_span(meta)), _span(meta))
-        return self._checked(ir.Unary(fn="neg", arg=arg.node, span=_span(meta)), _span(meta))
+        return self._checked(ir.Unary(fn="neg", arg=arg.node, span=_span(meta)), _span(meta), arg)
 
     def acc(self, meta, children):
         return _Expr(ir.Acc(span=_span(meta)), _span(meta))
@@ -448,10 +442,10 @@ class _ToIR(Transformer):
 
         if fn in UNARY_FNS:
             arity(1, f"{fn}(x)")
-            return self._checked(ir.Unary(fn=fn, arg=nodes[0], span=span), span)
+            return self._checked(ir.Unary(fn=fn, arg=nodes[0], span=span), span, *args)
         if fn in BINARY_CALL_FNS:
             arity(2, f"{fn}(x, y)")
-            return self._checked(ir.Binary(fn=fn, lhs=nodes[0], rhs=nodes[1], span=span), span)
+            return self._checked(ir.Binary(fn=fn, lhs=nodes[0], rhs=nodes[1], span=span), span, *args)
         if fn in PARAM_FN_ARITY:
             n = PARAM_FN_ARITY[fn]
             like = {"clamp": "clamp(x, -1.0, 1.0)", "hardtanh": "hardtanh(x, -1.0, 1.0)",
@@ -463,10 +457,10 @@ class _ToIR(Transformer):
                     raise _err(f"the parameters of {fn} must be numbers", a.span, found="an expression",
                                expected=like, hint="write the parameter as a literal number")
                 params.append(a.node.value)
-            return self._checked(ir.ParamCall(fn=fn, arg=nodes[0], params=tuple(params), span=span), span)
+            return self._checked(ir.ParamCall(fn=fn, arg=nodes[0], params=tuple(params), span=span), span, *args)
         if fn in REDUCE_FNS:
             arity(1, f"{fn}(x)")
-            return self._checked(ir.Reduce(fn=fn, arg=nodes[0], span=span), span)
+            return self._checked(ir.Reduce(fn=fn, arg=nodes[0], span=span), span, *args)
         known = sorted(set(UNARY_FNS) | set(BINARY_CALL_FNS) | set(PARAM_FN_ARITY) | set(REDUCE_FNS))
         raise _err(f"unknown function '{fn}'", fn_tok, found=fn, expected=", ".join(known),
                    hint="use one of the epilogue functions, or a torch step after the kernel", code="unknown-function")
