@@ -236,17 +236,36 @@ class _WorkCounter:
         if packet in self.flop_registry:
             kind: OpKind = "matmul"
             flops = float(self.flop_registry[packet](*args, **kwargs, out_val=out))
+        elif base.startswith("_scaled_dot_product") and len(flat_in) >= 3:
+            # Attention kernels torch's counter lacks (the CPU ones): Q·K^T and P·V, 2 FLOPs per MAC.
+            q, k, v = flat_in[:3]
+            batch = math.prod(q.shape[:-2])
+            kind, flops = "matmul", 2.0 * batch * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
         else:
             kind, flops = _rule_flops(base, func, args, kwargs, flat_in, flat_out)
             if kind == "data" and base not in _DATA_OPS and any(_is_float(t) for t in flat_out):
                 kind = "other"
                 self.unknown.add(base)
-        row = self.rows.setdefault(base, OpRow(op=base, kind=kind))
-        row.calls += 1
+        self.add(base, kind, flops, bytes_read, bytes_written)
+
+    def add(self, op: str, kind: OpKind, flops: float, bytes_read: float, bytes_written: float,
+            calls: int = 1, launches: int = 1) -> None:
+        row = self.rows.setdefault(op, OpRow(op=op, kind=kind))
+        row.calls += calls
         row.flops += flops
         row.bytes_read += bytes_read
         row.bytes_written += bytes_written
-        self.launches += 1
+        self.launches += launches
+
+    def mark_read(self, tensors: list) -> float:
+        """Mark external tensors as read; returns the bytes of all of them."""
+        total = 0.0
+        for t in tensors:
+            key = _storage_key(t)
+            if key in self.external:
+                self.external_read.add(key)
+            total += _tensor_bytes(t)
+        return total
 
 
 # Ops that move data without arithmetic (no FLOPs by design, not "unknown").
@@ -272,6 +291,68 @@ def _make_mode(counter: _WorkCounter):
             return out
 
     return _CountingMode()
+
+
+# Recurrent layers: counted in closed form, since their per-timestep decomposition is thousands
+# of tiny ops (seconds on meta tensors). Per timestep, layer and direction, every 2-D weight W is
+# applied once to a batch (2·B·numel(W) FLOPs), each bias added once, and the cell's elementwise
+# work costs _RNN_CELL_FLOPS per hidden unit (LSTM: 3 sigmoid, 2 tanh, 5 mul/add).
+_RNN_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+_RNN_CELL_FLOPS = {"lstm": 16.0, "gru": 14.0, "rnn_tanh": 2.0, "rnn_relu": 2.0}
+
+
+def _count_rnn(counter: _WorkCounter, name: str, args: tuple) -> Any:
+    import torch
+
+    x, hx, params, has_biases, num_layers, _dropout, _train, bidirectional, batch_first = args[:9]
+    directions = 2 if bidirectional else 1
+    unbatched = x.dim() == 2
+    if unbatched:
+        steps, batch = x.shape[0], 1
+    else:
+        steps, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+    h0 = hx[0] if isinstance(hx, (tuple, list)) else hx
+    c0 = hx[1] if isinstance(hx, (tuple, list)) and len(hx) > 1 else None
+    h_out = h0.shape[-1]
+    hidden = c0.shape[-1] if c0 is not None else h_out
+    weights = [w for w in params if w.dim() == 2]
+    biases = [b for b in params if b.dim() == 1]
+    tokens = batch * steps
+    flops_gemm = sum(2.0 * tokens * w.numel() for w in weights)
+    flops_cell = tokens * num_layers * directions * hidden * _RNN_CELL_FLOPS[name] + sum(
+        tokens * b.numel() for b in biases)
+    es = x.element_size()
+    out_shape = (steps, directions * h_out) if unbatched else (
+        (batch, steps, directions * h_out) if batch_first else (steps, batch, directions * h_out))
+    output = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+    h_n = torch.empty(h0.shape, dtype=h0.dtype, device=h0.device)
+    outs = [output, h_n]
+    if c0 is not None:
+        outs.append(torch.empty(c0.shape, dtype=c0.dtype, device=c0.device))
+    states = [h0] + ([c0] if c0 is not None else [])
+    read = counter.mark_read([x, *states, *params])
+    written = sum(_tensor_bytes(t) for t in outs)
+    # Unfused: every timestep re-reads its layer's weights and round-trips its gates and states.
+    weight_bytes = sum(_tensor_bytes(w) for w in params)
+    per_step = es * batch * (2 * _RNN_GATES[name] * hidden + 4 * hidden) * num_layers * directions
+    launches = steps * num_layers * directions
+    counter.add(name, "matmul", flops_gemm, read + steps * weight_bytes, written + steps * per_step, launches=launches)
+    counter.add(f"{name}_cell", "elementwise", flops_cell, 0.0, 0.0, launches=0)
+    return (output, outs[1], outs[2]) if name == "lstm" else (output, outs[1])
+
+
+def _make_function_mode(counter: _WorkCounter):
+    from torch.overrides import TorchFunctionMode
+
+    class _RecurrentMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in _RNN_GATES and not kwargs and len(args) == 9 and isinstance(args[2], (list, tuple)) \
+                    and isinstance(args[3], bool) and hasattr(args[0], "dim"):
+                return _count_rnn(counter, name, args)
+            return func(*args, **(kwargs or {}))
+
+    return _RecurrentMode()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,7 +452,7 @@ def _build_and_run(module: Any, device: str, seed: int):
             param_keys[key] = float(t.untyped_storage().nbytes() or _tensor_bytes(t))
     external.update(param_keys)
     counter = _WorkCounter(external)
-    with torch.no_grad(), _make_mode(counter):
+    with torch.no_grad(), _make_function_mode(counter), _make_mode(counter):
         out = model(*inputs)
     outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
     return counter, param_keys, input_bytes, outputs
