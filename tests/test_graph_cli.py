@@ -1,0 +1,94 @@
+"""`mucutlass optimize` and `resume` end to end on this machine: the real parser, checks, SOL model
+and harness (interpreter backend, real execution on the CPU), with programs played back from files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mucutlass.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEM = ROOT / "evals" / "suites" / "smoke" / "02_linear_relu_tiny.py"
+
+UNFUSED = """program linear_relu
+input x: f32[16, 32]
+param w: f32[64, 32] = "fc.weight"
+param b: f32[64] = "fc.bias"
+kernel fc = gemm(x, w^T) {
+  math = tf32
+  store h: f32 = acc + b[col]
+}
+torch y = relu(h)
+output y
+"""
+BROKEN = UNFUSED.replace('param w: f32[64, 32] = "fc.weight"\n', "")
+FUSED = """program linear_relu
+input x: f32[16, 32]
+param w: f32[64, 32] = "fc.weight"
+param b: f32[64] = "fc.bias"
+kernel fc = gemm(x, w^T) {
+  math = tf32
+  store y: f32 = relu(acc + b[col])
+}
+output y
+"""
+
+
+@pytest.fixture
+def programs(tmp_path):
+    d = tmp_path / "programs"
+    d.mkdir()
+    for name, text in (("1_unfused.mcu", UNFUSED), ("2_broken.mcu", BROKEN), ("3_fused.mcu", FUSED)):
+        (d / name).write_text(text)
+    return d
+
+
+def test_optimize_end_to_end_on_the_interpreter(tmp_path, programs, capsys):
+    out = tmp_path / "run"
+    code = main(["optimize", str(PROBLEM), "--tier", f"playback:{programs}", "--policy", "fixed",
+                 "--max-attempts", "3", "--backend", "auto", "--out", str(out), "--json"])
+    assert code == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    start = events[0]
+    assert start["event"] == "start" and start["backend"] == "interpreter" and start["backend_reason"]
+    attempts = [e for e in events if e["event"] == "attempt"]
+    assert [e["correct"] for e in attempts] == [True, False, True]
+    assert "'w' is not defined" in attempts[1]["failure_reason"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["backend"] == "interpreter" and summary["attempts"] == 3
+    assert summary["t_sol_us"] > 0 and summary["best_index"] in (1, 3)
+    assert (out / "best.mcu").read_text() in (UNFUSED, FUSED)
+    rows = json.loads((out / "attempts.json").read_text())
+    assert rows[0]["timing_source"] == "estimate" and rows[0]["max_abs_error"] is not None
+    # the fused program moves fewer bytes: the SOL model's estimate says it is faster
+    assert rows[2]["t_us"] < rows[0]["t_us"] and summary["best_index"] == 3
+    assert rows[1]["diagnostics"][0].startswith("program.mcu:4:21: error[undefined-name]")
+    # resuming a finished run keeps its result
+    assert main(["resume", str(out), "--json"]) == 0
+    assert json.loads((out / "summary.json").read_text())["best_index"] == 3
+
+
+def test_optimize_usage_errors(tmp_path, capsys):
+    assert main(["optimize", str(tmp_path / "missing.py")]) == 1
+    assert "no such problem file" in capsys.readouterr().err
+    assert main(["optimize", str(PROBLEM), "--tier", "nonexistent", "--out", str(tmp_path / "r")]) == 1
+    assert "unknown tier 'nonexistent'" in capsys.readouterr().err
+    assert main(["optimize", str(PROBLEM), "--tier", f"playback:{tmp_path}/none"]) == 1
+    assert "playback:" in capsys.readouterr().err
+    assert main(["resume", str(tmp_path)]) == 1
+    assert "not a run directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["optimize", str(PROBLEM), "--policy", "greedy"])
+    assert exc.value.code == 2
+
+
+def test_cli_module_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = "import sys, graph.cli; print(any(m in sys.modules for m in ('torch', 'langgraph', 'langchain_core')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr
