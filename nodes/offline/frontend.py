@@ -111,6 +111,7 @@ class LoadedReference:
     name: str
     module: Any  # the Python module defining Model, get_inputs, get_init_inputs
     tolerance: float = 1e-2
+    allowed_precisions: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
 
 
 def _load_reference(problem: Any) -> LoadedReference:
@@ -139,7 +140,8 @@ def _load_reference(problem: Any) -> LoadedReference:
     for attr in ("Model", "get_inputs"):
         if not hasattr(module, attr):
             raise _TraceError("problem", f"{name} defines no `{attr}`", "a problem defines Model, get_inputs and get_init_inputs")
-    return LoadedReference(str(name), module, tolerance)
+    allowed = tuple(getattr(problem, "allowed_precisions", None) or LoadedReference.allowed_precisions)
+    return LoadedReference(str(name), module, tolerance, allowed)
 
 
 class _TraceError(Exception):
@@ -704,14 +706,19 @@ _RESERVED = {
 }
 
 
+def _safe_base(raw: str) -> str:
+    base = re.sub(r"[^A-Za-z0-9_]", "_", raw).strip("_") or "t"
+    if base[0].isdigit() or base.lower() in _RESERVED:
+        base = f"t_{base}"
+    return base
+
+
 class _Namer:
     def __init__(self):
         self.used: set[str] = set()
 
     def __call__(self, raw: str) -> str:
-        base = re.sub(r"[^A-Za-z0-9_]", "_", raw).strip("_") or "t"
-        if base[0].isdigit() or base.lower() in _RESERVED:
-            base = f"t_{base}"
+        base = _safe_base(raw)
         name, i = base, 1
         while name in self.used:
             i += 1
@@ -939,8 +946,8 @@ class _Lowering:
         if len(groups) > 1:
             return "it combines the outputs of two kernels"
         (group,) = groups.values()
-        if self.options.fuse == "none" or self.ops[group.anchor].node.name in self.options.unfuse or group.kernel_name in self.options.unfuse:
-            return "epilogue fusion is off for this kernel"
+        if self.options.fuse == "none" or group.kernel_name in self.options.unfuse:
+            return self.why.get(group.kernel_name, "epilogue fusion is off for this kernel")
         if self.options.fuse == "bias":
             return "epilogue fusion is limited to the bias"
         if any(o in group.reduces for o in tensor_ops):
@@ -1036,8 +1043,8 @@ class _Lowering:
                 continue
             if op.kind in ("gemm", "conv"):
                 why = self.check_gemm(op) if op.kind == "gemm" else self.check_conv(op)
-                if not why and (node.name in demoted or self._kernel_name_for(node) in demoted):
-                    why = "demoted to PyTorch after a failed check or build"
+                if not why and self._kernel_name_for(node) in demoted:
+                    why = self.why.get(self._kernel_name_for(node), "demoted to PyTorch after a failed check or build")
                 if why:
                     op.kind, op.reason = "torch", why
                     continue
@@ -1081,10 +1088,7 @@ class _Lowering:
             op.torch_args, op.torch_kwargs = [op.operands[0]], {"dim": op.dim, "keepdim": op.keepdim}
 
     def _kernel_name_for(self, node) -> str:
-        op = self.ops[node]
-        if node.op == "call_module":
-            return re.sub(r"[^A-Za-z0-9_]", "_", str(node.target))
-        return node.name
+        return _safe_base(str(node.target) if node.op == "call_module" else node.name)
 
     # -- phase 4: emit -----------------------------------------------------------------------
     def emit(self) -> TraceResult:
@@ -1147,7 +1151,7 @@ class _Lowering:
         return TraceResult(program=program, coverage=coverage, diagnostics=self.diagnostics)
 
     def namer_program(self) -> str:
-        return re.sub(r"[^A-Za-z0-9_]", "_", self.name).strip("_") or "program"
+        return _safe_base(self.name)
 
     def fail(self, message: str, code: str = "unsupported", hint: str | None = None):
         self.failed = True
@@ -1328,6 +1332,16 @@ class _Lowering:
             return _BAD
 
     # kernels ----------------------------------------------------------------------------------
+    def as_channels_last(self, name: str) -> str:
+        """The NHWC copy of a tensor (once), unless a conv kernel already wrote it NHWC."""
+        if name in self.cl_tensors:
+            return name
+        if name not in self.channels_last:
+            cl = self.namer(f"{name}_cl")
+            self.steps.append(TorchStep(outputs=(cl,), fn="channels_last", args=(TensorArg(name=name),)))
+            self.channels_last[name] = cl
+        return self.channels_last[name]
+
     def emit_group(self, group: _Group):
         import torch.fx
 
@@ -1351,12 +1365,8 @@ class _Lowering:
         else:
             x, w = anchor_op.operands
             x_name = self.value(x)
-            if x_name is not None and x_name not in self.cl_tensors:
-                if x_name not in self.channels_last:
-                    cl = self.namer(f"{x_name}_cl")
-                    self.steps.append(TorchStep(outputs=(cl,), fn="channels_last", args=(TensorArg(name=x_name),)))
-                    self.channels_last[x_name] = cl
-                x_name = self.channels_last[x_name]
+            if x_name is not None:
+                x_name = self.as_channels_last(x_name)
             w_name = self.value(w, layout="channels_last")
             c = anchor_op.conv
             op_ir = ConvOp(spatial_dims=c["dims"], x=Operand(name=x_name or "?"), w=Operand(name=w_name or "?"),
@@ -1369,7 +1379,10 @@ class _Lowering:
                     if r in members:
                         continue
                     name = self.value(r)
-                    externals[r] = (name or "?", self.bias_index(group, r) or "full")
+                    index = self.bias_index(group, r) or "full"
+                    if anchor_op.kind == "conv" and index == "full" and name is not None:
+                        name = self.as_channels_last(name)  # a residual must match the NHWC output
+                    externals[r] = (name or "?", index)
         bias = anchor_op.bias
         bias_ref = None
         if bias is not None:
@@ -1450,7 +1463,18 @@ class _Lowering:
             self.tensor_name[v] = name
             stores.append(Store(name=name, dtype=dtype, expr=expr[v]))
         # re-expand reduction stores to keepdim shapes with a reshape step after the kernel
-        kernel = Kernel(name=kname, op=op_ir, config=KernelConfig(), lets=tuple(lets), stores=tuple(stores))
+        if stores and all(isinstance(st.expr, Reduce) for st in stores):
+            # the CUTLASS epilogue writes a full output alongside its reductions
+            first = stores[0].expr.arg
+            if not isinstance(first, (Acc, Ref)):
+                let_name = self.namer(f"{kname}_v")
+                lets.append(Let(name=let_name, expr=first))
+                first = Ref(name=let_name, index="full")
+                stores = [Store(name=st.name, dtype=st.dtype, expr=Reduce(fn=st.expr.fn, arg=first))
+                          if st.expr.arg == stores[0].expr.arg else st for st in stores]
+            stores.insert(0, Store(name=self.namer(f"{kname}_tile"), dtype=dtype, expr=first))
+        math_mode = default_math(dtype, self.allowed_precisions)
+        kernel = Kernel(name=kname, op=op_ir, config=KernelConfig(math=math_mode), lets=tuple(lets), stores=tuple(stores))
         self.steps.append(kernel)
         if anchor_op.kind == "conv":
             self.cl_tensors.update(s.name for s in stores if not isinstance(s.expr, Reduce))
@@ -1542,8 +1566,23 @@ def _torch_step_unknown(fn: str) -> str:
 # Entry point
 
 
-def trace_problem(problem: Any, options: TraceOptions | None = None) -> TraceResult:
-    """Trace the reference ``Model`` of ``problem`` into a μCUTLASS program, with coverage."""
+def default_math(dtype: str, allowed_precisions: tuple[str, ...]) -> str | None:
+    """The tensor-core math a kernel on ``dtype`` storage may use under the problem's precisions:
+    tf32 over f32, bf16 / f16 over themselves; None (exact f32) when none is allowed."""
+    wanted = {"f32": "tf32", "bf16": "bf16", "f16": "f16"}.get(dtype)
+    return wanted if wanted in allowed_precisions else None
+
+
+_KERNEL_IN_MESSAGE = re.compile(r"kernel '([A-Za-z0-9_]+)'")
+
+
+def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback: bool = True,
+                  target: str = "sm90a", backend: str | None = "cutlass") -> TraceResult:
+    """Trace the reference ``Model`` of ``problem`` into a μCUTLASS program, with coverage.
+
+    With ``fallback`` the program is checked for ``target`` / ``backend``, and a kernel the checks
+    reject first loses its epilogue to PyTorch steps, then runs as a PyTorch step itself; the
+    coverage rows say which diagnostic caused it."""
     options = options or TraceOptions()
     try:
         ref = _load_reference(problem)
@@ -1555,8 +1594,47 @@ def trace_problem(problem: Any, options: TraceOptions | None = None) -> TraceRes
         traced = _build_and_trace(ref)
     except _TraceError as exc:
         return TraceResult(program=None, diagnostics=[exc.diagnostic])
+    result = _lower(traced, options, ref)
+    if not fallback or result.program is None:
+        return result
+    from dsl_compiler.checks import check
+    from dsl_compiler.diagnostics import has_errors
+
+    why: dict[str, str] = {}
+    for _ in range(2 * len(result.program.kernels) + 1):
+        diags = [d for d in check(result.program, target, backend=backend) if d.severity == "error"]
+        if not diags:
+            break
+        culprit = next((m.group(1) for d in diags for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m), None)
+        names = {k.name for k in result.program.kernels}
+        if culprit not in names:
+            culprit = result.program.kernels[-1].name if names else None
+        if culprit is None:
+            result.diagnostics.extend(diags)
+            return result
+        message = next((d.message for d in diags if culprit in d.message), diags[0].message)
+        has_epilogue = any(_has_epilogue(k) for k in result.program.kernels if k.name == culprit)
+        if culprit not in options.unfuse and has_epilogue:
+            options = options.model_copy(update={"unfuse": options.unfuse + (culprit,)})
+            why[culprit] = f"epilogue left to PyTorch: {message}"
+        else:
+            options = options.model_copy(update={"demote": options.demote + (culprit,)})
+            why[culprit] = f"demoted to PyTorch: {message}"
+        result = _lower(traced, options, ref, why)
+        if result.program is None:
+            return result
+    return result
+
+
+def _has_epilogue(kernel: Kernel) -> bool:
+    return bool(kernel.lets) or any(not isinstance(s.expr, Acc) for s in kernel.stores)
+
+
+def _lower(traced: _Traced, options: TraceOptions, ref: LoadedReference, why: dict[str, str] | None = None) -> TraceResult:
     lowering = _Lowering(traced, options, ref.name)
     lowering.tuple_outputs = {}
+    lowering.allowed_precisions = ref.allowed_precisions
+    lowering.why = why or {}
     try:
         return lowering.run()
     except Exception as exc:  # keep the promise: a value, never a traceback
