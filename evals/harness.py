@@ -285,7 +285,7 @@ class WorkerProcess:
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=1)
             except (OSError, subprocess.TimeoutExpired):
                 self.kill()
         try:

@@ -1,0 +1,215 @@
+"""`mucutlass bench` (reference timings beside the SOL bound) and `mucutlass suite` (the shipped
+suites). Nothing heavy is imported until a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any, Callable
+
+
+def register(subparsers: Any) -> None:
+    b = subparsers.add_parser(
+        "bench",
+        help="time a problem's reference (eager fp32, eager TF32, torch.compile) beside its SOL bound",
+        description="Times the PyTorch reference of each problem the way candidates are timed (CUDA events, "
+        "L2 flushed before every call, rotated inputs, median of many trials) and prints it beside t_SOL. "
+        "Without a GPU only the bound is shown.",
+    )
+    b.add_argument("problem", nargs="?", help="a KernelBench-format problem file or a folder of them")
+    b.add_argument("--suite", help="a shipped suite (see `mucutlass suite list`)")
+    b.add_argument("--kernelbench", metavar="PATH", help="a KernelBench checkout")
+    b.add_argument("--level", type=int, help="KernelBench level (with --kernelbench)")
+    b.add_argument("--ids", help="KernelBench problem ids, e.g. 1-20,25 (with --kernelbench)")
+    b.add_argument("--gpu", default="h200", help="GPU of the SOL bound (default: h200)")
+    b.add_argument("--precision", default="tf32", help="math precision of the SOL bound (default: tf32)")
+    b.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    b.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    b.set_defaults(func=run_bench)
+
+    s = subparsers.add_parser("suite", help="list the shipped problem suites or the problems of one")
+    ssub = s.add_subparsers(dest="suite_command", metavar="SUBCOMMAND")
+    sl = ssub.add_parser("list", help="the shipped suites")
+    sl.add_argument("--json", action="store_true")
+    sl.set_defaults(func=run_suite_list)
+    ss = ssub.add_parser("show", help="the problems of one suite, with tolerance and allowed precisions")
+    ss.add_argument("name")
+    ss.add_argument("--json", action="store_true")
+    ss.set_defaults(func=run_suite_show)
+    s.set_defaults(func=lambda args: (s.print_help(), 2)[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# rows
+
+
+def baseline_row(problem, harness, gpu: str, precision: str = "tf32") -> dict:
+    """One problem: its SOL bound and its reference timings, with the fraction of SOL each reaches."""
+    row: dict[str, Any] = {"problem": problem.key, "path": problem.path, "tolerance": problem.tolerance}
+    try:
+        from sol_models.bounds import sol_report
+        from sol_models.counting import count_problem
+        from sol_models.hardware import get_gpu
+
+        work = count_problem(problem)
+        report = sol_report(work, get_gpu(gpu), precision=precision)
+        row.update(t_sol_us=report.t_sol_us, bound=report.bound, flops=report.flops, bytes_fused=report.bytes_fused)
+    except Exception as exc:  # the timings are still worth printing
+        row.update(t_sol_us=None, bound=None, sol_error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+    if harness is not None:
+        ref = harness.reference_timings(problem)
+        row.update(eager_fp32_us=ref.eager_fp32_us, eager_tf32_us=ref.eager_tf32_us, compile_us=ref.compile_us,
+                   eager_fp32_spread_pct=ref.eager_fp32_spread_pct, eager_tf32_spread_pct=ref.eager_tf32_spread_pct,
+                   compile_spread_pct=ref.compile_spread_pct, compile_s=ref.compile_s)
+        if ref.reason:
+            row["note"] = ref.reason
+        t_sol = row.get("t_sol_us")
+        for key in ("eager_fp32", "eager_tf32", "compile"):
+            t = row.get(f"{key}_us")
+            row[f"{key}_sol_fraction"] = (t_sol / t) if (t and t_sol) else None
+        best = [row[f"{k}_us"] for k in ("eager_fp32", "eager_tf32", "compile") if row.get(f"{k}_us")]
+        row["best_us"] = min(best) if best else None
+        row["best_sol_fraction"] = (t_sol / row["best_us"]) if (t_sol and row["best_us"]) else None
+    return row
+
+
+def geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Geomean fraction of SOL reached by each baseline (t_SOL / t), as in the project's facts."""
+    out: dict[str, Any] = {"problems": len(rows)}
+    for key in ("eager_fp32", "eager_tf32", "compile", "best"):
+        out[f"{key}_geomean_sol_fraction"] = geomean([r.get(f"{key}_sol_fraction") for r in rows])
+    out["eager_tf32_over_fp32_geomean_speedup"] = geomean(
+        [r["eager_fp32_us"] / r["eager_tf32_us"] for r in rows if r.get("eager_fp32_us") and r.get("eager_tf32_us")])
+    return out
+
+
+def bench_rows(problems, harness, gpu: str, precision: str = "tf32",
+               progress: Callable[[int, int, dict, float], None] | None = None) -> list[dict]:
+    rows = []
+    for i, problem in enumerate(problems, 1):
+        start = time.perf_counter()
+        row = baseline_row(problem, harness, gpu, precision)
+        rows.append(row)
+        if progress is not None:
+            progress(i, len(problems), row, time.perf_counter() - start)
+    return rows
+
+
+def fmt_us(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1000:.3f} ms" if v >= 1000 else f"{v:.1f} us"
+
+
+def fmt_frac(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def render_table(rows: list[dict], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("problem", "eager fp32", "eager TF32", "compile", "t_SOL", "bound", "best/SOL"):
+        table.add_column(col, justify="left" if col == "problem" else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(r["problem"], fmt_us(r.get("eager_fp32_us")), fmt_us(r.get("eager_tf32_us")),
+                      fmt_us(r.get("compile_us")), fmt_us(r.get("t_sol_us")), r.get("bound") or "-",
+                      fmt_frac(r.get("best_sol_fraction")))
+    Console().print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# handlers
+
+
+def _load(args):
+    from evals.problems import ProblemError, load_problems
+
+    try:
+        return load_problems(args.problem, suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids)
+    except ProblemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if sum(x is not None for x in (args.problem, args.suite, args.kernelbench)) != 1:
+        print("error: give a problem file or folder, --suite NAME, or --kernelbench PATH --level N", file=sys.stderr)
+        return 2
+    problems = _load(args)
+    if problems is None:
+        return 1
+    from evals.harness import Harness, HarnessSettings
+
+    harness = Harness(HarnessSettings(compile_reference=not args.no_compile))
+    try:
+        has_gpu = harness.has_gpu
+    except Exception as exc:  # a worker that cannot start still leaves the bound to print
+        print(f"warning: the harness worker did not start ({exc}); showing the bound only", file=sys.stderr)
+        has_gpu = False
+    if not has_gpu:
+        print("no GPU: reference timings need one; showing the SOL bound only", file=sys.stderr)
+
+    def progress(i, n, row, seconds):
+        if not args.json:
+            print(f"[{i}/{n}] {row['problem']} ({seconds:.1f} s)", file=sys.stderr)
+
+    try:
+        rows = bench_rows(problems, harness if has_gpu else None, args.gpu, args.precision, progress)
+    finally:
+        harness.close()
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": summarize(rows), "gpu": args.gpu}, indent=2))
+    else:
+        render_table(rows, f"reference timings and SOL ({args.precision}, {args.gpu})")
+    return 0
+
+
+def run_suite_list(args: argparse.Namespace) -> int:
+    from evals.problems import ProblemError, SUITES_DIR, suite_index
+
+    try:
+        index = suite_index()
+    except ProblemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    rows = []
+    for name, entry in sorted(index.items()):
+        folder = SUITES_DIR / entry.get("path", name)
+        n = len([f for f in folder.glob("*.py") if not f.name.startswith("_")]) if folder.is_dir() else 0
+        rows.append({"name": name, "problems": n, "tolerance": entry.get("tolerance"),
+                     "description": entry.get("description", "")})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['name']:<16} {r['problems']:>3} problems  tol {r['tolerance']:g}  {r['description']}")
+    return 0
+
+
+def run_suite_show(args: argparse.Namespace) -> int:
+    from evals.problems import ProblemError, load_suite
+
+    try:
+        problems = load_suite(args.name)
+    except ProblemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    rows = [{"problem": p.key, "tolerance": p.tolerance, "allowed_precisions": list(p.allowed_precisions),
+             "description": (p.module.__doc__ or "").strip().splitlines()[0] if p.module.__doc__ else ""}
+            for p in problems]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['problem']:<40} tol {r['tolerance']:g}  {','.join(r['allowed_precisions']):<18} {r['description']}")
+    return 0
