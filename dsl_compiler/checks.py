@@ -329,8 +329,11 @@ class _KernelChecker:
                 self.err("layout", f"gemm operand '{o.name}' is declared channels_last", o.span,
                          found="channels_last", expected="contiguous (row-major; read transposed with ^T)",
                          hint="channels_last applies to conv tensors; drop it here")
+        # TMA's rule binds the operands of the TMA mainloops (GEMM, groups = 1 conv). A grouped or depthwise
+        # conv has C/groups contiguous channels (1 for depthwise) and needs a direct, non-TMA kernel instead.
+        tma_operands = not (self.is_conv and self.k.op.groups > 1)
         tensors: list[tuple[str, shapes.TensorType, ir.Span | None]] = [
-            (o.name, self.types[o.name], o.span) for o in (a, b)]
+            (o.name, self.types[o.name], o.span) for o in (a, b) if tma_operands]
         for s in self.k.stores:
             if not isinstance(s.expr, ir.Reduce):
                 tensors.append((s.name, shapes.TensorType(dtype=s.dtype, shape=self.out_shape, layout=self.out_layout),
@@ -359,7 +362,7 @@ class _KernelChecker:
                 self.err("alignment", f"alignment = {self.cfg.alignment} elements is {self.cfg.alignment * nbytes} bytes; "
                          f"TMA needs {unit}-byte units", span, found=f"alignment = {self.cfg.alignment}",
                          expected=f"a multiple of {unit // nbytes} elements", hint=f"use alignment = {unit // nbytes} or auto")
-            for name, t, _ in tensors[:2]:
+            for name, t, _ in tensors[:2] if tma_operands else []:
                 extent = _contiguous_extent(t)
                 if extent % self.cfg.alignment:
                     self.err("alignment", f"alignment = {self.cfg.alignment} does not divide the contiguous extent "
