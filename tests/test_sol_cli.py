@@ -1,0 +1,77 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mucutlass.cli import main
+
+DATA = Path(__file__).parent / "data" / "sol"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sol_file_json(capsys):
+    assert main(["sol", str(DATA / "gemm.py"), "--json", "--datasheet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    report, work = out["report"], out["work"]
+    assert work["flops"] == 2 * 1024 * 512 * 2048
+    assert report["bound"] == "compute" and report["precision"] == "tf32"
+    assert set(report["per_precision"]) == {"f32", "tf32", "bf16", "f16", "fp8"}
+
+
+def test_sol_file_table(capsys):
+    assert main(["sol", str(DATA / "linear_gelu.py"), "--precision", "bf16", "--ops"]) == 0
+    out = capsys.readouterr().out
+    for text in ("FLOPs", "bytes fused", "bytes unfused", "intensity", "t_SOL (bf16)", "launch floor", "addmm"):
+        assert text in out
+
+
+def test_sol_folder_goes_on_past_broken_files(capsys):
+    rc = main(["sol", str(DATA), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert out["summary"]["failed"] == 2
+    assert out["summary"]["counted"] == out["summary"]["problems"] - 2 >= 9
+    assert {Path(e["path"]).name for e in out["errors"]} == {"broken_import.py", "broken_forward.py"}
+    assert all("\n" not in e["error"] for e in out["errors"])
+
+
+def test_sol_folder_table_prints_one_line_per_broken_file(capsys):
+    assert main(["sol", str(DATA)]) == 1
+    captured = capsys.readouterr()
+    err_lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(err_lines) == 2 and all(".py:" in line for line in err_lines)
+    assert "gemm.py" in captured.out and "problems counted" in captured.out
+
+
+def test_usage_errors(capsys):
+    assert main(["sol", str(DATA / "gemm.py"), "--gpu", "v100"]) == 2
+    assert "unknown GPU" in capsys.readouterr().err
+    assert main(["sol", str(DATA / "gemm.py"), "--gpu", "a100", "--precision", "fp8"]) == 2
+    assert main(["sol", str(DATA / "missing.py")]) == 2
+    assert main(["sol", str(DATA / "broken_import.py")]) == 1
+    assert "broken on purpose" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
+def test_calibrate_without_gpu_says_so(capsys):
+    assert main(["calibrate", "--out", "/nonexistent/should-not-be-written.json"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_cli_module_does_not_import_torch():
+    code = "import sys, sol_models.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.gpu
+def test_calibrate_measures_this_gpu(tmp_path):
+    from sol_models.calibrate import calibrate, save_profile
+    from sol_models.hardware import get_gpu
+
+    profile = calibrate("h200", precisions=("tf32", "bf16"), sizes=(2048,), runs=3)
+    assert profile["dram_bw_gbps"] > 100 and profile["peak_tflops"]["bf16"] > profile["peak_tflops"]["tf32"] > 1
+    save_profile(profile, tmp_path / "h200.json")
+    assert get_gpu("h200", calibrated_dir=tmp_path).calibrated

@@ -1,0 +1,71 @@
+import math
+from pathlib import Path
+
+import pytest
+
+from dsl_compiler.parser import parse
+from sol_models.bounds import sol_report
+from sol_models.counting import count_problem
+from sol_models.gaming import ceiling_check, ceiling_check_work, narrowest_precision, program_precision
+from sol_models.hardware import get_gpu
+
+DATA = Path(__file__).parent / "data" / "sol"
+H200 = get_gpu("h200", calibrated=False)
+
+
+def test_faster_than_light_is_impossible_with_the_numbers():
+    v = ceiling_check(80.0, 100.0)
+    assert not v.ok and v.verdict == "impossible"
+    assert v.ratio == pytest.approx(0.8) and v.threshold_us == pytest.approx(90.0)
+    assert "80.000" in v.reason and "100.000" in v.reason and "90.000" in v.reason
+
+
+def test_within_the_margin_is_ok():
+    assert ceiling_check(90.0, 100.0).ok  # exactly at the floor
+    assert ceiling_check(95.0, 100.0).ok
+    assert ceiling_check(300.0, 100.0).ratio == pytest.approx(3.0)
+    assert not ceiling_check(89.9, 100.0).ok
+    assert ceiling_check(89.9, 100.0, margin=0.2).ok
+
+
+def test_margin_setting_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MUCUTLASS_SOL_MARGIN", "0.3")
+    assert ceiling_check(75.0, 100.0).ok
+    monkeypatch.setenv("MUCUTLASS_SOL_MARGIN", "not a number")
+    assert not ceiling_check(75.0, 100.0).ok
+
+
+def test_invalid_times_are_not_ok():
+    for bad in (0.0, -5.0, math.nan, math.inf):
+        v = ceiling_check(bad, 100.0)
+        assert not v.ok and v.verdict == "invalid" and "positive finite" in v.reason
+    assert ceiling_check(10.0, 0.0).verdict == "invalid"
+    with pytest.raises(ValueError):
+        ceiling_check(10.0, 10.0, margin=1.5)
+
+
+def test_the_bound_of_the_precision_used_decides():
+    work = count_problem(DATA / "gemm.py")
+    t_tf32 = sol_report(work, H200, "tf32").t_sol_us
+    t_bf16 = sol_report(work, H200, "bf16").t_sol_us
+    measured = (t_tf32 * 0.9 + t_bf16) / 2  # faster than tf32 allows, slower than bf16's bound
+    assert not ceiling_check_work(measured, work, H200, "tf32").ok
+    verdict = ceiling_check_work(measured, work, H200, "bf16")
+    assert verdict.ok and verdict.precision == "bf16"
+
+
+def test_program_precision_is_its_narrowest_kernel():
+    text = """program p
+input x: bf16[256, 256]
+input y: f32[256, 256]
+param w: bf16[256, 256] = "a.weight"
+param v: f32[256, 256] = "b.weight"
+kernel k1 = gemm(x, w^T) { math = bf16; store h: f32 = acc }
+kernel k2 = gemm(y, v^T) { math = tf32; store z: f32 = acc + h }
+output z
+"""
+    prog, diags = parse(text)
+    assert prog is not None, diags
+    assert program_precision(prog) == "bf16"
+    assert narrowest_precision(["tf32", "f32"]) == "tf32"
+    assert narrowest_precision([]) == "tf32"
