@@ -48,10 +48,11 @@ def measure_copy_bandwidth_gbps(torch: Any, nbytes: int = 2 << 30, runs: int = 9
 
 def measure_matmul_tflops(torch: Any, precision: str, n: int, runs: int = 7) -> float:
     """Dense n x n x n matmul rate at a precision, TFLOP/s (median of ``runs``)."""
-    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    prev_precision = torch.get_float32_matmul_precision()
     try:
         if precision in ("f32", "tf32"):
-            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+            # "highest": true fp32 (TF32 off); "high": TF32 tensor cores allowed
+            torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
             a = torch.randn(n, n, device="cuda", dtype=torch.float32)
             b = torch.randn(n, n, device="cuda", dtype=torch.float32)
             fn = lambda: torch.mm(a, b)  # noqa: E731
@@ -70,7 +71,7 @@ def measure_matmul_tflops(torch: Any, precision: str, n: int, runs: int = 7) -> 
         ms = _median_ms(torch, fn, runs)
         return 2.0 * n**3 / (ms * 1e-3) / 1e12
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+        torch.set_float32_matmul_precision(prev_precision)
         torch.cuda.empty_cache()
 
 
