@@ -288,7 +288,8 @@ def upload_to_langsmith(store, client=None, dataset_name: str | None = None) -> 
     with its outputs and the speedups as feedback. Returns the experiment names."""
     from langsmith import Client
 
-    client = client or Client(api_key=os.environ["LANGSMITH_API_KEY"], api_url=os.environ["LANGSMITH_ENDPOINT"])
+    client = client or Client(api_key=os.environ["LANGSMITH_API_KEY"], api_url=os.environ["LANGSMITH_ENDPOINT"],
+                              auto_batch_tracing=False)  # a few runs per experiment: send each at once
     config = store.config() or {}
     env = store.environment()
     source = config.get("source", {})
@@ -300,16 +301,14 @@ def upload_to_langsmith(store, client=None, dataset_name: str | None = None) -> 
     else:
         dataset = client.create_dataset(dataset_name, description="mucutlass evaluation problems")
         examples = {}
-    missing = sorted({s.problem for s in summaries} - set(examples))
-    if missing:
-        created = client.create_examples(inputs=[{"problem": p} for p in missing], dataset_id=dataset.id)
-        ids = created.get("example_ids", []) if isinstance(created, dict) else [e.id for e in (created or [])]
-        examples.update(zip(missing, ids))
+    for problem in sorted({s.problem for s in summaries} - set(examples)):
+        examples[problem] = client.create_example(inputs={"problem": problem}, dataset_id=dataset.id,
+                                                  example_id=uuid.uuid4()).id
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     names = []
     for (tier, policy), runs in sorted(_group_summaries(summaries).items()):
         name = f"mucutlass-{tier}-{policy}-{stamp}"
-        client.create_project(name, reference_dataset_id=dataset.id,
+        project = client.create_project(name, reference_dataset_id=dataset.id,
                               metadata={"tier": tier, "policy": policy, "gpu": env.get("gpu"),
                                         "max_attempts": config.get("max_attempts")})
         for s in runs:
@@ -324,9 +323,9 @@ def upload_to_langsmith(store, client=None, dataset_name: str | None = None) -> 
                 start_time=end - _dt.timedelta(seconds=s.wall_s), end_time=end,
                 extra={"metadata": {"tier": tier, "policy": policy}},
             )
-            client.create_feedback(run_id, key="correct", score=float(r.counts))
-            for b, v in r.speedups.items():
-                client.create_feedback(run_id, key=f"speedup_vs_{b}", score=v)
+            scores = {"correct": float(r.counts), **{f"speedup_vs_{b}": v for b, v in r.speedups.items()}}
+            for key, score in scores.items():
+                client.create_feedback(run_id, key=key, score=score, session_id=project.id, start_time=end)
         names.append(name)
     client.flush()
     return names
