@@ -75,3 +75,36 @@ def test_calibrate_measures_this_gpu(tmp_path):
     assert profile["dram_bw_gbps"] > 100 and profile["peak_tflops"]["bf16"] > profile["peak_tflops"]["tf32"] > 1
     save_profile(profile, tmp_path / "h200.json")
     assert get_gpu("h200", calibrated_dir=tmp_path).calibrated
+
+
+def test_calibrate_glue_writes_a_profile_bounds_then_use(tmp_path, monkeypatch, capsys):
+    # The measurements need a GPU; the glue around them (profile, save, CLI, get_gpu) does not.
+    import types
+
+    import torch
+
+    import sol_models.calibrate as cal
+    from sol_models.hardware import get_gpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda _i: types.SimpleNamespace(name="NVIDIA H200", multi_processor_count=132,
+                                                         L2_cache_size=60 * 2**20))
+    monkeypatch.setattr(cal, "measure_copy_bandwidth_gbps", lambda _torch, runs=9: (4300.0, 1.0))
+    rates = {"f32": 51.0, "tf32": 360.0, "bf16": 790.0, "f16": 780.0}
+
+    def fake_matmul(_torch, precision, n, runs=7):
+        if precision == "fp8":
+            raise RuntimeError("no fp8 here")
+        return rates[precision] * (1.0 if n == 8192 else 0.95)
+
+    monkeypatch.setattr(cal, "measure_matmul_tflops", fake_matmul)
+    out = tmp_path / "h200.json"
+    assert main(["calibrate", "--gpu", "h200", "--out", str(out), "--runs", "3"]) == 0
+    assert "saved" in capsys.readouterr().out
+    profile = json.loads(out.read_text())
+    assert profile["peak_tflops"] == rates  # best size kept, fp8 left to the datasheet
+    assert "fp8" in profile["detail"]["errors"]
+    spec = get_gpu("h200", calibrated_dir=tmp_path)
+    assert spec.calibrated and spec.peak_tflops["tf32"] == 360.0 and spec.dram_bw_gbps == 4300.0
+    assert spec.peak_tflops["fp8"] == spec.datasheet_peak_tflops["fp8"]
