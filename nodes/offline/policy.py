@@ -1,0 +1,288 @@
+"""The built-in ``offline`` tier: no model endpoint, no tokens, deterministic.
+
+It traces the reference into a μCUTLASS program (``frontend``) and walks configurations in the
+order of the config-aware estimate (``search``):
+
+1. attempt 1 is the traced program with every kernel's best estimated configuration (or the best
+   measured one from the per-shape record);
+2. later attempts vary one kernel's configuration at a time, in estimated order; once measured
+   times exist, the untried candidates are re-ranked by the ratio measured / estimated of the
+   most similar measured candidate (same tile and schedule first), so a systematic miss of the
+   estimate moves the search toward what the GPU actually rewards;
+3. when a program fails to check or build, the kernel named in the diagnostic first loses its
+   epilogue to PyTorch steps, then runs as a PyTorch step; when a program gives wrong results,
+   every epilogue goes to PyTorch, then every kernel.
+
+Everything is a pure function of the problem, the history and the record, so a run replays the
+same way. Its hypotheses and programs flow through the same planner, compiler, validator,
+profiler and judge as a model's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from graph.records import AttemptRecord, Hypothesis
+from nodes.offline import search
+from nodes.offline.frontend import TraceOptions, TraceResult, trace_problem
+from nodes.tiers import WriterReply, WriterRequest
+
+MODEL_NAME = "offline"
+CONFIGS_PER_KERNEL = 8
+MEASURED_MISS = 1.25  # re-rank when a measurement is this far (either way) from its estimate
+
+
+@dataclass(frozen=True)
+class Candidate:
+    title: str
+    program_text: str
+    t_est_us: float
+    configs: tuple[tuple[str, Any], ...]  # (kernel name, KernelConfig) of every kernel
+    varied: str | None = None  # the kernel whose configuration differs from the base
+
+
+@dataclass
+class _Plan:
+    trace: TraceResult
+    options: TraceOptions
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def _text(program) -> str:
+    from dsl_compiler.printer import format_program
+
+    return format_program(program)
+
+
+def _problem_key(problem: Any) -> str:
+    source = getattr(problem, "source", None)
+    if source:
+        return hashlib.sha256(source.encode()).hexdigest()[:16] + ":" + str(getattr(problem, "tolerance", ""))
+    return str(getattr(problem, "path", problem))
+
+
+def _ms(t_us: float) -> str:
+    return f"{t_us / 1000:.3f} ms" if t_us >= 100 else f"{t_us:.1f} us"
+
+
+class OfflineTier:
+    """The tier protocol of ``nodes.tiers``: ``propose`` nominates, ``write`` returns program text."""
+
+    name = "offline"
+
+    def __init__(self, record: search.ConfigRecord | None = None, configs_per_kernel: int = CONFIGS_PER_KERNEL,
+                 use_record: bool = True):
+        self.configs_per_kernel = configs_per_kernel
+        self._record = record
+        self.use_record = use_record
+        self._plans: dict[tuple, _Plan] = {}
+
+    # -- state derived from the history ----------------------------------------------------------
+    @property
+    def record(self) -> search.ConfigRecord | None:
+        if not self.use_record:
+            return None
+        if self._record is None:
+            self._record = search.ConfigRecord()
+        return self._record
+
+    @staticmethod
+    def fallback_options(history: list[AttemptRecord], kernel_names: set[str] | None = None) -> TraceOptions:
+        """Fallbacks earned by failed attempts: a kernel named in a check/build error loses its
+        epilogue, then its kernel; a wrong result drops all epilogues, then all kernels."""
+        import re
+
+        unfuse: list[str] = []
+        demote: list[str] = []
+        fuse = "all"
+        wrong = 0
+        for a in history:
+            reason = a.failure_reason or ""
+            if a.correct or not a.program_text or reason.startswith("write"):
+                continue
+            if reason.startswith("validate"):
+                wrong += 1
+            elif not a.compile_ok:
+                text = " ".join(a.diagnostics)
+                names = re.findall(r"kernel '([A-Za-z0-9_]+)'", text)
+                for name in dict.fromkeys(names):
+                    if name in demote:
+                        continue
+                    if name in unfuse:
+                        demote.append(name)
+                    else:
+                        unfuse.append(name)
+        if wrong == 1:
+            fuse = "none"
+        elif wrong >= 2:
+            fuse = "none"
+            demote.extend(n for n in sorted(kernel_names or ()) if n not in demote)
+        return TraceOptions(fuse=fuse, unfuse=tuple(unfuse), demote=tuple(demote))
+
+    def plan_for(self, problem: Any, gpu: str, options: TraceOptions) -> _Plan:
+        key = (_problem_key(problem), gpu, options.model_dump_json())
+        if key not in self._plans:
+            self._plans[key] = self._make_plan(problem, gpu, options)
+        return self._plans[key]
+
+    def _make_plan(self, problem: Any, gpu: str, options: TraceOptions) -> _Plan:
+        trace = trace_problem(problem, options)
+        plan = _Plan(trace=trace, options=options)
+        program = trace.program
+        if program is None:
+            return plan
+        if not program.kernels:
+            plan.candidates.append(Candidate(
+                title=f"traced program: no kernel ({len(program.torch_steps)} PyTorch steps)",
+                program_text=_text(program), t_est_us=0.0, configs=()))
+            return plan
+        ranked = {k.name: search.rank_configs(program, k.name, problem, gpu, self.record, self.configs_per_kernel)
+                  for k in program.kernels}
+        base = program
+        for name, options_ in ranked.items():
+            if options_:
+                base = search.with_config(base, name, options_[0].config)
+        best_est = {name: (r[0].t_est_us if r else 0.0) for name, r in ranked.items()}
+        t_base = _program_estimate(base, gpu)
+        configs = tuple((k.name, k.config) for k in base.kernels)
+        what = ", ".join(f"{k.name} {search.describe(k.config)}" for k in base.kernels)
+        plan.candidates.append(Candidate(
+            title=f"traced program ({len(base.kernels)} kernel(s), {len(base.torch_steps)} PyTorch step(s)): "
+                  f"{what}: est {_ms(t_base)}",
+            program_text=_text(base), t_est_us=t_base, configs=configs))
+        alternatives: list[Candidate] = []
+        for name, options_ in ranked.items():
+            for alt in options_[1:]:
+                program_alt = search.with_config(base, name, alt.config)
+                t = t_base - best_est[name] + alt.t_est_us
+                prefix = f"{name}: " if len(ranked) > 1 else ""
+                alternatives.append(Candidate(
+                    title=f"{prefix}{search.describe(alt.config)}: est {_ms(t)}",
+                    program_text=_text(program_alt), t_est_us=t,
+                    configs=tuple((k.name, k.config) for k in program_alt.kernels), varied=name))
+        alternatives.sort(key=lambda c: c.t_est_us)  # stable: ties keep the ranking's order
+        seen = {plan.candidates[0].program_text}
+        for c in alternatives:
+            if c.program_text not in seen:
+                seen.add(c.program_text)
+                plan.candidates.append(c)
+        return plan
+
+    def _state(self, request: WriterRequest) -> tuple[_Plan, list[Candidate], dict[str, AttemptRecord]]:
+        problem = request.problem if request.problem is not None else None
+        if problem is None:
+            raise ValueError("the offline tier needs the loaded problem in the request")
+        history = list(request.history)
+        first = self.plan_for(problem, request.gpu, TraceOptions())
+        kernel_names = {k.name for k in first.trace.program.kernels} if first.trace.program else set()
+        options = self.fallback_options(history, kernel_names)
+        plan = self.plan_for(problem, request.gpu, options)
+        tried = {a.program_text: a for a in history if a.program_text}
+        self._learn(plan, history, request.gpu)
+        untried = [c for c in plan.candidates if c.program_text not in tried]
+        return plan, self._rerank(plan, untried, history), tried
+
+    def _learn(self, plan: _Plan, history: list[AttemptRecord], gpu: str) -> None:
+        """Measured GPU times of single-kernel programs go into the per-shape record."""
+        record = self.record
+        if record is None or plan.trace.program is None:
+            return
+        by_text = {c.program_text: c for c in plan.candidates}
+        for a in history:
+            c = by_text.get(a.program_text)
+            if c is None or not a.correct or a.flags or a.timing_source != "gpu" or not a.t_us or len(c.configs) != 1:
+                continue
+            from dsl_compiler.parser import parse
+
+            program, _ = parse(a.program_text)
+            if program is None:
+                continue
+            name, config = c.configs[0]
+            try:
+                record.update(search.shape_key(program, name), config, a.t_us, gpu)
+            except Exception:  # a record that cannot be written never stops the search
+                pass
+
+    @staticmethod
+    def _rerank(plan: _Plan, untried: list[Candidate], history: list[AttemptRecord]) -> list[Candidate]:
+        by_text = {c.program_text: c for c in plan.candidates}
+        measured = [(by_text[a.program_text], a.t_us) for a in history
+                    if a.program_text in by_text and a.correct and a.t_us and by_text[a.program_text].t_est_us > 0]
+        if not measured:
+            return untried
+        ratios = [(c, t / c.t_est_us) for c, t in measured]
+        if all(1 / MEASURED_MISS <= r <= MEASURED_MISS for _, r in ratios):
+            return untried
+
+        def similarity(a: Candidate, b: Candidate) -> int:
+            score = 0
+            for (_, ca), (_, cb) in zip(a.configs, b.configs):
+                score += 4 * (ca.tile == cb.tile) + 2 * (ca.schedule == cb.schedule) + (ca.cluster == cb.cluster)
+                score += 2 * (ca.decomposition == cb.decomposition)
+            return score
+
+        def predicted(c: Candidate) -> float:
+            best = max(ratios, key=lambda cr: (similarity(c, cr[0]), -abs(cr[1] - 1)))
+            return c.t_est_us * best[1]
+
+        order = {c.program_text: i for i, c in enumerate(untried)}
+        return sorted(untried, key=lambda c: (predicted(c), order[c.program_text]))
+
+    # -- the tier protocol -------------------------------------------------------------------------
+    def propose(self, request: WriterRequest) -> list[Hypothesis]:
+        plan, untried, tried = self._state(request)
+        if plan.trace.program is None:
+            return [Hypothesis(title="trace the reference", rationale=_diag_text(plan.trace), expected_gain=1.0, risk=1.0)]
+        if not untried:
+            return []
+        correct = [a.t_us for a in request.history if a.correct and a.t_us]
+        t_ref = min(correct) if correct else untried[0].t_est_us
+        hyps = []
+        for rank_, c in enumerate(untried[:8]):
+            gain = t_ref / c.t_est_us if c.t_est_us > 0 else 1.0
+            title = c.title if not correct else f"{c.title}, {gain:.2f}x over best"
+            hyps.append(Hypothesis(
+                title=title,
+                rationale=("configuration ranked by the config-aware SOL estimate"
+                           + (f"; varies kernel {c.varied}" if c.varied else "; traced from the reference")),
+                expected_gain=max(gain, 1e-3), risk=1.0 + 0.01 * rank_, ))
+        return hyps
+
+    def write(self, request: WriterRequest) -> WriterReply:
+        try:
+            plan, untried, _ = self._state(request)
+        except Exception as exc:  # the tier's failures are attempt failures
+            return WriterReply("", model=MODEL_NAME, error=f"offline tier: {type(exc).__name__}: {exc}")
+        if plan.trace.program is None:
+            return WriterReply("", model=MODEL_NAME, error="tracing the reference failed: " + _diag_text(plan.trace))
+        if not untried:
+            return WriterReply("", model=MODEL_NAME, error="offline search exhausted: every candidate configuration was tried")
+        chosen = untried[0]
+        wanted = request.plan.title if request.plan is not None else ""
+        for c in untried:
+            if wanted and wanted.startswith(c.title):
+                chosen = c
+                break
+        return WriterReply(chosen.program_text, tokens_in=0, tokens_out=0, model=MODEL_NAME, cost_usd=0.0,
+                           hypothesis=Hypothesis(title=chosen.title, rationale="offline configuration search",
+                                                 expected_gain=1.0, risk=1.0))
+
+    def coverage(self, problem: Any) -> TraceResult:
+        """The trace of ``problem`` with default options (for reports)."""
+        return trace_problem(problem)
+
+
+def _program_estimate(program, gpu: str) -> float:
+    from sol_models.estimate import estimate_program
+    from sol_models.hardware import get_gpu
+
+    try:
+        return estimate_program(program, get_gpu(gpu)).t_us
+    except Exception:
+        return 0.0
+
+
+def _diag_text(trace: TraceResult) -> str:
+    return " | ".join(d.message for d in trace.diagnostics[:3]) or "no program"
