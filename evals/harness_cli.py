@@ -106,7 +106,9 @@ def bench_rows(problems, harness, gpu: str, precision: str = "tf32",
 def fmt_us(v: float | None) -> str:
     if v is None:
         return "-"
-    return f"{v / 1000:.3f} ms" if v >= 1000 else f"{v:.1f} us"
+    if v >= 1000:
+        return f"{v / 1000:.3f} ms"
+    return f"{v:.1f} us" if v >= 10 else f"{v:.3f} us"
 
 
 def fmt_frac(v: float | None) -> str:

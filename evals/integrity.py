@@ -227,7 +227,7 @@ def program_precisions(program) -> list[str]:
 
 _SOURCE_PRECISION = [
     ("bf16", re.compile(r"bfloat16|\bbf16\b|__nv_bfloat16")),
-    ("f16", re.compile(r"float16|\.half\(\)|\bfp16\b|__half\b|\bhalf\b")),
+    ("f16", re.compile(r"(?<!b)float16|\.half\(\)|\bfp16\b|__half\b|\bhalf\b")),
     ("tf32", re.compile(r"allow_tf32\s*=\s*True|set_float32_matmul_precision\(\s*['\"](high|medium)|\btf32\b", re.I)),
 ]
 

@@ -143,3 +143,103 @@ def time_cpu(fn: Callable[[list], object], input_sets: Sequence[list], *, warmup
         sample.event_us.append(dt)
         sample.wall_us.append(dt)
     return sample
+
+
+# ---------------------------------------------------------------------------------------------
+# Optional hardware counters through the Nsight Compute command line (off by default: slow, and
+# ncu replays every kernel). Never touches clocks: ncu runs with --clock-control none.
+
+NCU_METRICS = (
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+)
+
+
+def ncu_available() -> bool:
+    import shutil
+
+    return shutil.which("ncu") is not None
+
+
+def ncu_counters(problem, candidate, settings, timeout_s: float = 600.0) -> dict[str, float]:
+    """Counters summed over the kernels of one candidate call (kernel time in us, DRAM bytes,
+    SM throughput as the time-weighted mean). Empty when ncu is absent or fails."""
+    import csv
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    if not ncu_available():
+        return {}
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="mucutlass-ncu-") as tmp:
+        spec = Path(tmp) / "spec.json"
+        spec.write_text(json.dumps({"problem": problem.to_spec(), "candidate": candidate.model_dump()}))
+        cmd = ["ncu", "--csv", "--clock-control", "none", "--target-processes", "all",
+               "--nvtx", "--nvtx-include", "mucutlass_candidate/", "--metrics", ",".join(NCU_METRICS),
+               sys.executable, "-m", "evals.timing", str(spec)]
+        env = dict(os.environ, PYTHONPATH=str(root))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=str(root), env=env)
+        except (subprocess.TimeoutExpired, OSError):
+            return {}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('"')]
+    if not lines:
+        return {}
+    totals: dict[str, float] = {}
+    weighted_sm = 0.0
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    by_kernel: dict[str, dict[str, float]] = {}
+    for row in rows:
+        try:
+            value = float(str(row.get("Metric Value", "")).replace(",", ""))
+        except ValueError:
+            continue
+        by_kernel.setdefault(row.get("ID", ""), {})[row.get("Metric Name", "")] = value
+    for metrics in by_kernel.values():
+        t_ns = metrics.get("gpu__time_duration.sum", 0.0)
+        totals["kernel_time_us"] = totals.get("kernel_time_us", 0.0) + t_ns / 1e3
+        for name in ("dram__bytes_read.sum", "dram__bytes_write.sum"):
+            totals[name] = totals.get(name, 0.0) + metrics.get(name, 0.0)
+        weighted_sm += metrics.get("sm__throughput.avg.pct_of_peak_sustained_elapsed", 0.0) * t_ns
+    if totals.get("kernel_time_us"):
+        totals["sm_throughput_pct"] = weighted_sm / (totals["kernel_time_us"] * 1e3)
+    totals["kernels"] = float(len(by_kernel))
+    return totals
+
+
+def _ncu_target(spec_path: str) -> int:
+    """Runs one candidate call inside an NVTX range (what ``ncu_counters`` profiles)."""
+    import json
+
+    import torch
+
+    from evals.harness import Candidate
+    from evals.problems import Problem
+    from evals.worker import Worker
+
+    spec = json.loads(open(spec_path).read())
+    problem = Problem.from_spec(spec["problem"])
+    device = torch.device("cuda")
+    model = Worker().candidate_factory(problem, Candidate(**spec["candidate"]).worker_view(), device)(0)
+    inputs = problem.make_inputs(0, device)
+    with torch.no_grad():
+        model(*inputs)  # warm-up outside the range
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push("mucutlass_candidate")
+        model(*inputs)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_ncu_target(sys.argv[1]))

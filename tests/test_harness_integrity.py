@@ -1,0 +1,104 @@
+"""Integrity checks and timing statistics as plain functions (no worker)."""
+
+import pytest
+import torch
+
+from evals import integrity
+from evals.timing import choose_trials, spread_pct, time_cpu
+
+
+def test_sol_ceiling():
+    assert integrity.sol_ceiling_check(100.0, 95.0)[0]
+    ok, reason = integrity.sol_ceiling_check(50.0, 100.0)
+    assert not ok and reason
+
+
+def test_side_stream_check():
+    assert integrity.side_stream_check(1000.0, 1030.0)[0]
+    assert integrity.side_stream_check(5.0, 40.0)[0]  # launch overhead on a tiny kernel is not an escape
+    ok, reason = integrity.side_stream_check(10.0, 2000.0)
+    assert not ok and "side stream" in reason
+
+
+def test_alias_check():
+    x = torch.rand(4, 4)
+    assert not integrity.alias_check(x[1:], [x])[0]
+    assert not integrity.alias_check([torch.rand(2)], [x], reference_outputs=None)[0] is False
+    ref = torch.rand(3)
+    ok, reason = integrity.alias_check(ref.view(3), [x], reference_outputs=ref)
+    assert not ok and "reference" in reason
+    assert integrity.alias_check(torch.rand(4, 4), [x], ref)[0]
+
+
+def test_output_changes_check():
+    a, b = torch.rand(5), torch.rand(5)
+    assert integrity.output_changes_check(a, b, a.clone(), b.clone(), 1e-2)[0]
+    ok, reason = integrity.output_changes_check(a, b, a.clone(), a.clone(), 1e-2)
+    assert not ok and "did not change" in reason
+    # a reference that does not depend on its inputs puts no demand on the candidate
+    assert integrity.output_changes_check(a, a.clone(), b, b.clone(), 1e-2)[0]
+
+
+def test_unwritten_output_check():
+    full = torch.rand(8)
+    assert integrity.unwritten_output_check(full, full.clone(), 1e-2)[0]
+    a, b = full.clone(), full.clone()
+    a[4:], b[4:] = float("nan"), 1e4
+    ok, reason = integrity.unwritten_output_check(a, b, 1e-2)
+    assert not ok and "4 of 8" in reason
+
+
+def test_static_source_checks():
+    assert not integrity.pytorch_only_source_check("import torch\nclass ModelNew: pass\n")[0]
+    assert integrity.pytorch_only_source_check("from torch.utils.cpp_extension import load_inline\n")[0]
+    assert integrity.pytorch_only_source_check("import triton\n")[0]
+    assert not integrity.pytorch_only_source_check("import torch  # triton someday\n")[0]  # comments do not count
+    assert not integrity.reference_reach_source_check("import sys\nm = sys.modules['x']\n")[0]
+    assert not integrity.reference_reach_source_check("y = Model(3)\n")[0]
+    assert integrity.reference_reach_source_check("y = ModelNew(3)\n")[0]
+
+
+def test_source_precisions():
+    assert integrity.source_precisions("x = x.half()") == ["f16"]
+    assert integrity.source_precisions("torch.backends.cuda.matmul.allow_tf32 = True") == ["tf32"]
+    assert integrity.source_precisions("x.to(torch.bfloat16)") == ["bf16"]
+    assert integrity.source_precisions("y = x @ w") == ["f32"]
+    assert integrity.lowest_precision(["f32", "tf32", "bf16"]) == "bf16"
+
+
+def test_precision_check():
+    assert integrity.precision_check(["tf32"], ("f32", "tf32"))[0]
+    ok, reason = integrity.precision_check(["bf16"], ("f32", "tf32"))
+    assert not ok and "bf16" in reason
+
+
+def test_program_checks():
+    ir = pytest.importorskip("dsl_compiler.ir")
+    x = ir.TensorDecl(kind="input", name="x", dtype="f32", shape=(8, 4))
+    w = ir.TensorDecl(kind="param", name="w", dtype="bf16", shape=(4, 4), source="w")
+    k = ir.Kernel(name="k", op=ir.GemmOp(a=ir.Operand(name="x"), b=ir.Operand(name="w")),
+                  stores=(ir.Store(name="y", dtype="f32", expr=ir.Acc()),))
+    prog = ir.Program(decls=(x, w), steps=(k,), outputs=("y",))
+    assert integrity.program_precisions(prog) == ["bf16"]  # an f32 x bf16 GEMM runs at bf16
+    assert integrity.pytorch_only_program_check(prog)[0]
+    only_torch = ir.Program(decls=(x,), steps=(ir.TorchStep(outputs=("y",), fn="relu", args=(ir.TensorArg(name="x"),)),),
+                            outputs=("y",))
+    ok, reason = integrity.pytorch_only_program_check(only_torch)
+    assert not ok and "no kernel" in reason
+
+
+def test_flags_of():
+    checks = [integrity.CheckResult(name="a", ok=True), integrity.CheckResult(name="side_stream", ok=False, reason="r")]
+    assert integrity.flags_of(checks) == ["side_stream: r"]
+    assert checks[1].hard and not integrity.CheckResult(name="pytorch_only", ok=False).hard
+
+
+def test_timing_statistics():
+    assert spread_pct([100.0] * 10) == 0.0
+    assert spread_pct([90.0, 100.0, 100.0, 110.0]) == pytest.approx(5.0)  # IQR 97.5-102.5
+    assert choose_trials(1000.0, 0.5, 20, 200) == 200
+    assert choose_trials(1e5, 0.5, 20, 200) == 20
+    assert choose_trials(1e4, 0.5, 20, 200) == 50
+    calls = []
+    sample = time_cpu(lambda inp: calls.append(inp[0]), [[1], [2], [3]], warmup=1, trials=4)
+    assert sample.trials == 4 and calls == [1, 1, 2, 3, 1]  # inputs rotate between calls
