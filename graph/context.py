@@ -95,13 +95,11 @@ class Services:
 
         return self._timed(build_program, program)
 
-    def export_model_new(self, program: Any, artifacts: dict[str, str] | None, path: str) -> None:
+    def export_model_new(self, program: Any, artifacts: dict[str, str] | None, path: str,
+                         problem_source: str | None = None) -> None:
         from dsl_compiler.export import export_model_new
 
-        text = export_model_new(program, artifacts=artifacts)
-        if isinstance(text, str):
-            with open(path, "w") as fh:
-                fh.write(text)
+        self._timed(export_model_new, program, artifacts or {}, path, problem_source=problem_source)
 
     # -- harness --------------------------------------------------------------------------
     def harness(self) -> Any:

@@ -145,8 +145,9 @@ def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Pa
         from dsl_compiler.ir import Program
 
         try:
+            source = Path(state["problem_path"]).read_text() if Path(state["problem_path"]).is_file() else None
             ctx.services.export_model_new(Program.model_validate_json(state["best_program_json"]), artifacts,
-                                          str(run_dir / "model_new.py"))
+                                          str(run_dir / "model_new.py"), problem_source=source)
             data["model_new"] = "model_new.py"
         except Exception as exc:  # the run's results stand without the export; say why it is missing
             data["model_new_error"] = f"{type(exc).__name__}: {exc}"
