@@ -111,3 +111,27 @@ output z
     assert step.t_us == pytest.approx(H200.launch_latency_us + 2 * y_bytes / (0.9 * 4.8e12) * 1e6)
     assert est.t_us == pytest.approx(k.t_us + step.t_us)
     assert est.timing_source == "estimate"
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_estimate_never_beats_the_speed_of_light(calibrated, tmp_path):
+    import itertools
+    import json
+
+    from sol_models.bounds import sol_report
+    from sol_models.counting import count_program
+    from sol_models.gaming import program_precision
+
+    gpu = H200
+    if calibrated:
+        (tmp_path / "h200.json").write_text(json.dumps(
+            {"dram_bw_gbps": 4300, "peak_tflops": {"f32": 50, "tf32": 360, "bf16": 780, "f16": 780}}))
+        gpu = get_gpu("h200", calibrated_dir=tmp_path)
+    shapes = [(4096, 4096, 4096), (64, 8192, 1024), (8192, 256, 64), (256, 256, 65536), (1, 4096, 4096)]
+    configs = ["tile = 128x256x32; cluster = 2x1x1", "tile = 64x128x32; schedule = pingpong",
+               "tile = 128x128x32; decomposition = stream_k", "tile = 128x128x32; decomposition = split_k; split_k = 8"]
+    for (m, n, k), cfg, dt in itertools.product(shapes, configs, [("f32", "tf32"), ("bf16", "bf16")]):
+        prog = gemm(m, n, k, cfg.replace("x32", "x64") if dt[0] == "bf16" else cfg, dtype=dt[0], math_mode=dt[1])
+        est = estimate_program(prog, gpu)
+        bound = sol_report(count_program(prog), gpu, precision=program_precision(prog))
+        assert est.t_us > bound.t_sol_us, (m, n, k, cfg, dt)
