@@ -4,6 +4,7 @@ what was found, what is allowed and a fix hint."""
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -502,11 +503,30 @@ class _ToIR(Transformer_NonRecursive):
         return [c for c in children if c is not None]
 
 
+def _end_of(text: str) -> tuple[int, int]:
+    """Line and column just after the last non-blank character (where an early end is felt)."""
+    body = text.rstrip()
+    line = body.count("\n") + 1
+    return line, len(body) - (body.rfind("\n") + 1) + 1
+
+
+def _accepted(exc: UnexpectedToken) -> set[str]:
+    """The tokens that would really be accepted here (LALR's raw expected set over-approximates)."""
+    try:
+        accepts = exc.interactive_parser.accepts()
+        if accepts:
+            return set(accepts)
+    except Exception:  # noqa: BLE001 - fall back to lark's own set
+        pass
+    return set(exc.expected)
+
+
 def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
     line = getattr(exc, "line", 1) or 1
     column = getattr(exc, "column", 1) or 1
-    if line < 1:
-        line = max(1, text.count("\n") + 1)
+    at_end = isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END")
+    if at_end or line < 1:
+        line, column = _end_of(text)
     if column < 1:
         column = 1
     span = ir.Span(line=line, column=column, end_line=line, end_column=column + 1)
@@ -522,12 +542,13 @@ def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
         tok = exc.token
         if tok.type == "$END":
             return Diagnostic(code="syntax", message="the program ends too early", span=span,
-                              found="the end of the program", expected=_words(exc.expected),
+                              found="the end of the program", expected=_words(_accepted(exc)),
                               hint="finish the last statement (a '}' or ')' may be missing)")
         found = repr(str(tok))
-        expected = _words(exc.expected)
-        return Diagnostic(code="syntax", message=f"unexpected {found}", span=span, found=found, expected=expected,
-                          hint=_hint_for_token(str(tok), exc.expected))
+        accepted = _accepted(exc)
+        return Diagnostic(code="syntax", message=f"unexpected {found}", span=span, found=found,
+                          expected=_words(accepted),
+                          hint=_hint_for_token(str(tok), accepted, text[: max(0, tok.start_pos or 0)]))
     return Diagnostic(code="syntax", message="syntax error", span=span, hint="compare with the language reference")
 
 
@@ -541,15 +562,27 @@ def _hint_for_char(ch: str) -> str:
     return "remove it; see the language reference for what a program may contain"
 
 
-def _hint_for_token(tok: str, expected: set[str] | frozenset[str]) -> str:
+_STATEMENT_FORMS = {
+    "program": "program NAME",
+    "input": "input NAME: f32[d0, d1] (channels_last)",
+    "param": 'param NAME: f32[d0, d1] (channels_last) = "state_dict.key"',
+    "kernel": "kernel NAME = gemm(a, b^T) { knobs; let NAME = EXPR; store NAME: f32 = EXPR }",
+    "torch": "torch NAME = fn(tensor, 1, dim=1)",
+    "output": "output NAME, NAME",
+    "let": "let NAME = EXPR",
+    "store": "store NAME: f32 = EXPR",
+}
+_STATEMENT_KEYWORD = re.compile(r"\b(program|input|param|kernel|torch|output|let|store)\b")
+
+
+def _hint_for_token(tok: str, expected: set[str] | frozenset[str], before: str = "") -> str:
     reserved = {"program", "input", "param", "kernel", "torch", "output", "let", "store", "acc", "True", "False", "None"}
     if tok in reserved and "NAME" in expected:
         return f"'{tok}' is a reserved word; choose another name"
-    if "RBRACE" in expected and "NAME" in expected:
-        return "inside a kernel write knobs (tile = 128x128x32), let NAME = EXPR or store NAME: DTYPE = EXPR"
-    if "INPUT" in expected or "KERNEL" in expected:
-        return "a program is: program NAME, input/param lines, kernel and torch steps, then output NAME"
-    return "compare this line with the language reference"
+    keywords = _STATEMENT_KEYWORD.findall(re.sub(r"#[^\n]*", "", before))
+    if keywords:
+        return f"this {keywords[-1]} statement has the form: {_STATEMENT_FORMS[keywords[-1]]}"
+    return "a program is: program NAME, input/param lines, kernel and torch steps, then output NAME"
 
 
 def _nesting_too_deep(text: str) -> ir.Span | None:

@@ -1,0 +1,24 @@
+"""Linear layer followed by GELU (KernelBench format)."""
+import torch
+import torch.nn as nn
+
+batch_size = 64
+in_features = 128
+out_features = 256
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(x))
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
