@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from dsl_compiler.ir import Program
 from graph.context import RunContext
 from graph.planning import ProgramFeatures, plan
-from graph.state import OptimizeState, history
+from graph.state import OptimizeState, history, initial_state
 from nodes.dsl_writer import writer_request
 from nodes.tiers import ProposingTier
 
@@ -19,27 +19,37 @@ def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     work0 = svc.work_s
     update: dict = {}
     if not state.get("sol"):
-        path = state["problem_path"]
+        # fields a caller left out (a run started from LangGraph Studio gives only problem_path)
+        update = {k: v for k, v in initial_state(state.get("problem_path", ""), ctx.backend).items() if k not in state}
+        path = state.get("problem_path", "")
+        if not path:
+            return {**update, "stop_reason": "setup failed: no problem_path in the input"}
         try:
             problem = svc.problem(path)
             update["problem_name"] = getattr(problem, "key", None) or problem.name
             update["sol"] = svc.sol_report(path, ctx.gpu)
             update["reference_us"] = svc.reference_timings(path)
         except Exception as exc:  # a broken problem or library failure ends the run with its reason
-            return {"stop_reason": f"setup failed: {type(exc).__name__}: {exc}"}
+            return {**update, "stop_reason": f"setup failed: {type(exc).__name__}: {exc}"}
         state = {**state, **update}
     best_json = state.get("best_program_json")
     features = ProgramFeatures.of(Program.model_validate_json(best_json) if best_json else None)
-    tier = ctx.get_tier()
+    try:
+        tier = ctx.get_tier()
+    except Exception as exc:  # TierError: unknown tier, missing key, offline tier not installed
+        return {**update, "stop_reason": f"setup failed: {exc}"}
     proposed = None
     if isinstance(tier, ProposingTier):
         try:
-            proposed = tier.propose(writer_request(state, ctx, None)) or None
+            proposed = tier.propose(writer_request(state, ctx, None))
         except Exception:  # the built-in nomination is always there to fall back on
             proposed = None
+        if proposed is not None and not proposed and state.get("attempts"):
+            return {**update, "stop_reason": f"exhausted: the {tier.name} tier has nothing left to try",
+                    "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     problem = svc.problem(state["problem_path"])
     ranked = plan(state["sol"], history(state), features, getattr(problem, "allowed_precisions", ("f32", "tf32")),
-                  proposed)
+                  proposed or None)
     update.update(plan=[h.model_dump() for h in ranked], hypothesis=ranked[0].model_dump(), diagnostics=[])
     update["work_s"] = state.get("work_s", 0.0) + (svc.work_s - work0)
     return update
