@@ -21,7 +21,7 @@ def register(subparsers: Any) -> None:
         description="FLOPs, bytes (fused and unfused), arithmetic intensity, t_SOL per precision, bound and "
         "launch floor of a problem, counted on meta tensors (no GPU needed).",
     )
-    p.add_argument("path", help="a problem file (.py) or a folder searched recursively")
+    p.add_argument("path", help="a problem file (.py), a μCUTLASS program (.mcu), or a folder of problems")
     p.add_argument("--gpu", default="h200", help="GPU from the hardware table (default: h200)")
     p.add_argument("--precision", default="tf32", choices=PRECISIONS, help="math precision of the bound (default: tf32)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -111,7 +111,59 @@ def run_sol(args: argparse.Namespace) -> int:
         return 2
     if path.is_dir():
         return _sol_folder(path, gpu, args)
+    if path.suffix == ".mcu":
+        return _sol_program(path, gpu, args)
     return _sol_file(path, gpu, args)
+
+
+def _sol_program(path: Path, gpu: Any, args: argparse.Namespace) -> int:
+    """A μCUTLASS program: what its kernels must move, its bound and its config-aware estimate."""
+    from dsl_compiler.diagnostics import has_errors, render_all
+    from dsl_compiler.parser import parse
+
+    from sol_models.bounds import sol_report
+    from sol_models.counting import ProgramCountError, count_program
+    from sol_models.estimate import estimate_program
+
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        _err(f"{path}: cannot read: {exc}")
+        return 1
+    program, diagnostics = parse(text)
+    if program is None or has_errors(diagnostics):
+        _err(render_all(diagnostics, str(path)))
+        return 1
+    try:
+        work = count_program(program)
+        estimate = estimate_program(program, gpu)
+    except ProgramCountError as exc:
+        _err(f"{path}: {exc}")
+        return 1
+    report = sol_report(work, gpu, precision=args.precision)
+    if args.json:
+        print(json.dumps({"report": report.model_dump(mode="json"), "work": work.model_dump(mode="json"),
+                          "estimate": estimate.model_dump(mode="json")}, indent=2))
+        return 0
+    from rich.table import Table
+
+    console = _console()
+    console.print(f"[bold]{work.name}[/bold] (μCUTLASS program) on {gpu.full_name or gpu.name}")
+    console.print(f"FLOPs {_si(work.flops, 'FLOP')}; bytes its steps move {_si(work.bytes_program or 0, 'B')} "
+                  f"(fused minimum {_si(work.bytes_fused, 'B')}); t_SOL ({args.precision}) "
+                  f"{_us(report.t_sol_us)} {report.bound}-bound; estimate {_us(estimate.t_us)} "
+                  f"({report.t_sol_us / estimate.t_us:.0%} of SOL)")
+    table = Table(title="estimate per step", title_justify="left")
+    for col in ("step", "op", "config", "waves", "t", "why"):
+        table.add_column(col, justify="right" if col in ("waves", "t") else "left")
+    for k in estimate.kernels:
+        cfg = (f"{k.math} {'x'.join(map(str, k.tile))} {k.schedule} cluster {k.cluster[0]}x{k.cluster[1]} "
+               f"{k.stages} stages {k.decomposition}" + (f" x{k.split_k}" if k.split_k > 1 else ""))
+        table.add_row(k.name, k.op, cfg, f"{k.waves:.1f}", _us(k.t_us), "; ".join(k.reasons) or "-")
+    for s in estimate.torch_steps:
+        table.add_row(s.name, f"torch {s.op}", "-", "-", _us(s.t_us), "; ".join(s.reasons))
+    console.print(table)
+    return 0
 
 
 def _sol_file(path: Path, gpu: Any, args: argparse.Namespace) -> int:

@@ -108,3 +108,32 @@ def test_calibrate_glue_writes_a_profile_bounds_then_use(tmp_path, monkeypatch, 
     spec = get_gpu("h200", calibrated_dir=tmp_path)
     assert spec.calibrated and spec.peak_tflops["tf32"] == 360.0 and spec.dram_bw_gbps == 4300.0
     assert spec.peak_tflops["fp8"] == spec.datasheet_peak_tflops["fp8"]
+
+
+PROGRAM = """program linear_gelu
+input x: f32[128, 1024]
+param w: f32[512, 1024] = "fc.weight"
+param b: f32[512] = "fc.bias"
+kernel fc = gemm(x, w^T) {
+  math = tf32; tile = 128x128x32
+  store y: f32 = gelu(acc + b[col])
+}
+output y
+"""
+
+
+def test_sol_program_reports_traffic_bound_and_estimate(tmp_path, capsys):
+    prog = tmp_path / "lg.mcu"
+    prog.write_text(PROGRAM)
+    assert main(["sol", str(prog), "--json", "--datasheet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["work"]["source"] == "program"
+    assert out["work"]["flops_tensor"] == 2 * 128 * 1024 * 512
+    assert out["estimate"]["t_us"] > out["report"]["t_sol_us"]
+    assert main(["sol", str(prog)]) == 0
+    assert "estimate per step" in capsys.readouterr().out
+    bad = tmp_path / "bad.mcu"
+    bad.write_text(PROGRAM.replace("gemm(x, w^T)", "gemm(x, q^T)"))
+    assert main(["sol", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.mcu" in err and "q" in err
