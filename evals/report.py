@@ -49,6 +49,24 @@ def _pyplot():
     return plt
 
 
+def _legend(ax) -> None:
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        _legend(ax)
+    else:
+        ax.text(0.5, 0.5, "no correct result with a measured baseline", ha="center", va="center",
+                transform=ax.transAxes, color="0.4")
+
+
+def _plain_log_y(ax) -> None:
+    """Log scale with plain numbers (2, 4) rather than 2x10^0."""
+    from matplotlib.ticker import ScalarFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+
+
 def plot_fast_p(groups: dict[tuple[str, str], list[metrics.ProblemResult]], baseline: str, path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -61,7 +79,7 @@ def plot_fast_p(groups: dict[tuple[str, str], list[metrics.ProblemResult]], base
     ax.set_xlabel(f"speedup threshold p (over {baseline})")
     ax.set_ylabel("fast_p (fraction of all problems)")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=8)
+    _legend(ax)
     ax.set_title("fast_p: correct and faster than p")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -85,8 +103,8 @@ def plot_speedup_vs_sol(results: Sequence[metrics.ProblemResult], baseline: str,
     ax.axhline(1, color="0.5", ls=":", lw=0.8)
     ax.set_xlabel("% of speed of light (t_SOL / t)")
     ax.set_ylabel(f"speedup over {baseline}")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
+    _plain_log_y(ax)
+    _legend(ax)
     ax.set_title("per problem: speedup against % of SOL")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -105,8 +123,8 @@ def plot_spend_vs_speedup(results: Sequence[metrics.ProblemResult], baseline: st
             ax.scatter(*zip(*pts), label=f"{tier} / {policy}", s=18, alpha=0.8)
     ax.set_xlabel("tokens per problem" if use_tokens else "attempts per problem (tiers without tokens)")
     ax.set_ylabel(f"speedup over {baseline}")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
+    _plain_log_y(ax)
+    _legend(ax)
     ax.set_title("spend against speedup, per tier and policy")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -124,7 +142,7 @@ def plot_attempt_curves(groups: dict[tuple[str, str], metrics.GroupMetrics], bas
     ax.set_xlabel("attempts")
     ax.set_ylabel(f"fraction of problems >= {metrics.ATTEMPT_CURVE_THRESHOLD:g}x over {baseline}")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=8)
+    _legend(ax)
     ax.set_title("attempt curves")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 from graph.policies import POLICY_NAMES, PolicySettings
 from graph.records import AttemptRecord, RunSummary
 
-DEFAULT_RUN_FN = "graph.runner:run_optimize"
+DEFAULT_RUN_FN = "evals.runner:optimize_or_resume"
 GENEROUS_POLICY = "fixed"
 # What must match for a store to be resumed: the same runs with the same budget.
 RESUME_KEYS = ("problems", "tiers", "policies", "policies_mode", "max_attempts")
@@ -140,15 +140,32 @@ def make_context(spec: RunSpec) -> Any:
     return RunContext(tier=spec.tier, policy=spec.policy, max_attempts=spec.max_attempts, backend=spec.backend)
 
 
+def optimize_or_resume(problem_path: str, ctx: Any, run_dir: str,
+                       on_event: Callable[[Any], None] | None = None) -> RunSummary:
+    """The graph on one problem; a run directory left by a killed run is resumed from its checkpoint,
+    so the attempts it finished are not redone."""
+    from graph.runner import RUN_FILE, resume_run, run_optimize
+
+    if (Path(run_dir) / RUN_FILE).is_file():
+        return resume_run(run_dir, on_event)
+    return run_optimize(problem_path, ctx, run_dir, on_event)
+
+
 def attempt_from_event(event: Any) -> AttemptRecord | None:
-    """The finished attempt an on_event call carries, if any."""
+    """The finished attempt an on_event call carries, if any: an AttemptRecord, an event with the
+    full record under "attempt" or "record", or an attempt event whose fields are AttemptRecord's."""
     if isinstance(event, AttemptRecord):
         return event
-    payload = event.get("attempt") if isinstance(event, dict) else getattr(event, "attempt", None)
+    if not isinstance(event, dict):
+        return None
+    payload = event.get("record", event.get("attempt"))
     if isinstance(payload, AttemptRecord):
         return payload
     if isinstance(payload, dict):
         return AttemptRecord.model_validate(payload)
+    if event.get("event") == "attempt" and "index" in event:
+        known = {k: v for k, v in event.items() if k in AttemptRecord.model_fields and v is not None}
+        return AttemptRecord.model_validate(known)
     return None
 
 

@@ -9,7 +9,6 @@ as a killed evaluation would.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
