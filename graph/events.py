@@ -53,6 +53,7 @@ class EventTracker:
             "headroom": (best / t_sol) if (best and t_sol) else None,
             "tokens": self.state.get("tokens_in", 0) + self.state.get("tokens_out", 0),
             "cost_usd": self.state.get("cost_usd", 0.0),
+            "record": a,  # the full AttemptRecord, for stores that keep every attempt as it finishes
         }
 
 

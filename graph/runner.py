@@ -152,7 +152,8 @@ def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Pa
         except Exception as exc:  # the run's results stand without the export; say why it is missing
             data["model_new_error"] = f"{type(exc).__name__}: {exc}"
     summary.graph_overhead_s += time.perf_counter() - start
-    data["graph_overhead_s"] = summary.graph_overhead_s
+    summary.wall_s += time.perf_counter() - start
+    data["graph_overhead_s"], data["wall_s"] = summary.graph_overhead_s, summary.wall_s
     (run_dir / "summary.json").write_text(json.dumps(data, indent=2, default=str))
 
 

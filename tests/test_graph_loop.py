@@ -150,3 +150,25 @@ def test_playback_tier(tmp_path):
     summary, _, _ = run(tmp_path, PlaybackTier(progs), max_attempts=4)
     assert [a.program_text for a in summary.attempts] == [BROKEN, SLOW, GOOD, GOOD]
     assert summary.tokens_in == 0 and summary.best_index == 3
+
+
+def test_attempt_events_carry_the_full_record_and_render(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from graph.events import rich_printer
+    from graph.records import AttemptRecord
+
+    tier, _ = chat_tier(BROKEN, GOOD)
+    summary, _, events = run(tmp_path, tier, max_attempts=2)
+    records = [AttemptRecord.model_validate(e["record"]) for e in events if e["event"] == "attempt"]
+    assert records == summary.attempts
+    buf = io.StringIO()
+    show = rich_printer(Console(file=buf, width=200, color_system=None))
+    for e in events:
+        show(e)
+    text = buf.getvalue()
+    assert "attempt 1/2" in text and "check: w is not declared" in text
+    assert "attempt 2/2" in text and "new best" in text and "best 4.17x headroom 1.20x tokens 2400" in text
+    assert "stop: fixed: 2 of 2" in text and text.rstrip().splitlines()[-1].startswith("done: best 12 us")
