@@ -49,6 +49,13 @@ class Worker:
         self.cuda = torch.cuda.is_available()
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
         self.candidate_counter = 0
+        self.candidate_modules: list[str] = []
+
+    def forget_candidates(self) -> None:
+        """Drop the modules of this request's candidates (and whatever globals they hold)."""
+        for name in self.candidate_modules:
+            sys.modules.pop(name, None)
+        self.candidate_modules.clear()
 
     # -- setup ------------------------------------------------------------------------------
     def problem(self, spec: dict) -> Problem:
@@ -80,7 +87,8 @@ class Worker:
             name = f"mucutlass_candidate_{os.getpid()}_{self.candidate_counter}"
             module = type(sys)(name)
             module.__file__ = f"<candidate {cand.get('name', 'ModelNew')}>"
-            sys.modules[name] = module
+            sys.modules[name] = module  # dataclasses and pickling look a class's module up here
+            self.candidate_modules.append(name)
             try:
                 exec(compile(cand["source"], module.__file__, "exec"), module.__dict__)
             except Exception as exc:
@@ -194,7 +202,6 @@ class Worker:
             "sets": sets,
             "checks": [c.model_dump() for c in _dedupe(checks)],
             "device": str(device),
-            **_memory(device),
         }
 
     def compare(self, ref_out, out_a, out_b, inputs, tol: float) -> dict:
@@ -297,7 +304,6 @@ class Worker:
         out["timing_source"] = "gpu"
         out["check"] = integrity.result(
             "side_stream", integrity.side_stream_check(out["median_us"], out["wall_median_us"])).model_dump()
-        out.update(_memory(device))
         return out
 
     def op_reference_timings(self, req: dict) -> dict:
@@ -338,7 +344,6 @@ class Worker:
                         out["compile_us"] = None
                         out["reason"] = f"torch.compile failed: {_one_line(exc)}"
         del model, input_sets
-        out.update(_memory(device))
         self.reference_cache[key] = out
         return out
 
@@ -496,6 +501,10 @@ def main() -> int:
             kind = "cuda" if fatal else "exception"
             traceback.print_exc(file=sys.stderr)
             reply = {"id": req.get("id"), "ok": False, "error": _one_line(exc), "kind": kind, "fatal": fatal}
+        worker.forget_candidates()
+        if reply.get("ok") and isinstance(reply.get("result"), dict) and not fatal:
+            # after the candidate's module is gone: the level the next attempt starts from
+            reply["result"].update(_memory(worker.device))
         proto.write(json.dumps(reply, default=_json_default, allow_nan=True) + "\n")
         proto.flush()
         if fatal:

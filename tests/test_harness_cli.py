@@ -1,0 +1,44 @@
+"""`mucutlass bench` and `mucutlass suite`: exit codes, output, and a light import."""
+
+import json
+import subprocess
+import sys
+
+from mucutlass.cli import main
+
+
+def test_cli_module_imports_nothing_heavy():
+    code = "import sys, evals.harness_cli; print(any(m in sys.modules for m in ('torch', 'evals.harness')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_suite_list_and_show(capsys):
+    assert main(["suite", "list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["builtin"]["problems"] >= 28 and rows["smoke"]["problems"] == 5
+    assert main(["suite", "show", "smoke"]) == 0
+    assert "smoke/01_gemm_tiny" in capsys.readouterr().out
+    assert main(["suite", "show", "nope"]) == 1
+    assert "unknown suite" in capsys.readouterr().err
+
+
+def test_bench_without_gpu_prints_the_bound(capsys):
+    import torch
+
+    assert main(["bench", "evals/suites/smoke/01_gemm_tiny.py", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = doc["rows"][0]
+    assert row["problem"] == "01_gemm_tiny"
+    if not torch.cuda.is_available():
+        assert row.get("eager_fp32_us") is None
+    assert row["t_sol_us"] is None or row["t_sol_us"] > 0
+
+
+def test_bench_errors(capsys, tmp_path):
+    assert main(["bench"]) == 2
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n")
+    assert main(["bench", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.py" in err and "missing Model" in err and "Traceback" not in err
