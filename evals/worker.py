@@ -338,6 +338,8 @@ class Worker:
                         out["compile_s"] = time.perf_counter() - t0
                         s = time_cuda(lambda inp: compiled(*inp), input_sets, **kw)
                         out["compile_us"], out["compile_spread_pct"] = s.median_us, s.spread_pct
+                        del compiled
+                        torch._dynamo.reset()  # compiled graphs hold the model's parameters
                     except Exception as exc:  # a model torch.compile cannot handle still has eager timings
                         if _is_fatal(exc):
                             raise
