@@ -52,7 +52,7 @@ def _pyplot():
 def _legend(ax) -> None:
     handles, _ = ax.get_legend_handles_labels()
     if handles:
-        _legend(ax)
+        ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no correct result with a measured baseline", ha="center", va="center",
                 transform=ax.transAxes, color="0.4")
