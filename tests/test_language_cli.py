@@ -1,0 +1,144 @@
+"""`mucutlass check`, `fmt` and `interpret`: output, exit codes (0 ok, 1 program errors, 2 usage)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mucutlass.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_ok(capsys):
+    code, out, _ = run_cli(capsys, "check", str(EXAMPLES / "mlp.mcu"))
+    assert code == 0 and "ok (2 kernels, 0 torch steps" in out
+
+
+def test_check_reports_errors_with_location(capsys, tmp_path):
+    bad = tmp_path / "bad.mcu"
+    bad.write_text((EXAMPLES / "gemm_bias_gelu.mcu").read_text().replace("128x128x32", "96x128x32"))
+    code, _, err = run_cli(capsys, "check", str(bad))
+    assert code == 1
+    assert f"{bad}:9:3: error[tile]" in err and "hint:" in err and "2 errors" in err  # M rule + cooperative rule
+
+
+def test_check_backend_choice(capsys):
+    code, _, err = run_cli(capsys, "check", str(EXAMPLES / "depthwise_conv.mcu"))
+    assert code == 1 and "error[unsupported]" in err
+    code, out, _ = run_cli(capsys, "check", "--backend", "interpreter", str(EXAMPLES / "depthwise_conv.mcu"))
+    assert code == 0 and "ok" in out
+
+
+def test_check_json(capsys, tmp_path):
+    bad = tmp_path / "bad.mcu"
+    bad.write_text("input x: f32[4, 4]\noutput y\n")
+    code, out, _ = run_cli(capsys, "check", "--json", str(bad))
+    assert code == 1
+    diags = json.loads(out)
+    assert diags[0]["code"] == "undefined-name" and diags[0]["hint"]
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff\xfe garbage \x80", b"kernel {{{{", "π ∑ ⚡".encode()])
+def test_check_bad_files_exit_1_without_traceback(capsys, tmp_path, content):
+    f = tmp_path / "x.mcu"
+    f.write_bytes(content)
+    code, out, err = run_cli(capsys, "check", str(f))
+    assert code == 1 and "error[syntax]" in err and "Traceback" not in err + out
+
+
+def test_usage_errors_exit_2(capsys, tmp_path):
+    assert run_cli(capsys, "check", str(tmp_path / "missing.mcu"))[0] == 2
+    assert run_cli(capsys, "check", str(tmp_path))[0] == 2
+    assert run_cli(capsys, "check", "--target", "sm00", str(EXAMPLES / "mlp.mcu"))[0] == 2
+    assert run_cli(capsys, "interpret", str(EXAMPLES / "mlp.mcu"), "--problem", str(tmp_path / "none.py"))[0] == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["check"])
+    assert exc.value.code == 2
+
+
+def test_check_reads_stdin(capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO((EXAMPLES / "batched_gemm.mcu").read_text()))
+    code, out, _ = run_cli(capsys, "check", "-")
+    assert code == 0 and out.startswith("<stdin>: ok")
+
+
+def test_fmt_prints_canonical_text_and_checks(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "fmt", str(EXAMPLES / "batched_gemm.mcu"))
+    assert code == 0 and out.startswith("program batched_gemm\n") and "# " not in out
+    canonical = tmp_path / "c.mcu"
+    canonical.write_text(out)
+    assert run_cli(capsys, "fmt", "--check", str(canonical))[0] == 0
+    assert run_cli(capsys, "fmt", "--check", str(EXAMPLES / "batched_gemm.mcu"))[0] == 1
+    messy = tmp_path / "m.mcu"
+    messy.write_text("input x: f32[4,4]   kernel k=gemm(x,x){math=tf32 store y:f32=acc}output y")
+    assert run_cli(capsys, "fmt", "-w", str(messy))[0] == 0
+    assert messy.read_text() == (
+        "input x: f32[4, 4]\n\nkernel k = gemm(x, x) {\n  math = tf32\n  store y: f32 = acc\n}\n\noutput y\n")
+
+
+def test_fmt_of_a_broken_program(capsys, tmp_path):
+    f = tmp_path / "b.mcu"
+    f.write_text("input x: f32[4\noutput x\n")
+    code, _, err = run_cli(capsys, "fmt", str(f))
+    assert code == 1 and "2:1: error[syntax]" in err
+
+
+def test_interpret_passes_on_an_example(capsys):
+    code, out, _ = run_cli(capsys, "interpret", str(EXAMPLES / "gemm_bias_gelu.mcu"),
+                           "--problem", str(EXAMPLES / "gemm_bias_gelu.py"))
+    assert code == 0
+    assert "output y: shape [64, 256]  max abs error" in out and "PASS at tolerance 0.01" in out and "tf32" in out
+
+
+def test_interpret_fails_a_wrong_program(capsys, tmp_path):
+    wrong = tmp_path / "w.mcu"
+    wrong.write_text((EXAMPLES / "mlp.mcu").read_text().replace("relu(acc + b1[col])", "acc + b1[col]"))
+    code, out, _ = run_cli(capsys, "interpret", str(wrong), "--problem", str(EXAMPLES / "mlp.py"))
+    assert code == 1 and "MISMATCH" in out and "FAIL" in out
+
+
+def test_interpret_json_and_tolerance(capsys):
+    code, out, _ = run_cli(capsys, "interpret", "--json", "--tolerance", "1e-9", str(EXAMPLES / "mlp.mcu"),
+                           "--problem", str(EXAMPLES / "mlp.py"))
+    result = json.loads(out)
+    assert code == 1 and result["ok"] is False and result["tolerance"] == 1e-9  # TF32 cannot meet 1e-9
+
+
+def test_interpret_reports_binding_and_problem_errors(capsys, tmp_path):
+    program = tmp_path / "p.mcu"
+    program.write_text((EXAMPLES / "gemm_bias_gelu.mcu").read_text().replace('"fc.weight"', '"linear.weight"'))
+    code, _, err = run_cli(capsys, "interpret", str(program), "--problem", str(EXAMPLES / "gemm_bias_gelu.py"))
+    assert code == 1 and "no state_dict key 'linear.weight'" in err
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
+    code, _, err = run_cli(capsys, "interpret", str(EXAMPLES / "mlp.mcu"), "--problem", str(broken))
+    assert code == 1 and err.startswith("error:") and "Traceback" not in err
+
+
+def test_interpret_refuses_a_program_with_undefined_names(capsys, tmp_path):
+    program = tmp_path / "p.mcu"
+    program.write_text((EXAMPLES / "mlp.mcu").read_text().replace("gemm(h, w2^T)", "gemm(hidden, w2^T)"))
+    code, _, err = run_cli(capsys, "interpret", str(program), "--problem", str(EXAMPLES / "mlp.py"))
+    assert code == 1 and "error[undefined-name]" in err
+
+
+def test_cli_module_imports_no_torch():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = "import sys, dsl_compiler.cli; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr
