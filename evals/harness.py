@@ -452,7 +452,7 @@ class Harness:
                 return Timing(valid=False, reason=reply.get("error", "the worker failed"),
                               wall_s=time.perf_counter() - start)
             res = reply["result"]
-            checks = [CheckResult(**res["check"])] if res.get("check") else []
+            checks = [CheckResult(**c) for c in res.get("checks", [])]
             timing = Timing(
                 median_us=res.get("median_us"), spread_pct=res.get("spread_pct"), trials=res.get("trials", 0),
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),

@@ -17,7 +17,7 @@ CheckVerdict = tuple[bool, str]
 
 # A failure of these rejects the candidate; the rest are recorded as flags.
 HARD_CHECKS = frozenset(
-    {"output_aliases", "unwritten_output", "input_dependence", "calls_reference", "precision", "side_stream"}
+    {"output_aliases", "unwritten_output", "input_dependence", "calls_reference", "precision", "side_stream", "tampering"}
 )
 
 # Precisions by mantissa bits: lower means less precise.

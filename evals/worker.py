@@ -37,6 +37,17 @@ NAN_POISON = float("nan")
 VALUE_POISON = 1.0e4  # finite garbage: an unwritten element that happens to hold it differs from the NaN run
 
 
+def _guarded_functions() -> dict[tuple[object, str], object]:
+    """The functions judging and timing rely on; a candidate that replaces one is tampering."""
+    targets = [
+        (torch, "allclose"), (torch, "isclose"), (torch, "equal"), (torch, "isfinite"),
+        (torch.Tensor, "__eq__"), (time, "perf_counter"), (torch.cuda, "synchronize"), (torch.cuda, "Event"),
+        (torch.cuda.Event, "record"), (torch.cuda.Event, "elapsed_time"), (torch.cuda, "current_stream"),
+        (torch.nn.Module, "__call__"),
+    ]
+    return {(owner, name): getattr(owner, name) for owner, name in targets if hasattr(owner, name)}
+
+
 class CandidateError(Exception):
     """The candidate could not be built or run; the message says why (one line)."""
 
@@ -50,6 +61,16 @@ class Worker:
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
         self.candidate_counter = 0
         self.candidate_modules: list[str] = []
+        self.guarded = _guarded_functions()
+
+    def tampered(self) -> list[str]:
+        """Names of guarded functions a candidate replaced; they are put back."""
+        changed = []
+        for (owner, name), original in self.guarded.items():
+            if getattr(owner, name, None) is not original:
+                changed.append(f"{getattr(owner, '__name__', owner)}.{name}")
+                setattr(owner, name, original)
+        return changed
 
     def forget_candidates(self) -> None:
         """Drop the modules of this request's candidates (and whatever globals they hold)."""
@@ -302,8 +323,8 @@ class Worker:
         del model, input_sets
         out = sample.summary()
         out["timing_source"] = "gpu"
-        out["check"] = integrity.result(
-            "side_stream", integrity.side_stream_check(out["median_us"], out["wall_median_us"])).model_dump()
+        out["checks"] = [integrity.result(
+            "side_stream", integrity.side_stream_check(out["median_us"], out["wall_median_us"])).model_dump()]
         return out
 
     def op_reference_timings(self, req: dict) -> dict:
@@ -504,6 +525,11 @@ def main() -> int:
             traceback.print_exc(file=sys.stderr)
             reply = {"id": req.get("id"), "ok": False, "error": _one_line(exc), "kind": kind, "fatal": fatal}
         worker.forget_candidates()
+        changed = worker.tampered()
+        if changed and reply.get("ok") and isinstance(reply.get("result"), dict):
+            check = integrity.CheckResult(name="tampering", ok=False, reason=(
+                f"the candidate replaced {', '.join(changed)}, which the harness uses to judge and time it"))
+            reply["result"].setdefault("checks", []).append(check.model_dump())
         if reply.get("ok") and isinstance(reply.get("result"), dict) and not fatal:
             # after the candidate's module is gone: the level the next attempt starts from
             reply["result"].update(_memory(worker.device))

@@ -102,3 +102,39 @@ def test_timing_statistics():
     calls = []
     sample = time_cpu(lambda inp: calls.append(inp[0]), [[1], [2], [3]], warmup=1, trials=4)
     assert sample.trials == 4 and calls == [1, 1, 2, 3, 1]  # inputs rotate between calls
+
+
+def test_time_cuda_logic_with_fake_events(monkeypatch):
+    """time_cuda's loop (warm-up, trial count, rotation, flush before every call) driven by
+    CPU stand-ins for CUDA events; the real ones run in the GPU tests."""
+    import time as _time
+
+    from evals import timing
+
+    class FakeEvent:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self, stream=None):
+            self.t = _time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    flushes, seen = [], []
+
+    class Flusher:
+        def flush(self):
+            flushes.append(1)
+
+    def fn(inputs):
+        seen.append(inputs[0])
+        _time.sleep(0.002)
+
+    sample = timing.time_cuda(fn, [[0], [1], [2]], flusher=Flusher(), warmup=3, min_trials=5, max_trials=8, target_s=0.01)
+    assert sample.trials == 5  # 0.01 s / ~2 ms per call, at least min_trials
+    assert len(flushes) == 3 + 5 and seen[3:8] == [0, 1, 2, 0, 1]
+    assert 1500 < sample.median_us < 20000 and sample.wall_median_us >= sample.median_us * 0.9
+    assert set(sample.summary()) >= {"median_us", "spread_pct", "trials", "wall_median_us"}

@@ -36,4 +36,5 @@ CASES = [
     Case("hang.py", "timeout"),
     Case("half_precision.py", "precision", strict=True),
     Case("pytorch_only.py", "pytorch_only"),
+    Case("patched_timer.py", "tampering"),
 ]
