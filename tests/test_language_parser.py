@@ -348,3 +348,39 @@ def test_nesting_at_the_limit_is_accepted():
 def test_non_text_input_is_a_diagnostic():
     program, diags = parse(None)  # type: ignore[arg-type]
     assert program is None and diags[0].code == "syntax"
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks never fail on a program the parser accepts
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs)
+def test_checks_never_raise_on_generated_programs(program):
+    from dsl_compiler import check
+
+    for backend in ("cutlass", None):
+        diags = check(program, backend=backend)
+        assert not [d for d in diags if d.code == "internal"], [d.render() for d in diags]
+
+
+WHITELIST_STEPS = ["softmax", "reshape", "cat", "chunk", "pad", "batch_norm", "layer_norm", "max_pool2d", "sum",
+                   "conv2d", "linear", "permute", "clamp", "frobnicate"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(fn=st.sampled_from(WHITELIST_STEPS),
+       args=st.lists(st.one_of(st.just("x"), st.just("w"), literals), max_size=3),
+       kwargs=st.dictionaries(st.sampled_from(["dim", "eps", "value", "keepdim"]), literals, max_size=2))
+def test_checks_of_arbitrary_torch_steps_never_raise(fn, args, kwargs):
+    from dsl_compiler import check
+    from dsl_compiler.printer import format_literal
+
+    parts = [a if a in ("x", "w") else format_literal(a) for a in args]
+    parts += [f"{k}={format_literal(v)}" for k, v in kwargs.items()]
+    text = (f"input x: f32[2, 4, 8, 8]\ninput w: f32[4, 4]\ntorch y = {fn}({', '.join(parts)})\noutput y\n")
+    program, diags = parse(text)
+    assert program is not None, [d.render() for d in diags]
+    for d in check(program):
+        assert d.code != "internal", d.render()
+        assert d.span is not None and d.hint
