@@ -226,7 +226,8 @@ def _build_and_trace(ref: LoadedReference) -> _Traced:
         try:
             _Prop(gm).propagate(*real_inputs)
         except Exception as exc:
-            raise _TraceError("trace", f"shape propagation failed: {exc}", "check get_inputs() against forward()") from None
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise _TraceError("trace", f"shape propagation failed: {first}", "check get_inputs() against forward()") from None
         state = dict(gm.state_dict(keep_vars=True))
     return _Traced(gm, state, inputs)
 
@@ -300,7 +301,7 @@ def _target_name(node) -> tuple[str, str]:
         if overload is not None:  # aten op from torch.export
             name = overload.__name__
         mod = getattr(t, "__module__", "") or ""
-        prefix = "F" if "functional" in mod else ("operator" if mod == "_operator" else "torch")
+        prefix = "F" if mod.startswith("torch.nn.functional") else ("operator" if mod == "_operator" else "torch")
         readable = f"{prefix}.{name}"
         if name == "getattr":
             name = str(node.args[1])
@@ -377,7 +378,10 @@ def _normalize(node, gm, state) -> _Op:
             return op
     if name == "getitem":
         op.kind, op.operands, op.index = "getitem", [args[0]], args[1] if isinstance(args[1], int) else -1
-        if op.index < 0:
+        source_meta = args[0].meta.get("tensor_meta") if isinstance(args[0], torch.fx.Node) else None
+        if hasattr(source_meta, "shape"):
+            op.kind, op.reason = "unsupported", "indexing a tensor has no program form (no whitelisted step selects)"
+        elif op.index < 0:
             op.kind, op.reason = "unsupported", "indexing by slices has no μCUTLASS form"
         return op
     if name in _ALIASES or (name == "dropout" and _dropout_is_identity(args, kwargs)):
@@ -638,7 +642,9 @@ def _normalize_module(node, module) -> _Op:
         return op
     # no kernel form: the functional equivalent as a PyTorch step
     op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p, prefix)
-    if op.torch_fn is None:
+    if isinstance(module, nn.Dropout):
+        op.kind, op.reason = "unsupported", "dropout with p > 0 in training mode is random: no program can match it"
+    elif op.torch_fn is None:
         op.kind, op.reason = "unsupported", f"nn.{cls} has no μCUTLASS or PyTorch-step form"
     else:
         op.reason = f"nn.{cls} has no μCUTLASS kernel form"
@@ -664,6 +670,8 @@ def _module_functional(m, x, p, prefix):
         if not (m.training or not m.track_running_stats):
             return None, [], {}
         return "instance_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, nn.Dropout):
+        return None, [], {}
     if isinstance(m, (nn.Softmax, nn.LogSoftmax)):
         return ("softmax" if isinstance(m, nn.Softmax) else "log_softmax"), [x], dict(dim=m.dim)
     if isinstance(m, nn.Flatten):
@@ -1124,7 +1132,8 @@ class _Lowering:
         for r in rets:
             name = self.value(r)
             if name is None:
-                self.fail(f"the model returns {r!r}, which is not a tensor the program computes")
+                if not self.failed:
+                    self.fail(f"the model returns {r!r}, which is not a tensor the program computes")
                 continue
             outputs.append(name)
         for n in self.nodes:
@@ -1139,6 +1148,8 @@ class _Lowering:
                 self.cover(n, "folded", reason="transpose read as a kernel operand ^T")
             elif n not in self.live:
                 self.cover(n, "folded", reason="its result is unused")
+            elif self.failed:
+                self.cover(n, "unsupported", reason="not lowered: an op it feeds has no program form")
             else:
                 self.cover(n, "folded", reason="folded into another op")
         program = None

@@ -1,0 +1,243 @@
+"""The offline frontend: PyTorch reference -> μCUTLASS program, with coverage."""
+
+from __future__ import annotations
+
+import textwrap
+import types
+
+import pytest
+import torch
+
+from dsl_compiler import interpreter, runtime
+from dsl_compiler.checks import check
+from dsl_compiler.ir import ConvOp, GemmOp, Reduce
+from dsl_compiler.parser import parse
+from dsl_compiler.printer import format_program
+from evals.problems import Problem, load_problem, load_suite
+from nodes.offline.frontend import TraceOptions, trace_problem
+
+BUILTIN = load_suite("builtin")
+# Grouped and depthwise convolutions: the CUTLASS backend's sm_90 conv kernels take groups = 1 only.
+NO_KERNEL_EXPECTED = {"28_depthwise_conv2d_relu6", "29_grouped_conv2d"}
+
+
+def shrunk(problem: Problem, factor: int = 8) -> Problem:
+    """The same problem with its module-level sizes divided, so the interpreter runs it in well under a second."""
+    module = types.ModuleType(problem.module.__name__ + "_small")
+    exec(compile(problem.source, problem.path, "exec"), module.__dict__)
+    for key, value in list(vars(module).items()):
+        if not key.startswith("_") and type(value) is int and value >= 64:
+            setattr(module, key, max(8, value // factor))
+    return Problem(name=problem.name, path=problem.path, source=problem.source, module=module,
+                   tolerance=problem.tolerance, allowed_precisions=problem.allowed_precisions)
+
+
+def run_both(problem: Problem, program, seed: int = 1):
+    model = problem.make_model(seed=0)
+    inputs = problem.make_inputs(seed=seed)
+    with torch.no_grad():
+        ref = model(*inputs)
+    out = interpreter.run(program, inputs, runtime.bind_params(program, model))
+    return out, ref
+
+
+def write_problem(tmp_path, body: str, name: str = "p") -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n" + textwrap.dedent(body))
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The built-in suite
+
+
+@pytest.mark.parametrize("problem", BUILTIN, ids=[p.name for p in BUILTIN])
+def test_builtin_traces_to_a_clean_program(problem):
+    result = trace_problem(problem)
+    assert result.program is not None, result.diagnostics
+    assert check(result.program) == []  # the CUTLASS backend's checks, not just the language's
+    assert parse(format_program(result.program))[0] == result.program
+    placements = {row.placement for row in result.coverage}
+    assert "unsupported" not in placements
+    if problem.name in NO_KERNEL_EXPECTED:
+        assert not result.program.kernels
+        demoted = [r for r in result.coverage if r.placement == "torch_step" and "conv" in r.target.lower()]
+        assert demoted and demoted[0].reason.startswith("demoted to PyTorch: kernel 't_conv'")
+    else:
+        assert result.program.kernels, result.coverage_table()
+        # every kernel uses tensor cores: fp32 inputs at tolerance 1e-2 allow TF32
+        assert all(k.config.math == "tf32" for k in result.program.kernels)
+
+
+@pytest.mark.parametrize("problem", BUILTIN, ids=[p.name for p in BUILTIN])
+def test_builtin_matches_reference_on_interpreter(problem):
+    small = shrunk(problem)
+    result = trace_problem(small)
+    assert result.program is not None, result.diagnostics
+    (out,), ref = run_both(small, result.program)
+    assert out.shape == ref.shape
+    assert torch.allclose(out, ref, atol=problem.tolerance, rtol=problem.tolerance), (out - ref).abs().max()
+
+
+def test_linear_epilogue_is_fused_with_bias_as_column_vector():
+    problem = next(p for p in BUILTIN if p.name == "14_linear_tanh_scale_bias")
+    program = trace_problem(problem).program
+    (kernel,) = program.kernels
+    assert isinstance(kernel.op, GemmOp) and kernel.op.b.transpose  # nn.Linear weight read as w^T
+    text = format_program(program)
+    assert "[col]" in text and "tanh(" in text
+    assert not program.torch_steps
+
+
+def test_conv_gets_channels_last_input_and_weights():
+    problem = next(p for p in BUILTIN if p.name == "20_conv2d_bias_relu")
+    program = trace_problem(problem).program
+    (kernel,) = program.kernels
+    assert isinstance(kernel.op, ConvOp)
+    (step,) = program.torch_steps
+    assert step.fn == "channels_last" and kernel.op.x.name == step.outputs[0]
+    assert program.decl(kernel.op.w.name).layout == "channels_last"
+
+
+def test_mlp_becomes_a_pipeline_of_kernels():
+    problem = next(p for p in BUILTIN if p.name == "30_mlp3")
+    program = trace_problem(problem).program
+    assert len(program.kernels) == 3 and not program.torch_steps
+    k1, k2, k3 = program.kernels
+    assert k2.op.a.name == k1.stores[0].name and k3.op.a.name == k2.stores[0].name
+
+
+# ---------------------------------------------------------------------------------------------
+# Mapping details, on small hand-written problems
+
+
+def test_reduction_with_keepdim_and_folded_scale(tmp_path):
+    path = write_problem(tmp_path, """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(32, 16))
+            def forward(self, x):
+                x = torch.matmul(x, self.weight.T)
+                x = x / 2
+                x = torch.sum(x, dim=1, keepdim=True)
+                return x * 1.5
+        def get_inputs():
+            return [torch.rand(8, 16)]
+        def get_init_inputs():
+            return []
+    """)
+    result = trace_problem(path)
+    (kernel,) = result.program.kernels
+    assert any(isinstance(s.expr, Reduce) and s.expr.fn == "row_sum" for s in kernel.stores)
+    assert [s.fn for s in result.program.torch_steps] == ["unsqueeze"]
+    placements = {r.op: r.placement for r in result.coverage}
+    assert placements["sum_1"] == "reduction" and placements["mul"] == "epilogue"
+    (out,), ref = run_both(load_problem(path), result.program)
+    assert out.shape == ref.shape == (8, 1)
+    assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
+
+
+def test_fallbacks_are_torch_steps_with_reasons(tmp_path):
+    path = write_problem(tmp_path, """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(64, 128)
+                self.fc2 = nn.Linear(128, 32)
+                self.bn = nn.BatchNorm1d(32)
+            def forward(self, x, r):
+                h = F.gelu(self.fc1(x))
+                y = self.fc2(h)
+                orig = y.clone().detach()
+                y = y * 2.0 + orig
+                y = self.bn(y)
+                z = F.softmax(y, dim=1)
+                return 1.0 - z + r
+        def get_inputs():
+            return [torch.rand(16, 64), torch.rand(16, 32)]
+        def get_init_inputs():
+            return []
+    """)
+    result = trace_problem(path)
+    assert result.program is not None, result.diagnostics
+    rows = {r.op: r for r in result.coverage}
+    assert rows["fc1"].placement == rows["fc2"].placement == "kernel"
+    assert rows["gelu"].placement == "epilogue" and rows["add"].placement == "epilogue"
+    assert rows["clone"].placement == "folded"
+    assert rows["bn"].placement == "torch_step" and "BatchNorm1d" in rows["bn"].reason
+    assert rows["softmax"].placement == "torch_step" and rows["softmax"].reason
+    assert {"batch_norm", "softmax"} <= {s.fn for s in result.program.torch_steps}
+    (out,), ref = run_both(load_problem(path), result.program)
+    assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
+
+
+def test_einsum_addmm_and_rank4_linear(tmp_path):
+    path = write_problem(tmp_path, """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(32, 16)
+                self.bias = nn.Parameter(torch.randn(24))
+            def forward(self, a, b, c, d):
+                y = torch.einsum("bik,bjk->bij", a, b)
+                z = torch.addmm(self.bias, c, d, beta=0.5, alpha=2.0) + y.sum()
+                w = self.fc(a.reshape(2, 2, 24, 32))
+                return torch.relu(z), w
+        def get_inputs():
+            return [torch.rand(4, 24, 32), torch.rand(4, 24, 32), torch.rand(8, 24), torch.rand(24, 24)]
+        def get_init_inputs():
+            return []
+    """)
+    result = trace_problem(path)
+    assert result.program is not None, result.diagnostics
+    ops = [r.target for r in result.coverage if r.placement == "kernel"]
+    assert ops == ["torch.einsum", "torch.addmm", "nn.Linear"]
+    einsum = result.program.kernels[0]
+    assert einsum.op.b.transpose and not einsum.op.a.transpose
+    outs, refs = run_both(load_problem(path), result.program)
+    for out, ref in zip(outs, refs):
+        assert out.shape == ref.shape
+        assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
+
+
+def test_fusion_options_and_demotion(tmp_path):
+    problem = next(p for p in BUILTIN if p.name == "11_linear_relu")
+    unfused = trace_problem(problem, TraceOptions(fuse="none"))
+    assert [s.fn for s in unfused.program.torch_steps] == ["relu"]
+    assert next(r for r in unfused.coverage if r.op == "relu").reason
+    demoted = trace_problem(problem, TraceOptions(demote=("fc",)))
+    assert not demoted.program.kernels
+    assert [s.fn for s in demoted.program.torch_steps] == ["linear", "relu"]
+
+
+def test_broken_and_untraceable_problems_give_diagnostics(tmp_path):
+    missing = trace_problem(tmp_path / "nope.py")
+    assert missing.program is None and missing.diagnostics
+    broken = write_problem(tmp_path, "this is not python\n", name="broken")
+    result = trace_problem(broken)
+    assert result.program is None and result.diagnostics[0].message
+    dropout = write_problem(tmp_path, """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(16, 16)
+                self.drop = nn.Dropout(0.5)
+            def forward(self, x):
+                return self.drop(self.fc(x))
+        def get_inputs():
+            return [torch.rand(8, 16)]
+        def get_init_inputs():
+            return []
+    """, name="dropout")
+    result = trace_problem(dropout)
+    assert result.program is None
+    assert any("dropout" in d.message for d in result.diagnostics)
+    assert any(r.placement == "unsupported" and "random" in r.reason for r in result.coverage)
+
+
+def test_tracing_is_deterministic():
+    problem = next(p for p in BUILTIN if p.name == "16_linear_mish_clamp_scale_add")
+    first, second = trace_problem(problem), trace_problem(problem)
+    assert format_program(first.program) == format_program(second.program)
+    assert first.coverage == second.coverage
