@@ -44,6 +44,14 @@ STEPS: dict[str, str] = {
     "conv_transpose3d": "",
 }
 
+WHITELIST: tuple[str, ...] = tuple(sorted(STEPS))
+
+
+def is_allowed(fn: str) -> bool:
+    """Whether ``fn`` may be called by a torch step."""
+    return fn in STEPS
+
+
 # Functions taking a leading list of tensors.
 _LIST_FIRST = ("cat", "stack")
 
