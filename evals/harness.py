@@ -45,7 +45,8 @@ class HarnessSettings(BaseModel):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     gpu_index: int | None = Field(None, description="the GPU this harness's worker uses (CUDA_VISIBLE_DEVICES)")
     gpu: str = Field("h200", description="GPU name for SOL estimates when no GPU is present")
-    watchdog_s: float = Field(120.0, gt=0, description="a validate or profile call running longer is killed")
+    watchdog_s: float = Field(default_factory=lambda: float(os.environ.get("MUCUTLASS_WATCHDOG_S", 120.0)), gt=0,
+                              description="a validate or profile call running longer is killed (env MUCUTLASS_WATCHDOG_S)")
     reference_watchdog_s: float = Field(900.0, gt=0, description="limit for reference timings (torch.compile)")
     startup_timeout_s: float = Field(300.0, gt=0, description="limit for a worker to start (imports torch)")
     warmup: int = Field(5, ge=1)
@@ -200,7 +201,9 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONUNBUFFERED", "1")
         if settings.gpu_index is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(settings.gpu_index)
+            outer = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+            # an index into the devices this process may already be limited to
+            env["CUDA_VISIBLE_DEVICES"] = outer[settings.gpu_index] if settings.gpu_index < len(outer) else str(settings.gpu_index)
         if settings.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         self.log = tempfile.NamedTemporaryFile(prefix="mucutlass-worker-", suffix=".log", delete=False)
