@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -26,6 +27,10 @@ def _ints(text: str) -> list[int]:
         return [int(x) for x in _csv(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: write whole numbers separated by commas, like 4,8,12") from None
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _error(message: str, hint: str | None = None) -> int:
@@ -54,7 +59,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-attempts", type=int, default=40, help="attempt budget per run (default: 40)")
     p.add_argument("--backend", default="auto", choices=("auto", "cutlass", "interpreter"),
                    help="auto: cutlass with a GPU, the interpreter without")
-    p.add_argument("--out", default=None, help="evaluation folder (default: evals-out/<suite or level>)")
+    p.add_argument("--out", default=None, help="evaluation folder (default: runs/eval-<suite or level>)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: a cluster address, or 'local' for a private instance")
     p.add_argument("--workers", type=int, default=None, help="local workers (default: one per visible GPU)")
     p.add_argument("--run-fn", default=None, help=argparse.SUPPRESS)  # 'module:function' in place of the graph
@@ -107,10 +112,10 @@ def cmd_eval(args) -> int:
         return _error("two problems share a name in this selection", "select them so each name appears once")
     if args.kernelbench is not None:
         source = {"kernelbench": str(Path(args.kernelbench).resolve()), "level": args.level, "ids": args.ids}
-        default_out = f"evals-out/kernelbench-L{args.level}"
+        default_out = f"runs/eval-kernelbench-L{args.level}"
     else:
         source = {"suite": args.suite}
-        default_out = f"evals-out/{args.suite}"
+        default_out = f"runs/eval-{args.suite}"
     out = Path(args.out or default_out)
     backend, _why = resolve_backend(args.backend)
     config = EvalConfig(
@@ -129,6 +134,9 @@ def cmd_eval(args) -> int:
         from evals.executors import LocalExecutor
 
         executor = LocalExecutor(args.workers)
+    # A stop by SIGTERM (a job scheduler, `timeout`) ends like Ctrl-C: workers are stopped, and what
+    # finished is already in the store, so the same command resumes.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         outcome = run_evaluation(
             config, {p.key: p.path for p in problems}, out, executor=executor,
@@ -136,6 +144,11 @@ def cmd_eval(args) -> int:
         )
     except (StoreError, EvalError) as exc:
         return _error(str(exc))
+    except KeyboardInterrupt:
+        print(f"interrupted: finished runs are kept in {out}; run the same command to resume", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"{'resumed' if outcome.resumed else 'started'} evaluation in {out}: {outcome.ran} run(s) now, "
           f"{outcome.skipped} already finished, {outcome.derived} derived by replay")
     for label, err in outcome.failed.items():

@@ -164,3 +164,18 @@ def test_unknown_policy_in_config_is_an_error(tmp_path):
     with pytest.raises(EvalError, match="unknown policy"):
         run_evaluation(_config(paths, policies=["fixd"]), paths, tmp_path / "ev", executor=LocalExecutor(1),
                        run_fn=FAKE, environment={}, show_progress=False)
+
+
+def test_eval_command_end_to_end(tmp_path, capsys):
+    out = tmp_path / "ev"
+    argv = ["eval", "--suite", "smoke", "--tiers", "offline", "--policies", "fixed,sol+plateau", "--max-attempts", "2",
+            "--backend", "interpreter", "--out", str(out), "--run-fn", FAKE, "--no-progress"]
+    assert main(argv) == 0
+    assert "started evaluation" in capsys.readouterr().out
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["config"]["source"] == {"suite": "smoke"} and doc["config"]["max_attempts"] == 2
+    assert doc["summary"]["total"] == 5 and doc["environment"]["backend"] == "interpreter"
+    assert {(r["policy"], r["attempts"]) for r in doc["rows"] if r["policy"] == "fixed"} == {("fixed", 2)}
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "resumed evaluation" in printed and "0 run(s) now, 5 already finished" in printed
