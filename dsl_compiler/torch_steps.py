@@ -138,10 +138,20 @@ def _literal(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def dense(x: Any) -> Any:
+    """A step's output stored densely: channels-last when it is laid out so, else PyTorch's default order.
+    Views (transpose, permute, chunk) are copied, so a kernel reading the result sees its declared layout."""
+    if x.dim() >= 3 and not x.is_contiguous():
+        order = (0, *range(2, x.dim()), 1)
+        if x.permute(order).is_contiguous():
+            return x
+    return x.contiguous()
+
+
 def run(step: ir.TorchStep, env: dict[str, Any]) -> dict[str, Any]:
-    """Run one step on the tensors in ``env``; returns output name -> tensor."""
+    """Run one step on the tensors in ``env``; returns output name -> tensor (stored densely, see ``dense``)."""
     results = _call(step, lambda name: env[name])
-    return dict(zip(step.outputs, results))
+    return {name: dense(r) for name, r in zip(step.outputs, results)}
 
 
 _DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -177,10 +187,7 @@ def type_of(tensor) -> Any:
         raise StepError(f"the step gives a {str(tensor.dtype).replace('torch.', '')} tensor; programs carry f32, bf16, f16")
     layout = "contiguous"
     if tensor.dim() >= 3 and not tensor.is_contiguous():
-        memory_format = torch.channels_last if tensor.dim() == 4 else torch.channels_last_3d if tensor.dim() == 5 else None
-        if memory_format is not None and tensor.is_contiguous(memory_format=memory_format):
-            layout = "channels_last"
-        elif tensor.dim() == 3 and tensor.stride(1) == 1:
+        if tensor.permute(0, *range(2, tensor.dim()), 1).is_contiguous():
             layout = "channels_last"
     return TensorType(dtype=names[tensor.dtype], shape=tuple(tensor.shape), layout=layout)
 
@@ -200,7 +207,7 @@ def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
                              hint=f"declare '{a.name}' or compute it in an earlier step", code="undefined-name")
     try:
         results = _call(step, lambda name: empty_like_type(types[name]))
-        return [type_of(r) for r in results]
+        return [type_of(dense(r)) for r in results]
     except ShapeError:
         raise
     except Exception as exc:  # noqa: BLE001 - any PyTorch complaint becomes a diagnostic
