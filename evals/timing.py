@@ -25,6 +25,7 @@ class TimingSample:
     event_us: list[float] = field(default_factory=list)
     wall_us: list[float] = field(default_factory=list)
     warmup: int = 0
+    sync_overhead_us: float = 0.0  # wall minus event time of an empty call: the harness's own share
 
     @property
     def trials(self) -> int:
@@ -54,6 +55,7 @@ class TimingSample:
             "trials": self.trials,
             "warmup": self.warmup,
             "wall_median_us": self.wall_median_us,
+            "sync_overhead_us": self.sync_overhead_us,
         }
 
 
@@ -101,6 +103,18 @@ def time_cuda(
         raise ValueError("time_cuda needs at least one input set")
     sample = TimingSample(warmup=warmup)
     torch.cuda.synchronize()
+    # What an empty call costs in wall time beyond its events (Python, launch and sync latency),
+    # so that the side-stream check compares like with like.
+    gaps = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        start.record()
+        end.record()
+        torch.cuda.synchronize()
+        gaps.append((time.perf_counter() - t0) * 1e6 - start.elapsed_time(end) * 1e3)
+    sample.sync_overhead_us = max(0.0, statistics.median(gaps))
     # Warm-up doubles as the trial-count estimate (cold-cache, so it matches the timed calls).
     warm_us: list[float] = []
     for i in range(max(warmup, 1)):

@@ -324,7 +324,7 @@ class Worker:
         out = sample.summary()
         out["timing_source"] = "gpu"
         out["checks"] = [integrity.result(
-            "side_stream", integrity.side_stream_check(out["median_us"], out["wall_median_us"])).model_dump()]
+            "side_stream", integrity.side_stream_check(out["median_us"], out["wall_median_us"], out["sync_overhead_us"])).model_dump()]
         return out
 
     def op_reference_timings(self, req: dict) -> dict:

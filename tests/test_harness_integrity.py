@@ -16,6 +16,7 @@ def test_sol_ceiling():
 def test_side_stream_check():
     assert integrity.side_stream_check(1000.0, 1030.0)[0]
     assert integrity.side_stream_check(5.0, 40.0)[0]  # launch overhead on a tiny kernel is not an escape
+    assert integrity.side_stream_check(5.0, 150.0, sync_overhead_us=120.0)[0]  # nor a slow sync
     ok, reason = integrity.side_stream_check(10.0, 2000.0)
     assert not ok and "side stream" in reason
 
@@ -137,4 +138,5 @@ def test_time_cuda_logic_with_fake_events(monkeypatch):
     assert sample.trials == 5  # 0.01 s / ~2 ms per call, at least min_trials
     assert len(flushes) == 3 + 5 and seen[3:8] == [0, 1, 2, 0, 1]
     assert 1500 < sample.median_us < 20000 and sample.wall_median_us >= sample.median_us * 0.9
-    assert set(sample.summary()) >= {"median_us", "spread_pct", "trials", "wall_median_us"}
+    assert set(sample.summary()) >= {"median_us", "spread_pct", "trials", "wall_median_us", "sync_overhead_us"}
+    assert sample.sync_overhead_us >= 0
