@@ -444,13 +444,15 @@ def _poison(device, value: float, out_nbytes: list[int] = ()) -> None:
     torch.cuda.synchronize()
     torch.cuda.empty_cache()  # the only cached free block is then the poisoned one
     free_bytes, _ = torch.cuda.mem_get_info()
-    big = int(min(free_bytes * 0.5, 4 * 1024**3)) // 4
-    if big > 0:
-        t = torch.empty(big, dtype=torch.float32, device=device)
+    two_mb = 2 * 1024**2
+    # A multiple of 2 MB fills its segment exactly: no unpoisoned tail for a best fit to pick.
+    big_bytes = int(min(free_bytes * 0.5, 4 * 1024**3)) // two_mb * two_mb
+    if big_bytes > 0:
+        t = torch.empty(big_bytes // 4, dtype=torch.float32, device=device)
         t.fill_(value)
         del t
-    # The small-object pool (< 1 MB allocations) lives in its own 2 MB segments.
-    small = [torch.empty(256 * 1024 // 4 - 64, dtype=torch.float32, device=device) for _ in range(16)]
+    # The small pool (allocations up to 1 MB) lives in 2 MB segments: two 1 MB blocks fill one.
+    small = [torch.empty(1024**2 // 4, dtype=torch.float32, device=device) for _ in range(8)]
     for s in small:
         s.fill_(value)
     del small
