@@ -177,6 +177,12 @@ def run_bench(args: argparse.Namespace) -> int:
         print(json.dumps({"rows": rows, "summary": summarize(rows), "gpu": args.gpu}, indent=2))
     else:
         render_table(rows, f"reference timings and SOL ({args.precision}, {args.gpu})")
+        if has_gpu and len(rows) > 1:
+            s = summarize(rows)
+            print(f"geomean t_SOL/t: eager fp32 {fmt_frac(s['eager_fp32_geomean_sol_fraction'])}, "
+                  f"eager TF32 {fmt_frac(s['eager_tf32_geomean_sol_fraction'])}, "
+                  f"torch.compile {fmt_frac(s['compile_geomean_sol_fraction'])}, "
+                  f"best {fmt_frac(s['best_geomean_sol_fraction'])}")
     return 0
 
 
