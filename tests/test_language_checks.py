@@ -220,3 +220,24 @@ def test_checks_are_sorted_by_location():
     program, diags = check_text(text)
     lines = [d.span.line for d in diags if d.span]
     assert lines == sorted(lines)
+
+
+def test_a_program_for_the_wrong_op():
+    d = one("""input x: f32[2, 16, 8, 8]
+input w: f32[16, 16]
+kernel k = gemm(x, w) { math = tf32; store y: f32 = acc }
+output y
+""", "shape-mismatch", 3)
+    assert "rank 4" in d.message and "reshape" in d.hint
+    d = one("""input x: f32[64, 64]
+input w: f32[64, 64]
+kernel k = conv2d(x, w) { math = tf32; store y: f32 = acc }
+output y
+""", "shape-mismatch", 3)
+    assert "conv2d needs rank-4" in d.message
+    d = one("""input x: f32[2, 16, 8] channels_last
+input w: f32[32, 16, 3] channels_last
+kernel k = conv2d(x, w) { math = tf32; store y: f32 = acc }
+output y
+""", "shape-mismatch", 3)
+    assert "use conv1d" in d.hint

@@ -368,3 +368,20 @@ def test_a_wrong_program_fails_the_comparison():
     program, _ = parse(text)
     result = compare_with_problem(program, str(EXAMPLES / "gemm_bias_gelu.py"))
     assert not result["ok"] and result["outputs"][0]["max_abs_error"] > 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gemm_bias_gelu", "conv2d_bias_relu", "mlp"])
+def test_interpreter_gives_the_same_result_on_the_gpu(name):
+    program, _ = parse((EXAMPLES / f"{name}.mcu").read_text())
+    from evals.problems import load_problem
+
+    problem = load_problem(EXAMPLES / f"{name}.py")
+    model = problem.make_model(seed=0)
+    inputs = problem.make_inputs(seed=0)
+    module = load(program, "interpreter", bind_params(program, model))
+    with torch.no_grad():
+        cpu = module(*inputs)
+        gpu = module.to("cuda")(*[x.cuda() for x in inputs])
+    # the same rounded operands and fp32 sums: only summation order differs
+    assert torch.allclose(gpu.cpu(), cpu, atol=1e-5, rtol=1e-5)
