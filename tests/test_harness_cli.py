@@ -42,3 +42,31 @@ def test_bench_errors(capsys, tmp_path):
     assert main(["bench", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "bad.py" in err and "missing Model" in err and "Traceback" not in err
+
+
+def test_baseline_rows_summary_and_markdown():
+    import importlib.util
+    from pathlib import Path
+
+    from evals.harness import ReferenceTimings
+    from evals.harness_cli import baseline_row, geomean, summarize
+    from evals.problems import load_suite
+
+    class FakeHarness:  # the reference timings a GPU would give
+        def reference_timings(self, problem):
+            return ReferenceTimings(eager_fp32_us=40.0, eager_tf32_us=10.0, compile_us=8.0, timing_source="gpu")
+
+    problem = load_suite("smoke")[0]
+    row = baseline_row(problem, FakeHarness(), "h200")
+    assert row["best_us"] == 8.0
+    if row["t_sol_us"]:
+        assert abs(row["compile_sol_fraction"] - row["t_sol_us"] / 8.0) < 1e-12
+    s = summarize([row, dict(row)])
+    assert abs(s["eager_tf32_over_fp32_geomean_speedup"] - 4.0) < 1e-12
+    assert geomean([1.0, 4.0, None, 0.0]) == 2.0
+    spec = importlib.util.spec_from_file_location("bench_baselines", Path("benchmarks/bench_baselines.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    md = mod.to_markdown({"source": "smoke", "gpu": "h200", "gpu_name": "NVIDIA H200", "date": "2026-11-30",
+                          "precision": "tf32", "versions": {"torch": "x"}, "rows": [row], "summary": s})
+    assert "| smoke/01_gemm_tiny |" in md and "8.000 us" in md and "best of three" in md
