@@ -158,11 +158,13 @@ def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Pa
 
 
 def _copy_sources(sources: dict[str, str], dest: Path) -> list[str]:
-    """The generated CUTLASS sources of the best program, for the user to read or reuse."""
+    """The generated CUTLASS sources of the best program (one per kernel, named after it)."""
     copied = []
-    for src in map(Path, sources.values()):
-        if src.is_file():
+    for kernel, src in sources.items():
+        src_path = Path(src)
+        if src_path.is_file():
             dest.mkdir(exist_ok=True)
-            shutil.copy2(src, dest / src.name)
-            copied.append(f"cutlass/{src.name}")
+            name = f"{kernel}{src_path.suffix}"
+            shutil.copy2(src_path, dest / name)
+            copied.append(f"cutlass/{name}")
     return copied

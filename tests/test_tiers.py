@@ -121,3 +121,9 @@ def test_dead_endpoint_is_a_failed_attempt_not_a_crash(tmp_path, monkeypatch):
     assert len(summary.attempts) == 2 and summary.best_index is None
     assert all(a.failure_reason.startswith("write: model call failed: OpenAIConnectionError: Connection error") for a in summary.attempts)
     assert summary.stop_reason.startswith("fixed")
+
+
+def test_writer_system_prompt_includes_the_shipped_language_reference():
+    doc = prompts.LANGUAGE_DOC
+    assert doc.is_file(), "docs/language.md ships with the package"
+    assert doc.read_text() in prompts.writer_system_prompt()
