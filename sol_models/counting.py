@@ -421,19 +421,26 @@ def _to_meta(obj: Any) -> Any:
     return tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) and t.device.type != "meta" else t, obj)
 
 
-def _build_and_run(module: Any, device: str, seed: int):
-    """Build Model and inputs on ``device`` ("meta" or "cpu"), run forward under the counter."""
+# A forward that fails on meta tensors is counted on real CPU tensors only up to this footprint.
+CPU_FALLBACK_LIMIT_BYTES = 1 << 30
+
+
+def _build_and_run(module: Any, device: str, seed: int, info: dict | None = None):
+    """Build Model and inputs on ``device`` ("meta" or "cpu"), run forward under the counter.
+    ``info["footprint_bytes"]`` is set once the model and inputs exist."""
     import torch
+    from torch.distributions import Distribution
     from torch.utils._pytree import tree_flatten
 
+    validate = Distribution._validate_args
     torch.manual_seed(seed)
-    with torch.device(device):
-        init_inputs = module.get_init_inputs()
-        init_inputs = list(init_inputs) if isinstance(init_inputs, (list, tuple)) else [init_inputs]
-        model = module.Model(*init_inputs)
-        torch.manual_seed(seed)
-        inputs = module.get_inputs()
-        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    # Distribution argument checks call .item(), which meta tensors cannot answer.
+    Distribution.set_default_validate_args(device != "meta")
+    try:
+        with torch.device(device):
+            init_inputs, model, inputs = _construct(module, seed)
+    finally:
+        Distribution.set_default_validate_args(validate)
     if device == "meta":
         model = model.to("meta")
         inputs = _to_meta(inputs)
@@ -451,11 +458,25 @@ def _build_and_run(module: Any, device: str, seed: int):
         if key is not None and key not in external:
             param_keys[key] = float(t.untyped_storage().nbytes() or _tensor_bytes(t))
     external.update(param_keys)
+    if info is not None:
+        info["footprint_bytes"] = sum(external.values())
     counter = _WorkCounter(external)
     with torch.no_grad(), _make_function_mode(counter), _make_mode(counter):
         out = model(*inputs)
     outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
     return counter, param_keys, input_bytes, outputs
+
+
+def _construct(module: Any, seed: int) -> tuple[list, Any, list]:
+    import torch
+
+    init_inputs = module.get_init_inputs()
+    init_inputs = list(init_inputs) if isinstance(init_inputs, (list, tuple)) else [init_inputs]
+    model = module.Model(*init_inputs)
+    torch.manual_seed(seed)
+    inputs = module.get_inputs()
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    return init_inputs, model, inputs
 
 
 def count_problem(problem: Any, seed: int = 0) -> WorkCount:
@@ -470,10 +491,17 @@ def count_problem(problem: Any, seed: int = 0) -> WorkCount:
         module = load_module(path)
     notes: list[str] = []
     try:
-        counter, param_keys, input_bytes, outputs = _build_and_run(module, "meta", seed)
+        info: dict[str, float] = {}
+        counter, param_keys, input_bytes, outputs = _build_and_run(module, "meta", seed, info)
     except BaseException as meta_exc:  # noqa: BLE001 - a problem may raise anything
         if isinstance(meta_exc, KeyboardInterrupt):
             raise
+        footprint = info.get("footprint_bytes", 0.0)
+        if footprint > CPU_FALLBACK_LIMIT_BYTES:
+            raise ProblemLoadError(
+                _one_line_error(path, meta_exc, "forward needs real tensor values (it fails on the meta device) "
+                                f"and its {footprint / 2**30:.1f} GiB of tensors are too large to count on the CPU")
+            ) from None
         try:
             counter, param_keys, input_bytes, outputs = _build_and_run(module, "cpu", seed)
             notes.append(f"counted on CPU tensors: the meta device failed ({type(meta_exc).__name__})")

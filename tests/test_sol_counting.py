@@ -190,3 +190,41 @@ def test_every_builtin_problem_counts(path):
     assert w.flops > 0 and w.bytes_fused > 0
     assert w.bytes_unfused >= w.bytes_fused * 0.999
     assert math.isfinite(w.flops)
+
+
+def _write(tmp_path, name, forward, inputs, imports=""):
+    path = tmp_path / name
+    path.write_text(
+        f"import torch\nimport torch.nn as nn\n{imports}\n\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n"
+        f"        {forward}\n\n"
+        f"def get_inputs():\n    return [{inputs}]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    return path
+
+
+def test_distribution_sampled_inputs_count_on_meta(tmp_path):
+    # KernelBench's hinge loss samples a Pareto distribution, whose argument checks call .item()
+    path = _write(tmp_path, "hinge.py", "return torch.mean(torch.clamp(1 - x, min=0))",
+                  "Pareto(0.01, 1.5).sample((8192, 8192))", imports="from torch.distributions import Pareto")
+    w = count_problem(path)
+    assert w.bytes_fused == 4 * 8192 * 8192 + 4
+    assert not w.notes
+
+
+def test_data_dependent_forward_falls_back_to_cpu_when_small(tmp_path):
+    path = _write(tmp_path, "item.py", "return x * float(x.max().item() > 2)", "torch.rand(64, 64)")
+    w = count_problem(path)
+    assert any("CPU tensors" in n for n in w.notes)
+    assert w.flops == 64 * 64 * 2  # max, then the multiply
+
+
+def test_data_dependent_forward_too_large_for_cpu_is_a_clear_error(tmp_path):
+    path = _write(tmp_path, "item_big.py", "return x * float(x.max().item() > 2)", "torch.rand(32768, 32768)")
+    start = time.perf_counter()
+    with pytest.raises(ProblemLoadError, match="too large to count on the CPU") as info:
+        count_problem(path)
+    assert "item_big.py:7" in str(info.value)  # the line of the forward that failed
+    assert time.perf_counter() - start < 30  # nothing allocated
