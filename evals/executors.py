@@ -62,8 +62,6 @@ def _run_inline(spec: RunSpec, run_fn: str | RunFn, sink: RunSink) -> None:
     sink.started(spec)
     try:
         summary = execute_run(spec, run_fn, lambda a: sink.attempt(spec, a))
-    except KeyboardInterrupt:
-        raise
     except Exception as exc:  # a broken run costs that run only
         sink.failed(spec, one_line_error(exc))
         return
