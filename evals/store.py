@@ -136,7 +136,7 @@ class ResultsStore:
         """Record the evaluation, or check that this store holds the same one. Returns True on resume.
 
         ``resume_keys`` are the config entries that must match for a resume to be valid (the same
-        problems, tiers and budget); others (output paths, executor) may change between sessions.
+        problems, tiers and budget); others (output paths, executor) may change between invocations.
         """
         with self._tx() as db:
             row = db.execute("SELECT config_json FROM evaluation WHERE id = 1").fetchone()
