@@ -175,10 +175,10 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
     seen: set[str] = set()
     for o in program.outputs:
         if o in seen:
-            diags.append(_diag("duplicate-name", f"'{o}' is output twice", None, found=o, expected="distinct outputs",
-                               hint="list each output once"))
+            diags.append(_diag("duplicate-name", f"'{o}' is output twice", program.outputs_span, found=o,
+                               expected="distinct outputs", hint="list each output once"))
         seen.add(o)
-        use(o, None, "the output line")
+        use(o, program.outputs_span, "the output line")
     return diags
 
 

@@ -296,6 +296,8 @@ class Program(Node):
     decls: tuple[TensorDecl, ...]
     steps: tuple[Step, ...]
     outputs: tuple[str, ...]
+    # Where the output line was written, for diagnostics; like ``span``, no part of equality.
+    outputs_span: Span | None = Field(default=None, exclude=True, repr=False)
 
     def decl(self, name: str) -> TensorDecl | None:
         return next((d for d in self.decls if d.name == name), None)

@@ -500,7 +500,7 @@ class _ToIR(Transformer_NonRecursive):
                             kwargs=tuple(kwargs), span=_span(meta))
 
     def start(self, meta, children):
-        return [c for c in children if c is not None]
+        return [c for c in children if c is not None], _span(meta)
 
 
 def _end_of(text: str) -> tuple[int, int]:
@@ -641,7 +641,7 @@ def _parse(text: str) -> tuple[ir.Program | None, list[Diagnostic]]:
     except UnexpectedInput as exc:
         return None, [_syntax_diagnostic(exc, text)]
     try:
-        items = _ToIR().transform(tree)
+        items, program_span = _ToIR().transform(tree)
     except VisitError as exc:
         orig = exc.orig_exc
         if isinstance(orig, _Reject):
@@ -653,14 +653,15 @@ def _parse(text: str) -> tuple[ir.Program | None, list[Diagnostic]]:
         if isinstance(orig, RecursionError):
             raise orig
         raise
-    return _assemble(items)
+    return _assemble(items, program_span)
 
 
-def _assemble(items: list) -> tuple[ir.Program | None, list[Diagnostic]]:
+def _assemble(items: list, span: ir.Span | None = None) -> tuple[ir.Program | None, list[Diagnostic]]:
     name = None
     decls: list[ir.TensorDecl] = []
     steps: list[ir.Kernel | ir.TorchStep] = []
     outputs: tuple[str, ...] | None = None
+    outputs_span: ir.Span | None = None
     diags: list[Diagnostic] = []
     for i, item in enumerate(items):
         if isinstance(item, ir.TensorDecl):
@@ -682,9 +683,11 @@ def _assemble(items: list) -> tuple[ir.Program | None, list[Diagnostic]]:
                                         found="a second output line", expected="one line: output a, b",
                                         hint="list all outputs on one output line"))
             outputs = item[1]
+            outputs_span = item[2]
     if outputs is None:
         diags.append(Diagnostic(code="syntax", message="the program has no output line", found="no output line",
                                 expected="output NAME (or output a, b)", hint="end the program with: output NAME"))
     if diags:
         return None, diags
-    return ir.Program(name=name, decls=tuple(decls), steps=tuple(steps), outputs=outputs), []
+    return ir.Program(name=name, decls=tuple(decls), steps=tuple(steps), outputs=outputs, span=span,
+                      outputs_span=outputs_span), []

@@ -241,3 +241,10 @@ kernel k = conv2d(x, w) { math = tf32; store y: f32 = acc }
 output y
 """, "shape-mismatch", 3)
     assert "use conv1d" in d.hint
+
+
+def test_output_line_errors_point_at_the_output_line():
+    d = one(GOOD.replace("output y", "output y, q"), "undefined-name", 9)
+    assert "'q' is not defined" in d.message
+    d = one(GOOD.replace("output y", "output y, y"), "duplicate-name", 9)
+    assert "output twice" in d.message
