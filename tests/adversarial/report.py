@@ -2,6 +2,7 @@
 case, then checks that an honest attempt after the illegal address runs normally.
 
     python -m tests.adversarial.report [--out benchmarks/results]
+    python -m tests.adversarial.report --suite smoke --problem 02_linear_relu_tiny --out /tmp  # a CPU dry run
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ def caught(result, case, on_gpu: bool) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "benchmarks" / "results"))
-    ap.add_argument("--problem", default="11_linear_relu")
+    ap.add_argument("--suite", default="builtin")
+    ap.add_argument("--problem", default="11_linear_relu", help="a Linear+ReLU problem of the suite")
+    ap.add_argument("--watchdog-s", type=float, default=60.0)
     args = ap.parse_args(argv)
-    problem = next(p for p in load_suite("builtin") if p.name == args.problem)
-    harness = Harness(HarnessSettings(watchdog_s=60))
+    problem = next(p for p in load_suite(args.suite) if p.name == args.problem)
+    harness = Harness(HarnessSettings(watchdog_s=args.watchdog_s))
     info = harness.worker_info()
     on_gpu = bool(info.get("cuda"))
     rows = []
