@@ -58,20 +58,19 @@ def cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
-def find_nvcc() -> str:
-    """nvcc from CUDA_HOME, PATH, /usr/local/cuda, or the nvidia-cuda-nvcc wheel."""
-    candidates = []
+def _nvcc_candidates():
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
-            candidates.append(os.path.join(os.environ[var], "bin", "nvcc"))
-    which = shutil.which("nvcc")
-    if which:
-        candidates.append(which)
-    candidates.append("/usr/local/cuda/bin/nvcc")
-    for site in sys.path:
-        candidates += sorted(glob.glob(os.path.join(site, "nvidia", "*", "bin", "nvcc")))
-        candidates += sorted(glob.glob(os.path.join(site, "nvidia", "cuda_nvcc", "bin", "nvcc")))
-    for c in candidates:
+            yield os.path.join(os.environ[var], "bin", "nvcc")
+    yield shutil.which("nvcc")
+    yield "/usr/local/cuda/bin/nvcc"
+    for site in sys.path:  # the nvidia-cuda-nvcc wheel
+        yield from sorted(glob.glob(os.path.join(site, "nvidia", "*", "bin", "nvcc")))
+
+
+def find_nvcc() -> str:
+    """nvcc from CUDA_HOME, PATH, /usr/local/cuda, or the nvidia-cuda-nvcc wheel."""
+    for c in _nvcc_candidates():
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     raise ToolchainError("nvcc not found: set CUDA_HOME, put nvcc on PATH, or `pip install nvidia-cuda-nvcc`")
@@ -79,18 +78,39 @@ def find_nvcc() -> str:
 
 @functools.lru_cache(maxsize=None)
 def nvcc_version(nvcc: str) -> str:
+    """nvcc's version, remembered on disk per binary (path, size, mtime): a cache hit runs no subprocess."""
+    st = os.stat(nvcc)
+    ident = f"{os.path.realpath(nvcc)}:{st.st_size}:{st.st_mtime_ns}"
+    memo = cache_dir() / "toolchain.json"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if ident in known:
+        return known[ident]
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
     m = re.search(r"release [\d.]+, V([\d.]+)", out)
-    return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
+    version = m.group(1) if m else (out.strip().splitlines()[-1] if out.strip() else "unknown")
+    known[ident] = version
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, memo)
+    except OSError:
+        pass
+    return version
 
 
 @functools.lru_cache(maxsize=None)
 def cutlass_root() -> Path:
-    try:
-        import cutlass_library
-    except ImportError as exc:
-        raise ToolchainError("the CUTLASS headers come from the nvidia-cutlass wheel: `pip install nvidia-cutlass==4.2.0.0`") from exc
-    root = Path(cutlass_library.__file__).parent / "source"
+    """The C++ headers inside the nvidia-cutlass wheel (located without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        raise ToolchainError("the CUTLASS headers come from the nvidia-cutlass wheel: `pip install nvidia-cutlass==4.2.0.0`")
+    root = Path(list(spec.submodule_search_locations)[0]) / "source"
     if not (root / "include" / "cutlass" / "cutlass.h").exists():
         raise ToolchainError(f"nvidia-cutlass is installed but has no C++ headers under {root}")
     return root
@@ -122,7 +142,7 @@ def cache_key(source: str, flags: list[str], nvcc_ver: str, cutlass_ver: str) ->
 _KNOB_PATTERNS = [
     ("schedule", r"[Cc]ooperative|[Pp]ingpong|KernelSchedule|schedule"),
     ("cluster", r"[Cc]luster"),
-    ("stages", r"[Ss]tage|shared memory|[Ss]mem|too much shared data"),
+    ("stages", r"StageCount|[Ss]tages|shared memory|[Ss]mem|too much shared data"),
     ("tile", r"[Tt]ile|TileShape|divisible|[Mm]ultiple of"),
     ("alignment", r"[Aa]lign"),
     ("decomposition", r"StreamK|[Ss]plit|[Ss]cheduler"),
@@ -136,6 +156,9 @@ def map_nvcc_error(log: str, emitted: EmittedKernel) -> tuple[str, str]:
     errors = [ln for ln in lines if "error" in ln]
     first = errors[0] if errors else (lines[-1] if lines else "nvcc failed")
     msg = re.sub(r"^.*?error[^:]*:\s*", "", first).strip()
+    for knob, pat in _KNOB_PATTERNS:  # the message itself names the knob most reliably
+        if re.search(pat, msg):
+            return knob, msg
     src_lines = emitted.source.splitlines()
     for ln in errors:  # an error on a line of ours that carries a knob comment
         m = re.search(r"kernel\.cu\((\d+)\)", ln)
@@ -145,7 +168,7 @@ def map_nvcc_error(log: str, emitted: EmittedKernel) -> tuple[str, str]:
                 return k.group(1), msg
     text = "\n".join(errors) or log
     for knob, pat in _KNOB_PATTERNS:
-        if re.search(pat, msg) or re.search(pat, text[:4000]):
+        if re.search(pat, text[:4000]):
             return knob, msg
     return "config", msg
 

@@ -227,11 +227,13 @@ def _functor(name: str, n_inputs: int, body: str | None, n_consts: int) -> str:
     """An ``Sm90Compute`` functor over fragments: element-wise ``body`` (or take the first input)."""
     params = ", ".join(f"T const& a{i}" for i in range(n_inputs))
     loads = " ".join(f"float v{i} = float(a{i}[i]);" for i in range(n_inputs))
-    args_decl = f"  struct Arguments {{ float c[{n_consts}]; }};\n" if n_consts else ""
+    # Sm90Compute passes the Arguments of ComputeFn<float> to ComputeFn<Array<float, N>>: one type for all T.
+    args_struct = f"struct {name}Args {{ float c[{n_consts}]; }};\n" if n_consts else ""
+    args_decl = f"  using Arguments = {name}Args;\n" if n_consts else ""
     p_param = ", Arguments const& p" if n_consts else ""
     expr = body if body is not None else "v0"
     return (
-        f"template <class T> struct {name} {{\n{args_decl}"
+        f"{args_struct}template <class T> struct {name} {{\n{args_decl}"
         f"  CUTLASS_HOST_DEVICE T operator()({params}{p_param}) const {{\n"
         f"    T r;\n    CUTLASS_PRAGMA_UNROLL\n"
         f"    for (int i = 0; i < T::kElements; ++i) {{ {loads} r[i] = {expr}; }}\n"
@@ -587,6 +589,13 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     cfg = kernel.config
     tile = _default_tile(kernel, a_dt, conv=False)
     sched, k_sched, e_sched = _schedule(kernel, tile)
+    mn_major = op.a.transpose or not op.b.transpose
+    if a_dt == "f32" and mn_major and cfg.stages != "auto":
+        raise _unsupported(kernel, f"stages = {cfg.stages} with a tf32 operand that is not K-major "
+                           f"({'a^T' if op.a.transpose else op.a.name} @ {op.b.name + '^T' if op.b.transpose else op.b.name})",
+                           "tf32 tensor cores read K-major operands; CUTLASS transposes the others in shared memory and "
+                           "then sizes the stages itself: use stages = auto (or store the operand K-major)",
+                           found=f"stages = {cfg.stages}")
     if cfg.decomposition != "data_parallel" and sched != "cooperative":
         raise _unsupported(kernel, f"decomposition = {cfg.decomposition} with schedule = pingpong",
                            "split-K and stream-K run on the cooperative schedule: set schedule = cooperative", found=f"schedule = {sched}")

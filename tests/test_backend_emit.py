@@ -51,7 +51,7 @@ def test_constants_are_runtime_scalars_so_builds_are_shared():
 
     _, e = _one("epi_binary_param")
     assert 0.1 in e.abi.scalars and 1.5 in e.abi.scalars
-    assert "struct Arguments { float c[" in e.source
+    assert "struct Fused0Args { float c[" in e.source and "using Arguments = Fused0Args;" in e.source
     prog2, _ = parse(MATRIX["epi_binary_param"].replace("leaky_relu(acc, 0.1)", "leaky_relu(acc, 0.2)"))
     e2 = emit_program(prog2)[0][0]
     assert e2.source == e.source and 0.2 in e2.abi.scalars and 0.1 not in e2.abi.scalars
@@ -107,7 +107,8 @@ def test_conv_uses_the_sm90_implicit_gemm_builder_with_channels_last():
 
 def test_unsupported_cases_name_the_kernel_and_hint_a_route():
     for name, needle in (("depthwise", "torch y = conv2d"), ("conv_nchw", "channels_last"), ("exact_fp32", "math = tf32"),
-                         ("grouped", "batched gemm"), ("streamk_pingpong", "schedule = cooperative")):
+                         ("grouped", "batched gemm"), ("streamk_pingpong", "schedule = cooperative"),
+                         ("tf32_mn_major_explicit_stages", "stages = auto")):
         _, diags = emit_program(program(name))
         assert len(diags) == 1 and diags[0].code == "unsupported"
         assert needle in diags[0].hint, (name, diags[0].hint)
