@@ -28,6 +28,7 @@ import importlib.util
 import math
 import sys
 import traceback
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Literal
@@ -122,7 +123,8 @@ _NORM: dict[str, float] = dict.fromkeys(
 )
 _NORM.update({"_fused_rms_norm": 4.0, "rms_norm": 4.0, "local_response_norm": 6.0})
 # max, subtract, exp, sum, divide (log_softmax: log instead of divide)
-_SOFTMAX: dict[str, float] = {"_softmax": 5.0, "_log_softmax": 5.0, "softmax": 5.0, "log_softmax": 5.0}
+_SOFTMAX: dict[str, float] = {"_softmax": 5.0, "_log_softmax": 5.0, "softmax": 5.0, "log_softmax": 5.0,
+                               "_safe_softmax": 5.0}
 _POOL_WINDOW = {
     "max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
     "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d_with_indices",
@@ -486,6 +488,13 @@ def count_problem(problem: Any, seed: int = 0) -> WorkCount:
     values (``.item()``, data-dependent shapes) is counted again on CPU tensors, with a note.
     Raises ProblemLoadError with a one-line message for a file that cannot be loaded or run.
     """
+    with warnings.catch_warnings():
+        # a problem's own warnings (deprecations, perf hints) are not about its work
+        warnings.simplefilter("ignore")
+        return _count_problem(problem, seed)
+
+
+def _count_problem(problem: Any, seed: int) -> WorkCount:
     path, module, name = _resolve(problem)
     if module is None:
         module = load_module(path)
