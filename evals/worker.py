@@ -162,10 +162,15 @@ class Worker:
         reached_reference = {"n": 0}
         with torch.no_grad(), _count_reference_calls(problem, reached_reference):
             for seed in seeds:
-                inputs = problem.make_inputs(seed, device)
-                with _fp32_strict():
-                    ref_out = problem.make_model(seed, device)(*inputs)
-                _sync(device)
+                try:
+                    inputs = problem.make_inputs(seed, device)
+                    with _fp32_strict():
+                        ref_out = problem.make_model(seed, device)(*inputs)
+                    _sync(device)
+                except Exception as exc:
+                    if _is_fatal(exc):
+                        raise
+                    raise ProblemError(f"{problem.path}: the reference failed (seed {seed}): {_one_line(exc)}") from None
                 calls_before = reached_reference["n"]
                 reached_reference["active"] = True
                 out_sizes = [t.nbytes for t in _as_list(ref_out) if isinstance(t, torch.Tensor)]

@@ -135,3 +135,18 @@ def test_settings_are_validated():
         HarnessSettings(n_input_sets=0)
     with pytest.raises(ValueError):
         HarnessSettings(device="tpu")
+
+
+def test_a_broken_reference_is_reported_as_the_problem(harness, tmp_path):
+    from evals.problems import load_problem
+
+    f = tmp_path / "bad_ref.py"
+    f.write_text(
+        "import torch\nimport torch.nn as nn\n"
+        "class Model(nn.Module):\n    def forward(self, x):\n        raise RuntimeError('reference broke')\n"
+        "def get_inputs():\n    return [torch.rand(4)]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    v = harness.validate(load_problem(f), Candidate.from_source(HONEST))
+    assert not v.correct and not v.crashed
+    assert "bad_ref.py" in v.reason and "the reference failed" in v.reason and "reference broke" in v.reason
