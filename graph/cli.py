@@ -75,7 +75,11 @@ def optimize_command(args: argparse.Namespace) -> int:
     ctx = RunContext(tier=args.tier, policy=args.policy, max_attempts=args.max_attempts, eps=args.eps,
                      plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
                      gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
-    summary = run_optimize(problem, ctx, out, on_event=_sink(args.json))
+    try:
+        summary = run_optimize(problem, ctx, out, on_event=_sink(args.json))
+    except KeyboardInterrupt:
+        print(f"interrupted: continue with `mucutlass resume {out}`", file=sys.stderr)
+        raise
     return _outcome(summary)
 
 

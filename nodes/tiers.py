@@ -222,13 +222,12 @@ def make_tier(name: str, tiers_file: str | Path | None = None, chat_model_factor
 
 
 def chat_openai(spec: TierSpec) -> Any:
-    from langchain_openai import ChatOpenAI
-
     if not spec.model:
         raise TierError(f"tier {spec.name!r}: no model set")
     key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
     if spec.api_key_env and not key:
         raise TierError(f"tier {spec.name!r}: the environment variable {spec.api_key_env} holding its API key is not set")
+    from langchain_openai import ChatOpenAI
     kwargs: dict[str, Any] = {
         "model": spec.model,
         "base_url": spec.base_url,
