@@ -243,7 +243,11 @@ class WorkerProcess:
                 raise WorkerFailure(self._death_reason("while running the request"))
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        reply = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            self.kill()
+            raise WorkerFailure(f"crash: the worker answered something unreadable ({line[:80]!r}); it was restarted") from None
         if reply.get("fatal"):
             try:
                 self.proc.wait(timeout=30)
