@@ -187,11 +187,11 @@ def _rule_flops(name: str, func: Any, args: tuple, kwargs: dict, tensors_in: lis
         return "reduction", _REDUCTION[name] * in_elems
     if name in _POOL_WINDOW:
         kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size", (1,))
-        window = math.prod(kernel) if isinstance(kernel, (list, tuple)) else int(kernel)
-        if len(kernel if isinstance(kernel, (list, tuple)) else [kernel]) == 1:
-            spatial = len(tensors_in[0].shape) - 2 if tensors_in else 1
-            window = int(kernel[0] if isinstance(kernel, (list, tuple)) else kernel) ** max(spatial, 1)
-        return "pool", float(window) * out_elems
+        kernel = list(kernel) if isinstance(kernel, (list, tuple)) else [int(kernel)]
+        if len(kernel) == 1:  # one size for every spatial dim
+            spatial = max(len(tensors_in[0].shape) - 2, 1) if tensors_in else 1
+            kernel = kernel * spatial
+        return "pool", float(math.prod(kernel)) * out_elems
     if name in _POOL_ADAPTIVE:
         return "pool", float(in_elems)
     if name in _UPSAMPLE:

@@ -228,3 +228,13 @@ def test_data_dependent_forward_too_large_for_cpu_is_a_clear_error(tmp_path):
         count_problem(path)
     assert "item_big.py:7" in str(info.value)  # the line of the forward that failed
     assert time.perf_counter() - start < 30  # nothing allocated
+
+
+def test_pooling_counts_its_window(tmp_path):
+    path = _write(tmp_path, "pool.py", "return self.pool(x)", "torch.rand(4, 8, 32, 32)")
+    path.write_text(path.read_text().replace(
+        "class Model(nn.Module):\n", "class Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.pool = nn.MaxPool2d(3, stride=2, padding=1)\n\n"))
+    w = count_problem(path)
+    assert w.flops == 4 * 8 * 16 * 16 * 9
+    assert {r.kind for r in w.ops} == {"pool"}
