@@ -3,6 +3,7 @@ and every worked example against hand-written PyTorch."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -385,3 +386,16 @@ def test_interpreter_gives_the_same_result_on_the_gpu(name):
         gpu = module.to("cuda")(*[x.cuda() for x in inputs])
     # the same rounded operands and fp32 sums: only summation order differs
     assert torch.allclose(gpu.cpu(), cpu, atol=1e-5, rtol=1e-5)
+
+
+def test_language_reference_names_every_knob_function_and_torch_step():
+    from dsl_compiler import ir, torch_steps
+    from dsl_compiler.parser import KNOBS, OP_NAMES
+
+    docs = (EXAMPLES.parent / "docs" / "language.md").read_text()
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", docs))
+    names = (set(KNOBS) | set(OP_NAMES) | set(ir.UnaryFn.__args__) | set(ir.BinaryFn.__args__) - {"add", "sub", "mul", "div"}
+             | set(ir.ParamFn.__args__) | set(ir.ReduceFn.__args__) | set(torch_steps.STEPS))
+    missing = sorted(n for n in names if n not in words)
+    assert missing == [], f"not in docs/language.md: {missing}"
+    assert len(docs.split()) < 1200  # it goes into a prompt verbatim: about 2,000 tokens
