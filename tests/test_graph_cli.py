@@ -1,5 +1,6 @@
 """`mucutlass optimize` and `resume` end to end on this machine: the real parser, checks, SOL model
-and harness (interpreter backend, real execution on the CPU), with programs played back from files."""
+and harness (interpreter backend, real execution on the CPU), with a model tier served by a mock
+OpenAI server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -37,20 +38,22 @@ output y
 """
 
 
-@pytest.fixture
-def programs(tmp_path):
-    d = tmp_path / "programs"
-    d.mkdir()
-    for name, text in (("1_unfused.mcu", UNFUSED), ("2_broken.mcu", BROKEN), ("3_fused.mcu", FUSED)):
-        (d / name).write_text(text)
-    return d
+def test_optimize_end_to_end_on_the_interpreter(tmp_path, capsys, monkeypatch):
+    """A tier from a tiers file -> ChatOpenAI -> a mock OpenAI server; the rest is real."""
+    from mock_servers import MockOpenAI
 
-
-def test_optimize_end_to_end_on_the_interpreter(tmp_path, programs, capsys):
     out = tmp_path / "run"
-    code = main(["optimize", str(PROBLEM), "--tier", f"playback:{programs}", "--policy", "fixed",
-                 "--max-attempts", "3", "--backend", "auto", "--out", str(out), "--json"])
+    monkeypatch.setenv("MOCK_OPENAI_KEY", "sk-local")
+    replies = [f"```mcu\n{p}```" for p in (UNFUSED, BROKEN, FUSED)]
+    with MockOpenAI(replies, usage=(2000, 400)) as server:
+        tiers = tmp_path / "tiers.toml"
+        tiers.write_text(f'[tiers.local]\nmodel = "mock-model"\nbase_url = "{server.url}/v1"\n'
+                         'api_key_env = "MOCK_OPENAI_KEY"\nprice_in_per_mtok = 1.0\nprice_out_per_mtok = 5.0\n'
+                         'max_retries = 0\ntimeout_s = 30\n')
+        code = main(["optimize", str(PROBLEM), "--tier", "local", "--tiers-file", str(tiers), "--policy", "fixed",
+                     "--max-attempts", "3", "--backend", "auto", "--out", str(out), "--json"])
     assert code == 0
+    assert len(server.requests) == 3 and "'w' is not defined" in server.requests[2]["body"]["messages"][1]["content"]
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     start = events[0]
     assert start["event"] == "start" and start["backend"] == "interpreter" and start["backend_reason"]
@@ -66,6 +69,9 @@ def test_optimize_end_to_end_on_the_interpreter(tmp_path, programs, capsys):
     # the fused program moves fewer bytes: the SOL model's estimate says it is faster
     assert rows[2]["t_us"] < rows[0]["t_us"] and summary["best_index"] == 3
     assert rows[1]["diagnostics"][0].startswith("program.mcu:4:21: error[undefined-name]")
+    assert summary["tokens_in"] == 6000 and summary["tokens_out"] == 1200
+    assert abs(summary["cost_usd"] - (6000 * 1.0 + 1200 * 5.0) / 1e6) < 1e-12
+    assert 0 < summary["graph_overhead_s"] < summary["wall_s"]
     # resuming a finished run keeps its result
     assert main(["resume", str(out), "--json"]) == 0
     assert json.loads((out / "summary.json").read_text())["best_index"] == 3
