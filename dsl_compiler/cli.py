@@ -169,6 +169,18 @@ def run_interpret(args: argparse.Namespace) -> int:
 
     from dsl_compiler.runtime import InterpretError, compare_with_problem
 
+    if args.device is not None:
+        import torch
+
+        try:
+            device = torch.device(args.device)
+        except RuntimeError:
+            print(f"error: '{args.device}' is not a torch device (try cpu or cuda)", file=sys.stderr)
+            return 2
+        if device.type == "cuda" and not torch.cuda.is_available():
+            print("error: --device cuda, but this machine has no CUDA GPU", file=sys.stderr)
+            return 2
+
     try:
         result = compare_with_problem(program, args.problem, seed=args.seed, device=args.device,
                                       tolerance=args.tolerance)

@@ -281,6 +281,9 @@ def bind_inputs(program: ir.Program, inputs: list[torch.Tensor] | tuple[torch.Te
     decls = program.inputs
     if len(inputs) != len(decls):
         raise ValueError(f"the program takes {len(decls)} input(s) ({', '.join(d.name for d in decls)}), got {len(inputs)}")
+    for d, x in zip(decls, inputs):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"input '{d.name}' must be a tensor, got {type(x).__name__}")
     return {d.name: as_declared(x, d) for d, x in zip(decls, inputs)}
 
 

@@ -169,6 +169,8 @@ def compare_with_problem(program: ir.Program, problem_path: str, seed: int = 0, 
             outputs = module(*inputs)
         except ValueError as exc:
             raise InterpretError(f"the program does not fit the problem's inputs: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - e.g. a torch step that fails on real data
+            raise InterpretError(f"the program fails on the problem's inputs: {_one_line(exc)}") from None
     rows = compare_outputs(outputs, reference, tol)
     for row, name in zip(rows, program.outputs):
         row["name"] = name

@@ -142,3 +142,13 @@ def test_cli_module_imports_no_torch():
     code = "import sys, dsl_compiler.cli; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_interpret_device_and_input_mismatch(capsys, tmp_path):
+    assert run_cli(capsys, "interpret", str(EXAMPLES / "mlp.mcu"), "--problem", str(EXAMPLES / "mlp.py"),
+                   "--device", "banana")[0] == 2
+    program = tmp_path / "p.mcu"
+    program.write_text((EXAMPLES / "mlp.mcu").read_text().replace("input x: f32[64, 128]", "input x: f32[32, 128]")
+                       .replace("param w1", "input extra: f32[2]\nparam w1"))
+    code, _, err = run_cli(capsys, "interpret", str(program), "--problem", str(EXAMPLES / "mlp.py"))
+    assert code == 1 and "does not fit the problem's inputs" in err
