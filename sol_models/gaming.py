@@ -52,13 +52,20 @@ def ceiling_check(
     label = f"{precision} " if precision else ""
     if not (0.0 <= margin < 1.0):
         raise ValueError(f"margin must be in [0, 1), got {margin}")
+    values = []
     for what, value in (("measured time", t_measured_us), ("t_SOL", t_sol_us)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        try:
+            number = float(value)  # numpy and torch scalars too
+        except (TypeError, ValueError):
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
             return CeilingVerdict(
-                ok=False, verdict="invalid", ratio=None, t_measured_us=float(t_measured_us),
-                t_sol_us=float(t_sol_us), threshold_us=None, margin=margin, precision=precision,
+                ok=False, verdict="invalid", ratio=None, t_measured_us=_or_nan(t_measured_us),
+                t_sol_us=_or_nan(t_sol_us), threshold_us=None, margin=margin, precision=precision,
                 reason=f"{what} {value!r} is not a positive finite number of microseconds",
             )
+        values.append(number)
+    t_measured_us, t_sol_us = values
     threshold = t_sol_us * (1.0 - margin)
     ratio = t_measured_us / t_sol_us
     if t_measured_us < threshold:
@@ -76,6 +83,13 @@ def ceiling_check(
     )
     return CeilingVerdict(ok=True, verdict="ok", reason=reason, ratio=ratio, t_measured_us=t_measured_us,
                           t_sol_us=t_sol_us, threshold_us=threshold, margin=margin, precision=precision)
+
+
+def _or_nan(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def ceiling_check_work(

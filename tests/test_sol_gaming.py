@@ -69,3 +69,11 @@ output z
     assert program_precision(prog) == "bf16"
     assert narrowest_precision(["tf32", "f32"]) == "tf32"
     assert narrowest_precision([]) == "tf32"
+
+
+def test_numpy_and_missing_times():
+    np = pytest.importorskip("numpy")
+    assert not ceiling_check(np.float32(50.0), np.float32(100.0)).ok
+    assert ceiling_check(np.float32(95.0), 100.0).ok
+    v = ceiling_check(None, 100.0)
+    assert v.verdict == "invalid" and "None" in v.reason
