@@ -128,6 +128,7 @@ class Validation(BaseModel):
     device: str | None = None
     crashed: bool = False  # the worker died, hung or hit a fatal CUDA error
     wall_s: float = 0.0
+    memory_allocated_bytes: int | None = None  # the worker's device memory after the call (0 on CPU)
 
     @property
     def flags(self) -> list[str]:
@@ -148,6 +149,7 @@ class Timing(BaseModel):
     counters: dict[str, float] = Field(default_factory=dict)
     crashed: bool = False
     wall_s: float = 0.0
+    memory_allocated_bytes: int | None = None
 
     @property
     def flags(self) -> list[str]:
@@ -439,7 +441,8 @@ class Harness:
         return Validation(
             correct=correct, reason=reason, sets=sets, checks=checks,
             max_abs_error=max(errs_abs) if errs_abs else None, max_rel_error=max(errs_rel) if errs_rel else None,
-            device=res.get("device"), wall_s=time.perf_counter() - start, **base,
+            device=res.get("device"), wall_s=time.perf_counter() - start,
+            memory_allocated_bytes=res.get("memory_allocated_bytes"), **base,
         )
 
     def profile(self, problem: Problem, candidate: Candidate, t_sol_us: float | None = None) -> Timing:
@@ -464,6 +467,7 @@ class Harness:
                 median_us=res.get("median_us"), spread_pct=res.get("spread_pct"), trials=res.get("trials", 0),
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
                 wall_median_us=res.get("wall_median_us"), checks=checks, reason=res.get("reason", ""),
+                memory_allocated_bytes=res.get("memory_allocated_bytes"),
             )
             if self.settings.ncu:
                 timing.counters = self._ncu_counters(problem, candidate)

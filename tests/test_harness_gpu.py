@@ -55,8 +55,9 @@ def test_memory_back_to_start_over_100_attempts(harness, smoke):
     start = harness.memory_allocated_bytes()
     levels = []
     for _ in range(100):
-        assert harness.validate(p, cand).correct
-        levels.append(harness.memory_allocated_bytes())
+        v = harness.validate(p, cand)
+        assert v.correct
+        levels.append(v.memory_allocated_bytes)
     assert max(levels) <= start, (start, levels[-5:])
 
 
