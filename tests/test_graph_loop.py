@@ -172,3 +172,13 @@ def test_attempt_events_carry_the_full_record_and_render(tmp_path):
     assert "attempt 1/2" in text and "check: w is not declared" in text
     assert "attempt 2/2" in text and "new best" in text and "best 4.17x headroom 1.20x tokens 2400" in text
     assert "stop: fixed: 2 of 2" in text and text.rstrip().splitlines()[-1].startswith("done: best 12 us")
+
+
+def test_faster_than_light_is_flagged_and_never_best(tmp_path):
+    too_fast = GOOD.replace("# t_us = 12", "# t_us = 5")  # t_SOL is 10 us
+    tier, _ = chat_tier(SLOW, too_fast)
+    summary, _, _ = run(tmp_path, tier, max_attempts=2)
+    flagged = summary.attempts[1]
+    assert flagged.correct and flagged.t_us == 5.0 and not flagged.improved
+    assert flagged.flags and flagged.flags[0].startswith("sol_ceiling")
+    assert summary.best_index == 1 and summary.best_t_us == 80.0
