@@ -237,7 +237,8 @@ def load_problem(path: str | Path, default_tolerance: float | None = None, suite
 
 
 def _problem_files(folder: Path) -> list[Path]:
-    files = [f for f in folder.glob("*.py") if not f.name.startswith(("_", "."))]
+    # KernelBench keeps superseded versions next to the current ones as ``<id>_<Name>_OLD.py``.
+    files = [f for f in folder.glob("*.py") if not f.name.startswith(("_", ".")) and not f.stem.endswith("_OLD")]
 
     def order(f: Path):
         m = _KB_NAME.match(f.stem)

@@ -119,6 +119,7 @@ def test_kernelbench_checkout_selection(tmp_path):
     level = tmp_path / "KernelBench" / "level2"
     for i in range(1, 6):
         write(level / f"{i}_Prob{i}.py", GOOD)
+    write(level / "2_Prob2_OLD.py", "raise RuntimeError('superseded')\n")  # KernelBench keeps old versions
     got = load_kernelbench(tmp_path, 2, "2-3,5")
     assert [(p.level, p.problem_id) for p in got] == [(2, 2), (2, 3), (2, 5)]
     assert got[0].key == "L2/2"
