@@ -156,8 +156,15 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 def gpu_available() -> tuple[bool, str]:
     """Whether a CUDA GPU and nvcc are present, without importing torch when nvcc is absent."""
-    if shutil.which("nvcc") is None:
-        return False, "nvcc not found on PATH"
+    try:
+        from dsl_compiler.build import ToolchainError, find_nvcc
+
+        find_nvcc()  # the same search the build uses: CUDA_HOME, PATH, /usr/local/cuda, the nvcc wheel
+    except ToolchainError:
+        return False, "nvcc not found (CUDA_HOME, PATH, /usr/local/cuda, nvidia-cuda-nvcc)"
+    except ImportError:
+        if shutil.which("nvcc") is None:
+            return False, "nvcc not found on PATH"
     import torch
 
     if not torch.cuda.is_available():

@@ -98,3 +98,13 @@ def test_cli_module_imports_nothing_heavy():
     code = "import sys, graph.cli; print(any(m in sys.modules for m in ('torch', 'langgraph', 'langchain_core')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_auto_backend_says_what_it_chose_and_why(monkeypatch):
+    import graph.context as context
+
+    assert context.resolve_backend("interpreter") == ("interpreter", "chosen with --backend")
+    monkeypatch.setattr(context, "gpu_available", lambda: (False, "no CUDA GPU visible to PyTorch"))
+    assert context.resolve_backend("auto") == ("interpreter", "no CUDA GPU visible to PyTorch: timings are model estimates")
+    monkeypatch.setattr(context, "gpu_available", lambda: (True, "GPU NVIDIA H200 and nvcc found"))
+    assert context.resolve_backend("auto") == ("cutlass", "GPU NVIDIA H200 and nvcc found")
