@@ -241,3 +241,27 @@ def test_tracing_is_deterministic():
     first, second = trace_problem(problem), trace_problem(problem)
     assert format_program(first.program) == format_program(second.program)
     assert first.coverage == second.coverage
+
+
+def test_control_flow_falls_back_to_torch_export(tmp_path):
+    path = write_problem(tmp_path, """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(64, 128)
+            def forward(self, x):
+                if x.shape[0] > 4:  # symbolic tracing cannot branch on a shape
+                    x = self.fc(x)
+                return torch.relu(x) * 2.0
+        def get_inputs():
+            return [torch.rand(16, 64)]
+        def get_init_inputs():
+            return []
+    """)
+    result = trace_problem(path)
+    assert result.program is not None, result.diagnostics
+    (kernel,) = result.program.kernels
+    assert result.program.decl(kernel.op.b.name).source == "fc.weight"
+    assert {r.op: r.placement for r in result.coverage}["relu"] == "epilogue"
+    (out,), ref = run_both(load_problem(path), result.program)
+    assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
