@@ -32,9 +32,9 @@ from dsl_compiler.build import build_program  # noqa: E402
 from dsl_compiler.parser import parse  # noqa: E402
 
 
-def gemm_text(name, dt_, tile, cluster, schedule, m=4096, n=4096, k=4096, math=""):
+def gemm_text(name, dt_, tile, cluster, schedule, m=4096, n=4096, k=4096, math="", extra=""):
     return (f"program {name}\ninput x: {dt_}[{m}, {k}]\nparam w: {dt_}[{n}, {k}] = \"fc.weight\"\nparam b: {dt_}[{n}] = \"fc.bias\"\n"
-            f"kernel fc = gemm(x, w^T) {{\n  {math}tile = {tile}; cluster = {cluster}; schedule = {schedule}; stages = auto\n"
+            f"kernel fc = gemm(x, w^T) {{\n  {math}tile = {tile}; cluster = {cluster}; schedule = {schedule}; stages = auto{extra}\n"
             f"  store y: {dt_} = relu(acc + b[col])\n}}\noutput y\n")
 
 
@@ -48,6 +48,9 @@ def conv_text(name, dt_, tile, math="", n=16, c=64, h=256, k=128):
 CASES = {
     "bf16_gemm_coop_128x256x64_c2x1": gemm_text("bf16_gemm_a", "bf16", "128x256x64", "2x1x1", "cooperative"),
     "bf16_gemm_pingpong_128x128x64_c2x1": gemm_text("bf16_gemm_c", "bf16", "128x128x64", "2x1x1", "pingpong"),
+    "bf16_gemm_coop_128x256x64_c2x1_along_n_swizzle4": gemm_text("bf16_gemm_d", "bf16", "128x256x64", "2x1x1", "cooperative",
+                                                                 extra="; raster = along_n; swizzle = 4"),
+    "bf16_gemm_coop_256x128x64_c1x2": gemm_text("bf16_gemm_b", "bf16", "256x128x64", "1x2x1", "cooperative"),
     "tf32_gemm_coop_128x256x32_c2x1": gemm_text("tf32_gemm_a", "f32", "128x256x32", "2x1x1", "cooperative", math="math = tf32; "),
     "tf32_conv_128x128x32": conv_text("tf32_conv", "f32", "128x128x32", math="math = tf32; "),
     "bf16_conv_128x128x64": conv_text("bf16_conv", "bf16", "128x128x64"),
@@ -131,9 +134,12 @@ def main(argv=None) -> int:
     ap.add_argument("--prebuild-matrix", action="store_true")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--date", default=dt.date.today().isoformat())
+    ap.add_argument("--only", default="", help="run only the cases whose name starts with this (e.g. bf16_gemm)")
+    ap.add_argument("--tag", default="", help="suffix of the result files")
     args = ap.parse_args(argv)
 
-    programs = {name: parse_or_die(text) for name, text in CASES.items()}
+    cases = {k: v for k, v in CASES.items() if not args.only or k.startswith(args.only)}
+    programs = {name: parse_or_die(text) for name, text in cases.items()}
     all_programs = dict(programs)
     if args.prebuild_matrix:
         from test_backend_programs import MATRIX, program
@@ -160,7 +166,7 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     rows = []
     cached_s = {}
-    for name in CASES:
+    for name in cases:
         res = built[name]
         t0 = time.perf_counter()
         again = build_program(programs[name])
@@ -183,7 +189,9 @@ def main(argv=None) -> int:
         b = torch.randn(n, device=dev, dtype=torch_dtype)
         case = f"{dtype_name} 4096^3 gemm+bias+relu"
         ref = torch.relu(x.double() @ w.double().T + b.double())
-        for name in [c for c in CASES if c.startswith(f"{dtype_name}_gemm")]:
+        if not any(c.startswith(f"{dtype_name}_gemm") for c in cases):
+            continue
+        for name in [c for c in cases if c.startswith(f"{dtype_name}_gemm")]:
             res = built[name]
             if not res.ok:
                 add(case, f"cutlass {name} (build failed)", float("nan"), flops)
@@ -213,7 +221,10 @@ def main(argv=None) -> int:
         case = f"{dtype_name} conv 16x64x256x256 k128 3x3 +bias+relu"
         xcl = x.contiguous(memory_format=torch.channels_last)
         wcl = w.contiguous(memory_format=torch.channels_last)
-        name = [cn for cn in CASES if cn.startswith(f"{dtype_name}_conv")][0]
+        names = [cn for cn in cases if cn.startswith(f"{dtype_name}_conv")]
+        if not names:
+            continue
+        name = names[0]
         res = built[name]
         if res.ok:
             mod = CutlassProgramModule(programs[name], {"w": wcl, "b": b}, res.artifacts)
@@ -282,7 +293,7 @@ def main(argv=None) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{args.date}-h200-backend"
+    stem = out / f"{args.date}-h200-backend{args.tag}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
     md = [f"# CUTLASS backend on {report['gpu']} ({args.date})", "",
           f"torch {torch.__version__}, CUDA {torch.version.cuda}, nvcc {nvcc_v}, nvidia-cutlass {report['versions']['nvidia-cutlass']}. "

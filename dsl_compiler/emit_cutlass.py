@@ -590,12 +590,14 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     tile = _default_tile(kernel, a_dt, conv=False)
     sched, k_sched, e_sched = _schedule(kernel, tile)
     mn_major = op.a.transpose or not op.b.transpose
-    if a_dt == "f32" and mn_major and cfg.stages != "auto":
-        raise _unsupported(kernel, f"stages = {cfg.stages} with a tf32 operand that is not K-major "
-                           f"({'a^T' if op.a.transpose else op.a.name} @ {op.b.name + '^T' if op.b.transpose else op.b.name})",
-                           "tf32 tensor cores read K-major operands; CUTLASS transposes the others in shared memory and "
-                           "then sizes the stages itself: use stages = auto (or store the operand K-major)",
-                           found=f"stages = {cfg.stages}")
+    if a_dt == "f32" and mn_major:
+        # CUTLASS 4.2 transposes MN-major tf32 operands in shared memory; on the H200 that path left
+        # output tiles unwritten for A K-major with B N-major, so it is not offered.
+        bad = f"{op.a.name}^T" if op.a.transpose else op.b.name
+        raise _unsupported(kernel, f"a tf32 operand that is not K-major ({bad})",
+                           "tf32 tensor cores read K-major operands: for B [K, N] write `torch bt = transpose(b, 0, 1)` "
+                           "and `gemm(x, bt^T)`; for A stored [K, M] transpose it the same way; or use bf16 / f16",
+                           span=op.span, found=f"{bad} with math = tf32")
     if cfg.decomposition != "data_parallel" and sched != "cooperative":
         raise _unsupported(kernel, f"decomposition = {cfg.decomposition} with schedule = pingpong",
                            "split-K and stream-K run on the cooperative schedule: set schedule = cooperative", found=f"schedule = {sched}")

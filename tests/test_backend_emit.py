@@ -108,7 +108,7 @@ def test_conv_uses_the_sm90_implicit_gemm_builder_with_channels_last():
 def test_unsupported_cases_name_the_kernel_and_hint_a_route():
     for name, needle in (("depthwise", "torch y = conv2d"), ("conv_nchw", "channels_last"), ("exact_fp32", "math = tf32"),
                          ("grouped", "batched gemm"), ("streamk_pingpong", "schedule = cooperative"),
-                         ("tf32_mn_major_explicit_stages", "stages = auto")):
+                         ("tf32_b_n_major", "transpose(b, 0, 1)"), ("tf32_a_m_major", "K-major")):
         _, diags = emit_program(program(name))
         assert len(diags) == 1 and diags[0].code == "unsupported"
         assert needle in diags[0].hint, (name, diags[0].hint)

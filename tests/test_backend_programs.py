@@ -40,8 +40,6 @@ MATRIX: dict[str, str] = {
                                 "accum = f16; tile = 128x128x64"),
     "gemm_tf32_nt": _gemm("gemm_tf32_nt", "f32", "x", "w", "  store y: f32 = relu(acc + bias[col])",
                           "math = tf32; tile = 128x256x32; schedule = cooperative; cluster = 2x1x1", BIAS.format(dt="f32")),
-    "gemm_tf32_nn": _gemm("gemm_tf32_nn", "f32", "x", "w", "  store y: f32 = acc",
-                          "math = tf32; tile = 128x128x32; stages = auto", b_t=False),
     "gemm_ragged_bf16": _gemm("gemm_ragged_bf16", "bf16", "x", "w", "  store y: bf16 = acc * 0.5",
                               "tile = 128x128x64", m=200, n=264, k=72),
     # batched (the L mode), and a batch sharing one B
@@ -112,8 +110,8 @@ UNSUPPORTED: dict[str, str] = {
     "grouped": (
         "program grouped\ninput x: bf16[256, 64]\nparam w: bf16[2, 64, 128] = \"w\"\n"
         "kernel g = grouped_gemm(x, w, group_sizes=(128, 128)) {\n  store y: bf16 = acc\n}\noutput y\n"),
-    "tf32_mn_major_explicit_stages": _gemm("tf32_mn_major_explicit_stages", "f32", "x", "w", "  store y: f32 = acc",
-                                           "math = tf32; stages = 4", b_t=False),
+    "tf32_b_n_major": _gemm("tf32_b_n_major", "f32", "x", "w", "  store y: f32 = acc", "math = tf32", b_t=False),
+    "tf32_a_m_major": _gemm("tf32_a_m_major", "f32", "x", "w", "  store y: f32 = acc", "math = tf32", a_t=True),
     "streamk_pingpong": _gemm("streamk_pingpong", "bf16", "x", "w", "  store y: f32 = acc", "schedule = pingpong; decomposition = stream_k"),
 }
 
