@@ -124,7 +124,8 @@ def _softplus(x: torch.Tensor) -> torch.Tensor:
 UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "neg": torch.neg,
     "abs": torch.abs,
-    "relu": torch.relu,
+    # min / max / relu / clamp follow C's fminf / fmaxf, as the emitted epilogue: a NaN operand yields the other
+    "relu": lambda x: torch.fmax(x, torch.zeros((), dtype=x.dtype, device=x.device)),
     "gelu": lambda x: F.gelu(x),
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
@@ -145,15 +146,17 @@ BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "sub": torch.sub,
     "mul": torch.mul,
     "div": torch.div,
-    "min": torch.minimum,
-    "max": torch.maximum,
+    "min": torch.fmin,
+    "max": torch.fmax,
     "pow": torch.pow,
 }
 
 
 def _param_fn(fn: str, x: torch.Tensor, params: tuple[float, ...]) -> torch.Tensor:
     if fn in ("clamp", "hardtanh"):
-        return torch.clamp(x, min=params[0], max=params[1])
+        lo = torch.tensor(params[0], dtype=x.dtype, device=x.device)
+        hi = torch.tensor(params[1], dtype=x.dtype, device=x.device)
+        return torch.fmin(torch.fmax(x, lo), hi)
     if fn == "leaky_relu":
         return F.leaky_relu(x, params[0])
     if fn == "elu":

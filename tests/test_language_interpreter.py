@@ -399,3 +399,18 @@ def test_language_reference_names_every_knob_function_and_torch_step():
     missing = sorted(n for n in names if n not in words)
     assert missing == [], f"not in docs/language.md: {missing}"
     assert len(docs.split()) < 1200  # it goes into a prompt verbatim: about 2,000 tokens
+
+
+def test_min_max_relu_clamp_follow_c_fminf_fmaxf_on_nan():
+    text = """input a: f32[2, 2]
+input b: f32[2, 2]
+input r: f32[2, 2]
+kernel k = gemm(a, b) { math = f32; store y: f32 = relu(r); store z: f32 = clamp(r, -1.0, 1.0); store u: f32 = max(r, acc) }
+output y, z, u
+"""
+    a, b = torch.eye(2), torch.full((2, 2), 0.5)
+    r = torch.tensor([[float("nan"), -2.0], [3.0, 0.25]])
+    y, z, u = run(prog(text), [a, b, r], {})
+    assert y.tolist() == [[0.0, 0.0], [3.0, 0.25]]
+    assert z.tolist() == [[-1.0, -1.0], [1.0, 0.25]]
+    assert u.tolist() == [[0.5, 0.5], [3.0, 0.5]]
