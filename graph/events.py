@@ -94,9 +94,9 @@ def rich_printer(console: Any = None) -> EventSink:
             if e.get("flags"):
                 result += f" [yellow]flagged: {e['flags'][0][:60]}[/]"
             console.print(
-                f"  attempt {e['index']}/{e['of']}: {(e.get('hypothesis') or '')[:40]:<40} {result}  "
-                f"best {_fmt(e.get('best_speedup'), '.2f', 'x')} headroom {_fmt(e.get('headroom'), '.2f', 'x')} "
-                f"tokens {e.get('tokens', 0)}"
+                f"  attempt {e['index']}/{e['of']}: {result} | best {_fmt(e.get('best_speedup'), '.2f', 'x')} "
+                f"headroom {_fmt(e.get('headroom'), '.2f', 'x')} tokens {e.get('tokens', 0)} | "
+                f"[dim]{(e.get('hypothesis') or '')[:60]}[/]"
             )
         elif kind == "stop":
             console.print(f"  [bold]stop:[/] {e['reason']}")
