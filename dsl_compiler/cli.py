@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     c.set_defaults(func=run_check)
 
     f = subparsers.add_parser(
-        "fmt", help="print a μCUTLASS program in canonical form",
+        "fmt", help="print a μCUTLASS program in canonical form (comments are not kept)",
         description="Print the program's canonical text (the printer's output; it parses back to the same program).")
     f.add_argument("file", help="the program (.mcu), or - for standard input")
     f.add_argument("-w", "--write", action="store_true", help="rewrite the file in place")

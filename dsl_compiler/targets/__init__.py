@@ -1,0 +1,1 @@
+"""GPU descriptions as data: one TOML file per target, read by dsl_compiler.checks."""
