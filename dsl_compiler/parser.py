@@ -53,7 +53,10 @@ TOKEN_WORDS: dict[str, str] = {
     "INT": "an integer",
     "FLOAT": "a number",
     "TILE": "a tile like 128x128x32",
-    "STRING": 'a quoted key like "fc.weight"',
+    "STRING": 'a quoted string like "fc.weight"',
+    "TRUE": "True",
+    "FALSE": "False",
+    "NONE": "None",
     "INPUT": "input",
     "PARAM": "param",
     "TRANSPOSE": "^T",
@@ -83,6 +86,8 @@ def _lark() -> Lark:
 
 def _words(expected: set[str] | frozenset[str]) -> str:
     words = []
+    if "INT" in expected and "FLOAT" in expected:
+        expected = set(expected) - {"INT"}  # "a number" covers both
     for name in sorted(expected):
         if name in TOKEN_WORDS:
             words.append(TOKEN_WORDS[name])
