@@ -79,7 +79,9 @@ def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: st
         tracker = EventTracker(emit, ctx.max_attempts, prior)
         work_before = prior.get("work_s", 0.0)
         try:
-            for chunk in graph.stream(start_state, config, context=ctx, stream_mode="updates"):
+            # durability="sync": each step's checkpoint is on disk before the next step starts, so a
+            # killed run never redoes a finished step (a model call, a build) on resume
+            for chunk in graph.stream(start_state, config, context=ctx, stream_mode="updates", durability="sync"):
                 for node, update in chunk.items():
                     tracker.update(node, update)
             final = graph.get_state(config).values
