@@ -20,6 +20,7 @@ STEPS: dict[str, str] = {
     "transpose": "transpose(x, 0, 1)", "unsqueeze": "unsqueeze(x, 1)", "squeeze": "squeeze(x, 1)",
     "cat": "cat(a, b, ..., dim=1)", "stack": "stack(a, b, ..., dim=0)", "chunk": "torch a, b = chunk(x, 2, dim=1)",
     "pad": "pad(x, (l, r, t, b), value=0.0)",
+    "to": 'to(x, dtype="bf16"): the same values in another element type (f32, bf16, f16)',
     # elementwise
     "relu": "", "gelu": "gelu(x, approximate=\"tanh\")", "silu": "", "sigmoid": "", "tanh": "", "softplus": "",
     "mish": "", "elu": "", "selu": "", "hardtanh": "hardtanh(x, min_val=-1.0, max_val=1.0)",
@@ -74,7 +75,13 @@ def _table() -> dict[str, Callable[..., Any]]:
     def instance_norm(x, weight=None, bias=None, eps=1e-5):
         return F.instance_norm(x, weight=weight, bias=bias, eps=eps)
 
+    def to(x, dtype):
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+        return x.to(torch_dtype(dtype))
+
     table: dict[str, Callable[..., Any]] = {
+        "to": to,
         "channels_last": channels_last,
         "contiguous": lambda x: x.contiguous(),
         "reshape": torch.reshape, "flatten": torch.flatten, "permute": torch.permute, "transpose": torch.transpose,
