@@ -265,3 +265,14 @@ def test_control_flow_falls_back_to_torch_export(tmp_path):
     assert {r.op: r.placement for r in result.coverage}["relu"] == "epilogue"
     (out,), ref = run_both(load_problem(path), result.program)
     assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
+
+
+def test_tf32_operands_are_made_k_major():
+    """tf32 wgmma reads A as [M, K] and B as [N, K]: other layouts get one transposing copy each."""
+    problem = next(p for p in BUILTIN if p.name == "01_gemm_square")  # A @ B, B stored [K, N]
+    program = trace_problem(problem).program
+    (kernel,) = program.kernels
+    assert not kernel.op.a.transpose and kernel.op.b.transpose
+    assert [s.fn for s in program.torch_steps] == ["transpose", "contiguous"]
+    linear = trace_problem(next(p for p in BUILTIN if p.name == "11_linear_relu")).program
+    assert not linear.torch_steps  # nn.Linear's weight is already [N, K]

@@ -1109,6 +1109,7 @@ class _Lowering:
         self.emitted: set[Any] = set()
         self.channels_last: dict[str, str] = {}
         self.cl_tensors: set[str] = set()
+        self.k_major: dict[str, str] = {}
         self.failed = False
 
         for n in self.nodes:
@@ -1343,6 +1344,15 @@ class _Lowering:
             return _BAD
 
     # kernels ----------------------------------------------------------------------------------
+    def k_major_copy(self, name: str) -> str:
+        """A copy of a matrix with its last two dims swapped (once per tensor), so a kernel reads it K-major."""
+        if name not in self.k_major:
+            view, copy = self.namer(f"{name}_t"), self.namer(f"{name}_kmajor")
+            self.steps.append(TorchStep(outputs=(view,), fn="transpose", args=(TensorArg(name=name), LiteralArg(value=-2), LiteralArg(value=-1))))
+            self.steps.append(TorchStep(outputs=(copy,), fn="contiguous", args=(TensorArg(name=view),)))
+            self.k_major[name] = copy
+        return self.k_major[name]
+
     def as_channels_last(self, name: str) -> str:
         """The NHWC copy of a tensor (once), unless a conv kernel already wrote it NHWC."""
         if name in self.cl_tensors:
@@ -1372,7 +1382,14 @@ class _Lowering:
                 flat = self.namer(f"{a_name}_2d")
                 self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=a_name), LiteralArg(value=(-1, sa[-1])))))
                 a_name = flat
-            op_ir = GemmOp(a=Operand(name=a_name or "?", transpose=anchor_op.a_t), b=Operand(name=b_name or "?", transpose=anchor_op.b_t))
+            a_t, b_t = anchor_op.a_t, anchor_op.b_t
+            if default_math(self.dtype_of(a) or "", self.allowed_precisions) == "tf32":
+                # tf32 wgmma reads both operands K-major: A as [M, K], B as [N, K] (written b^T)
+                if a_t and a_name:
+                    a_name, a_t = self.k_major_copy(a_name), False
+                if not b_t and b_name:
+                    b_name, b_t = self.k_major_copy(b_name), True
+            op_ir = GemmOp(a=Operand(name=a_name or "?", transpose=a_t), b=Operand(name=b_name or "?", transpose=b_t))
         else:
             x, w = anchor_op.operands
             x_name = self.value(x)
@@ -1549,7 +1566,7 @@ def _whitelist_form(fn: str, args: list, kwargs: dict, shape) -> tuple[str | Non
 _TORCH_NAME = {
     "truediv": "div", "itruediv": "div", "iadd": "add", "isub": "sub", "imul": "mul", "rsub": "rsub",
     "T": "t", "view": "reshape", "multiply": "mul", "subtract": "sub", "divide": "div", "view_as": "reshape_as", "size": "size",
-    "matmul": "matmul", "floordiv": "floor_divide", "negative": "neg",
+    "matmul": "matmul", "mm": "matmul", "bmm": "matmul", "floordiv": "floor_divide", "negative": "neg",
 }
 
 
