@@ -414,3 +414,20 @@ output y, z, u
     assert y.tolist() == [[0.0, 0.0], [3.0, 0.25]]
     assert z.tolist() == [[-1.0, -1.0], [1.0, 0.25]]
     assert u.tolist() == [[0.5, 0.5], [3.0, 0.5]]
+
+
+def test_to_step_converts_element_types_for_a_bf16_kernel():
+    text = """input x: f32[64, 64]
+input w: f32[64, 64]
+torch xb = to(x, dtype="bf16")
+torch wb = to(w, dtype="bf16")
+kernel k = gemm(xb, wb) { math = bf16; tile = 128x64x64; store y: bf16 = acc }
+torch yf = to(y, dtype="f32")
+output yf
+"""
+    program, diags = check_text(text)
+    assert [d for d in diags if d.severity == "error"] == []
+    x, w = torch.randn(64, 64), torch.randn(64, 64)
+    (y,) = run(program, [x, w], {})
+    expected = (x.bfloat16().double() @ w.bfloat16().double()).float().bfloat16().float()
+    assert y.dtype == torch.float32 and torch.equal(y, expected)
