@@ -80,6 +80,8 @@ def rich_printer(console: Any = None) -> EventSink:
         if kind == "start":
             console.print(f"[bold]optimize[/] {e['problem']}  tier={e['tier']} policy={e['policy']} "
                           f"backend={e['backend']} ({e['backend_reason']})  -> {e['run_dir']}")
+            if e.get("resumed"):
+                console.print(f"  resumed after {e.get('attempts_done', 0)} finished attempts")
         elif kind == "setup":
             refs = ", ".join(f"{k} {v:.4g} us" for k, v in (e.get("reference_us") or {}).items()) or "none"
             console.print(f"  t_SOL {_fmt(e.get('t_sol_us'), '.4g', ' us')} ({e.get('bound')}-bound); reference: {refs}")
