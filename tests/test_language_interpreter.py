@@ -18,6 +18,11 @@ from dsl_compiler.runtime import BindError, bind_params, compare_with_problem, l
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)  # every test sees the same random data
+
+
 def tf32_reference(x: torch.Tensor) -> torch.Tensor:
     """Independent TF32 rounding in float64: 11 significant bits (a fixed quantum of 2**-136 below the
     smallest normal, as fp32's subnormals), ties to even (numpy's round)."""
