@@ -216,7 +216,17 @@ def build_program(program: Program, target: str = "sm90a", jobs: int | None = No
     if target not in TARGETS:
         return BuildResult(ok=False, diagnostics=[Diagnostic(code="unsupported", message=f"unknown target '{target}'",
                                                              expected=", ".join(TARGETS), hint="use target='sm90a'")])
-    emitted, diags = emit_program(program)
+    diags: list[Diagnostic] = []
+    try:  # the static checks catch shape, alignment and config errors before any nvcc time is spent
+        from dsl_compiler.checks import check
+
+        diags = list(check(program, target))
+    except Exception:  # noqa: BLE001 -- the emitter below still reports what it cannot build
+        diags = []
+    if has_errors(diags):
+        return BuildResult(ok=False, diagnostics=diags, seconds=time.perf_counter() - t0)
+    emitted, emit_diags = emit_program(program)
+    diags += emit_diags
     if has_errors(diags):
         return BuildResult(ok=False, diagnostics=diags, seconds=time.perf_counter() - t0)
     if not emitted:

@@ -15,7 +15,7 @@ import time
 import torch
 
 from dsl_compiler.emit_cutlass import emit_program
-from dsl_compiler.ir import Kernel, Program, Reduce
+from dsl_compiler.ir import Kernel, Program
 
 # --- portable begin: depends on torch and ctypes only; export.py copies this block into ModelNew files ---
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -311,7 +311,3 @@ class CutlassProgramModule(torch.nn.Module):
         interpreter.run_steps(self.program, env, self.executor.run_kernel)
         outs = [env[name] for name in self.program.outputs]
         return outs[0] if len(outs) == 1 else tuple(outs)
-
-
-def uses_reductions(kernel: Kernel) -> bool:
-    return any(isinstance(s.expr, Reduce) for s in kernel.stores)

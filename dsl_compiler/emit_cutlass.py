@@ -784,4 +784,8 @@ def emit_program(program: Program) -> tuple[list[EmittedKernel], list[Diagnostic
             emitted.append(emit_kernel(program, kernel, dtypes))
         except EmitError as exc:
             diags.append(exc.diagnostic)
+        except Exception as exc:  # noqa: BLE001 -- a malformed program must come back as a value
+            diags.append(Diagnostic(code="unsupported", span=kernel.span,
+                                    message=f"kernel '{kernel.name}': the CUTLASS emitter cannot translate it ({type(exc).__name__}: {exc})",
+                                    hint="run `mucutlass check` on the program and fix what it reports"))
     return emitted, diags

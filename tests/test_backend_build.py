@@ -131,3 +131,23 @@ def test_real_nvcc_compiles_two_kernels(tmp_path, monkeypatch):
         assert res.ok, "\n".join(d.render() for d in res.diagnostics)
         (so,) = res.artifacts.values()
         assert os.path.getsize(so) > 100_000
+
+
+def test_check_errors_stop_the_build_before_nvcc(fake_toolchain):
+    from test_backend_programs import _gemm
+
+    # K = 130 bf16: a 260-byte row breaks TMA's 16-byte rule, which the static checks report
+    prog, diags = parse(_gemm("misaligned", "bf16", "x", "w", "  store y: bf16 = acc", "", k=130))
+    assert prog is not None, diags
+    res = build.build_program(prog)
+    assert not res.ok and any(d.code == "alignment" for d in res.diagnostics)
+    assert not _calls(fake_toolchain)
+
+
+def test_a_malformed_program_is_a_diagnostic_not_a_crash(fake_toolchain):
+    prog = program("gemm_bf16_nt_coop")
+    kernel = prog.kernels[0]
+    broken = kernel.model_copy(update={"op": kernel.op.model_copy(update={"a": kernel.op.a.model_copy(update={"name": "nope"})})})
+    bad = prog.model_copy(update={"steps": (broken,)})
+    res = build.build_program(bad)
+    assert not res.ok and res.diagnostics and not _calls(fake_toolchain)
