@@ -18,10 +18,8 @@ Nothing here raises on a bad problem: failures come back as diagnostics.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import math
-import operator
 import re
 import sys
 from dataclasses import dataclass, field
@@ -307,11 +305,8 @@ def _target_name(node) -> tuple[str, str]:
             name = str(node.args[1])
             readable = f"Tensor.{name}"
     name = name.lstrip("_")
-    if name.endswith("_") and name not in ("_",):
+    if name.endswith("_"):
         name = name.rstrip("_")  # in-place variants compute the same values here
-    for prefix in ("i",):
-        if name in ("iadd", "isub", "imul", "itruediv"):
-            break
     return name, readable
 
 
@@ -1250,7 +1245,7 @@ class _Lowering:
             if base is None:
                 self.fail(f"{n.name} indexes a value that is not a tuple of tensors")
                 return
-            self.tensor_name[n] = f"{base}_{op.index}" if False else self.tuple_outputs[src][op.index]
+            self.tensor_name[n] = self.tuple_outputs[src][op.index]
             self.cover(n, "folded", where=self.tensor_name[n], reason="tuple element of a PyTorch step")
             return
         if op.kind == "unsupported":
