@@ -93,6 +93,7 @@ def test_wrong_results_move_epilogues_to_pytorch(tier):
 def test_measurements_far_from_the_estimate_rerank_the_rest(tier):
     problem = BUILTIN["01_gemm_square"]
     plan, untried, _ = tier._state(request(problem))
+    untried = [c for c, _ in untried]
     c0 = plan.candidates[0]
     # the next candidate in estimated order with another tile / schedule than the first
     slow = next(c for c in untried[1:] if (c.configs[0][1].tile, c.configs[0][1].schedule)
@@ -103,6 +104,12 @@ def test_measurements_far_from_the_estimate_rerank_the_rest(tier):
     history = [attempt(1, c0.program_text, t_us=c0.t_est_us),  # on the estimate
                attempt(2, slow.program_text, t_us=slow.t_est_us * 3)]  # three times slower than estimated
     _, reranked, _ = tier._state(request(problem, history))
+    predicted = [t for _, t in reranked]
+    assert predicted == sorted(predicted)
+    reranked = [c for c, _ in reranked]
+    # the planner ranks by expected gain: it must keep the re-ranked order
+    gains = [h.expected_gain for h in tier.propose(request(problem, history))]
+    assert gains == sorted(gains, reverse=True)
     estimated = [c for c in untried if c.program_text not in (c0.program_text, slow.program_text)]
     assert sorted(c.title for c in reranked) == sorted(c.title for c in estimated)
     position = {c.title: i for i, c in enumerate(reranked)}

@@ -170,7 +170,9 @@ class OfflineTier:
                 plan.candidates.append(c)
         return plan
 
-    def _state(self, request: WriterRequest) -> tuple[_Plan, list[Candidate], dict[str, AttemptRecord]]:
+    def _state(self, request: WriterRequest) -> tuple[_Plan, list[tuple[Candidate, float]], dict[str, AttemptRecord]]:
+        """The plan for the problem under the fallbacks the history earned, and the untried
+        candidates with their predicted times, best first."""
         problem = request.problem if request.problem is not None else None
         if problem is None:
             raise ValueError("the offline tier needs the loaded problem in the request")
@@ -206,15 +208,13 @@ class OfflineTier:
                 pass
 
     @staticmethod
-    def _rerank(plan: _Plan, untried: list[Candidate], history: list[AttemptRecord]) -> list[Candidate]:
+    def _rerank(plan: _Plan, untried: list[Candidate], history: list[AttemptRecord]) -> list[tuple[Candidate, float]]:
         by_text = {c.program_text: c for c in plan.candidates}
         measured = [(by_text[a.program_text], a.t_us) for a in history
                     if a.program_text in by_text and a.correct and a.t_us and by_text[a.program_text].t_est_us > 0]
-        if not measured:
-            return untried
         ratios = [(c, t / c.t_est_us) for c, t in measured]
         if all(1 / MEASURED_MISS <= r <= MEASURED_MISS for _, r in ratios):
-            return untried
+            return [(c, c.t_est_us) for c in untried]
 
         def similarity(a: Candidate, b: Candidate) -> int:
             score = 0
@@ -227,8 +227,8 @@ class OfflineTier:
             best = max(ratios, key=lambda cr: (similarity(c, cr[0]), -abs(cr[1] - 1)))
             return c.t_est_us * best[1]
 
-        order = {c.program_text: i for i, c in enumerate(untried)}
-        return sorted(untried, key=lambda c: (predicted(c), order[c.program_text]))
+        scored = [(c, predicted(c), i) for i, c in enumerate(untried)]
+        return [(c, t) for c, t, _ in sorted(scored, key=lambda x: (x[1], x[2]))]
 
     # -- the tier protocol -------------------------------------------------------------------------
     def propose(self, request: WriterRequest) -> list[Hypothesis]:
@@ -238,10 +238,10 @@ class OfflineTier:
         if not untried:
             return []
         correct = [a.t_us for a in request.history if a.correct and a.t_us]
-        t_ref = min(correct) if correct else untried[0].t_est_us
+        t_ref = min(correct) if correct else untried[0][1]
         hyps = []
-        for rank_, c in enumerate(untried[:8]):
-            gain = t_ref / c.t_est_us if c.t_est_us > 0 else 1.0
+        for rank_, (c, t_pred) in enumerate(untried[:8]):
+            gain = t_ref / t_pred if t_pred > 0 else 1.0
             title = c.title if not correct else f"{c.title}, {gain:.2f}x over best"
             hyps.append(Hypothesis(
                 title=title,
@@ -259,9 +259,9 @@ class OfflineTier:
             return WriterReply("", model=MODEL_NAME, error="tracing the reference failed: " + _diag_text(plan.trace))
         if not untried:
             return WriterReply("", model=MODEL_NAME, error="offline search exhausted: every candidate configuration was tried")
-        chosen = untried[0]
+        chosen = untried[0][0]
         wanted = request.plan.title if request.plan is not None else ""
-        for c in untried:
+        for c, _ in untried:
             if wanted and wanted.startswith(c.title):
                 chosen = c
                 break
