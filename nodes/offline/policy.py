@@ -246,7 +246,9 @@ class OfflineTier:
             hyps.append(Hypothesis(
                 title=title,
                 rationale=("configuration ranked by the config-aware SOL estimate"
-                           + (f"; varies kernel {c.varied}" if c.varied else "; traced from the reference")),
+                           + (f"; varies kernel {c.varied}" if c.varied else "; traced from the reference")
+                           + (f"; measured times of similar configurations predict {_ms(t_pred)}"
+                              if abs(t_pred - c.t_est_us) > 1e-9 * max(1.0, c.t_est_us) else "")),
                 expected_gain=max(gain, 1e-3), risk=1.0 + 0.01 * rank_, ))
         return hyps
 
