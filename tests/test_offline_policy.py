@@ -166,3 +166,17 @@ def test_runs_through_the_graph_with_zero_tokens(tmp_path, monkeypatch):
     assert summary.tier == "offline" and summary.tokens_in == summary.tokens_out == 0
     (first,) = summary.attempts
     assert first.correct and first.hypothesis.startswith("traced program")
+
+
+def test_a_config_nvcc_rejects_does_not_unfuse_a_kernel_that_built_before(tier):
+    problem = BUILTIN["11_linear_relu"]
+    first = tier.write(request(problem))
+    ok = attempt(1, first.program_text)
+    second = tier.write(request(problem, [ok]))
+    rejected = attempt(2, second.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
+                       failure_reason="compile: build failed",
+                       diagnostics=["error[build]: kernel 'fc': nvcc rejected the CUTLASS kernel (tile): ..."])
+    third = tier.write(request(problem, [ok, rejected]))
+    program, _ = parse(third.program_text)
+    assert not program.torch_steps  # still fused: only the next configuration
+    assert third.program_text not in (first.program_text, second.program_text)

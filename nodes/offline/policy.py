@@ -98,6 +98,8 @@ class OfflineTier:
         demote: list[str] = []
         fuse = "all"
         wrong = 0
+        compiled = {name for a in history if a.compile_ok
+                    for name in re.findall(r"^kernel ([A-Za-z0-9_]+) =", a.program_text, re.M)}
         for a in history:
             reason = a.failure_reason or ""
             if a.correct or not a.program_text or reason.startswith("write"):
@@ -110,6 +112,8 @@ class OfflineTier:
                 for name in dict.fromkeys(names):
                     if name in demote:
                         continue
+                    if "nvcc rejected" in text and name in compiled:
+                        continue  # that configuration failed; the kernel builds in others: try the next one
                     if name in unfuse:
                         demote.append(name)
                     else:
