@@ -250,7 +250,7 @@ class OfflineTier:
             hyps.append(Hypothesis(
                 title=title,
                 rationale=("configuration ranked by the config-aware SOL estimate"
-                           + (f"; varies kernel {c.varied}" if c.varied else "; traced from the reference")
+                           + (f"; varies kernel {c.varied}" if c.varied else f"; traced: {_coverage_text(plan.trace)}")
                            + (f"; measured times of similar configurations predict {_ms(t_pred)}"
                               if abs(t_pred - c.t_est_us) > 1e-9 * max(1.0, c.t_est_us) else "")),
                 expected_gain=max(gain, 1e-3), risk=1.0 + 0.01 * rank_, ))
@@ -288,6 +288,16 @@ def _program_estimate(program, gpu: str) -> float:
         return estimate_program(program, get_gpu(gpu)).t_us
     except Exception:
         return 0.0
+
+
+def _coverage_text(trace: TraceResult) -> str:
+    """One line: what became kernels, epilogues and PyTorch steps, and why anything fell back."""
+    counts = trace.summary()
+    parts = [f"{counts.get(k, 0)} {label}" for k, label in
+             (("kernel", "kernel op(s)"), ("epilogue", "epilogue op(s)"), ("reduction", "reduction(s)"),
+              ("torch_step", "PyTorch step(s)"))]
+    fallbacks = [f"{r.op}: {r.reason}" for r in trace.coverage if r.placement == "torch_step" and r.reason]
+    return ", ".join(parts) + (f" (fallbacks: {'; '.join(fallbacks[:3])})" if fallbacks else "")
 
 
 def _diag_text(trace: TraceResult) -> str:
