@@ -33,7 +33,6 @@ from dsl_compiler.ir import (
     GemmOp,
     GroupedGemmOp,
     Kernel,
-    Let,
     ParamCall,
     Program,
     Reduce,
