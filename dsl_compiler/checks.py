@@ -43,6 +43,7 @@ class Target:
     cooperative_m_multiple: int
     mma_k: dict[str, int]
     tensor_core_math: tuple[str, ...]
+    kmajor_only_math: tuple[str, ...]
     math_storage: dict[str, str]
     reductions: tuple[str, ...]
     reduction_ops: tuple[str, ...]
@@ -76,6 +77,7 @@ def load_target(name: str = "sm90a") -> Target:
         cooperative_m_multiple=d["wgmma"]["cooperative_m_multiple"],
         mma_k=dict(d["wgmma"]["k_elements"]),
         tensor_core_math=tuple(d["wgmma"]["tensor_core_math"]),
+        kmajor_only_math=tuple(d["wgmma"].get("kmajor_only_math", ())),
         math_storage=dict(d["wgmma"]["math_storage"]),
         reductions=tuple(d["epilogue"]["reductions"]),
         reduction_ops=tuple(d["epilogue"]["reduction_ops"]),
@@ -211,6 +213,7 @@ class _KernelChecker:
         self.check_epilogue()
         math = self.check_dtypes()
         self.check_layout_and_alignment()
+        self.check_operand_majorness(math)
         self.check_config(math)
         return self.diags
 
@@ -368,6 +371,23 @@ class _KernelChecker:
                     self.err("alignment", f"alignment = {self.cfg.alignment} does not divide the contiguous extent "
                              f"{extent} of '{name}'", span, found=f"alignment = {self.cfg.alignment}",
                              expected=f"a divisor of {extent}", hint="use alignment = auto")
+
+    def check_operand_majorness(self, math: str) -> None:
+        """tf32 wgmma reads K-major operands only: A stored [.., M, K] (no ^T), B stored [.., N, K] (b^T)."""
+        if self.is_conv or math not in self.t.kmajor_only_math:
+            return
+        a, b = self.operands()
+        for o, bad, stored, want in ((a, a.transpose, "[K, M]", "[M, K]"), (b, not b.transpose, "[K, N]", "[N, K]")):
+            if not bad:
+                continue
+            rank = len(self.types[o.name].shape)
+            d0, d1 = rank - 2, rank - 1
+            fixed = f"{o.name}_t"
+            use = f"gemm({fixed}, ...)" if o is a else f"gemm(..., {fixed}^T)"
+            self.err("layout", f"math = {math} reads K-major operands; '{o.name}' is read from {stored} storage",
+                     o.span, found=f"{o.name}{'^T' if o.transpose else ''}: {stored}, K not contiguous",
+                     expected=f"{'A' if o is a else 'B'} stored {want}" + (" and read with ^T" if o is b else ""),
+                     hint=f"add torch {fixed} = transpose({o.name}, {d0}, {d1}) and write {use}, or use bf16 / f16 math")
 
     # ---- tile, cluster, stages, schedule, decomposition
     def check_config(self, math: str) -> None:

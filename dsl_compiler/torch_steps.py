@@ -145,20 +145,33 @@ def _literal(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def dense(x: Any) -> Any:
+def dense(x: Any, rank3_channels_last: bool = False) -> Any:
     """A step's output stored densely: channels-last when it is laid out so, else PyTorch's default order.
-    Views (transpose, permute, chunk) are copied, so a kernel reading the result sees its declared layout."""
-    if x.dim() >= 3 and not x.is_contiguous():
-        order = (0, *range(2, x.dim()), 1)
-        if x.permute(order).is_contiguous():
+    Views (transpose, permute, chunk) are copied, so a kernel reading the result sees the layout the checks
+    inferred. For rank 3, NWC strides look like a transpose, so they count as channels-last only when
+    ``rank3_channels_last`` (the step is channels_last, or it reads a channels-last rank-3 tensor)."""
+    if x.dim() >= 3 and not x.is_contiguous() and (x.dim() >= 4 or rank3_channels_last):
+        if x.permute(0, *range(2, x.dim()), 1).is_contiguous():
             return x
     return x.contiguous()
+
+
+def _rank3_channels_last(step: ir.TorchStep, layout_of: Callable[[str], str | None]) -> bool:
+    return step.fn == "channels_last" or any(
+        isinstance(a, ir.TensorArg) and layout_of(a.name) == "channels_last" for a in step.args)
+
+
+def _layout(x: Any) -> str | None:
+    if x.dim() == 3 and not x.is_contiguous() and x.permute(0, 2, 1).is_contiguous():
+        return "channels_last"
+    return None
 
 
 def run(step: ir.TorchStep, env: dict[str, Any]) -> dict[str, Any]:
     """Run one step on the tensors in ``env``; returns output name -> tensor (stored densely, see ``dense``)."""
     results = _call(step, lambda name: env[name])
-    return {name: dense(r) for name, r in zip(step.outputs, results)}
+    keep = _rank3_channels_last(step, lambda name: _layout(env[name]))
+    return {name: dense(r, keep) for name, r in zip(step.outputs, results)}
 
 
 _DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -214,7 +227,8 @@ def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
                              hint=f"declare '{a.name}' or compute it in an earlier step", code="undefined-name")
     try:
         results = _call(step, lambda name: empty_like_type(types[name]))
-        return [type_of(dense(r)) for r in results]
+        keep = _rank3_channels_last(step, lambda name: types[name].layout if len(types[name].shape) == 3 else None)
+        return [type_of(dense(r, keep)) for r in results]
     except ShapeError:
         raise
     except Exception as exc:  # noqa: BLE001 - any PyTorch complaint becomes a diagnostic

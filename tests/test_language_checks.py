@@ -248,3 +248,13 @@ def test_output_line_errors_point_at_the_output_line():
     assert "'q' is not defined" in d.message
     d = one(GOOD.replace("output y", "output y, y"), "duplicate-name", 9)
     assert "output twice" in d.message
+
+
+def test_tf32_reads_k_major_operands():
+    d = one(GOOD.replace("gemm(x, w^T)", "gemm(x, wt)").replace('param w: f32[1024, 512] = "fc.weight"',
+                                                              'input wt: f32[512, 1024]'), "layout", 4)
+    assert "K-major" in d.message and "transpose(wt, 0, 1)" in d.hint
+    bf16 = GOOD.replace("f32[", "bf16[").replace("math = tf32", "math = bf16").replace("x32", "x64")
+    text = bf16.replace("gemm(x, w^T)", "gemm(x, wt)").replace('param w: bf16[1024, 512] = "fc.weight"',
+                                                            'input wt: bf16[512, 1024]')
+    assert [d for d in errors(text) if d.code == "layout"] == []  # 16-bit types read either order
