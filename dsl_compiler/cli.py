@@ -191,8 +191,12 @@ def run_interpret(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         for row in result["outputs"]:
+            if row["shape"] is None or (row.get("reason") or "").startswith("shape"):
+                print(f"output {row['name']}: MISMATCH ({row['reason']})")
+                continue
             print(f"output {row['name']}: shape {row['shape']}  max abs error {row['max_abs_error']:.3e}  "
-                  f"max rel error {row['max_rel_error']:.3e}  {'ok' if row['ok'] else 'MISMATCH'}")
+                  f"max rel error {row['max_rel_error']:.3e}  worst/allowed {row['worst_over_allowed']:.3f}  "
+                  f"{'ok' if row['ok'] else 'MISMATCH'}")
         verdict = "PASS" if result["ok"] else "FAIL"
         print(f"{verdict} at tolerance {result['tolerance']:g} (atol = rtol; {result['device']}, seed {args.seed}, "
               f"interpreter with kernel precision: {', '.join(result['math']) or 'no kernels'})")

@@ -109,8 +109,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def compare_outputs(outputs: Any, references: Any, tolerance: float) -> list[dict[str, Any]]:
-    """Per output: shape, max abs error, max rel error (|out - ref| / (|ref| + tolerance)) and whether it
-    passes ``torch.allclose(atol=rtol=tolerance)`` with finite values."""
+    """Per output: shape, max abs error, max rel error (|out - ref| / |ref| where |ref| > tolerance), the
+    worst error as a fraction of what allclose allows (``tolerance * (1 + |ref|)``; pass <= 1), and whether
+    it passes ``torch.allclose(atol=rtol=tolerance)`` with finite values."""
     outs = outputs if isinstance(outputs, tuple | list) else (outputs,)
     refs = references if isinstance(references, tuple | list) else (references,)
     rows = []
@@ -128,11 +129,14 @@ def compare_outputs(outputs: Any, references: Any, tolerance: float) -> list[dic
             continue
         diff = (o - r).abs()
         finite = bool(torch.isfinite(o).all())
+        big = r.abs() > tolerance
         max_abs = float(diff.max()) if diff.numel() else 0.0
-        max_rel = float((diff / (r.abs() + tolerance)).max()) if diff.numel() else 0.0
+        max_rel = float((diff[big] / r.abs()[big]).max()) if bool(big.any()) else 0.0
+        worst = float((diff / (tolerance * (1 + r.abs()))).max()) if diff.numel() else 0.0
         ok = finite and bool(torch.allclose(o, r, atol=tolerance, rtol=tolerance))
         rows.append({"name": name, "shape": list(o.shape), "max_abs_error": max_abs, "max_rel_error": max_rel,
-                     "ok": ok, "reason": None if ok else ("non-finite values" if not finite else "values differ")})
+                     "worst_over_allowed": worst, "ok": ok,
+                     "reason": None if ok else ("non-finite values" if not finite else "values differ")})
     return rows
 
 
