@@ -152,3 +152,20 @@ def test_interpret_device_and_input_mismatch(capsys, tmp_path):
                        .replace("param w1", "input extra: f32[2]\nparam w1"))
     code, _, err = run_cli(capsys, "interpret", str(program), "--problem", str(EXAMPLES / "mlp.py"))
     assert code == 1 and "does not fit the problem's inputs" in err
+
+
+def test_interpret_reports_a_wrong_output_shape(capsys, tmp_path):
+    program = tmp_path / "p.mcu"
+    program.write_text("""input x: f32[64, 128]
+param w: f32[256, 128] = "fc.weight"
+kernel fc = gemm(x, w^T) { math = tf32; store y: f32 = acc; store s: f32 = row_sum(acc) }
+output s
+""")
+    code, out, _ = run_cli(capsys, "interpret", str(program), "--problem", str(EXAMPLES / "gemm_bias_gelu.py"))
+    assert code == 1 and "MISMATCH (shape [64] against the reference's [64, 256])" in out
+
+
+def test_interpret_worst_over_allowed_agrees_with_pass(capsys):
+    code, out, _ = run_cli(capsys, "interpret", "--json", str(EXAMPLES / "mlp.mcu"), "--problem", str(EXAMPLES / "mlp.py"))
+    row = json.loads(out)["outputs"][0]
+    assert code == 0 and row["ok"] and 0 < row["worst_over_allowed"] <= 1
