@@ -17,8 +17,33 @@ from pathlib import Path
 
 # Provided by the GPU host's image (or far too large to carry): never downloaded.
 EXCLUDED = re.compile(r"^(torch|triton|nvidia-(?!cutlass$).*|cuda-.*|numpy|setuptools|pip|wheel)$")
-# The runtime requirements of a GPU worker: the language, the backend and the harness.
-DEFAULT_ROOTS = ("pydantic", "lark", "nvidia-cutlass", "platformdirs", "rich")
+# The runtime requirements of a GPU worker alone (--worker-only): the language, the backend and the harness.
+WORKER_ROOTS = ("pydantic", "lark", "nvidia-cutlass", "platformdirs", "rich")
+
+
+def product_roots() -> tuple[str, ...]:
+    """mucutlass's own runtime requirements (the whole product: graph and model tiers included)."""
+    from importlib import metadata
+
+    try:
+        reqs = metadata.distribution("mucutlass").requires or []
+    except metadata.PackageNotFoundError:  # running from a checkout that is not installed
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        reqs = tomllib.loads(pyproject.read_text())["project"]["dependencies"] if pyproject.is_file() else []
+    names = (_requirement_name(r) for r in reqs)
+    return tuple(n for n in names if n)
+
+
+def read_have(path: Path) -> set[str]:
+    """Package names a host already has, from its `pip freeze` or `pip list` output (one per line)."""
+    have = set()
+    for line in path.read_text().splitlines():
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        if m and not line.lstrip().startswith(("#", "Package", "---")):
+            have.add(canonical(m.group(1)))
+    return have
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
 
@@ -35,15 +60,16 @@ def _requirement_name(req: str) -> str | None:
     return canonical(m.group(1)) if m else None
 
 
-def resolve(roots: tuple[str, ...] = DEFAULT_ROOTS) -> dict[str, str]:
-    """name -> installed version for ``roots`` and everything they require (installed closure)."""
+def resolve(roots: tuple[str, ...] = WORKER_ROOTS, have: set[str] = frozenset()) -> dict[str, str]:
+    """name -> installed version for ``roots`` and everything they require (installed closure),
+    less what the host already ``have``s (its own copy serves, and so do its dependencies)."""
     from importlib import metadata
 
     found: dict[str, str] = {}
     todo = [canonical(r) for r in roots]
     while todo:
         name = todo.pop()
-        if name in found or EXCLUDED.match(name):
+        if name in found or EXCLUDED.match(name) or name in have:
             continue
         try:
             dist = metadata.distribution(name)
@@ -74,7 +100,12 @@ def handle(args: argparse.Namespace) -> int:
     if not re.fullmatch(r"3\.\d+", args.python):
         print(f"error: --python takes a version like 3.12, got '{args.python}'", file=sys.stderr)
         return 2
-    packages = resolve(tuple(args.package) if args.package else DEFAULT_ROOTS)
+    if args.have and not Path(args.have).is_file():
+        print(f"error: --have {args.have}: no such file", file=sys.stderr)
+        return 2
+    have = read_have(Path(args.have)) if args.have else set()
+    roots = tuple(args.package) if args.package else (WORKER_ROOTS if args.worker_only else product_roots())
+    packages = resolve(roots, have)
     if not packages:
         print("error: none of the requirements is installed here; install mucutlass's dependencies first", file=sys.stderr)
         return 1
@@ -105,6 +136,10 @@ def register(subparsers) -> None:
     p.add_argument("--out", default="wheelhouse", help="folder for the wheels (default: ./wheelhouse)")
     p.add_argument("--python", default="3.12", help="the GPU host's Python version (default: 3.12)")
     p.add_argument("--platform", default="manylinux_2_28_x86_64", help="the host's platform tag (more are tried after it)")
-    p.add_argument("--package", action="append", help="a root requirement (repeatable; default: the GPU worker's set)")
+    p.add_argument("--package", action="append", help="a root requirement (repeatable; default: mucutlass's own)")
+    p.add_argument("--worker-only", action="store_true",
+                   help="only what a GPU worker needs (language, backend, harness), not the graph and model tiers")
+    p.add_argument("--have", default=None,
+                   help="the host's `pip freeze` or `pip list` output: packages it has are not downloaded")
     p.add_argument("--dry-run", action="store_true", help="print the pip commands instead of running them")
     p.set_defaults(func=handle)

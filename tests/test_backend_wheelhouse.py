@@ -38,3 +38,20 @@ def test_cli_dry_run_and_usage_error(tmp_path, capsys):
     bad = parser.parse_args(["wheelhouse", "--python", "python3"])
     assert bad.func(bad) == 2
     assert "3.12" in capsys.readouterr().err
+
+
+def test_have_list_skips_what_the_host_has(tmp_path):
+    have_file = tmp_path / "freeze.txt"
+    have_file.write_text("Package    Version\n---------- -------\nTyping_Extensions 4.15.0\nannotated-types==0.7.0\n")
+    have = wheelhouse.read_have(have_file)
+    assert have == {"typing-extensions", "annotated-types"}
+    found = wheelhouse.resolve(("pydantic",), have)
+    assert "pydantic" in found and "pydantic-core" in found
+    assert "typing-extensions" not in found and "annotated-types" not in found
+
+
+def test_default_roots_are_the_product_requirements():
+    roots = set(wheelhouse.product_roots())
+    assert {"langgraph", "langchain-openai", "pydantic", "lark", "nvidia-cutlass"} <= roots
+    assert "torch" in roots  # left out later by the exclusion rule, not forgotten
+    assert "torch" not in wheelhouse.resolve(tuple(roots))
