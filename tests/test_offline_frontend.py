@@ -276,3 +276,97 @@ def test_tf32_operands_are_made_k_major():
     assert [s.fn for s in program.torch_steps] == ["transpose", "contiguous"]
     linear = trace_problem(next(p for p in BUILTIN if p.name == "11_linear_relu")).program
     assert not linear.torch_steps  # nn.Linear's weight is already [N, K]
+
+
+# KernelBench Level 2 shapes of model, small sizes: every op either fuses or becomes a whitelisted step.
+LEVEL2_LIKE = {
+    "conv_transpose_clamp_scale": """
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding, bias_shape, scaling_factor):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding, output_padding=output_padding)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+        self.scaling_factor = scaling_factor
+    def forward(self, x):
+        x = self.conv_transpose(x)
+        x = x + self.bias
+        x = torch.clamp(x, min=0.0, max=1.0)
+        x = x * self.scaling_factor
+        x = torch.clamp(x, min=0.0, max=1.0)
+        x = x / self.scaling_factor
+        return x
+def get_inputs():
+    return [torch.rand(4, 8, 8, 8)]
+def get_init_inputs():
+    return [8, 16, 3, 2, 1, 1, (16, 1, 1), 2.0]
+""",
+    "gemm_sigmoid_scale_groupnorm_max_lse": """
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, num_groups):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.group_norm = nn.GroupNorm(num_groups, out_features)
+        self.scale = nn.Parameter(torch.randn(out_features))
+    def forward(self, x):
+        x = self.gemm(x)
+        x = torch.sigmoid(x)
+        x = x * self.scale
+        x = self.group_norm(x)
+        x = torch.max(x, dim=1, keepdim=True)[0]
+        x = torch.logsumexp(x, dim=1, keepdim=True)
+        return x
+def get_inputs():
+    return [torch.rand(32, 64)]
+def get_init_inputs():
+    return [64, 128, 8]
+""",
+    "conv_mish_batchnorm_mean_pool": """
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bn = nn.BatchNorm2d(out_channels)
+    def forward(self, x):
+        x = self.conv(x)
+        x = x * torch.tanh(torch.nn.functional.softplus(x))
+        x = self.bn(x)
+        x = torch.mean(x, dim=[2, 3], keepdim=True)
+        x = x.view(x.size(0), -1)
+        return torch.nn.functional.max_pool1d(x.unsqueeze(1), 2).squeeze(1)
+def get_inputs():
+    return [torch.rand(4, 16, 12, 12)]
+def get_init_inputs():
+    return [16, 32, 3]
+""",
+    "linear_twice_max_and_sum_tuple_output": """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(64, 64)
+    def forward(self, x):
+        y = self.linear(x)
+        y = torch.max(y, dim=1)[0]
+        z = 1.0 - torch.sigmoid(self.linear(x)) 
+        return y, z.sum(dim=-1) / 4.0
+def get_inputs():
+    return [torch.rand(16, 64)]
+def get_init_inputs():
+    return []
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEVEL2_LIKE))
+def test_level2_like_models_match_the_reference(tmp_path, name):
+    path = write_problem(tmp_path, LEVEL2_LIKE[name], name=name)
+    result = trace_problem(path)
+    assert result.program is not None, result.diagnostics
+    assert check(result.program) == []
+    assert "unsupported" not in {r.placement for r in result.coverage}
+    assert all(r.reason for r in result.coverage if r.placement == "torch_step")
+    outs, ref = run_both(load_problem(path), result.program)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    assert len(outs) == len(refs)
+    for out, expected in zip(outs, refs):
+        assert out.shape == expected.shape
+        assert torch.allclose(out, expected, atol=1e-2, rtol=1e-2)

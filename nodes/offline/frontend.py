@@ -1299,7 +1299,8 @@ class _Lowering:
             self.fail(f"{op.target} ({n.name}): {whitelist_reason}", hint="add the function to the torch-step whitelist or rewrite the model")
             return
         tm = n.meta.get("tensor_meta")
-        if isinstance(tm, (list, tuple)) and not hasattr(tm, "shape"):  # TensorMetadata is itself a NamedTuple
+        single = fn in ("amax", "amin")  # a torch.max(x, dim) whose indices are unused
+        if isinstance(tm, (list, tuple)) and not hasattr(tm, "shape") and not single:  # TensorMetadata is a NamedTuple
             outs = tuple(self.namer(f"{n.name}_{i}") for i in range(len(tm)))
             self.tuple_outputs[n] = outs
             self.tensor_name[("tuple", n)] = outs[0]
