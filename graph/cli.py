@@ -16,7 +16,9 @@ def register(subparsers) -> None:
                     "KernelBench-format problem and write the run directory (best.mcu, CUTLASS sources, "
                     "model_new.py, attempts.csv/json, summary.json).",
     )
-    p.add_argument("problem", help="a KernelBench-format problem file (Model, get_inputs, get_init_inputs)")
+    p.add_argument("problem", nargs="?", default=None,
+                   help="a KernelBench-format problem file (Model, get_inputs, get_init_inputs); default: a built-in "
+                        "Linear + ReLU problem (its full size on a GPU, a tiny one on a machine without one)")
     p.add_argument("--tier", default="offline",
                    help="model tier from the tiers file, or playback:DIR to replay .mcu files (default: offline)")
     p.add_argument("--tiers-file", default=None, help="extra tiers TOML (also MUCUTLASS_TIERS)")
@@ -51,8 +53,27 @@ def _error(msg: str, code: int) -> int:
     return code
 
 
+# The built-in default problem: full size where kernels can run, tiny where the interpreter stands in.
+DEFAULT_PROBLEM_GPU = ("builtin", "11_linear_relu.py")
+DEFAULT_PROBLEM_CPU = ("smoke", "02_linear_relu_tiny.py")
+
+
+def default_problem() -> tuple[Path, str]:
+    """The problem `mucutlass optimize` runs when none is named, and why that one."""
+    from evals.problems import SUITES_DIR
+    from graph.context import resolve_backend
+
+    backend, reason = resolve_backend("auto")
+    suite, name = DEFAULT_PROBLEM_GPU if backend == "cutlass" else DEFAULT_PROBLEM_CPU
+    return SUITES_DIR / suite / name, f"no problem named: the built-in {suite}/{name} ({reason})"
+
+
 def optimize_command(args: argparse.Namespace) -> int:
-    problem = Path(args.problem)
+    if args.problem is None:
+        problem, why = default_problem()
+        print(why, file=sys.stderr)
+    else:
+        problem = Path(args.problem)
     if not problem.is_file():
         return _error(f"{problem}: no such problem file", 1)
     if args.max_attempts < 1:

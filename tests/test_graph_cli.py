@@ -108,3 +108,15 @@ def test_auto_backend_says_what_it_chose_and_why(monkeypatch):
     assert context.resolve_backend("auto") == ("interpreter", "no CUDA GPU visible to PyTorch: timings are model estimates")
     monkeypatch.setattr(context, "gpu_available", lambda: (True, "GPU NVIDIA H200 and nvcc found"))
     assert context.resolve_backend("auto") == ("cutlass", "GPU NVIDIA H200 and nvcc found")
+
+
+def test_optimize_without_a_problem_picks_the_builtin_default(monkeypatch):
+    from graph import cli
+
+    monkeypatch.setattr("graph.context.gpu_available", lambda: (False, "no CUDA GPU visible to PyTorch"))
+    path, why = cli.default_problem()
+    assert path.is_file() and path.parent.name == "smoke"
+    assert "no CUDA GPU" in why and "estimates" in why
+    monkeypatch.setattr("graph.context.gpu_available", lambda: (True, "GPU NVIDIA H200 and nvcc found"))
+    path, why = cli.default_problem()
+    assert path.is_file() and path.parent.name == "builtin" and "H200" in why
