@@ -55,7 +55,9 @@ def prebuild(problems: list, gpu: str, count: int, jobs: int, log=print) -> dict
     """Build the candidate kernels of every problem up front, ``jobs`` nvcc processes at a time."""
     from dsl_compiler.build import build_program
 
-    programs = [(p.name, prog) for p in problems for prog in candidate_programs(p, gpu, count)]
+    # Every problem's first candidate, then every second one...: cut short, each problem still has its first.
+    per_problem = [[(p.name, prog) for prog in candidate_programs(p, gpu, count)] for p in problems]
+    programs = [progs[i] for i in range(count) for progs in per_problem if i < len(progs)]
     log(f"prebuild: {len(programs)} programs of {len(problems)} problems, {jobs} parallel builds")
     start = time.perf_counter()
     failures: list[str] = []
@@ -107,18 +109,59 @@ def why_short(problem, summary, sol: dict, gpu: str) -> str:
     return "; ".join(parts)
 
 
-def run_suite(problems: list, args, log=print) -> dict:
-    from graph.context import RunContext
-    from graph.runner import run_optimize
+def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
+    """One table row from a finished run of the offline tier on ``problem``."""
+    refs = summary.reference_us
+    best = summary.best
+    t = summary.best_t_us
+    t_sol = summary.t_sol_us or sol.get("t_sol_us")
+    row = {
+        "problem": problem.name, "correct": best is not None,
+        "eager_fp32_us": refs.get("eager_fp32"), "eager_tf32_us": refs.get("eager_tf32"),
+        "compile_us": refs.get("compile"), "ours_us": t, "t_sol_us": t_sol, "bound": sol.get("bound"),
+        "sol_fraction": (t_sol / t) if (t and t_sol) else None,
+        "speedup_vs_eager_fp32": refs["eager_fp32"] / t if t and refs.get("eager_fp32") else None,
+        "speedup_vs_eager_tf32": refs["eager_tf32"] / t if t and refs.get("eager_tf32") else None,
+        "speedup_vs_compile": refs["compile"] / t if t and refs.get("compile") else None,
+        "timing_source": best.timing_source if best else None,
+        "precision": best.precision if best else None, "flags": best.flags if best else [],
+        "attempts": len(summary.attempts), "best_attempt": summary.best_index, "stop_reason": summary.stop_reason,
+        "best_hypothesis": best.hypothesis if best else None, "tokens": summary.tokens_in + summary.tokens_out,
+        "wall_s": summary.wall_s,
+    }
+    if not row["correct"] or (row["sol_fraction"] or 0) < TARGET_SOL_FRACTION:
+        row["why"] = why_short(problem, summary, sol, gpu)
+    return row
+
+
+def summarize(rows: list[dict]) -> dict:
+    correct = [r for r in rows if r.get("correct")]
+    return {
+        "geomean_speedup_vs_eager_fp32": geomean([r["speedup_vs_eager_fp32"] for r in correct]),
+        "geomean_speedup_vs_eager_tf32": geomean([r["speedup_vs_eager_tf32"] for r in correct]),
+        "geomean_speedup_vs_compile": geomean([r["speedup_vs_compile"] for r in correct]),
+        "geomean_sol_fraction": geomean([r["sol_fraction"] for r in correct]),
+        "correct": len(correct), "total": len(rows),
+        "short_of_target": [r["problem"] for r in rows if not r.get("correct") or (r.get("sol_fraction") or 0) < TARGET_SOL_FRACTION],
+    }
+
+
+def _sol(problem, gpu: str) -> dict:
     from sol_models.bounds import sol_report
     from sol_models.counting import count_problem
     from sol_models.hardware import get_gpu
 
+    return sol_report(count_problem(problem), get_gpu(gpu), precision="tf32").model_dump()
+
+
+def run_suite(problems: list, args, log=print) -> dict:
+    from graph.context import RunContext
+    from graph.runner import run_optimize
+
     out = Path(args.out)
     rows = []
     for problem in problems:
-        started = time.perf_counter()
-        sol = sol_report(count_problem(problem), get_gpu(args.gpu), precision="tf32").model_dump()
+        sol = _sol(problem, args.gpu)
         ctx = RunContext(tier="offline", backend=args.backend, max_attempts=args.max_attempts, policy=args.policy,
                          gpu=args.gpu)
         run_dir = out / "runs" / f"{args.date}-offline" / problem.name
@@ -128,38 +171,32 @@ def run_suite(problems: list, args, log=print) -> dict:
             rows.append({"problem": problem.name, "correct": False, "why": f"run failed: {type(exc).__name__}: {exc}"})
             log(f"{problem.name}: run failed: {exc}")
             continue
-        refs = summary.reference_us
-        best = summary.best
-        t = summary.best_t_us
-        t_sol = summary.t_sol_us or sol.get("t_sol_us")
-        row = {
-            "problem": problem.name, "correct": best is not None,
-            "eager_fp32_us": refs.get("eager_fp32"), "eager_tf32_us": refs.get("eager_tf32"),
-            "compile_us": refs.get("compile"), "ours_us": t, "t_sol_us": t_sol, "bound": sol.get("bound"),
-            "sol_fraction": (t_sol / t) if (t and t_sol) else None,
-            "speedup_vs_eager_fp32": refs["eager_fp32"] / t if t and refs.get("eager_fp32") else None,
-            "speedup_vs_eager_tf32": refs["eager_tf32"] / t if t and refs.get("eager_tf32") else None,
-            "speedup_vs_compile": refs["compile"] / t if t and refs.get("compile") else None,
-            "timing_source": best.timing_source if best else None,
-            "attempts": len(summary.attempts), "best_attempt": summary.best_index, "stop_reason": summary.stop_reason,
-            "best_hypothesis": best.hypothesis if best else None, "tokens": summary.tokens_in + summary.tokens_out,
-            "wall_s": time.perf_counter() - started,
-        }
-        if not row["correct"] or (row["sol_fraction"] or 0) < TARGET_SOL_FRACTION:
-            row["why"] = why_short(problem, summary, sol, args.gpu)
+        row = problem_row(problem, summary, sol, args.gpu)
         rows.append(row)
-        log(f"{problem.name}: ours {t or float('nan'):.1f} us, SOL {t_sol or float('nan'):.1f} us, "
-            f"{(row['sol_fraction'] or 0):.2f} of SOL, {len(summary.attempts)} attempts")
-    correct = [r for r in rows if r.get("correct")]
-    summary = {
-        "geomean_speedup_vs_eager_fp32": geomean([r["speedup_vs_eager_fp32"] for r in correct]),
-        "geomean_speedup_vs_eager_tf32": geomean([r["speedup_vs_eager_tf32"] for r in correct]),
-        "geomean_speedup_vs_compile": geomean([r["speedup_vs_compile"] for r in correct]),
-        "geomean_sol_fraction": geomean([r["sol_fraction"] for r in correct]),
-        "correct": len(correct), "total": len(rows),
-        "short_of_target": [r["problem"] for r in rows if not r.get("correct") or (r.get("sol_fraction") or 0) < TARGET_SOL_FRACTION],
-    }
-    return {"rows": rows, "summary": summary}
+        log(f"{problem.name}: ours {row['ours_us'] or float('nan'):.1f} us, SOL {row['t_sol_us'] or float('nan'):.1f} us, "
+            f"{(row['sol_fraction'] or 0):.2f} of SOL, {row['attempts']} attempts")
+    return {"rows": rows, "summary": summarize(rows)}
+
+
+def rows_from_evaluation(problems: list, results_path: Path, gpu: str, policy: str = "fixed") -> dict:
+    """The same table from a finished `mucutlass eval` (its results.sqlite), with no GPU: the offline tier's
+    runs under ``policy``, one row per problem of the suite (a problem without a finished run is a failed row)."""
+    from evals.store import ResultsStore
+
+    store = ResultsStore.open_existing(results_path)
+    try:
+        summaries = {s.problem: s for s in store.summaries() if s.tier == "offline" and s.policy == policy}
+        environment = store.environment()
+    finally:
+        store.close()
+    rows = []
+    for problem in problems:
+        summary = summaries.get(problem.name)
+        if summary is None:
+            rows.append({"problem": problem.name, "correct": False, "why": "no finished run in the evaluation"})
+            continue
+        rows.append(problem_row(problem, summary, _sol(problem, gpu), gpu))
+    return {"rows": rows, "summary": summarize(rows), "environment": environment}
 
 
 def _fmt(v, kind="us") -> str:
@@ -205,6 +242,18 @@ def to_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _versions() -> dict:
+    import platform
+
+    import torch
+
+    from dsl_compiler.build import cutlass_version
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cutlass": cutlass_version(),
+            "gpu_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", default="builtin", help="a suite name (builtin, smoke, ...)")
@@ -217,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prebuild", action="store_true", help="build every problem's candidate kernels first, in parallel")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc builds for --prebuild")
     parser.add_argument("--prebuild-only", action="store_true", help="stop after --prebuild")
+    parser.add_argument("--from-eval", default=None, metavar="RESULTS",
+                        help="write the table from a finished `mucutlass eval` (its results.sqlite) instead of running")
     args = parser.parse_args(argv)
     args.date = dt.date.today().isoformat()
 
@@ -240,7 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         doc["prebuild"] = prebuild(problems, args.gpu, args.max_attempts, args.jobs)
         if args.prebuild_only:
             return 0 if not doc["prebuild"]["failed"] else 1
-    doc.update(run_suite(problems, args))
+    if args.from_eval:
+        doc.update(rows_from_evaluation(problems, Path(args.from_eval), args.gpu, args.policy))
+        env = doc.get("environment") or {}
+        doc["gpu"] = env.get("gpu") or args.gpu
+        doc["versions"] = env.get("versions", {})
+    else:
+        doc["versions"] = _versions()
+        doc.update(run_suite(problems, args))
     stem = out / f"{args.date}-{args.gpu}-offline"
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str))
     stem.with_suffix(".md").write_text(to_markdown(doc))
