@@ -74,3 +74,12 @@ def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: li
                       best_program_json=state.get("program_json"), best_artifacts=dict(state.get("artifacts") or {}),
                       best_sources=dict(state.get("sources") or {}))
     return update
+
+
+def ceiling_bound_us(sol: dict, precision: str | None) -> float | None:
+    """The t_SOL a measured time is held to: the bound of the narrowest precision the program
+    computed in (``precision`` is e.g. "tf32" or "bf16,tf32"), since a bf16 kernel may honestly beat
+    the tf32 bound but never its own; the report's headline bound when none is known."""
+    per = sol.get("per_precision") or {}
+    bounds = [(per.get(p) or {}).get("t_sol_us") for p in (precision or "").split(",")]
+    return min((b for b in bounds if b), default=None) or sol.get("t_sol_us")

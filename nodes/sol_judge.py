@@ -7,7 +7,7 @@ import time
 
 from langgraph.runtime import Runtime
 
-from graph.attempts import judge
+from graph.attempts import ceiling_bound_us, judge
 from graph.context import RunContext
 from graph.policies import should_stop
 from graph.state import OptimizeState, current, history
@@ -19,7 +19,7 @@ def sol_judge(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     update: dict = {}
     attempt = current(state)
     if attempt is not None:  # a profiled attempt to judge (failed ones were finished where they failed)
-        t_sol = state.get("sol", {}).get("t_sol_us")
+        t_sol = ceiling_bound_us(state.get("sol", {}), attempt.precision)
         flags: list[str] = []
         if t_sol and attempt.t_us:
             ok, reason = svc.ceiling_check(attempt.t_us, t_sol)

@@ -182,3 +182,14 @@ def test_faster_than_light_is_flagged_and_never_best(tmp_path):
     assert flagged.correct and flagged.t_us == 5.0 and not flagged.improved
     assert flagged.flags and flagged.flags[0].startswith("sol_ceiling")
     assert summary.best_index == 1 and summary.best_t_us == 80.0
+
+
+def test_ceiling_uses_the_bound_of_the_precision_used():
+    from graph.attempts import ceiling_bound_us
+
+    sol = {"t_sol_us": 10.0, "per_precision": {"tf32": {"t_sol_us": 10.0}, "bf16": {"t_sol_us": 5.0}}}
+    assert ceiling_bound_us(sol, "tf32") == 10.0
+    assert ceiling_bound_us(sol, "bf16") == 5.0
+    assert ceiling_bound_us(sol, "bf16,tf32") == 5.0  # the narrowest precision bounds the program
+    assert ceiling_bound_us(sol, "f8") == 10.0 and ceiling_bound_us(sol, None) == 10.0
+    assert ceiling_bound_us({"t_sol_us": 7.0}, "bf16") == 7.0
