@@ -133,11 +133,28 @@ def resolve_run_fn(run_fn: str | RunFn) -> RunFn:
         raise EvalError(f"cannot load the run function {run_fn!r}: {exc}") from None
 
 
+_SHARED_SERVICES: dict[str, Any] = {}
+
+
+def shared_services(gpu: str = "h200") -> Any:
+    """One set of graph services (and so one harness worker) per evaluation process, reused by every
+    run it executes: starting a worker costs seconds (torch import, CUDA context) per problem otherwise."""
+    if gpu not in _SHARED_SERVICES:
+        import atexit
+
+        from graph.context import Services
+
+        _SHARED_SERVICES[gpu] = services = Services(gpu=gpu)
+        atexit.register(services.close)
+    return _SHARED_SERVICES[gpu]
+
+
 def make_context(spec: RunSpec) -> Any:
-    """The graph's RunContext for this run."""
+    """The graph's RunContext for this run, on this process's shared services."""
     from graph.context import RunContext
 
-    return RunContext(tier=spec.tier, policy=spec.policy, max_attempts=spec.max_attempts, backend=spec.backend)
+    return RunContext(tier=spec.tier, policy=spec.policy, max_attempts=spec.max_attempts, backend=spec.backend,
+                      services=shared_services())
 
 
 def optimize_or_resume(problem_path: str, ctx: Any, run_dir: str,
@@ -147,7 +164,7 @@ def optimize_or_resume(problem_path: str, ctx: Any, run_dir: str,
     from graph.runner import RUN_FILE, resume_run, run_optimize
 
     if (Path(run_dir) / RUN_FILE).is_file():
-        return resume_run(run_dir, on_event)
+        return resume_run(run_dir, on_event, services=ctx.services)
     return run_optimize(problem_path, ctx, run_dir, on_event)
 
 

@@ -208,6 +208,9 @@ class RunContext:
             raise ValueError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        # A run closes only the services it made: a caller that passes its own (an evaluation reusing
+        # one harness worker across problems) keeps them open.
+        self._owns_services = self.services is None
         if self.services is None:
             self.services = Services(gpu=self.gpu)
 

@@ -193,3 +193,20 @@ def test_ceiling_uses_the_bound_of_the_precision_used():
     assert ceiling_bound_us(sol, "bf16,tf32") == 5.0  # the narrowest precision bounds the program
     assert ceiling_bound_us(sol, "f8") == 10.0 and ceiling_bound_us(sol, None) == 10.0
     assert ceiling_bound_us({"t_sol_us": 7.0}, "bf16") == 7.0
+
+
+def test_a_run_closes_only_services_it_made(tmp_path):
+    class Counting(TextTrackingServices):
+        closed = 0
+
+        def close(self):
+            type(self).closed += 1
+            super().close()
+
+    services = Counting()
+    tier, _ = chat_tier(GOOD)
+    ctx = RunContext(tier="fake", policy="fixed", max_attempts=1, backend="interpreter", tier_impl=tier,
+                     services=services)
+    run_optimize(write_problem(tmp_path), ctx, tmp_path / "run")
+    assert Counting.closed == 0  # the caller's services (an evaluation's shared harness) stay open
+    assert RunContext(backend="interpreter")._owns_services and not ctx._owns_services
