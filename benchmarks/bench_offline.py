@@ -186,17 +186,18 @@ def rows_from_evaluation(problems: list, results_path: Path, gpu: str, policy: s
     store = ResultsStore.open_existing(results_path)
     try:
         summaries = {s.problem: s for s in store.summaries() if s.tier == "offline" and s.policy == policy}
-        environment = store.environment()
+        environment, config = store.environment(), store.config() or {}
     finally:
         store.close()
     rows = []
     for problem in problems:
-        summary = summaries.get(problem.name)
+        summary = summaries.get(problem.key) or summaries.get(problem.name)
         if summary is None:
             rows.append({"problem": problem.name, "correct": False, "why": "no finished run in the evaluation"})
             continue
         rows.append(problem_row(problem, summary, _sol(problem, gpu), gpu))
-    return {"rows": rows, "summary": summarize(rows), "environment": environment}
+    return {"rows": rows, "summary": summarize(rows), "environment": environment,
+            "backend": config.get("backend", "cutlass"), "max_attempts": config.get("max_attempts")}
 
 
 def _fmt(v, kind="us") -> str:

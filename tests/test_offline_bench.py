@@ -54,7 +54,7 @@ def test_table_from_a_finished_evaluation(tmp_path, capsys):
     store.init_evaluation({"tiers": ["offline"], "policies": ["fixed"]}, {"gpu": "NVIDIA H200", "versions": {"torch": "x"}})
     attempt = AttemptRecord(index=1, program_text="", compile_ok=True, correct=True, t_us=50.0, timing_source="gpu",
                             precision="tf32", reached="done")
-    store.finish_run(RunSummary(problem="02_linear_relu_tiny", tier="offline", policy="fixed", backend="cutlass",
+    store.finish_run(RunSummary(problem="smoke/02_linear_relu_tiny", tier="offline", policy="fixed", backend="cutlass",
                                 gpu="h200", attempts=[attempt], best_index=1, best_t_us=50.0, t_sol_us=10.0,
                                 reference_us={"eager_fp32": 200.0, "eager_tf32": 100.0, "compile": 75.0}))
     store.close()
