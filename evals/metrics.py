@@ -102,10 +102,11 @@ def median_speedup(results: Sequence[ProblemResult], baseline: str) -> float | N
 
 
 def fast_p(results: Sequence[ProblemResult], p: float, baseline: str) -> float:
-    """KernelBench's fast_p: correct and speedup strictly above p, over all problems."""
+    """KernelBench's fast_p: correct and speedup strictly above p, over all problems. fast_0 is the
+    correctness rate, also where no baseline was timed (a run without a GPU)."""
     if not results:
         return 0.0
-    hits = sum(1 for r in results if r.counts and r.speedups.get(baseline, 0.0) > p)
+    hits = sum(1 for r in results if r.counts and (p <= 0 or (r.speedups.get(baseline) or 0.0) > p))
     return hits / len(results)
 
 

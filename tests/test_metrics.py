@@ -45,6 +45,12 @@ def test_fast_p_is_kernelbench_definition(results):
     assert metrics.fast_p([], 1.0, "eager_fp32") == 0.0
 
 
+def test_fast_0_is_the_correctness_rate_without_timed_baselines():
+    untimed = [_r("A", True), _r("B", True), _r("C", False)]  # a run without a GPU times no baseline
+    assert metrics.fast_p(untimed, 0.0, "eager_fp32") == pytest.approx(2 / 3)
+    assert metrics.fast_p(untimed, 0.5, "eager_fp32") == 0.0
+
+
 def test_attempt_curve_counts_first_n_attempts(results):
     # >= 2x over eager_fp32: only A, from its third attempt; runs that stopped keep their best
     assert metrics.attempt_curve(results, "eager_fp32") == [0.0, 0.0, 0.25]
