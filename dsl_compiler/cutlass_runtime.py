@@ -246,9 +246,9 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
 class CutlassExecutor:
     """Runs the kernels of one program from their built libraries."""
 
-    def __init__(self, program: Program, artifacts: dict[str, str]):
+    def __init__(self, program: Program, artifacts: dict[str, str] | None):
         self.program = program
-        self.artifacts = dict(artifacts)
+        self.artifacts = dict(artifacts or {})  # a program of PyTorch steps alone has nothing built
         emitted, diags = emit_program(program)
         if diags:
             raise CutlassError("; ".join(d.message for d in diags))

@@ -140,3 +140,17 @@ def test_unsupported_programs_get_a_diagnostic_with_a_hint(name):
     emitted, diags = emit_program(prog)
     assert diags and all(d.code == "unsupported" and d.hint for d in diags), diags
     assert diags[0].span is not None
+
+
+def test_a_program_of_torch_steps_alone_loads_on_the_cutlass_backend_without_artifacts():
+    import torch
+
+    from dsl_compiler import parse
+    from dsl_compiler.runtime import load
+
+    program, diags = parse("input x: f32[4, 8]\ntorch y = sigmoid(x)\noutput y\n")
+    assert program is not None and not diags
+    x = torch.randn(4, 8)
+    for artifacts in (None, {}):  # what a build of no kernels hands over
+        module = load(program, "cutlass", {}, artifacts)
+        assert torch.equal(module(x), torch.sigmoid(x))

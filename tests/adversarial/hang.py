@@ -1,9 +1,9 @@
-"""Never returns: a busy loop on the CPU; on the GPU a kernel that spins forever."""
+"""Never returns: a busy loop on the CPU; on the GPU a kernel that spins for hours."""
 import torch
 import torch.nn as nn
-from torch.utils.cpp_extension import load_inline  # noqa: F401
 
-_CODE = "template <typename T> T spin(T x) { volatile int i = 1; while (i) { } return x; }"
+# torch.cuda._sleep spins a GPU kernel for this many clock cycles: about 1.4 hours at 1.98 GHz.
+_SPIN_CYCLES = 10**13
 
 
 class ModelNew(nn.Module):
@@ -13,8 +13,8 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         if x.is_cuda:
-            y = torch.cuda.jiterator._create_jit_fn(_CODE)(x)
+            torch.cuda._sleep(_SPIN_CYCLES)
             torch.cuda.synchronize()
-            return y
+            return self.fc(x)
         while True:
             pass
