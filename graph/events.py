@@ -95,8 +95,11 @@ def rich_printer(console: Any = None) -> EventSink:
                 result = f"[red]{(e.get('failure_reason') or e.get('reached') or 'failed')[:90]}[/]"
             if e.get("flags"):
                 result += f" [yellow]flagged: {e['flags'][0][:60]}[/]"
+            # the best as a speedup where a reference was timed, else as a time (no GPU: no reference)
+            best = (_fmt(e.get("best_speedup"), ".2f", "x") if e.get("best_speedup")
+                    else _fmt(e.get("best_t_us"), ".4g", " us"))
             console.print(
-                f"  attempt {e['index']}/{e['of']}: {result} | best {_fmt(e.get('best_speedup'), '.2f', 'x')} "
+                f"  attempt {e['index']}/{e['of']}: {result} | best {best} "
                 f"headroom {_fmt(e.get('headroom'), '.2f', 'x')} tokens {e.get('tokens', 0)} | "
                 f"[dim]{(e.get('hypothesis') or '')[:60]}[/]"
             )
