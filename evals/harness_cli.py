@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from typing import Any, Callable
@@ -76,13 +75,10 @@ def baseline_row(problem, harness, gpu: str, precision: str = "tf32") -> dict:
     return row
 
 
-def geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
-
-
 def summarize(rows: list[dict]) -> dict:
     """Geomean fraction of SOL reached by each baseline (t_SOL / t), as in the project's facts."""
+    from evals.metrics import geomean
+
     out: dict[str, Any] = {"problems": len(rows)}
     for key in ("eager_fp32", "eager_tf32", "compile", "best"):
         out[f"{key}_geomean_sol_fraction"] = geomean([r.get(f"{key}_sol_fraction") for r in rows])

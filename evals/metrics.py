@@ -84,8 +84,9 @@ def result_from_summary(summary: RunSummary) -> ProblemResult:
     )
 
 
-def geomean(values: Iterable[float]) -> float | None:
-    xs = [v for v in values if v is not None and v > 0]
+def geomean(values: Iterable[float | None]) -> float | None:
+    """Geometric mean of the positive, finite values (None, zero and inf are left out); None if none is left."""
+    xs = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     if not xs:
         return None
     return math.exp(sum(math.log(v) for v in xs) / len(xs))

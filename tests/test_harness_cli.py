@@ -49,7 +49,8 @@ def test_baseline_rows_summary_and_markdown():
     from pathlib import Path
 
     from evals.harness import ReferenceTimings
-    from evals.harness_cli import baseline_row, geomean, summarize
+    from evals.harness_cli import baseline_row, summarize
+    from evals.metrics import geomean
     from evals.problems import load_suite
 
     class FakeHarness:  # the reference timings a GPU would give
