@@ -31,7 +31,7 @@ import traceback
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, Field
 
@@ -583,29 +583,30 @@ def _expr_nodes(expr: Any):
             yield from _expr_nodes(sub)
 
 
+def epilogue_nodes(kernel: Any) -> Iterator[Any]:
+    """Every node of a kernel's let and store expressions (``ir`` expression nodes), depth-first."""
+    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
+        yield from _expr_nodes(expr)
+
+
+def epilogue_refs(kernel: Any) -> list[Any]:
+    """The ``ir.Ref`` nodes of a kernel's epilogue that read tensors (reads of its lets left out)."""
+    from dsl_compiler import ir
+
+    lets = {let.name for let in kernel.lets}
+    return [node for node in epilogue_nodes(kernel) if isinstance(node, ir.Ref) and node.name not in lets]
+
+
 def _epilogue_cost_per_element(kernel: Any) -> float:
     from dsl_compiler import ir
 
     cost = 0.0
-    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
-        for node in _expr_nodes(expr):
-            if isinstance(node, (ir.Unary, ir.ParamCall)):
-                cost += _EPILOGUE_FLOPS.get(node.fn, 1.0)
-            elif isinstance(node, (ir.Binary, ir.Reduce)):
-                cost += 1.0
+    for node in epilogue_nodes(kernel):
+        if isinstance(node, (ir.Unary, ir.ParamCall)):
+            cost += _EPILOGUE_FLOPS.get(node.fn, 1.0)
+        elif isinstance(node, (ir.Binary, ir.Reduce)):
+            cost += 1.0
     return cost
-
-
-def _epilogue_refs(kernel: Any) -> set[str]:
-    from dsl_compiler import ir
-
-    lets = {let.name for let in kernel.lets}
-    names: set[str] = set()
-    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
-        for node in _expr_nodes(expr):
-            if isinstance(node, ir.Ref) and node.name not in lets:
-                names.add(node.name)
-    return names
 
 
 def _bytes_of(t: Any) -> float:
@@ -659,7 +660,7 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
                 operands = (op.a.name, op.b.name)
                 op_name = "gemm"
             operand_bytes = sum(_bytes_of(types[n]) for n in dict.fromkeys(operands))
-            aux = _epilogue_refs(step) - set(operands)
+            aux = {ref.name for ref in epilogue_refs(step)} - set(operands)
             aux_bytes = sum(_bytes_of(types[n]) for n in aux if n in types)
             store_bytes = sum(_bytes_of(types[s.name]) for s in step.stores)
             steps.append(StepTraffic(
@@ -700,7 +701,7 @@ def count_program(program: Any) -> WorkCount:
         if isinstance(step, ir.Kernel):
             op = step.op
             read_names |= {op.x.name, op.w.name} if isinstance(op, ir.ConvOp) else {op.a.name, op.b.name}
-            read_names |= _epilogue_refs(step)
+            read_names |= {ref.name for ref in epilogue_refs(step)}
         else:
             read_names |= {a.name for a in step.args if isinstance(a, ir.TensorArg)}
     input_bytes = sum(_bytes_of(types[d.name]) for d in program.inputs)

@@ -314,13 +314,6 @@ def estimate_program(program: Any, gpu: GpuSpec) -> ProgramEstimate:
 
 def _full_aux(kernel: Any) -> set[str]:
     """Epilogue tensors read at full output size (residuals), which cost per-tile traffic."""
-    from dsl_compiler import ir
-    from sol_models.counting import _expr_nodes
+    from sol_models.counting import epilogue_refs
 
-    lets = {let.name for let in kernel.lets}
-    names: set[str] = set()
-    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
-        for node in _expr_nodes(expr):
-            if isinstance(node, ir.Ref) and node.index == "full" and node.name not in lets:
-                names.add(node.name)
-    return names
+    return {ref.name for ref in epilogue_refs(kernel) if ref.index == "full"}

@@ -73,22 +73,16 @@ def _precisions(problem_info: Any) -> tuple[str, ...]:
 
 def epilogue_class(kernel: ir.Kernel) -> str:
     """What the epilogue costs in memory traffic: none < elementwise < bias < residual < reduction."""
-    from sol_models.counting import _expr_nodes
+    from sol_models.counting import epilogue_nodes, epilogue_refs
 
     rank = {"none": 0, "elementwise": 1, "bias": 2, "residual": 3, "reduction": 4}
-    lets = {let.name for let in kernel.lets}
-    found = "none"
-    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
-        for node in _expr_nodes(expr):
-            kind = "none"
-            if isinstance(node, ir.Reduce):
-                kind = "reduction"
-            elif isinstance(node, ir.Ref) and node.name not in lets:
-                kind = "residual" if node.index == "full" else "bias"
-            elif isinstance(node, (ir.Unary, ir.Binary, ir.ParamCall, ir.Const)):
-                kind = "elementwise"
-            if rank[kind] > rank[found]:
-                found = kind
+    nodes = list(epilogue_nodes(kernel))
+    kinds = {"none"} | {"residual" if ref.index == "full" else "bias" for ref in epilogue_refs(kernel)}
+    if any(isinstance(node, ir.Reduce) for node in nodes):
+        kinds.add("reduction")
+    if any(isinstance(node, (ir.Unary, ir.Binary, ir.ParamCall, ir.Const)) for node in nodes):
+        kinds.add("elementwise")
+    found = max(kinds, key=rank.__getitem__)
     if len(kernel.stores) > 1 and rank[found] < rank["residual"]:
         found = "residual"  # an extra full store moves as much as a residual read
     return found
