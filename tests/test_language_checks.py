@@ -47,44 +47,79 @@ def test_target_description_is_data():
     assert check(program, target="sm00")[0].code == "target"
 
 
-def test_undefined_name():
-    d = one(GOOD.replace("acc + b[col]", "acc + bias[col]"), "undefined-name", 7)
-    assert "'bias' is not defined" in d.message
+def _edit(*pairs: tuple[str, str]) -> str:
+    text = GOOD
+    for old, new in pairs:
+        text = text.replace(old, new)
+    return text
 
 
-def test_name_used_before_it_is_defined():
-    text = GOOD.replace("output y", "kernel g = gemm(y, w) { math = tf32; store z: f32 = acc }\noutput z").replace(
-        "gemm(x, w^T)", "gemm(z, w^T)")
-    d = one(text, "undefined-name", 4)
-    assert "before it is defined" in d.message and "move" in d.hint
+_BF16 = (("f32[", "bf16["), ("math = tf32", "math = bf16"))
+_SECOND_KERNEL = "kernel g = gemm(y, w^T) { math = tf32; store z: f32 = acc }\noutput z"
+
+# One edit of GOOD per row: the error class it must raise, on which line, and what the diagnostic's
+# fields must say (field -> substrings).
+SINGLE_ERRORS = [
+    pytest.param([("acc + b[col]", "acc + bias[col]")], "undefined-name", 7,
+                 {"message": ["'bias' is not defined"]}, id="undefined-name"),
+    pytest.param([("output y", _SECOND_KERNEL.replace("gemm(y, w^T)", "gemm(y, w)")), ("gemm(x, w^T)", "gemm(z, w^T)")],
+                 "undefined-name", 4, {"message": ["before it is defined"], "hint": ["move"]}, id="used-before-defined"),
+    pytest.param([("store y: f32", "store x: f32")], "duplicate-name", 7,
+                 {"message": ["defined twice"]}, id="duplicate-name"),
+    pytest.param([("gemm(x, w^T)", "gemm(x, w)")], "shape-mismatch", 4,
+                 {"message": ["K=512"], "hint": ["w^T"]}, id="shape-between-operands"),
+    # 256 = M: the hint names the other index
+    pytest.param([("param b: f32[1024]", "param b: f32[256]")], "shape-mismatch", 7,
+                 {"message": ["[col]"], "hint": ["b[row]"]}, id="shape-of-epilogue-vector"),
+    pytest.param([("output y", _SECOND_KERNEL)], "shape-mismatch", 9,
+                 {"message": ["A gives K=1024, B gives K=512"]}, id="shape-between-stages"),
+    pytest.param([("math = tf32", "math = bf16")], "dtype", 5, {"message": ["bf16 over f32"]}, id="dtype-math"),
+    pytest.param([("param w: f32[1024, 512]", "param w: bf16[1024, 512]")], "dtype", 4,
+                 {"message": ["different element types"]}, id="dtype-operands"),
+    pytest.param([("[256, 512]", "[256, 510]"), ("[1024, 512]", "[1024, 510]")], "alignment", 4,
+                 {"message": ["16 bytes"], "expected": ["multiple of 4"]}, id="alignment-of-contiguous-extent"),
+    pytest.param([("math = tf32", "math = tf32; alignment = 2")], "alignment", 5,
+                 {"found": ["alignment = 2"]}, id="alignment-knob"),
+    pytest.param([("128x256x32", "96x256x32")], "tile", 6, {"expected": ["multiple of 64"]}, id="tile-m"),
+    pytest.param([("128x256x32", "128x264x32")], "tile", 6, {"expected": ["8..256"]}, id="tile-n"),
+    pytest.param([("128x256x32", "128x256x12")], "tile", 6, {"expected": ["multiple of 8", "tf32"]}, id="tile-k"),
+    pytest.param([("128x256x32", "64x256x32")], "tile", 6, {"message": ["cooperative"]}, id="tile-cooperative"),
+    pytest.param([*_BF16, ("128x256x32", "128x256x40")], "tile", 6,
+                 {"expected": ["multiple of 16"]}, id="tile-k-follows-the-math-type"),
+    pytest.param([("cluster = 2x1x1", "cluster = 4x4x1")], "cluster", 6, {"expected": ["at most 8"]}, id="cluster-size"),
+    pytest.param([("cluster = 2x1x1", "cluster = 3x1x1")], "cluster", 6,
+                 {"message": ["not a legal cluster"]}, id="cluster-shape"),
+    # 8 x 48 KB does not fit; 4 does
+    pytest.param([("stages = 4", "stages = 8")], "smem", 6,
+                 {"expected": ["232448"], "hint": ["stages = 4"]}, id="smem-budget"),
+    pytest.param([("stages = 4", "stages = auto"), ("128x256x32", "256x256x128")], "smem", 6,
+                 {"hint": ["smaller tile"]}, id="smem-budget-with-auto-stages"),
+    pytest.param([("relu(acc + b[col])", "relu(acc) + row_sum(acc)")], "reduction", 7,
+                 {"hint": ["own store"]}, id="reduction-only-at-the-top"),
+    pytest.param([("schedule = cooperative", "schedule = cooperative; decomposition = split_k; split_k = 2"),
+                  ("  store y: f32 = relu(acc + b[col])", "  store y: f32 = acc\n  store s: f32 = row_max(acc)")],
+                 "reduction", 8, {"expected": ["data_parallel"]}, id="reduction-with-split-k"),
+    pytest.param([("stages = 4", "stages = 4; split_k = 3")], "config", 6,
+                 {"hint": ["decomposition = split_k"]}, id="config-split-k"),
+    pytest.param([("stages = 4", "stages = 4; swizzle = 3")], "config", 6, {"message": ["swizzle"]}, id="config-swizzle"),
+    pytest.param([("output y", "torch z = reshape(y, (3, 7))\noutput z")], "torch-step", 9,
+                 {"message": ["reshape"], "found": ["y [256, 1024]"]}, id="torch-step-fails"),
+    pytest.param([("output y", "torch z = frobnicate(y)\noutput z")], "unknown-function", 9,
+                 {"message": ["frobnicate"]}, id="torch-step-unknown"),
+    pytest.param([("output y", "output y, q")], "undefined-name", 9,
+                 {"message": ["'q' is not defined"]}, id="output-undefined"),
+    pytest.param([("output y", "output y, y")], "duplicate-name", 9, {"message": ["output twice"]}, id="output-twice"),
+    pytest.param([("gemm(x, w^T)", "gemm(x, wt)"), ('param w: f32[1024, 512] = "fc.weight"', "input wt: f32[512, 1024]")],
+                 "layout", 4, {"message": ["K-major"], "hint": ["transpose(wt, 0, 1)"]}, id="tf32-reads-k-major"),
+]
 
 
-def test_duplicate_name():
-    d = one(GOOD.replace("store y: f32", "store x: f32"), "duplicate-name", 7)
-    assert "defined twice" in d.message
-
-
-def test_shape_mismatch_between_operands():
-    d = one(GOOD.replace("gemm(x, w^T)", "gemm(x, w)"), "shape-mismatch", 4)
-    assert "K=512" in d.message and "w^T" in d.hint
-
-
-def test_shape_mismatch_of_epilogue_vector():
-    d = one(GOOD.replace('param b: f32[1024]', 'param b: f32[256]'), "shape-mismatch", 7)
-    assert "[col]" in d.message and "b[row]" in d.hint  # 256 = M: the hint names the other index
-
-
-def test_shape_mismatch_between_stages():
-    text = GOOD.replace("output y", "kernel g = gemm(y, w^T) { math = tf32; store z: f32 = acc }\noutput z")
-    d = one(text, "shape-mismatch", 9)
-    assert "A gives K=1024, B gives K=512" in d.message
-
-
-def test_dtype_operands_and_math():
-    d = one(GOOD.replace("math = tf32", "math = bf16"), "dtype", 5)
-    assert "bf16 over f32" in d.message
-    d = one(GOOD.replace('param w: f32[1024, 512]', 'param w: bf16[1024, 512]'), "dtype", 4)
-    assert "different element types" in d.message
+@pytest.mark.parametrize("edits, code, line, says", SINGLE_ERRORS)
+def test_one_error(edits, code, line, says):
+    d = one(_edit(*edits), code, line)
+    for field, parts in says.items():
+        for part in parts:
+            assert part in getattr(d, field), d.render()
 
 
 def test_f32_math_is_an_error_for_cutlass_and_a_warning_for_the_interpreter():
@@ -94,57 +129,6 @@ def test_f32_math_is_an_error_for_cutlass_and_a_warning_for_the_interpreter():
     program, diags = check_text(text, backend=None)
     assert [x.severity for x in diags if x.code == "dtype"] == ["warning"]
     assert "SIMT" in diags[0].message
-
-
-def test_alignment_of_contiguous_extent():
-    text = GOOD.replace("[256, 512]", "[256, 510]").replace("[1024, 512]", "[1024, 510]")
-    d = one(text, "alignment", 4)
-    assert "16 bytes" in d.message and "multiple of 4" in d.expected
-
-
-def test_alignment_knob():
-    d = one(GOOD.replace("math = tf32", "math = tf32; alignment = 2"), "alignment", 5)
-    assert "alignment = 2" in d.found
-
-
-def test_tile_rules():
-    d = one(GOOD.replace("128x256x32", "96x256x32"), "tile", 6)
-    assert "multiple of 64" in d.expected
-    d = one(GOOD.replace("128x256x32", "128x264x32"), "tile", 6)
-    assert "8..256" in d.expected
-    d = one(GOOD.replace("128x256x32", "128x256x12"), "tile", 6)
-    assert "multiple of 8" in d.expected and "tf32" in d.expected
-    d = one(GOOD.replace("128x256x32", "64x256x32"), "tile", 6)
-    assert "cooperative" in d.message
-
-
-def test_tile_k_follows_the_math_type():
-    bf16 = GOOD.replace("f32[", "bf16[").replace("math = tf32", "math = bf16").replace("store y: bf16", "store y: f32")
-    d = one(bf16.replace("128x256x32", "128x256x40"), "tile", 6)
-    assert "multiple of 16" in d.expected
-
-
-def test_cluster_limits():
-    d = one(GOOD.replace("cluster = 2x1x1", "cluster = 4x4x1"), "cluster", 6)
-    assert "at most 8" in d.expected
-    d = one(GOOD.replace("cluster = 2x1x1", "cluster = 3x1x1"), "cluster", 6)
-    assert "not a legal cluster" in d.message
-
-
-def test_shared_memory_budget():
-    d = one(GOOD.replace("stages = 4", "stages = 8"), "smem", 6)
-    assert "232448" in d.expected and "stages = 4" in d.hint  # 8 x 48 KB does not fit; 4 does
-
-
-def test_shared_memory_budget_with_auto_stages():
-    text = GOOD.replace("stages = 4", "stages = auto").replace("128x256x32", "256x256x128")
-    d = one(text, "smem", 6)
-    assert "smaller tile" in d.hint
-
-
-def test_reductions_only_at_the_top_of_a_store():
-    d = one(GOOD.replace("relu(acc + b[col])", "relu(acc) + row_sum(acc)"), "reduction", 7)
-    assert "own store" in d.hint
 
 
 def test_reductions_only_where_supported():
@@ -161,20 +145,6 @@ output y, s
     assert "conv" in d.message and "torch step" in d.hint
 
 
-def test_reduction_with_split_k():
-    text = GOOD.replace("schedule = cooperative", "schedule = cooperative; decomposition = split_k; split_k = 2").replace(
-        "  store y: f32 = relu(acc + b[col])", "  store y: f32 = acc\n  store s: f32 = row_max(acc)")
-    d = one(text, "reduction", 8)
-    assert "data_parallel" in d.expected
-
-
-def test_config_consistency():
-    d = one(GOOD.replace("stages = 4", "stages = 4; split_k = 3"), "config", 6)
-    assert "decomposition = split_k" in d.hint
-    d = one(GOOD.replace("stages = 4", "stages = 4; swizzle = 3"), "config", 6)
-    assert "swizzle" in d.message
-
-
 def test_conv_layout():
     conv = """input x: f32[2, 16, 8, 8]
 param w: f32[32, 16, 3, 3] channels_last = "c.weight"
@@ -183,13 +153,6 @@ output y
 """
     d = one(conv, "layout", 3)
     assert "channels_last(x)" in d.hint
-
-
-def test_torch_step_errors():
-    d = one(GOOD.replace("output y", "torch z = reshape(y, (3, 7))\noutput z"), "torch-step", 9)
-    assert "reshape" in d.message and "y [256, 1024]" in d.found
-    d = one(GOOD.replace("output y", "torch z = frobnicate(y)\noutput z"), "unknown-function", 9)
-    assert "frobnicate" in d.message
 
 
 def test_backend_limits_come_from_the_emitter():
@@ -243,17 +206,7 @@ output y
     assert "use conv1d" in d.hint
 
 
-def test_output_line_errors_point_at_the_output_line():
-    d = one(GOOD.replace("output y", "output y, q"), "undefined-name", 9)
-    assert "'q' is not defined" in d.message
-    d = one(GOOD.replace("output y", "output y, y"), "duplicate-name", 9)
-    assert "output twice" in d.message
-
-
-def test_tf32_reads_k_major_operands():
-    d = one(GOOD.replace("gemm(x, w^T)", "gemm(x, wt)").replace('param w: f32[1024, 512] = "fc.weight"',
-                                                              'input wt: f32[512, 1024]'), "layout", 4)
-    assert "K-major" in d.message and "transpose(wt, 0, 1)" in d.hint
+def test_16_bit_math_reads_either_operand_order():
     bf16 = GOOD.replace("f32[", "bf16[").replace("math = tf32", "math = bf16").replace("x32", "x64")
     text = bf16.replace("gemm(x, w^T)", "gemm(x, wt)").replace('param w: bf16[1024, 512] = "fc.weight"',
                                                             'input wt: bf16[512, 1024]')
