@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -23,25 +22,7 @@ sys.path.insert(0, str(ROOT))
 from evals.harness import Harness, HarnessSettings  # noqa: E402
 from evals.harness_cli import bench_rows, fmt_frac, fmt_us, summarize  # noqa: E402
 from evals.problems import ProblemError, load_problems  # noqa: E402
-
-
-def versions() -> dict:
-    import torch
-
-    out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
-    try:
-        from importlib.metadata import version
-
-        out["nvidia-cutlass"] = version("nvidia-cutlass")
-    except Exception:
-        out["nvidia-cutlass"] = None
-    try:
-        import mucutlass
-
-        out["mucutlass"] = mucutlass.__version__
-    except Exception:
-        out["mucutlass"] = None
-    return out
+from evals.runner import collect_environment, versions_text  # noqa: E402
 
 
 def to_markdown(doc: dict) -> str:
@@ -49,7 +30,7 @@ def to_markdown(doc: dict) -> str:
     lines = [
         f"# Baselines: {doc['source']} on {doc['gpu_name'] or doc['gpu']} ({doc['date']})",
         "",
-        f"Versions: {', '.join(f'{k} {v}' for k, v in doc['versions'].items())}. "
+        f"Versions: {versions_text({'versions': doc['versions'], **doc.get('environment', {})})}. "
         f"t_SOL at {doc['precision']} for {doc['gpu']}. Median of CUDA-event timings, L2 flushed before every call, "
         "inputs rotated; eager fp32 is PyTorch's default precision (matmul fp32, cuDNN TF32).",
         "",
@@ -115,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         harness.close()
     date = dt.date.today().isoformat()
+    env = collect_environment()
     source = args.suite or (f"KernelBench level {args.level} ids {args.ids or 'all'}" if args.kernelbench else args.problem)
     doc = {
         "date": date,
@@ -122,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         "gpu_name": info.get("gpu_name"),
         "precision": args.precision,
         "source": source,
-        "versions": versions(),
+        "versions": env["versions"],
+        "environment": env,
         "wall_s": time.perf_counter() - started,
         "rows": rows,
         "summary": summarize(rows),

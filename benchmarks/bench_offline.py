@@ -239,18 +239,6 @@ def to_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _versions() -> dict:
-    import platform
-
-    import torch
-
-    from dsl_compiler.build import cutlass_version
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cutlass": cutlass_version(),
-            "gpu_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", default="builtin", help="a suite name (builtin, smoke, ...)")
@@ -290,12 +278,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if not doc["prebuild"]["failed"] else 1
     if args.from_eval:
         doc.update(rows_from_evaluation(problems, Path(args.from_eval), args.gpu, args.policy))
-        env = doc.get("environment") or {}
-        doc["gpu"] = env.get("gpu") or args.gpu
-        doc["versions"] = env.get("versions", {})
+        doc["gpu"] = doc["environment"].get("gpu") or args.gpu
     else:
-        doc["versions"] = _versions()
+        from evals.runner import collect_environment
+
+        doc["environment"] = collect_environment(args.backend)
         doc.update(run_suite(problems, args))
+    doc["versions"] = doc["environment"].get("versions", {})
     stem = out / f"{args.date}-{args.gpu}-offline"
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str))
     stem.with_suffix(".md").write_text(to_markdown(doc))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from evals import metrics
 from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
+from evals.runner import versions_text
 from graph.policies import PolicySettings
 from graph.records import RunSummary
 
@@ -173,10 +174,7 @@ def build_report(store, out_dir: str | Path) -> str:
     md.append(f"- tiers: {', '.join(config.get('tiers', []))}; policies: {', '.join(config.get('policies', []))}; "
               f"budget: {config.get('max_attempts')} attempts per run")
     md.append(f"- GPU: {env.get('gpu')}; backend: {env.get('backend')}; host: {env.get('host')}")
-    versions = env.get("versions", {})
-    md.append("- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-              + (f", CUDA {env['torch_cuda']}" if env.get("torch_cuda") else "")
-              + (f", nvcc {env['nvcc']}" if env.get("nvcc") else ""))
+    md.append("- versions: " + versions_text(env))
     md.append(f"- report written {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
     if "estimate" in timing_sources:
         md.append("- **timings are SOL-model estimates (no GPU was used)**: speedups here rank configurations, "

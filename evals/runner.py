@@ -293,8 +293,9 @@ class EvalProgress:
         self._progress.advance(self._overall)
 
 
-def collect_environment(backend: str) -> dict[str, Any]:
-    """What the numbers were measured on: GPU, driver-side versions, host."""
+def collect_environment(backend: str | None = None) -> dict[str, Any]:
+    """What the numbers were measured on: GPU, driver-side versions, host. The one record of versions:
+    evaluations and the benchmark scripts all store it."""
     def version(dist: str) -> str | None:
         try:
             return importlib.metadata.version(dist)
@@ -326,6 +327,13 @@ def collect_environment(backend: str) -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             env["nvcc"] = None
     return env
+
+
+def versions_text(env: dict[str, Any]) -> str:
+    """One line of an environment's versions: the known packages, then CUDA and nvcc where recorded."""
+    parts = [f"{k} {v}" for k, v in env.get("versions", {}).items() if v]
+    parts += [f"{label} {env[key]}" for key, label in (("torch_cuda", "CUDA"), ("nvcc", "nvcc")) if env.get(key)]
+    return ", ".join(parts)
 
 
 class EvalOutcome(BaseModel):
