@@ -199,6 +199,8 @@ class _KernelChecker:
         self.strict_math = strict_math
         self.diags: list[Diagnostic] = []
         self.is_conv = isinstance(kernel.op, ir.ConvOp)
+        # the op's output, its GEMM view and layout; stays None when the op's shapes do not work out
+        self.out_shape: tuple[int, ...] | None = None
 
     def err(self, code: str, message: str, span: ir.Span | None, **kw: Any) -> None:
         self.diags.append(_diag(code, f"kernel '{self.k.name}': {message}", span or self.k.span, **kw))
@@ -497,16 +499,13 @@ def _check(program: ir.Program, target: str, backend: str | None) -> list[Diagno
     strict = backend == "cutlass"
     for step in program.steps:
         if isinstance(step, ir.Kernel):
-            kd = _KernelChecker(program, step, types, tgt, strict).run()
+            checker = _KernelChecker(program, step, types, tgt, strict)
+            kd = checker.run()
             diags += kd
-            if any(d.code in _BLOCKING and d.severity == "error" for d in kd):
+            if checker.out_shape is None or any(d.code in _BLOCKING and d.severity == "error" for d in kd):
                 return diags  # later steps would only repeat this cause
-            try:
-                out_shape, dims, layout = shapes.op_output(step, types)
-                for s in step.stores:
-                    types[s.name] = shapes.store_type(step, s, out_shape, dims, layout)
-            except shapes.ShapeError:
-                return diags
+            for s in step.stores:
+                types[s.name] = shapes.store_type(step, s, checker.out_shape, checker.dims, checker.out_layout)
         else:
             from dsl_compiler import torch_steps
 
