@@ -18,7 +18,7 @@ Nothing here raises on a bad problem: failures come back as diagnostics.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import math
 import re
 import sys
@@ -115,21 +115,9 @@ class LoadedReference:
 def _load_reference(problem: Any) -> LoadedReference:
     """``problem`` is an ``evals.problems.Problem``, a module, or a path to a problem file."""
     if isinstance(problem, (str, Path)):
-        path = Path(problem)
-        try:
-            from evals.problems import load_problem  # the harness's loader when present
+        from evals.problems import load_problem  # ProblemError on a broken file: trace_problem reports it
 
-            problem = load_problem(path)
-        except ImportError:
-            if not path.is_file():
-                raise _TraceError("problem", f"no problem file at {path}", "pass the path of a KernelBench-format .py file")
-            spec = importlib.util.spec_from_file_location(f"_mucutlass_problem_{path.stem}", path)
-            module = importlib.util.module_from_spec(spec)
-            try:
-                spec.loader.exec_module(module)
-            except Exception as exc:  # a broken problem file is an input error
-                raise _TraceError("problem", f"{path.name} failed to import: {exc}", "fix the problem file") from None
-            return LoadedReference(path.stem, module)
+        problem = load_problem(problem)
     module = getattr(problem, "module", problem)
     if isinstance(module, str):
         module = sys.modules.get(module) or importlib.import_module(module)
@@ -741,10 +729,13 @@ class _Group:
 
 
 class _Lowering:
-    def __init__(self, traced: _Traced, options: TraceOptions, name: str):
+    def __init__(self, traced: _Traced, options: TraceOptions, ref: LoadedReference, why: dict[str, str] | None = None):
         self.traced = traced
         self.options = options
-        self.name = name
+        self.name = ref.name
+        self.allowed_precisions = ref.allowed_precisions
+        self.why = why or {}  # kernel name -> why its epilogue or kernel went to PyTorch
+        self.tuple_outputs: dict[Any, Any] = {}
         self.nodes = list(traced.gm.graph.nodes)
         self.order = {n: i for i, n in enumerate(self.nodes)}
         self.ops: dict[Any, _Op] = {}
@@ -793,9 +784,6 @@ class _Lowering:
             return self.dtype_of(self.ops[x].operands[0])
         tm = self.meta(x)
         return _DTYPES.get(str(tm.dtype)) if tm is not None else None
-
-    def is_tensor(self, x) -> bool:
-        return isinstance(x, ParamRef) or self.shape_of(x) is not None
 
     def users(self, node) -> list[Any]:
         """Users of a value, looking through aliases."""
@@ -1622,7 +1610,6 @@ def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback
     if not fallback or result.program is None:
         return result
     from dsl_compiler.checks import check
-    from dsl_compiler.diagnostics import has_errors
 
     why: dict[str, str] = {}
     for _ in range(2 * len(result.program.kernels) + 1):
@@ -1655,10 +1642,7 @@ def _has_epilogue(kernel: Kernel) -> bool:
 
 
 def _lower(traced: _Traced, options: TraceOptions, ref: LoadedReference, why: dict[str, str] | None = None) -> TraceResult:
-    lowering = _Lowering(traced, options, ref.name)
-    lowering.tuple_outputs = {}
-    lowering.allowed_precisions = ref.allowed_precisions
-    lowering.why = why or {}
+    lowering = _Lowering(traced, options, ref, why)
     try:
         return lowering.run()
     except Exception as exc:  # keep the promise: a value, never a traceback
