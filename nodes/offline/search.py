@@ -174,12 +174,11 @@ def _candidates(kernel: ir.Kernel, dims, math_mode: str | None, operand_bytes: i
     schedules = ("auto",) if is_conv else ("cooperative", "pingpong")
     out: list[KernelConfig] = []
     for tm, tn in TILES_MN:
-        if True:
-            for schedule in schedules:
-                if schedule == "cooperative" and tm < 128:
-                    continue
-                for cluster in CLUSTERS:
-                    out.append(KernelConfig(math=math_mode, tile=(tm, tn, tk), cluster=cluster, schedule=schedule))
+        for schedule in schedules:
+            if schedule == "cooperative" and tm < 128:
+                continue
+            for cluster in CLUSTERS:
+                out.append(KernelConfig(math=math_mode, tile=(tm, tn, tk), cluster=cluster, schedule=schedule))
     # split-K / stream-K: large K, and too few output tiles to fill the GPU
     tiles = dims.l * math.ceil(dims.m / 128) * math.ceil(dims.n / 128)
     if not is_conv and dims.k >= 1024 and tiles < sm_count:
