@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +25,7 @@ from graph.records import AttemptRecord, RunSummary
 BASELINES = ("eager_fp32", "eager_tf32", "compile")
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 ATTEMPT_CURVE_THRESHOLD = 2.0
+R = TypeVar("R", "ProblemResult", RunSummary)
 
 
 class ProblemResult(BaseModel):
@@ -205,8 +207,9 @@ def group_metrics(results: Sequence[ProblemResult]) -> GroupMetrics:
     )
 
 
-def by_group(results: Iterable[ProblemResult]) -> dict[tuple[str, str], list[ProblemResult]]:
-    groups: dict[tuple[str, str], list[ProblemResult]] = {}
+def by_group(results: Iterable[R]) -> dict[tuple[str, str], list[R]]:
+    """Results (or run summaries: anything with a tier and a policy) by (tier, policy), in their order."""
+    groups: dict[tuple[str, str], list[R]] = {}
     for r in results:
         groups.setdefault((r.tier, r.policy), []).append(r)
     return groups

@@ -16,7 +16,6 @@ from evals import metrics
 from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
 from evals.runner import versions_text
 from graph.policies import PolicySettings
-from graph.records import RunSummary
 
 DEFAULT_EPS = (0.5, 1.0, 2.5)
 DEFAULT_WINDOWS = (4, 8, 12)
@@ -68,9 +67,22 @@ def _plain_log_y(ax) -> None:
     ax.yaxis.set_minor_formatter(ScalarFormatter())
 
 
+def _figure():
+    return _pyplot().subplots(figsize=(6, 4))
+
+
+def _save(fig, ax, title: str, path: Path) -> Path:
+    """Legend, title, and the PNG written at ``path``."""
+    _legend(ax)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
 def plot_fast_p(groups: dict[tuple[str, str], list[metrics.ProblemResult]], baseline: str, path: Path) -> Path:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _figure()
     top = max([r.speedups.get(baseline, 0) for rs in groups.values() for r in rs] + [2.5])
     ps = [i * top / 200 for i in range(201)]
     for (tier, policy), rs in sorted(groups.items()):
@@ -80,17 +92,11 @@ def plot_fast_p(groups: dict[tuple[str, str], list[metrics.ProblemResult]], base
     ax.set_xlabel(f"speedup threshold p (over {baseline})")
     ax.set_ylabel("fast_p (fraction of all problems)")
     ax.set_ylim(0, 1.02)
-    _legend(ax)
-    ax.set_title("fast_p: correct and faster than p")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, "fast_p: correct and faster than p", path)
 
 
 def plot_speedup_vs_sol(results: Sequence[metrics.ProblemResult], baseline: str, path: Path) -> Path:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _figure()
     for (tier, policy), rs in sorted(metrics.by_group(results).items()):
         pts = [(100 * r.sol_fraction, r.speedups[baseline]) for r in rs
                if r.counts and r.sol_fraction and baseline in r.speedups]
@@ -105,17 +111,11 @@ def plot_speedup_vs_sol(results: Sequence[metrics.ProblemResult], baseline: str,
     ax.set_xlabel("% of speed of light (t_SOL / t)")
     ax.set_ylabel(f"speedup over {baseline}")
     _plain_log_y(ax)
-    _legend(ax)
-    ax.set_title("per problem: speedup against % of SOL")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, "per problem: speedup against % of SOL", path)
 
 
 def plot_spend_vs_speedup(results: Sequence[metrics.ProblemResult], baseline: str, path: Path) -> Path:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _figure()
     use_tokens = any(r.tokens for r in results)
     for (tier, policy), rs in sorted(metrics.by_group(results).items()):
         pts = [(r.tokens if use_tokens else r.attempts, r.speedups[baseline]) for r in rs
@@ -125,17 +125,11 @@ def plot_spend_vs_speedup(results: Sequence[metrics.ProblemResult], baseline: st
     ax.set_xlabel("tokens per problem" if use_tokens else "attempts per problem (tiers without tokens)")
     ax.set_ylabel(f"speedup over {baseline}")
     _plain_log_y(ax)
-    _legend(ax)
-    ax.set_title("spend against speedup, per tier and policy")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, "spend against speedup, per tier and policy", path)
 
 
 def plot_attempt_curves(groups: dict[tuple[str, str], metrics.GroupMetrics], baseline: str, path: Path) -> Path:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _figure()
     for (tier, policy), g in sorted(groups.items()):
         curve = g.attempt_curve[baseline]
         if curve:
@@ -143,12 +137,7 @@ def plot_attempt_curves(groups: dict[tuple[str, str], metrics.GroupMetrics], bas
     ax.set_xlabel("attempts")
     ax.set_ylabel(f"fraction of problems >= {metrics.ATTEMPT_CURVE_THRESHOLD:g}x over {baseline}")
     ax.set_ylim(0, 1.02)
-    _legend(ax)
-    ax.set_title("attempt curves")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, "attempt curves", path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -322,7 +311,7 @@ def upload_to_langsmith(store, client=None, dataset_name: str | None = None) -> 
                                                   example_id=uuid.uuid4()).id
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     names = []
-    for (tier, policy), runs in sorted(_group_summaries(summaries).items()):
+    for (tier, policy), runs in sorted(metrics.by_group(summaries).items()):
         name = f"mucutlass-{tier}-{policy}-{stamp}"
         project = client.create_project(name, reference_dataset_id=dataset.id,
                               metadata={"tier": tier, "policy": policy, "gpu": env.get("gpu"),
@@ -346,9 +335,3 @@ def upload_to_langsmith(store, client=None, dataset_name: str | None = None) -> 
     client.flush()
     return names
 
-
-def _group_summaries(summaries: Sequence[RunSummary]) -> dict[tuple[str, str], list[RunSummary]]:
-    groups: dict[tuple[str, str], list[RunSummary]] = {}
-    for s in summaries:
-        groups.setdefault((s.tier, s.policy), []).append(s)
-    return groups
