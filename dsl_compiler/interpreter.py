@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from dsl_compiler import ir, torch_steps
+from dsl_compiler.torch_steps import channels_last
 
 Env = dict[str, torch.Tensor]
 KernelRunner = Callable[[ir.Program, ir.Kernel, Env], dict[str, torch.Tensor]]
@@ -60,15 +61,6 @@ def exact_fp32() -> Iterator[None]:
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
         torch.set_float32_matmul_precision(saved[2])
-
-
-def channels_last(x: torch.Tensor) -> torch.Tensor:
-    """The same values stored channels-last (NWC / NHWC / NDHWC); rank < 3 unchanged."""
-    if x.dim() < 3:
-        return x
-    order = (0, *range(2, x.dim()), 1)
-    inverse = (0, x.dim() - 1, *range(1, x.dim() - 1))
-    return x.permute(order).contiguous().permute(inverse)
 
 
 def as_declared(x: torch.Tensor, decl: ir.TensorDecl) -> torch.Tensor:
@@ -244,15 +236,12 @@ def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, to
     return out
 
 
-_ELEMENT_OF = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
-
-
 def kernel_math(kernel: ir.Kernel, env: Env) -> str:
     """As ``shapes.effective_math``: the math knob, else the element type of operand A."""
     if kernel.config.math is not None:
         return kernel.config.math
     a = kernel.op.x if isinstance(kernel.op, ir.ConvOp) else kernel.op.a
-    return _ELEMENT_OF.get(env[a.name].dtype, "f32")
+    return torch_steps.element_type(env[a.name].dtype) or "f32"
 
 
 def _is_channels_last(x: torch.Tensor) -> bool:

@@ -61,13 +61,6 @@ def _table() -> dict[str, Callable[..., Any]]:
     import torch
     import torch.nn.functional as F
 
-    def channels_last(x):
-        if x.dim() < 3:
-            return x
-        order = (0, *range(2, x.dim()), 1)
-        inverse = (0, x.dim() - 1, *range(1, x.dim() - 1))
-        return x.permute(order).contiguous().permute(inverse)
-
     def batch_norm(x, weight=None, bias=None, eps=1e-5, momentum=0.1):
         # KernelBench never calls eval(): BatchNorm normalises with the batch's own statistics.
         return F.batch_norm(x, None, None, weight, bias, training=True, momentum=momentum, eps=eps)
@@ -145,13 +138,27 @@ def _literal(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def channels_last(x: Any) -> Any:
+    """The same values stored channels-last (NWC / NHWC / NDHWC); rank < 3 unchanged."""
+    if x.dim() < 3:
+        return x
+    order = (0, *range(2, x.dim()), 1)
+    inverse = (0, x.dim() - 1, *range(1, x.dim() - 1))
+    return x.permute(order).contiguous().permute(inverse)
+
+
+def _strided_channels_last(x: Any) -> bool:
+    """Whether a rank >= 3 tensor's strides are dense in channels-last order."""
+    return x.permute(0, *range(2, x.dim()), 1).is_contiguous()
+
+
 def dense(x: Any, rank3_channels_last: bool = False) -> Any:
     """A step's output stored densely: channels-last when it is laid out so, else PyTorch's default order.
     Views (transpose, permute, chunk) are copied, so a kernel reading the result sees the layout the checks
     inferred. For rank 3, NWC strides look like a transpose, so they count as channels-last only when
     ``rank3_channels_last`` (the step is channels_last, or it reads a channels-last rank-3 tensor)."""
     if x.dim() >= 3 and not x.is_contiguous() and (x.dim() >= 4 or rank3_channels_last):
-        if x.permute(0, *range(2, x.dim()), 1).is_contiguous():
+        if _strided_channels_last(x):
             return x
     return x.contiguous()
 
@@ -162,7 +169,7 @@ def _rank3_channels_last(step: ir.TorchStep, layout_of: Callable[[str], str | No
 
 
 def _layout(x: Any) -> str | None:
-    if x.dim() == 3 and not x.is_contiguous() and x.permute(0, 2, 1).is_contiguous():
+    if x.dim() == 3 and not x.is_contiguous() and _strided_channels_last(x):
         return "channels_last"
     return None
 
@@ -183,33 +190,31 @@ def torch_dtype(element: str):
     return getattr(torch, _DTYPES[element])
 
 
+def element_type(dtype: Any) -> str | None:
+    """The element type (f32, bf16, f16) of a torch dtype; None for one a program cannot carry."""
+    import torch
+
+    return next((element for element, name in _DTYPES.items() if getattr(torch, name) == dtype), None)
+
+
 def empty_like_type(t, device: str = "meta"):
     """A tensor of a TensorType (values unset), with its layout's strides."""
     import torch
 
-    shape = t.shape
-    dtype = torch_dtype(t.dtype)
-    if t.layout == "channels_last" and len(shape) >= 3:
-        order = (0, *range(2, len(shape)), 1)
-        inverse = (0, len(shape) - 1, *range(1, len(shape) - 1))
-        return torch.empty([shape[i] for i in order], dtype=dtype, device=device).permute(inverse)
-    return torch.empty(shape, dtype=dtype, device=device)
+    x = torch.empty(t.shape, dtype=torch_dtype(t.dtype), device=device)
+    return channels_last(x) if t.layout == "channels_last" else x
 
 
 def type_of(tensor) -> Any:
     """The TensorType of a tensor (raises StepError for element types a program cannot carry)."""
-    import torch
-
     from dsl_compiler.shapes import TensorType
 
-    names = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
-    if tensor.dtype not in names:
+    element = element_type(tensor.dtype)
+    if element is None:
         raise StepError(f"the step gives a {str(tensor.dtype).replace('torch.', '')} tensor; programs carry f32, bf16, f16")
-    layout = "contiguous"
-    if tensor.dim() >= 3 and not tensor.is_contiguous():
-        if tensor.permute(0, *range(2, tensor.dim()), 1).is_contiguous():
-            layout = "channels_last"
-    return TensorType(dtype=names[tensor.dtype], shape=tuple(tensor.shape), layout=layout)
+    strided_cl = tensor.dim() >= 3 and not tensor.is_contiguous() and _strided_channels_last(tensor)
+    layout = "channels_last" if strided_cl else "contiguous"
+    return TensorType(dtype=element, shape=tuple(tensor.shape), layout=layout)
 
 
 def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
