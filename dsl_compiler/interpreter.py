@@ -82,7 +82,7 @@ def _operand(env: Env, operand: ir.Operand) -> torch.Tensor:
     return x.transpose(-1, -2) if operand.transpose else x
 
 
-def accumulate(program: ir.Program, kernel: ir.Kernel, env: Env, math: str) -> torch.Tensor:
+def accumulate(kernel: ir.Kernel, env: Env, math: str) -> torch.Tensor:
     """The op's accumulator in fp32 (before the epilogue), in PyTorch's logical shape."""
     op = kernel.op
     with exact_fp32():
@@ -109,22 +109,18 @@ def accumulate(program: ir.Program, kernel: ir.Kernel, env: Env, math: str) -> t
 # Epilogue
 
 
-def _softplus(x: torch.Tensor) -> torch.Tensor:
-    return F.softplus(x)
-
-
 UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "neg": torch.neg,
     "abs": torch.abs,
     # min / max / relu / clamp follow C's fminf / fmaxf, as the emitted epilogue: a NaN operand yields the other
     "relu": lambda x: torch.fmax(x, torch.zeros((), dtype=x.dtype, device=x.device)),
-    "gelu": lambda x: F.gelu(x),
+    "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
     "mish": F.mish,
-    "softplus": _softplus,
+    "softplus": F.softplus,
     "exp": torch.exp,
     "log": torch.log,
     "sqrt": torch.sqrt,
@@ -219,7 +215,7 @@ class _Epilogue:
 def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, torch.Tensor]:
     """Run one kernel on the tensors in ``env``; returns store name -> tensor."""
     math = kernel_math(kernel, env)
-    acc = accumulate(program, kernel, env, math)
+    acc = accumulate(kernel, env, math)
     epilogue = _Epilogue(kernel, acc, env)
     for let in kernel.lets:
         epilogue.lets[let.name] = epilogue.eval(let.expr)
