@@ -177,7 +177,7 @@ class OfflineTier:
     def _state(self, request: WriterRequest) -> tuple[_Plan, list[tuple[Candidate, float]], dict[str, AttemptRecord]]:
         """The plan for the problem under the fallbacks the history earned, and the untried
         candidates with their predicted times, best first."""
-        problem = request.problem if request.problem is not None else None
+        problem = request.problem
         if problem is None:
             raise ValueError("the offline tier needs the loaded problem in the request")
         history = list(request.history)
@@ -200,14 +200,10 @@ class OfflineTier:
             c = by_text.get(a.program_text)
             if c is None or not a.correct or a.flags or a.timing_source != "gpu" or not a.t_us or len(c.configs) != 1:
                 continue
-            from dsl_compiler.parser import parse
-
-            program, _ = parse(a.program_text)
-            if program is None:
-                continue
             name, config = c.configs[0]
             try:
-                record.update(search.shape_key(program, name), config, a.t_us, gpu)
+                # the shape key does not depend on the configuration: the traced program gives it
+                record.update(search.shape_key(plan.trace.program, name), config, a.t_us, gpu)
             except Exception:  # a record that cannot be written never stops the search
                 pass
 
