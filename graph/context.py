@@ -10,7 +10,6 @@ fakes of the libraries; the graph's own logic is always the real one.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -246,6 +245,3 @@ class RunContext:
                          "backend": self.backend, "gpu": self.gpu, "run_id": self.run_id},
         }
 
-
-def tracing_enabled() -> bool:
-    return os.environ.get("LANGSMITH_TRACING", os.environ.get("LANGCHAIN_TRACING_V2", "")).lower() in ("true", "1")
