@@ -22,29 +22,35 @@ MAX_PROGRAM_CHARS = 100_000
 MAX_NESTING = 64
 
 OP_NAMES = ("gemm", "grouped_gemm", "conv1d", "conv2d", "conv3d")
-ELEMENT_TYPES = ("f32", "bf16", "f16")
-LAYOUTS = ("contiguous", "channels_last")
+ELEMENT_TYPES = ir.ElementType.__args__  # type: ignore[attr-defined]
+LAYOUTS = ir.Layout.__args__  # type: ignore[attr-defined]
 INDEX_KINDS = ("row", "col", "scalar")
 UNARY_FNS = ir.UnaryFn.__args__  # type: ignore[attr-defined]
 BINARY_CALL_FNS = ("min", "max", "pow")
 PARAM_FN_ARITY = {"clamp": 2, "hardtanh": 2, "leaky_relu": 1, "elu": 1}
 REDUCE_FNS = ir.ReduceFn.__args__  # type: ignore[attr-defined]
-KNOBS = (
-    "math", "accum", "alignment", "tile", "cluster", "stages", "schedule",
-    "raster", "swizzle", "decomposition", "split_k",
-)
-KNOB_VALUES: dict[str, str] = {
-    "math": "one of f32, tf32, bf16, f16",
-    "accum": "one of f32, f16",
-    "alignment": "an element count like 4, or auto",
-    "tile": "a tile like 128x128x32, or auto",
-    "cluster": "a cluster like 2x1x1",
-    "stages": "a stage count like 4, or auto",
-    "schedule": "one of auto, cooperative, pingpong",
-    "raster": "one of auto, along_m, along_n",
-    "swizzle": "one of 1, 2, 4, 8",
-    "decomposition": "one of data_parallel, split_k, stream_k",
-    "split_k": "a split count like 2",
+# Each knob: what it allows (a diagnostic's "expected") and an example value (its hint).
+KNOB_VALUES: dict[str, tuple[str, str]] = {
+    "math": ("one of f32, tf32, bf16, f16", "f32"),
+    "accum": ("one of f32, f16", "f32"),
+    "alignment": ("an element count like 4, or auto", "4"),
+    "tile": ("a tile like 128x128x32, or auto", "128x128x32"),
+    "cluster": ("a cluster like 2x1x1", "2x1x1"),
+    "stages": ("a stage count like 4, or auto", "4"),
+    "schedule": ("one of auto, cooperative, pingpong", "auto"),
+    "raster": ("one of auto, along_m, along_n", "auto"),
+    "swizzle": ("one of 1, 2, 4, 8", "1"),
+    "decomposition": ("one of data_parallel, split_k, stream_k", "data_parallel"),
+    "split_k": ("a split count like 2", "2"),
+}
+KNOBS = tuple(KNOB_VALUES)
+# Knobs whose value is one word of a fixed set: the IR's Literal types.
+KNOB_WORDS: dict[str, tuple[str, ...]] = {
+    "math": ir.MathType.__args__,  # type: ignore[attr-defined]
+    "accum": ir.AccumType.__args__,  # type: ignore[attr-defined]
+    "schedule": ir.Schedule.__args__,  # type: ignore[attr-defined]
+    "raster": ir.Raster.__args__,  # type: ignore[attr-defined]
+    "decomposition": ir.Decomposition.__args__,  # type: ignore[attr-defined]
 }
 
 # Terminal names as a person would say them, for "expected ..." in syntax errors.
@@ -349,19 +355,12 @@ class _ToIR(Transformer_NonRecursive):
                        hint="check the spelling; knobs go before the let and store lines")
 
         def bad() -> _Reject:
-            return _err(f"bad value for {key}", value_tok, found=value, expected=KNOB_VALUES[key],
-                        hint=f"write {key} = " + KNOB_VALUES[key].replace("one of ", "").split(",")[0].split(" or ")[0]
-                        .replace("a tile like ", "").replace("an element count like ", "")
-                        .replace("a stage count like ", "").replace("a cluster like ", "")
-                        .replace("a split count like ", ""))
+            allowed, example = KNOB_VALUES[key]
+            return _err(f"bad value for {key}", value_tok, found=value, expected=allowed, hint=f"write {key} = {example}")
 
         kind = value_tok.type
-        if key == "math":
-            if value not in ("f32", "tf32", "bf16", "f16"):
-                raise bad()
-            return value
-        if key == "accum":
-            if value not in ("f32", "f16"):
+        if key in KNOB_WORDS:
+            if value not in KNOB_WORDS[key]:
                 raise bad()
             return value
         if key in ("tile", "cluster"):
@@ -375,21 +374,12 @@ class _ToIR(Transformer_NonRecursive):
             if len(parts) != 3 or any(p <= 0 for p in parts):
                 raise bad()
             return parts
-        if key in ("stages", "alignment"):
-            if value == "auto":
-                return "auto" if key == "stages" else None
-            if kind != "INT" or int(value) <= 0:
-                raise bad()
-            return int(value)
-        if key in ("swizzle", "split_k"):
-            if kind != "INT" or int(value) <= 0:
-                raise bad()
-            return int(value)
-        allowed = {"schedule": ("auto", "cooperative", "pingpong"), "raster": ("auto", "along_m", "along_n"),
-                   "decomposition": ("data_parallel", "split_k", "stream_k")}[key]
-        if value not in allowed:
+        if key in ("stages", "alignment") and value == "auto":
+            return "auto" if key == "stages" else None
+        # stages, alignment, swizzle, split_k: a positive integer
+        if kind != "INT" or int(value) <= 0:
             raise bad()
-        return value
+        return int(value)
 
     # ---- expressions
     def _bin(self, fn, meta, children):
