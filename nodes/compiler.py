@@ -49,7 +49,7 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     node_s = time.perf_counter() - start
     return {
         "current": advance(attempt, node_s, reached="compile", compile_ok=True, build_s=build_s, precision=precision,
-                           diagnostics=[d.render("program.mcu") for d in diagnostics]),
+                           diagnostics=rendered),
         "program_json": program.model_dump_json(),
         "artifacts": artifacts,
         "sources": sources,

@@ -25,13 +25,13 @@ def validator(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         result = {"correct": False, "max_abs_error": None, "reason": f"validation crashed: {type(exc).__name__}: {exc}"}
     node_s = time.perf_counter() - start
     work_s = state.get("work_s", 0.0) + (svc.work_s - work0)
+    flags = [*attempt.flags, *result.get("flags", [])]
     if not result["correct"]:
         reason = result.get("reason") or "outputs differ from the reference"
         return {**fail(state, attempt, node_s, f"validate: {reason}", [f"wrong result: {reason}"],
                        ctx.policy_settings, ctx.policy, reached="compile", max_abs_error=result.get("max_abs_error"),
-                       flags=[*attempt.flags, *result.get("flags", [])]),
+                       flags=flags),
                 "work_s": work_s}
-    flags = [*attempt.flags, *result.get("flags", [])]
     return {"current": advance(attempt, node_s, reached="validate", correct=True,
                                max_abs_error=result.get("max_abs_error"), flags=flags),
             "work_s": work_s}
