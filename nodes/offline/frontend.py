@@ -184,7 +184,7 @@ def _build_and_trace(ref: LoadedReference) -> _Traced:
     except Exception as fx_error:
         try:
             gm = torch.export.export(model, tuple(inputs), strict=False).module()
-            state = {k: v for k, v in gm.state_dict(keep_vars=True).items()}
+            state = dict(gm.state_dict(keep_vars=True))
         except Exception as export_error:
             raise _TraceError(
                 "trace",
@@ -202,9 +202,8 @@ def _build_and_trace(ref: LoadedReference) -> _Traced:
                 n.meta["const"] = tuple(result) if isinstance(result, (list, torch.Size)) else result
             return result
 
-    tensor_inputs = [x for x in inputs]
     try:
-        _Prop(gm).propagate(*tensor_inputs)
+        _Prop(gm).propagate(*inputs)
     except Exception:
         # meta kernels are missing for a few ops: propagate on small real tensors of the same shapes
         real_inputs = [torch.rand(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -1020,8 +1019,6 @@ class _Lowering:
 
     # -- the whole thing ---------------------------------------------------------------------
     def run(self) -> TraceResult:
-        import torch.fx
-
         self.normalise()
         self.member_of: dict[Any, _Group] = {}
         self.groups: list[_Group] = []
@@ -1083,8 +1080,6 @@ class _Lowering:
 
     # -- phase 4: emit -----------------------------------------------------------------------
     def emit(self) -> TraceResult:
-        import torch.fx
-
         self.tensor_name: dict[Any, str] = {}
         self.decls: list[TensorDecl] = []
         self.steps: list[Any] = []
@@ -1153,8 +1148,6 @@ class _Lowering:
         self.diagnostics.append(Diagnostic(code=code, message=message, hint=hint or "write this part of the program by hand"))
 
     def declare_input(self, n):
-        import torch
-
         tm = self.meta(n)
         if tm is None:
             self.cover(n, "unsupported", reason="a non-tensor forward() argument")
@@ -1521,8 +1514,6 @@ _BAD = object()
 
 def _whitelist_form(fn: str, args: list, kwargs: dict, shape) -> tuple[str | None, Any, dict]:
     """Rewrite a traced call into the torch-step whitelist's spelling (None, reason when impossible)."""
-    import torch.fx
-
     fn = _TORCH_NAME.get(fn, fn)
     kwargs = {k: v for k, v in kwargs.items() if not k.startswith("_") and v is not None}
     if fn == "t":
