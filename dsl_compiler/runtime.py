@@ -8,6 +8,7 @@ by the backend's executor (``run_kernel(program, kernel, env) -> {store: tensor}
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import torch
@@ -37,7 +38,7 @@ def bind_params(program: ir.Program, model: nn.Module) -> dict[str, torch.Tensor
             )
         tensor = state[key].detach()
         if tuple(tensor.shape) != tuple(decl.shape):
-            if tensor.numel() == _numel(decl.shape):
+            if tensor.numel() == math.prod(decl.shape):
                 # e.g. a conv bias declared [K, 1, 1] in the model and [K] in the program
                 tensor = tensor.reshape(decl.shape)
             else:
@@ -45,13 +46,6 @@ def bind_params(program: ir.Program, model: nn.Module) -> dict[str, torch.Tensor
                                 f"but the model's is {list(tensor.shape)}")
         params[decl.name] = interpreter.as_declared(tensor, decl)
     return params
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def make_executor(program: ir.Program, backend: Backend, artifacts: Any = None) -> Any:

@@ -6,6 +6,7 @@ the step on meta tensors, so torch is imported only when a program has torch ste
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -37,10 +38,7 @@ class TensorType(BaseModel):
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
 
 class GemmDims(NamedTuple):
@@ -162,12 +160,8 @@ def op_output(kernel: ir.Kernel, types: dict[str, TensorType]) -> tuple[tuple[in
     if any(o <= 0 for o in out_spatial):
         raise ShapeError("the convolution's output is empty", op.span, found=f"output spatial {list(out_spatial)}",
                          expected="every output extent at least 1", hint="reduce padding, stride or dilation, or check the filter size")
-    m = n
-    for o in out_spatial:
-        m *= o
-    kk = c // g
-    for f in filt:
-        kk *= f
+    m = n * math.prod(out_spatial)
+    kk = c // g * math.prod(filt)
     return (n, k, *out_spatial), GemmDims(1, m, k, kk), tx.layout
 
 
