@@ -710,9 +710,8 @@ def count_program(program: Any) -> WorkCount:
     bytes_program = sum(s.bytes_read + s.bytes_written for s in steps)
     flops_tensor = sum(s.flops_tensor for s in steps)
     flops_other = sum(s.flops_other for s in steps)
-    kind_of = {"kernel": "matmul"}
     rows = [
-        OpRow(op=f"{s.name} ({s.op})", kind=kind_of.get(s.kind, "other"), calls=1,
+        OpRow(op=f"{s.name} ({s.op})", kind="matmul" if s.kind == "kernel" else "other", calls=1,
               flops=s.flops_tensor + s.flops_other, bytes_read=s.bytes_read, bytes_written=s.bytes_written)
         for s in steps
     ]

@@ -249,13 +249,12 @@ def rank_configs(program: Program, kernel_name: str, problem_info: Any = None, g
             config, t_us = recorded
             results = [r for r in results if r.config != config]
             results.insert(0, RankedConfig(config=config, t_est_us=estimate(config), source="record", t_record_us=t_us))
-    # drop configurations that only differ in knobs the estimate does not see, keep order
-    seen: set[str] = set()
+    # a configuration listed twice (a swizzle variant equal to a candidate) keeps its first place
+    seen: set[KernelConfig] = set()
     unique = []
     for r in results:
-        key = r.config.model_dump_json()
-        if key not in seen:
-            seen.add(key)
+        if r.config not in seen:
+            seen.add(r.config)
             unique.append(r)
     return unique[:limit]
 
