@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any, Callable, TextIO
 
+from graph.policies import baseline_us
+
 EventSink = Callable[[dict[str, Any]], None]
 
 
@@ -44,7 +46,7 @@ class EventTracker:
         refs = self.state.get("reference_us", {})
         t_sol = self.state.get("sol", {}).get("t_sol_us")
         best = self.state.get("best_t_us")
-        ref = min(refs.values()) if refs else None
+        ref = baseline_us(refs)  # the fastest reference timed
         return {
             "event": "attempt", "index": a["index"], "of": self.max_attempts, "hypothesis": a.get("hypothesis"),
             "reached": a.get("reached"), "correct": a.get("correct"), "t_us": a.get("t_us"),
