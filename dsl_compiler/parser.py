@@ -530,15 +530,12 @@ def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
         allowed = getattr(exc, "allowed", None) or set()
         return Diagnostic(code="syntax", message=f"unexpected character {ch!r}", span=span, found=repr(ch),
                           expected=_words(allowed), hint=_hint_for_char(ch))
-    if isinstance(exc, UnexpectedEOF):
+    if at_end:
+        expected = set(exc.expected) if isinstance(exc, UnexpectedEOF) else _accepted(exc)
         return Diagnostic(code="syntax", message="the program ends too early", span=span, found="the end of the program",
-                          expected=_words(set(exc.expected)), hint="finish the last statement (a '}' or ')' may be missing)")
+                          expected=_words(expected), hint="finish the last statement (a '}' or ')' may be missing)")
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
-        if tok.type == "$END":
-            return Diagnostic(code="syntax", message="the program ends too early", span=span,
-                              found="the end of the program", expected=_words(_accepted(exc)),
-                              hint="finish the last statement (a '}' or ')' may be missing)")
         found = repr(str(tok))
         accepted = _accepted(exc)
         return Diagnostic(code="syntax", message=f"unexpected {found}", span=span, found=found,
