@@ -180,12 +180,12 @@ def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baselin
     return ReplayResult(baseline=baseline, rows=rows)
 
 
-def _pct(x: float | None) -> str:
+def fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _num(x: float | None, fmt: str = ".3f") -> str:
-    return "-" if x is None else format(x, fmt)
+def fmt_num(x: float | None, fmt: str = ".3f", suffix: str = "") -> str:
+    return "-" if x is None else f"{format(x, fmt)}{suffix}"
 
 
 def replay_table_markdown(result: ReplayResult) -> str:
@@ -196,12 +196,12 @@ def replay_table_markdown(result: ReplayResult) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result.rows:
-        gain = _num(r.efficiency_gain, ".2f") + ("x" if r.efficiency_gain else "")
+        gain = fmt_num(r.efficiency_gain, ".2f") + ("x" if r.efficiency_gain else "")
         if r.efficiency_gain is not None and r.efficiency_unit == "attempts":
             gain += " (by attempts)"
         lines.append(
             f"| {r.tier} | {r.setting.label} | {r.stopped_early}/{r.runs} | {r.attempts_policy}/{r.attempts_fixed} | "
-            f"{_pct(r.attempts_saved)} | {_pct(r.tokens_saved)} | {_num(r.geomean_fixed)} -> {_num(r.geomean_policy)} | "
-            f"{_pct(r.retention)} | {gain} |"
+            f"{fmt_pct(r.attempts_saved)} | {fmt_pct(r.tokens_saved)} | {fmt_num(r.geomean_fixed)} -> {fmt_num(r.geomean_policy)} | "
+            f"{fmt_pct(r.retention)} | {gain} |"
         )
     return "\n".join(lines)

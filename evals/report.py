@@ -13,21 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evals import metrics
-from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
+from evals.replay import ReplayError, fmt_num, fmt_pct, policy_grid, replay, replay_table_markdown
 from evals.runner import versions_text
 from graph.policies import PolicySettings
 
 DEFAULT_EPS = (0.5, 1.0, 2.5)
 DEFAULT_WINDOWS = (4, 8, 12)
 PLOT_BASELINE = "eager_tf32"  # the honest baseline on GEMMs (kernelbench-facts: TF32 alone is 4.6x on eager)
-
-
-def _f(x: float | None, fmt: str = ".2f", suffix: str = "") -> str:
-    return "-" if x is None else f"{format(x, fmt)}{suffix}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -187,9 +179,9 @@ def build_report(store, out_dir: str | Path) -> str:
     for (tier, policy), g in sorted(groups.items()):
         rows.append([
             tier, policy, g.total, g.correct, g.flagged,
-            *[_f(g.geomean_speedup[b], ".3f", "x") for b in metrics.BASELINES],
-            *[_f(g.median_speedup[b], ".3f", "x") for b in metrics.BASELINES],
-            _pct(g.geomean_sol_fraction), g.attempts, g.tokens, f"${g.cost_usd:.2f}",
+            *[fmt_num(g.geomean_speedup[b], ".3f", "x") for b in metrics.BASELINES],
+            *[fmt_num(g.median_speedup[b], ".3f", "x") for b in metrics.BASELINES],
+            fmt_pct(g.geomean_sol_fraction), g.attempts, g.tokens, f"${g.cost_usd:.2f}",
         ])
     md.append(_md_table(
         ["tier", "policy", "problems", "correct", "flagged",
@@ -201,7 +193,7 @@ def build_report(store, out_dir: str | Path) -> str:
     for b in metrics.BASELINES:
         md += [f"Over {b}:", ""]
         md.append(_md_table(["tier", "policy", *[f"fast_{p:g}" for p in metrics.FAST_P_THRESHOLDS]],
-                            [[t, p, *[_pct(g.fast_p[b][x]) for x in metrics.FAST_P_THRESHOLDS]]
+                            [[t, p, *[fmt_pct(g.fast_p[b][x]) for x in metrics.FAST_P_THRESHOLDS]]
                              for (t, p), g in sorted(groups.items())]))
         md.append("")
 
@@ -211,8 +203,8 @@ def build_report(store, out_dir: str | Path) -> str:
         md += ["## Policies against the fixed budget", ""]
         md.append(_md_table(
             ["tier", "policy", "retention (geomean vs eager_fp32)", "spend saved", "attempts saved", "efficiency gain"],
-            [[c.tier, c.policy, _pct(c.retention), f"{_pct(c.spend_saved)} of {c.spend_unit}", _pct(c.attempts_saved),
-              _f(c.efficiency_gain, ".2f", "x") + ("" if c.spend_unit == "tokens" else " (by attempts)")]
+            [[c.tier, c.policy, fmt_pct(c.retention), f"{fmt_pct(c.spend_saved)} of {c.spend_unit}", fmt_pct(c.attempts_saved),
+              fmt_num(c.efficiency_gain, ".2f", "x") + ("" if c.spend_unit == "tokens" else " (by attempts)")]
              for c in comparisons]))
         md.append("")
 
@@ -243,8 +235,8 @@ def build_report(store, out_dir: str | Path) -> str:
     for s, r in zip(summaries, results):
         rows.append([
             s.problem, s.tier, s.policy, "yes" if r.correct else "no",
-            *[_f(r.speedups.get(b), ".2f", "x") for b in metrics.BASELINES],
-            _pct(r.sol_fraction), r.attempts, r.tokens, ", ".join(r.flags) or "", s.stop_reason,
+            *[fmt_num(r.speedups.get(b), ".2f", "x") for b in metrics.BASELINES],
+            fmt_pct(r.sol_fraction), r.attempts, r.tokens, ", ".join(r.flags) or "", s.stop_reason,
         ])
     md.append(_md_table(["problem", "tier", "policy", "correct", *[f"vs {b}" for b in metrics.BASELINES],
                          "% SOL", "attempts", "tokens", "flags", "stop reason"], rows))
@@ -258,7 +250,7 @@ def build_report(store, out_dir: str | Path) -> str:
         md += [f"- {r.problem} [{r.tier}, {r.policy}]: {'; '.join(r.flags)}" for r in flagged]
         md.append("")
         md.append(_md_table(["tier", "policy", *[f"geomean vs {b} if flagged counted" for b in metrics.BASELINES]],
-                            [[t, p, *[_f(g.geomean_speedup_with_flagged[b], ".3f", "x") for b in metrics.BASELINES]]
+                            [[t, p, *[fmt_num(g.geomean_speedup_with_flagged[b], ".3f", "x") for b in metrics.BASELINES]]
                              for (t, p), g in sorted(groups.items()) if g.flagged]))
     else:
         md.append("No result carries an integrity flag.")
