@@ -72,6 +72,19 @@ def read_program(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _read(path: str) -> str | None:
+    """The program's text, or None after saying why it cannot be read (a usage error)."""
+    try:
+        return read_program(path)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def _counted(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
 def _display_name(path: str) -> str:
     return "<stdin>" if path == "-" else path
 
@@ -87,10 +100,8 @@ def _print_diagnostics(diags: list, filename: str, as_json: bool) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    try:
-        text = read_program(args.file)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    text = _read(args.file)
+    if text is None:
         return 2
     from dsl_compiler.checks import available_targets, check_text
     from dsl_compiler.diagnostics import has_errors
@@ -104,22 +115,18 @@ def run_check(args: argparse.Namespace) -> int:
     _print_diagnostics(diags, name, args.json)
     if program is None or has_errors(diags):
         if not args.json:
-            n = sum(d.severity == "error" for d in diags)
-            print(f"{name}: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
+            print(f"{name}: {_counted(sum(d.severity == 'error' for d in diags), 'error')}", file=sys.stderr)
         return 1
     if not args.json:
         warnings = sum(d.severity == "warning" for d in diags)
-        print(f"{name}: ok ({len(program.kernels)} kernel{'s' if len(program.kernels) != 1 else ''}, "
-              f"{len(program.torch_steps)} torch step{'s' if len(program.torch_steps) != 1 else ''}"
-              + (f", {warnings} warning{'s' if warnings != 1 else ''}" if warnings else "") + f"; target {args.target})")
+        print(f"{name}: ok ({_counted(len(program.kernels), 'kernel')}, {_counted(len(program.torch_steps), 'torch step')}"
+              + (f", {_counted(warnings, 'warning')}" if warnings else "") + f"; target {args.target})")
     return 0
 
 
 def run_fmt(args: argparse.Namespace) -> int:
-    try:
-        text = read_program(args.file)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    text = _read(args.file)
+    if text is None:
         return 2
     if args.write and args.file == "-":
         print("error: --write needs a file, not standard input", file=sys.stderr)
@@ -145,10 +152,8 @@ def run_fmt(args: argparse.Namespace) -> int:
 
 
 def run_interpret(args: argparse.Namespace) -> int:
-    try:
-        text = read_program(args.file)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    text = _read(args.file)
+    if text is None:
         return 2
     if not Path(args.problem).is_file():
         print(f"error: {args.problem}: no such problem file", file=sys.stderr)
