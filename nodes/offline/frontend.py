@@ -1201,18 +1201,13 @@ class _Lowering:
             return None
         if x not in self.tensor_name:
             self.visit(x)
-            if x in self.member_of and x not in self.tensor_name:
-                # a group value read outside its kernel: it must be stored
-                return self.tensor_name.get(x)
         return self.tensor_name.get(x)
 
     def visit(self, n):
         if n in self.emitted:
             return
         op = self.ops[n]
-        if op.kind in ("alias",):
-            return
-        if op.kind == "param":
+        if op.kind in ("alias", "param"):
             return
         group = self.member_of.get(n)
         if group is not None:
@@ -1496,7 +1491,6 @@ class _Lowering:
                 self.steps.append(TorchStep(outputs=(shaped,), fn="unsqueeze", args=(TensorArg(name=self.tensor_name[m]), LiteralArg(value=-1))))
                 self.tensor_name[m] = shaped
         # coverage
-        target = anchor_op.target
         self.cover(group.anchor, "kernel", where=kname)
         for m in group.members:
             self.cover(m, "reduction" if m in group.reduces else "epilogue", where=kname)
