@@ -232,7 +232,7 @@ class OfflineTier:
 
     # -- the tier protocol -------------------------------------------------------------------------
     def propose(self, request: WriterRequest) -> list[Hypothesis]:
-        plan, untried, tried = self._state(request)
+        plan, untried, _ = self._state(request)
         if plan.trace.program is None:
             return [Hypothesis(title="trace the reference", rationale=_diag_text(plan.trace), expected_gain=1.0, risk=1.0)]
         if not untried:
