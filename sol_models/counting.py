@@ -440,7 +440,7 @@ def _build_and_run(module: Any, device: str, seed: int, info: dict | None = None
     Distribution.set_default_validate_args(device != "meta")
     try:
         with torch.device(device):
-            init_inputs, model, inputs = _construct(module, seed)
+            model, inputs = _construct(module, seed)
     finally:
         Distribution.set_default_validate_args(validate)
     if device == "meta":
@@ -469,7 +469,7 @@ def _build_and_run(module: Any, device: str, seed: int, info: dict | None = None
     return counter, param_keys, input_bytes, outputs
 
 
-def _construct(module: Any, seed: int) -> tuple[list, Any, list]:
+def _construct(module: Any, seed: int) -> tuple[Any, list]:
     import torch
 
     init_inputs = module.get_init_inputs()
@@ -478,7 +478,7 @@ def _construct(module: Any, seed: int) -> tuple[list, Any, list]:
     torch.manual_seed(seed)
     inputs = module.get_inputs()
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-    return init_inputs, model, inputs
+    return model, inputs
 
 
 def count_problem(problem: Any, seed: int = 0) -> WorkCount:
