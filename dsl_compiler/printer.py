@@ -16,8 +16,7 @@ _DEFAULTS = ir.KernelConfig()
 def format_number(value: float) -> str:
     if not math.isfinite(value):
         raise ValueError(f"a constant must be finite, got {value}")
-    text = repr(float(value))
-    return text
+    return repr(float(value))
 
 
 def format_expr(expr: Any) -> str:
