@@ -199,10 +199,11 @@ class Worker:
                     sets[-1]["ran"] = False
                     break
                 verdict = self.compare(ref_out, out_a, out_b, inputs, tol)
-                structure_ok = "_checks" in verdict  # output count, type, shape, dtype and device were right
+                # checks come back only where output count, type, shape, dtype and device were right
+                compared = verdict.pop("_checks", None)
                 sets.append(_set(seed, **verdict))
-                sets[-1]["ran"] = structure_ok
-                checks.extend(verdict.pop("_checks", []))
+                sets[-1]["ran"] = compared is not None
+                checks.extend(compared or [])
                 modified = [i for i, (x, s) in enumerate(zip(inputs, snapshot))
                             if isinstance(x, torch.Tensor) and not torch.equal(x, s)]
                 if modified:
@@ -233,22 +234,20 @@ class Worker:
     def compare(self, ref_out, out_a, out_b, inputs, tol: float) -> dict:
         refs, outs_a, outs_b = _as_list(ref_out), _as_list(out_a), _as_list(out_b)
         checks: list[integrity.CheckResult] = []
+        def wrong(reason: str) -> dict:  # not comparable at all: no errors, no checks
+            return dict(correct=False, max_abs_error=None, max_rel_error=None, reason=reason)
+
         if len(outs_b) != len(refs):
-            return dict(correct=False, max_abs_error=None, max_rel_error=None,
-                        reason=f"returns {len(outs_b)} output(s), the reference returns {len(refs)}")
+            return wrong(f"returns {len(outs_b)} output(s), the reference returns {len(refs)}")
         for i, (r, o) in enumerate(zip(refs, outs_b)):
             if not isinstance(o, torch.Tensor):
-                return dict(correct=False, max_abs_error=None, max_rel_error=None,
-                            reason=f"output {i} is a {type(o).__name__}, not a tensor")
+                return wrong(f"output {i} is a {type(o).__name__}, not a tensor")
             if tuple(o.shape) != tuple(r.shape):
-                return dict(correct=False, max_abs_error=None, max_rel_error=None,
-                            reason=f"output {i} has shape {list(o.shape)}, expected {list(r.shape)}")
+                return wrong(f"output {i} has shape {list(o.shape)}, expected {list(r.shape)}")
             if o.dtype != r.dtype:
-                return dict(correct=False, max_abs_error=None, max_rel_error=None,
-                            reason=f"output {i} has dtype {o.dtype}, expected {r.dtype}")
+                return wrong(f"output {i} has dtype {o.dtype}, expected {r.dtype}")
             if o.device != r.device:
-                return dict(correct=False, max_abs_error=None, max_rel_error=None,
-                            reason=f"output {i} is on {o.device}, expected {r.device}")
+                return wrong(f"output {i} is on {o.device}, expected {r.device}")
         alias = integrity.result("output_aliases", integrity.alias_check(outs_b, inputs, refs))
         unwritten = integrity.result("unwritten_output", integrity.unwritten_output_check(outs_a, outs_b, tol))
         checks += [alias, unwritten]
@@ -383,7 +382,7 @@ class Worker:
 # helpers
 
 
-def _set(seed, correct, max_abs_error, max_rel_error, reason="", _checks=None) -> dict:
+def _set(seed, correct, max_abs_error, max_rel_error, reason="") -> dict:
     return {"seed": seed, "correct": bool(correct), "max_abs_error": max_abs_error,
             "max_rel_error": max_rel_error, "reason": reason or ""}
 
