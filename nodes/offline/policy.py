@@ -271,10 +271,6 @@ class OfflineTier:
                            hypothesis=Hypothesis(title=chosen.title, rationale="offline configuration search",
                                                  expected_gain=1.0, risk=1.0))
 
-    def coverage(self, problem: Any) -> TraceResult:
-        """The trace of ``problem`` with default options (for reports)."""
-        return trace_problem(problem)
-
 
 def _program_estimate(program, gpu: str) -> float:
     from sol_models.estimate import estimate_program
