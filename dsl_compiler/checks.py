@@ -494,8 +494,7 @@ def _check(program: ir.Program, target: str, backend: str | None) -> list[Diagno
     diags = _check_names(program)
     if has_errors(diags):
         return diags
-    types: dict[str, shapes.TensorType] = {
-        d.name: shapes.TensorType(dtype=d.dtype, shape=d.shape, layout=d.layout) for d in program.decls}
+    types = shapes.declared_types(program)
     strict = backend == "cutlass"
     for step in program.steps:
         if isinstance(step, ir.Kernel):
@@ -507,11 +506,8 @@ def _check(program: ir.Program, target: str, backend: str | None) -> list[Diagno
             for s in step.stores:
                 types[s.name] = shapes.store_type(step, s, checker.out_shape, checker.dims, checker.out_layout)
         else:
-            from dsl_compiler import torch_steps
-
             try:
-                for name, t in zip(step.outputs, torch_steps.infer(step, types)):
-                    types[name] = t
+                types.update(shapes.torch_step_types(step, types))
             except shapes.ShapeError as exc:
                 diags.append(_diag(exc.code, exc.message, exc.span or step.span, exc.found, exc.expected, exc.hint))
                 return diags

@@ -185,14 +185,24 @@ def store_type(kernel: ir.Kernel, store: ir.Store, out_shape: tuple[int, ...], d
     return TensorType(dtype=store.dtype, shape=out_shape, layout=layout)
 
 
+def declared_types(program: ir.Program) -> dict[str, TensorType]:
+    """The type of every declared input and param."""
+    return {d.name: TensorType(dtype=d.dtype, shape=d.shape, layout=d.layout) for d in program.decls}
+
+
+def torch_step_types(step: ir.TorchStep, types: dict[str, TensorType]) -> dict[str, TensorType]:
+    """The types of a torch step's outputs (raises ShapeError when the step fails on its inputs)."""
+    from dsl_compiler import torch_steps  # torch is only needed for torch steps
+
+    return dict(zip(step.outputs, torch_steps.infer(step, types)))
+
+
 def infer(program: ir.Program, upto: ir.Kernel | ir.TorchStep | None = None) -> dict[str, TensorType]:
     """The type of every declared tensor, every store and every torch-step output, in program order.
 
     Raises ShapeError at the first step whose shapes do not work out (``checks`` turns it into a
     Diagnostic). ``upto`` stops before that step (and includes what it can see)."""
-    types: dict[str, TensorType] = {
-        d.name: TensorType(dtype=d.dtype, shape=d.shape, layout=d.layout) for d in program.decls
-    }
+    types = declared_types(program)
     for step in program.steps:
         if upto is not None and step is upto:
             break
@@ -201,8 +211,5 @@ def infer(program: ir.Program, upto: ir.Kernel | ir.TorchStep | None = None) -> 
             for store in step.stores:
                 types[store.name] = store_type(step, store, out_shape, dims, layout)
         else:
-            from dsl_compiler import torch_steps  # torch is only needed for torch steps
-
-            for name, t in zip(step.outputs, torch_steps.infer(step, types)):
-                types[name] = t
+            types.update(torch_step_types(step, types))
     return types
