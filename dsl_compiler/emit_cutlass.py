@@ -163,6 +163,7 @@ _BINARY_CPP = {
     "max": "fmaxf({0}, {1})",
     "pow": "powf({0}, {1})",
 }
+_PARAM_CPP = {"clamp": "mu_clamp", "hardtanh": "mu_clamp", "leaky_relu": "mu_leaky_relu", "elu": "mu_elu"}
 
 _HELPERS = r"""
 CUTLASS_HOST_DEVICE float mu_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
@@ -207,16 +208,9 @@ class _ExprWriter:
             return _UNARY_CPP[expr.fn].format(self.write(expr.arg))
         if isinstance(expr, Binary):
             return _BINARY_CPP[expr.fn].format(self.write(expr.lhs), self.write(expr.rhs))
-        if isinstance(expr, ParamCall):
+        if isinstance(expr, ParamCall):  # the parser and the frontend always give every parameter
             arg = self.write(expr.arg)
-            ps = [self.const(v) for v in expr.params]
-            if expr.fn in ("clamp", "hardtanh"):
-                lo, hi = (ps + [self.const(-1.0), self.const(1.0)])[:2] if len(ps) < 2 else ps[:2]
-                return f"mu_clamp({arg}, {lo}, {hi})"
-            if expr.fn == "leaky_relu":
-                return f"mu_leaky_relu({arg}, {ps[0] if ps else self.const(0.01)})"
-            if expr.fn == "elu":
-                return f"mu_elu({arg}, {ps[0] if ps else self.const(1.0)})"
+            return f"{_PARAM_CPP[expr.fn]}({', '.join([arg, *(self.const(v) for v in expr.params)])})"
         if isinstance(expr, Reduce):
             return self.write(expr.arg)
         raise TypeError(f"unknown expression node {type(expr).__name__}")
@@ -320,6 +314,7 @@ class _Epilogue:
     tensors: list[AbiTensor]  # ABI tensors of the epilogue (src, aux, broadcasts, extra stores)
     d_dtype: str
     src_dtype: str | None
+    src_index: int | None  # the source tensor C's place in ``ptrs``
     scalars: list[float]
 
 
@@ -351,6 +346,7 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
     tensors: list[AbiTensor] = []
     leaf_nodes: dict[tuple, tuple[str, str]] = {}  # leaf key -> (type, args)
     src_name: str | None = None
+    src_index: int | None = None
     scalars: list[float] = []
     functors: list[str] = []
     tile_t = "TileShape"
@@ -360,7 +356,7 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
         return first_ptr + len(tensors) - 1
 
     def leaf(key, span) -> tuple[str, str]:
-        nonlocal src_name
+        nonlocal src_name, src_index
         if key in leaf_nodes:
             return leaf_nodes[key]
         if key == ("acc",):
@@ -374,7 +370,7 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
             el = CPP_ELEMENT[dt]
             if index == "full" and src_name is None:
                 src_name = name
-                add_tensor(AbiTensor(name, "src", dt))
+                src_index = add_tensor(AbiTensor(name, "src", dt))
                 node = (f"cutlass::epilogue::fusion::Sm90SrcFetch<{el}>", "{}")
             elif index == "full":
                 if conv:
@@ -460,7 +456,7 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
         cb_a = "{" + main_a + ", " + ", ".join(e[1] for e in extras) + ", {}}"
     else:
         cb_t, cb_a = main_t, main_a
-    return _Epilogue(cb_t, cb_a, "".join(functors), tensors, main.dtype, dtypes.get(src_name) if src_name else None, scalars)
+    return _Epilogue(cb_t, cb_a, "".join(functors), tensors, main.dtype, dtypes.get(src_name) if src_name else None, src_index, scalars)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -578,11 +574,15 @@ def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[st
     return EmittedKernel(kernel.name, ns, source, abi, knobs)
 
 
-def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, str]) -> EmittedKernel:
-    for o in (op.a, op.b):
+def _require_operands(kernel: Kernel, operands, dtypes: dict[str, str]) -> None:
+    for o in operands:
         if o.name not in dtypes:
             raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': operand '{o.name}' is not defined",
                                        span=o.span or kernel.span, hint="declare it, or store it in an earlier kernel"))
+
+
+def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, str]) -> EmittedKernel:
+    _require_operands(kernel, (op.a, op.b), dtypes)
     a_dt, b_dt = dtypes[op.a.name], dtypes[op.b.name]
     _math_for(kernel, a_dt, b_dt)
     cfg = kernel.config
@@ -607,8 +607,7 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     tensors.append(AbiTensor(d_name, "d", epi.d_dtype))
     tensors.extend(epi.tensors)
     if epi.src_dtype:
-        src_index = 3 + [t.role for t in epi.tensors].index("src")
-        ints.extend([f"p{src_index}.ld", f"p{src_index}.bs"])
+        ints.extend([f"p{epi.src_index}.ld", f"p{epi.src_index}.bs"])
     # C++ layouts: A [M,K] row-major, a^T is A stored [K,M] (column-major); B [K,N] row-major is
     # N-contiguous (CUTLASS RowMajor B), b^T is B stored [N,K] (ColumnMajor, nn.Linear's weight).
     lay_a = "cutlass::layout::ColumnMajor" if op.a.transpose else "cutlass::layout::RowMajor"
@@ -658,7 +657,7 @@ static int mu_sm_count() {{
 }}
 """
     raster = {"auto": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}[cfg.raster]
-    src_ptr = _ptr(3 + [t.role for t in epi.tensors].index("src"), epi.src_dtype) if epi.src_dtype else "nullptr"
+    src_ptr = _ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
     src_stride = (f"cute::make_stride(I({len(ints) - 2}), cute::_1{{}}, I({len(ints) - 1}))" if epi.src_dtype else "{}")
     args = f"""  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {{int(I(0)), int(I(1)), int(I(2)), int(I(3))}};
@@ -688,10 +687,7 @@ static int mu_sm_count() {{
 
 
 def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
-    for o in (op.x, op.w):
-        if o.name not in dtypes:
-            raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': operand '{o.name}' is not defined",
-                                       span=o.span or kernel.span, hint="declare it, or store it in an earlier kernel"))
+    _require_operands(kernel, (op.x, op.w), dtypes)
     if op.groups != 1:
         raise _unsupported(kernel, f"convolution with groups = {op.groups}: CUTLASS 4.2's sm_90 conv kernels take groups = 1",
                            f"route it to a PyTorch step: `torch y = conv{op.spatial_dims}d(x, w, stride=..., padding=..., groups={op.groups})`, "
@@ -753,7 +749,7 @@ using Op = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
     else:
         act, flt = "{int(I(0)), int(I(1)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(6)), int(I(7)), int(I(8)), int(I(4))}"
         pad, strd, dil = "{int(I(9)), int(I(10)), int(I(11))}", "{int(I(12)), int(I(13)), int(I(14))}", "{int(I(15)), int(I(16)), int(I(17))}"
-    src_ptr = _ptr(3 + [t.role for t in epi.tensors].index("src"), epi.src_dtype) if epi.src_dtype else "nullptr"
+    src_ptr = _ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
     args = f"""  ProblemShape shape(cutlass::conv::Mode::kCrossCorrelation, {act}, {flt}, {pad}, {pad}, {strd}, {dil}, 1);
   typename CollectiveEpilogue::StrideC stride_c{{}};
   typename CollectiveEpilogue::StrideD stride_d{{}};
