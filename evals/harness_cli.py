@@ -183,7 +183,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def run_suite_list(args: argparse.Namespace) -> int:
-    from evals.problems import ProblemError, SUITES_DIR, suite_index
+    from evals.problems import SUITES_DIR, ProblemError, problem_files, suite_index
 
     try:
         index = suite_index()
@@ -193,7 +193,8 @@ def run_suite_list(args: argparse.Namespace) -> int:
     rows = []
     for name, entry in sorted(index.items()):
         folder = SUITES_DIR / entry.get("path", name)
-        n = len([f for f in folder.glob("*.py") if not f.name.startswith("_")]) if folder.is_dir() else 0
+        # the files load_suite would load, without importing them
+        n = len(entry.get("problems") or (problem_files(folder) if folder.is_dir() else []))
         rows.append({"name": name, "problems": n, "tolerance": entry.get("tolerance"),
                      "description": entry.get("description", "")})
     if args.json:

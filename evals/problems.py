@@ -236,7 +236,7 @@ def load_problem(path: str | Path, default_tolerance: float | None = None, suite
     )
 
 
-def _problem_files(folder: Path) -> list[Path]:
+def problem_files(folder: Path) -> list[Path]:
     # KernelBench keeps superseded versions next to the current ones as ``<id>_<Name>_OLD.py``.
     files = [f for f in folder.glob("*.py") if not f.name.startswith(("_", ".")) and not f.stem.endswith("_OLD")]
 
@@ -252,7 +252,7 @@ def load_folder(path: str | Path, default_tolerance: float | None = None, suite:
     folder = Path(path)
     if not folder.is_dir():
         raise ProblemError(f"{folder}: no such folder")
-    files = _problem_files(folder)
+    files = problem_files(folder)
     if not files:
         raise ProblemError(f"{folder}: no problem files (*.py) in this folder")
     return [load_problem(f, default_tolerance=default_tolerance, suite=suite) for f in files]
@@ -298,7 +298,7 @@ def load_kernelbench(
     folder = kernelbench_level_dir(root, int(level))
     wanted = parse_ids(ids)
     by_id: dict[int, Path] = {}
-    for f in _problem_files(folder):
+    for f in problem_files(folder):
         m = _KB_NAME.match(f.stem)
         if m:
             by_id[int(m.group(1))] = f
