@@ -220,7 +220,7 @@ def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, to
     for let in kernel.lets:
         epilogue.lets[let.name] = epilogue.eval(let.expr)
     out: dict[str, torch.Tensor] = {}
-    keep_channels_last = isinstance(kernel.op, ir.ConvOp) and _is_channels_last(env[kernel.op.x.name])
+    keep_channels_last = isinstance(kernel.op, ir.ConvOp) and torch_steps.is_channels_last(env[kernel.op.x.name])
     for store in kernel.stores:
         value = epilogue.eval(store.expr)
         dtype = torch_steps.torch_dtype(store.dtype)
@@ -238,10 +238,6 @@ def kernel_math(kernel: ir.Kernel, env: Env) -> str:
         return kernel.config.math
     a = kernel.op.x if isinstance(kernel.op, ir.ConvOp) else kernel.op.a
     return torch_steps.element_type(env[a.name].dtype) or "f32"
-
-
-def _is_channels_last(x: torch.Tensor) -> bool:
-    return x.dim() >= 3 and torch_steps.type_of(x).layout == "channels_last"
 
 
 class InterpreterExecutor:

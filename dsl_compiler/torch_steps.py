@@ -147,9 +147,9 @@ def channels_last(x: Any) -> Any:
     return x.permute(order).contiguous().permute(inverse)
 
 
-def _strided_channels_last(x: Any) -> bool:
-    """Whether a rank >= 3 tensor's strides are dense in channels-last order."""
-    return x.permute(0, *range(2, x.dim()), 1).is_contiguous()
+def is_channels_last(x: Any) -> bool:
+    """Whether a tensor of rank >= 3 is stored densely channels-last (and not also in PyTorch's default order)."""
+    return x.dim() >= 3 and not x.is_contiguous() and x.permute(0, *range(2, x.dim()), 1).is_contiguous()
 
 
 def dense(x: Any, rank3_channels_last: bool = False) -> Any:
@@ -157,9 +157,8 @@ def dense(x: Any, rank3_channels_last: bool = False) -> Any:
     Views (transpose, permute, chunk) are copied, so a kernel reading the result sees the layout the checks
     inferred. For rank 3, NWC strides look like a transpose, so they count as channels-last only when
     ``rank3_channels_last`` (the step is channels_last, or it reads a channels-last rank-3 tensor)."""
-    if x.dim() >= 3 and not x.is_contiguous() and (x.dim() >= 4 or rank3_channels_last):
-        if _strided_channels_last(x):
-            return x
+    if (x.dim() >= 4 or rank3_channels_last) and is_channels_last(x):
+        return x
     return x.contiguous()
 
 
@@ -169,7 +168,7 @@ def _rank3_channels_last(step: ir.TorchStep, layout_of: Callable[[str], str | No
 
 
 def _layout(x: Any) -> str | None:
-    if x.dim() == 3 and not x.is_contiguous() and _strided_channels_last(x):
+    if x.dim() == 3 and is_channels_last(x):
         return "channels_last"
     return None
 
@@ -212,8 +211,7 @@ def type_of(tensor) -> Any:
     element = element_type(tensor.dtype)
     if element is None:
         raise StepError(f"the step gives a {str(tensor.dtype).replace('torch.', '')} tensor; programs carry f32, bf16, f16")
-    strided_cl = tensor.dim() >= 3 and not tensor.is_contiguous() and _strided_channels_last(tensor)
-    layout = "channels_last" if strided_cl else "contiguous"
+    layout = "channels_last" if is_channels_last(tensor) else "contiguous"
     return TensorType(dtype=element, shape=tuple(tensor.shape), layout=layout)
 
 
