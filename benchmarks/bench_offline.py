@@ -151,6 +151,7 @@ def _sol(problem, gpu: str) -> dict:
 
 
 def run_suite(problems: list, args, log=print) -> dict:
+    from evals.runner import shared_services
     from graph.context import RunContext
     from graph.runner import run_optimize
 
@@ -158,8 +159,9 @@ def run_suite(problems: list, args, log=print) -> dict:
     rows = []
     for problem in problems:
         sol = _sol(problem, args.gpu)
+        # one harness worker for the whole suite, as in an evaluation (a worker start costs seconds)
         ctx = RunContext(tier="offline", backend=args.backend, max_attempts=args.max_attempts, policy=args.policy,
-                         gpu=args.gpu)
+                         gpu=args.gpu, services=shared_services(args.gpu))
         run_dir = out / "runs" / f"{args.date}-offline" / problem.name
         try:
             summary = run_optimize(problem.path, ctx, run_dir)
