@@ -14,8 +14,10 @@ import time
 
 import torch
 
+from dsl_compiler import interpreter
 from dsl_compiler.emit_cutlass import emit_program
 from dsl_compiler.ir import Kernel, Program
+from dsl_compiler.runtime import ProgramModule
 
 # --- portable begin: depends on torch and ctypes only; export.py copies this block into ModelNew files ---
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -258,9 +260,6 @@ class CutlassExecutor:
             raise CutlassError(f"no built library for kernel(s) {', '.join(missing)}: run build.build_program first")
         self._ops = {k.name: k.op.model_dump(mode="json") for k in program.kernels}
 
-    def library(self, kernel_name: str) -> ctypes.CDLL:
-        return load_library(self.artifacts[kernel_name])
-
     def run_kernel(self, program: Program, kernel: Kernel, env: dict[str, torch.Tensor],
                    outputs: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Run one kernel on the tensors of ``env``; returns store name -> tensor.
@@ -271,43 +270,13 @@ class CutlassExecutor:
                            env, outputs)
 
 
-def run_program(program: Program, executor: CutlassExecutor, inputs: list[torch.Tensor],
-                params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Run a whole program (kernels on CUTLASS, named steps on PyTorch); returns its outputs.
-    Inputs and params are re-laid out to their declared layouts as the interpreter does."""
-    from dsl_compiler import interpreter
-
-    env = interpreter.bind_inputs(program, inputs)
-    for d in program.params:
-        if d.name not in params:
-            raise CutlassError(f"param '{d.name}' is not bound")
-        env[d.name] = interpreter.as_declared(params[d.name], d)
-    interpreter.run_steps(program, env, executor.run_kernel)
-    return [env[name] for name in program.outputs]
-
-
-class CutlassProgramModule(torch.nn.Module):
-    """A program as a torch Module on the CUTLASS backend; params are bound (re-laid out) once."""
+class CutlassProgramModule(ProgramModule):
+    """A program as a torch Module on the CUTLASS backend (``runtime.ProgramModule`` with a
+    ``CutlassExecutor``); params are re-laid out to their declared layouts once, here."""
 
     def __init__(self, program: Program, params: dict[str, torch.Tensor], artifacts: dict[str, str]):
-        super().__init__()
-        from dsl_compiler import interpreter
-
-        self.program = program
-        self.executor = CutlassExecutor(program, artifacts)
-        self._param_names = [d.name for d in program.params]
-        missing = [n for n in self._param_names if n not in params]
+        missing = [d.name for d in program.params if d.name not in params]
         if missing:
             raise CutlassError(f"param(s) not bound: {', '.join(missing)}")
-        for i, d in enumerate(program.params):
-            self.register_buffer(f"p{i}", interpreter.as_declared(params[d.name], d))
-
-    def forward(self, *inputs: torch.Tensor):
-        from dsl_compiler import interpreter
-
-        env = interpreter.bind_inputs(self.program, list(inputs))
-        for i, name in enumerate(self._param_names):
-            env[name] = getattr(self, f"p{i}")
-        interpreter.run_steps(self.program, env, self.executor.run_kernel)
-        outs = [env[name] for name in self.program.outputs]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        bound = {d.name: interpreter.as_declared(params[d.name], d) for d in program.params}
+        super().__init__(program, CutlassExecutor(program, artifacts), bound)
