@@ -760,29 +760,26 @@ class _Lowering:
             return tm if hasattr(tm, "shape") else None
         return None
 
-    def shape_of(self, x) -> tuple[int, ...] | None:
+    def _tensor_meta(self, x) -> tuple[Any, Any] | None:
+        """(shape, torch dtype) of a value: a model tensor, or a traced node through aliases and params."""
         import torch
 
         if isinstance(x, ParamRef):
             t = self.traced.state.get(x.key)
-            return tuple(t.shape) if isinstance(t, torch.Tensor) else None
+            return (t.shape, t.dtype) if isinstance(t, torch.Tensor) else None
         x = self.resolve(x)
         if self.ops.get(x) is not None and self.ops[x].kind == "param":
-            return self.shape_of(self.ops[x].operands[0])
+            return self._tensor_meta(self.ops[x].operands[0])
         tm = self.meta(x)
-        return tuple(int(s) for s in tm.shape) if tm is not None else None
+        return (tm.shape, tm.dtype) if tm is not None else None
+
+    def shape_of(self, x) -> tuple[int, ...] | None:
+        found = self._tensor_meta(x)
+        return tuple(int(s) for s in found[0]) if found is not None else None
 
     def dtype_of(self, x) -> str | None:
-        import torch
-
-        if isinstance(x, ParamRef):
-            t = self.traced.state.get(x.key)
-            return _DTYPES.get(str(t.dtype)) if isinstance(t, torch.Tensor) else None
-        x = self.resolve(x)
-        if self.ops.get(x) is not None and self.ops[x].kind == "param":
-            return self.dtype_of(self.ops[x].operands[0])
-        tm = self.meta(x)
-        return _DTYPES.get(str(tm.dtype)) if tm is not None else None
+        found = self._tensor_meta(x)
+        return _DTYPES.get(str(found[1])) if found is not None else None
 
     def users(self, node) -> list[Any]:
         """Users of a value, looking through aliases."""
