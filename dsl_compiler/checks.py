@@ -224,6 +224,7 @@ class _KernelChecker:
         lets = {let.name for let in self.k.lets}
         m_rows = self.dims.m if not isinstance(self.k.op, ir.GroupedGemmOp) else self.out_shape[0]
         n_cols = self.dims.n
+        row = "pixel" if self.is_conv else "row"  # what one epilogue row is
         view = "output pixels N*P*Q" if self.is_conv else "output rows M"
         for owner, expr, top_reduce_ok in ([(let, let.expr, False) for let in self.k.lets]
                                            + [(s, s.expr, True) for s in self.k.stores]):
@@ -258,7 +259,7 @@ class _KernelChecker:
                     self.err("shape-mismatch", f"'{node.name}[col]' needs one value per output "
                              f"{'channel' if self.is_conv else 'column'}", span,
                              found=f"{node.name} {list(t.shape)} ({t.numel} values)", expected=f"{n_cols} values",
-                             hint=f"use {node.name}[row] if it has one value per {view.split()[1][:-1]}"
+                             hint=f"use {node.name}[row] if it has one value per {row}"
                              if t.numel == m_rows else "check which output dim the vector runs along")
                 elif node.index == "row" and t.numel != m_rows:
                     self.err("shape-mismatch", f"'{node.name}[row]' needs one value per {view}", span,
