@@ -564,12 +564,13 @@ _STATEMENT_FORMS = {
     "let": "let NAME = EXPR",
     "store": "store NAME: f32 = EXPR",
 }
-_STATEMENT_KEYWORD = re.compile(r"\b(program|input|param|kernel|torch|output|let|store)\b")
+_STATEMENT_KEYWORD = re.compile(r"\b(" + "|".join(_STATEMENT_FORMS) + r")\b")
+# The grammar's keywords: a name cannot be one of them.
+_RESERVED = {*_STATEMENT_FORMS, "acc", "True", "False", "None"}
 
 
 def _hint_for_token(tok: str, expected: set[str] | frozenset[str], before: str = "") -> str:
-    reserved = {"program", "input", "param", "kernel", "torch", "output", "let", "store", "acc", "True", "False", "None"}
-    if tok in reserved and "NAME" in expected:
+    if tok in _RESERVED and "NAME" in expected:
         return f"'{tok}' is a reserved word; choose another name"
     keywords = _STATEMENT_KEYWORD.findall(re.sub(r"#[^\n]*", "", before))
     if keywords:
