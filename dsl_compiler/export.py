@@ -33,22 +33,16 @@ def _lib_path(name):
     return local if local and os.path.exists(local) else KERNELS[name]["lib"]
 
 
-_DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-
-
 def _as_declared(t, decl):
-    t = t.to(_DT[decl["dtype"]]) if t.dtype != _DT[decl["dtype"]] else t
+    t = t.to(TORCH_DTYPE[decl["dtype"]]) if t.dtype != TORCH_DTYPE[decl["dtype"]] else t
     if decl.get("layout") == "channels_last" and t.dim() >= 3:
         return _channels_last(t)
     return t
 
 
-def _torch_step(step, env):
-    try:  # the exact whitelist when mucutlass is installed
-        from dsl_compiler import torch_steps, ir
-        return torch_steps.run(ir.TorchStep.model_validate(step), env)
-    except ImportError:
-        pass
+def _torch_step(index, step, env):
+    if _TORCH_STEPS is not None:
+        return _torch_steps.run(_TORCH_STEPS[index], env)
     import torch.nn.functional as F
     args = [env[a["name"]] if a["kind"] == "tensor" else a["value"] for a in step["args"]]
     kwargs = {k["key"]: k["value"] for k in step["kwargs"]}
@@ -61,6 +55,13 @@ def _torch_step(step, env):
     return dict(zip(step["outputs"], results))
 
 
+try:  # the exact whitelist when mucutlass is installed; its steps are validated once, here
+    from dsl_compiler import ir as _ir, torch_steps as _torch_steps
+    _TORCH_STEPS = {i: _ir.TorchStep.model_validate(s) for i, s in enumerate(PROGRAM["steps"]) if "op" not in s}
+except ImportError:
+    _TORCH_STEPS = None
+
+
 def run_program(inputs, params):
     decls = [d for d in PROGRAM["decls"] if d["kind"] == "input"]
     if len(inputs) != len(decls):
@@ -69,11 +70,11 @@ def run_program(inputs, params):
     for d in PROGRAM["decls"]:
         if d["kind"] == "param":
             env[d["name"]] = _as_declared(params[d["name"]], d)
-    for step in PROGRAM["steps"]:
+    for i, step in enumerate(PROGRAM["steps"]):
         if "op" in step:
             env.update(call_kernel(_lib_path(step["name"]), step["name"], step["op"], KERNELS[step["name"]]["abi"], env))
         else:
-            env.update(_torch_step(step, env))
+            env.update(_torch_step(i, step, env))
     return [env[name] for name in PROGRAM["outputs"]]
 
 
@@ -120,7 +121,7 @@ class ModelNew(torch.nn.Module):
                     if not hasattr(owner, part):
                         owner.add_module(part, torch.nn.Module())
                     owner = getattr(owner, part)
-                owner.register_parameter(leaf, torch.nn.Parameter(torch.empty(d["shape"], dtype=_DT[d["dtype"]])))
+                owner.register_parameter(leaf, torch.nn.Parameter(torch.empty(d["shape"], dtype=TORCH_DTYPE[d["dtype"]])))
 
     def forward(self, *inputs):
         outs = run_program(list(inputs), _params_of(self))
