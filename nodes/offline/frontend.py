@@ -623,7 +623,7 @@ def _normalize_module(node, module) -> _Op:
             op.torch_kwargs = {"alpha": params[0]}
         return op
     # no kernel form: the functional equivalent as a PyTorch step
-    op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p, prefix)
+    op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p)
     if isinstance(module, nn.Dropout):
         op.kind, op.reason = "unsupported", "dropout with p > 0 in training mode is random: no program can match it"
     elif op.torch_fn is None:
@@ -633,11 +633,8 @@ def _normalize_module(node, module) -> _Op:
     return op
 
 
-def _module_functional(m, x, p, prefix):
+def _module_functional(m, x, p):
     import torch.nn as nn
-
-    def buf(attr):
-        return ParamRef(f"{prefix}.{attr}") if getattr(m, attr, None) is not None else None
 
     if isinstance(m, nn.modules.batchnorm._BatchNorm):
         if not (m.training or not m.track_running_stats):
