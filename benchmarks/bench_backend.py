@@ -3,7 +3,7 @@
 Builds (in parallel, cold then cached) and times: bf16 4096^3 GEMM + bias + ReLU, fp32-in / tf32-math
 4096^3 GEMM + bias + ReLU, and 3x3 convolutions + bias + ReLU (tf32 and bf16), against torch
 matmul / F.linear / conv2d with TF32 off and on. Writes ``<out>/<date>-h200-backend.{json,md}``
-(keys: date, gpu, versions, rows, summary).
+(keys: date, gpu, versions, environment, rows, builds, summary).
 
     python benchmarks/bench_backend.py --out benchmarks/results [--prebuild-matrix]
 
@@ -167,7 +167,6 @@ def main(argv=None) -> int:
     rows = []
     cached_s = {}
     for name in cases:
-        res = built[name]
         t0 = time.perf_counter()
         again = build_program(programs[name])
         cached_s[name] = time.perf_counter() - t0
@@ -275,18 +274,16 @@ def main(argv=None) -> int:
         "tf32 within 10% of torch tf32": summary["tf32_ratio_to_torch_tf32_matmul_bias_relu"] <= 1.10,
         "cached load < 0.1 s": load_s < 0.1,
     }
-    props = torch.cuda.get_device_properties(0)
-    try:
-        nvcc_v = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    except OSError:
-        nvcc_v = "unknown"
-    from importlib import metadata
+    from evals.runner import collect_environment, versions_text
 
+    props = torch.cuda.get_device_properties(0)
+    env = collect_environment("cutlass")
     report = {
         "date": args.date,
         "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
-        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "nvcc": nvcc_v,
-                     "nvidia-cutlass": metadata.version("nvidia-cutlass"), "python": sys.version.split()[0]},
+        "versions": {"torch": torch.__version__, "cuda": env.get("torch_cuda"), "nvcc": env.get("nvcc"),
+                     "nvidia-cutlass": env["versions"]["nvidia-cutlass"], "python": env["python"]},
+        "environment": env,
         "rows": rows,
         "builds": build_rows,
         "summary": summary,
@@ -296,7 +293,7 @@ def main(argv=None) -> int:
     stem = out / f"{args.date}-h200-backend{args.tag}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
     md = [f"# CUTLASS backend on {report['gpu']} ({args.date})", "",
-          f"torch {torch.__version__}, CUDA {torch.version.cuda}, nvcc {nvcc_v}, nvidia-cutlass {report['versions']['nvidia-cutlass']}. "
+          f"{versions_text(env)}. "
           "Median over 30 samples of 10 back-to-back calls between CUDA events (host overhead included where it exceeds kernel time); `graph:` rows replay a CUDA graph (GPU time alone).", "",
           "| case | implementation | ms | TFLOP/s | rel. error | cold build s | cached build s |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
