@@ -238,3 +238,28 @@ def test_pooling_counts_its_window(tmp_path):
     w = count_problem(path)
     assert w.flops == 4 * 8 * 16 * 16 * 9
     assert {r.kind for r in w.ops} == {"pool"}
+
+
+def test_epilogue_refs_are_tensor_reads_not_lets():
+    from dsl_compiler import ir
+    from dsl_compiler.parser import parse
+    from sol_models.counting import epilogue_nodes, epilogue_refs
+
+    program, diags = parse("""program p
+input x: f32[64, 32]
+input r: f32[64, 16]
+param w: f32[16, 32] = "fc.weight"
+param b: f32[16] = "fc.bias"
+kernel fc = gemm(x, w^T) {
+  math = tf32
+  let h = relu(acc + b[col])
+  store y: f32 = h * h + r
+}
+output y
+""")
+    assert program is not None, diags
+    (kernel,) = program.kernels
+    assert sorted((ref.name, ref.index) for ref in epilogue_refs(kernel)) == [("b", "col"), ("r", "full")]
+    kinds = [type(node).__name__ for node in epilogue_nodes(kernel)]
+    assert kinds.count("Ref") == 4 and kinds.count("Acc") == 1  # b, h twice, r; one acc in the let
+    assert all(isinstance(node, (ir.Acc, ir.Ref, ir.Unary, ir.Binary)) for node in epilogue_nodes(kernel))
