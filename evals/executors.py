@@ -68,6 +68,18 @@ def _run_inline(spec: RunSpec, run_fn: str | RunFn, sink: RunSink) -> None:
     sink.finished(spec, summary)
 
 
+def _reported_run(spec_data: dict, run_fn: str, reports) -> tuple[str, object]:
+    """One spec in a worker (a local process or a Ray task): its start and attempts go to the driver
+    through the ``reports`` queue; returns ("finished", summary) or ("failed", one-line error)."""
+    spec = RunSpec.model_validate(spec_data)
+    reports.put(("started", spec_data, None))
+    try:
+        summary = execute_run(spec, run_fn, lambda a: reports.put(("attempt", spec_data, a.model_dump(mode="json"))))
+        return ("finished", summary.model_dump(mode="json"))
+    except Exception as exc:
+        return ("failed", one_line_error(exc))
+
+
 def _process_worker(gpu: str | None, run_fn: str, tasks, events) -> None:
     """A local worker process: pinned to one GPU, runs specs until it gets None."""
     if gpu is not None:
@@ -76,15 +88,8 @@ def _process_worker(gpu: str | None, run_fn: str, tasks, events) -> None:
         item = tasks.get()
         if item is None:
             return
-        spec = RunSpec.model_validate(item)
-        events.put(("started", spec.model_dump(), None))
-        try:
-            summary = execute_run(
-                spec, run_fn, lambda a: events.put(("attempt", spec.model_dump(), a.model_dump(mode="json")))
-            )
-            events.put(("finished", spec.model_dump(), summary.model_dump(mode="json")))
-        except Exception as exc:
-            events.put(("failed", spec.model_dump(), one_line_error(exc)))
+        kind, payload = _reported_run(item, run_fn, events)
+        events.put((kind, item, payload))
 
 
 def _deliver(kind: str, spec: RunSpec, payload, sink: RunSink) -> bool:
@@ -138,17 +143,6 @@ def _run_processes(specs: Sequence[RunSpec], run_fn: str, sink: RunSink, workers
 # ------------------------------------------------------------------------------------------------
 
 
-def _ray_task(spec_data: dict, run_fn: str, reports) -> tuple[str, object]:
-    """Runs on a Ray worker: one spec; attempts go to the driver through the ``reports`` queue."""
-    spec = RunSpec.model_validate(spec_data)
-    reports.put(("started", spec_data, None))
-    try:
-        summary = execute_run(spec, run_fn, lambda a: reports.put(("attempt", spec_data, a.model_dump(mode="json"))))
-        return ("finished", summary.model_dump(mode="json"))
-    except Exception as exc:
-        return ("failed", one_line_error(exc))
-
-
 class RayExecutor:
     """``address``: "local" starts a private Ray instance on this machine; otherwise a cluster address."""
 
@@ -182,7 +176,7 @@ class RayExecutor:
         started_here = self._init(ray)
         try:
             gpus = ray.cluster_resources().get("GPU", 0)
-            task = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1, max_retries=0)(_ray_task)
+            task = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1, max_retries=0)(_reported_run)
             reports = Queue()
             refs = {task.remote(s.model_dump(), run_fn, reports): s for s in specs}
             pending = list(refs)
