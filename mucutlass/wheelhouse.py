@@ -19,6 +19,9 @@ from pathlib import Path
 EXCLUDED = re.compile(r"^(torch|triton|nvidia-(?!cutlass$).*|cuda-.*|numpy|setuptools|pip|wheel)$")
 # The runtime requirements of a GPU worker alone (--worker-only): the language, the backend and the harness.
 WORKER_ROOTS = ("pydantic", "lark", "nvidia-cutlass", "platformdirs", "rich")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64")
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")  # a distribution name at the start of a line
 
 
 def product_roots() -> tuple[str, ...]:
@@ -40,12 +43,10 @@ def read_have(path: Path) -> set[str]:
     """Package names a host already has, from its `pip freeze` or `pip list` output (one per line)."""
     have = set()
     for line in path.read_text().splitlines():
-        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        m = _NAME.match(line)
         if m and not line.lstrip().startswith(("#", "Package", "---")):
             have.add(canonical(m.group(1)))
     return have
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64")
 
 
 def canonical(name: str) -> str:
@@ -56,7 +57,7 @@ def _requirement_name(req: str) -> str | None:
     """The name of a Requires-Dist entry, or None when it applies only to an extra."""
     if ";" in req and "extra" in req.split(";", 1)[1]:
         return None
-    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    m = _NAME.match(req)
     return canonical(m.group(1)) if m else None
 
 
