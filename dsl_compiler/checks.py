@@ -149,10 +149,8 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
                 diags.append(_diag("duplicate-name", f"two kernels are named '{step.name}'", step.span,
                                    found=step.name, expected="distinct kernel names", hint="rename one of them"))
             kernel_names.add(step.name)
-            op = step.op
-            operands = (op.x, op.w) if isinstance(op, ir.ConvOp) else (op.a, op.b)
-            for o in operands:
-                use(o.name, o.span or op.span, f"kernel '{step.name}'")
+            for o in step.operands:
+                use(o.name, o.span or step.op.span, f"kernel '{step.name}'")
             lets: set[str] = set()
             for let in step.lets:
                 for node in _walk(let.expr):
@@ -288,12 +286,8 @@ class _KernelChecker:
                      hint="add a full store, e.g. store y: f32 = acc")
 
     # ---- element and math types
-    def operands(self) -> tuple[ir.Operand, ir.Operand]:
-        op = self.k.op
-        return (op.x, op.w) if isinstance(op, ir.ConvOp) else (op.a, op.b)
-
     def check_dtypes(self) -> str:
-        a, b = self.operands()
+        a, b = self.k.operands
         ta, tb = self.types[a.name], self.types[b.name]
         math = self.cfg.math or ta.dtype
         math_span = self.cfg.span_of("math") if self.cfg.math else self.k.span
@@ -321,7 +315,7 @@ class _KernelChecker:
 
     # ---- layout and TMA alignment
     def check_layout_and_alignment(self) -> None:
-        a, b = self.operands()
+        a, b = self.k.operands
         for o in (a, b):
             t = self.types[o.name]
             if self.is_conv and t.layout != "channels_last":
@@ -379,7 +373,7 @@ class _KernelChecker:
         """tf32 wgmma reads K-major operands only: A stored [.., M, K] (no ^T), B stored [.., N, K] (b^T)."""
         if self.is_conv or math not in self.t.kmajor_only_math:
             return
-        a, b = self.operands()
+        a, b = self.k.operands
         for o, bad, stored, want in ((a, a.transpose, "[K, M]", "[M, K]"), (b, not b.transpose, "[K, N]", "[N, K]")):
             if not bad:
                 continue
@@ -448,7 +442,7 @@ class _KernelChecker:
                      expected=f"at least {t.min_stages}", hint=f"use stages = {t.min_stages} or auto")
 
     def check_smem(self, tile: tuple[int, int, int]) -> None:
-        a, _ = self.operands()
+        a, _ = self.k.operands
         nbytes = ir.ELEMENT_BYTES[self.types[a.name].dtype]
         tm, tn, tk = tile
         stage_bytes = (tm + tn) * tk * nbytes

@@ -236,8 +236,7 @@ def kernel_math(kernel: ir.Kernel, env: Env) -> str:
     """As ``shapes.effective_math``: the math knob, else the element type of operand A."""
     if kernel.config.math is not None:
         return kernel.config.math
-    a = kernel.op.x if isinstance(kernel.op, ir.ConvOp) else kernel.op.a
-    return torch_steps.element_type(env[a.name].dtype) or "f32"
+    return torch_steps.element_type(env[kernel.operands[0].name].dtype) or "f32"
 
 
 class InterpreterExecutor:

@@ -251,6 +251,12 @@ class Kernel(Node):
     lets: tuple[Let, ...] = ()
     stores: tuple[Store, ...]
 
+    @property
+    def operands(self) -> tuple[Operand, Operand]:
+        """The op's two tensors: (a, b) of a GEMM, (x, w) of a convolution."""
+        op = self.op
+        return (op.x, op.w) if isinstance(op, ConvOp) else (op.a, op.b)
+
 
 # ---------------------------------------------------------------------------------------------
 # Named PyTorch steps: what the language cannot express, visible and counted.

@@ -68,8 +68,7 @@ def effective_math(program: ir.Program, kernel: ir.Kernel, types: dict[str, Tens
     if kernel.config.math is not None:
         return kernel.config.math
     types = types if types is not None else infer(program)
-    a = kernel.op.x if isinstance(kernel.op, ir.ConvOp) else kernel.op.a
-    t = types.get(a.name)
+    t = types.get(kernel.operands[0].name)
     return t.dtype if t is not None else "f32"
 
 
