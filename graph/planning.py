@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from graph.policies import best_time_us
 from graph.records import AttemptRecord, Hypothesis
 
 
@@ -78,9 +79,9 @@ def nominate(
 
     Gains are planning estimates: capped by the gap to SOL, since nothing beats the bound.
     """
-    correct = [a for a in history if a.correct and a.t_us is not None and not a.flags]
+    t_best = best_time_us(history)
     t_sol = sol.get("t_sol_us") or 0.0
-    if not correct:
+    if t_best is None:  # no correct, unflagged result yet
         last = history[-1] if history else None
         if last is not None and not last.correct:
             return [Hypothesis(title="repair the last program", rationale=_why(last), expected_gain=1.0, risk=1.0)]
@@ -89,7 +90,6 @@ def nominate(
             rationale="translate the reference into kernels with default configurations; correctness first",
             expected_gain=1.0, risk=1.0,
         )]
-    t_best = min(a.t_us for a in correct)
     gap = t_best / t_sol if t_sol else None
     cap = max(gap or 4.0, 1.0)
     compute_bound = sol.get("bound", "compute") == "compute"
@@ -147,8 +147,7 @@ def plan(
     proposed: Sequence[Hypothesis] | None = None,
 ) -> list[Hypothesis]:
     """Nominate (or take a tier's own proposals) and rank by ROI."""
-    correct = [a.t_us for a in history if a.correct and a.t_us is not None and not a.flags]
-    t_sol = sol.get("t_sol_us")
-    gap = (min(correct) / t_sol) if (correct and t_sol) else None
+    t_best, t_sol = best_time_us(history), sol.get("t_sol_us")
+    gap = (t_best / t_sol) if (t_best is not None and t_sol) else None
     hyps = list(proposed) if proposed else nominate(sol, history, features, allowed_precisions)
     return rank(hyps, gap)
