@@ -82,6 +82,7 @@ def test_builds_run_in_parallel(fake_toolchain):
     t0 = time.perf_counter()
     build.build_program(prog, jobs=2)
     assert time.perf_counter() - t0 < 2 * 0.3 + 0.25  # two kernels at once
+    assert len(_calls(fake_toolchain)) == 2  # both were compiled, not found in the cache
 
 
 def test_nvcc_error_maps_to_kernel_and_knob_with_log_kept(fake_toolchain):
