@@ -85,21 +85,16 @@ def _operand(env: Env, operand: ir.Operand) -> torch.Tensor:
 def accumulate(kernel: ir.Kernel, env: Env, math: str) -> torch.Tensor:
     """The op's accumulator in fp32 (before the epilogue), in PyTorch's logical shape."""
     op = kernel.op
+    a, b = (round_operand(_operand(env, o), math) for o in kernel.operands)
     with exact_fp32():
         if isinstance(op, ir.GemmOp):
-            a = round_operand(_operand(env, op.a), math)
-            b = round_operand(_operand(env, op.b), math)
             acc = torch.matmul(a, b)
         elif isinstance(op, ir.GroupedGemmOp):
-            a = round_operand(_operand(env, op.a), math)
-            b = round_operand(_operand(env, op.b), math)
             parts = torch.split(a, list(op.group_sizes), dim=0)
             acc = torch.cat([torch.matmul(p, b[g]) for g, p in enumerate(parts)], dim=0)
         else:
-            x = round_operand(env[op.x.name], math)
-            w = round_operand(env[op.w.name], math)
             conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[op.spatial_dims]
-            acc = conv(x, w, None, op.stride, op.padding, op.dilation, op.groups)
+            acc = conv(a, b, None, op.stride, op.padding, op.dilation, op.groups)
     if kernel.config.accum == "f16":
         acc = acc.to(torch.float16).float()
     return acc
