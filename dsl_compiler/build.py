@@ -179,6 +179,10 @@ class _Job:
     key: str
     dir: Path
 
+    @property
+    def failed_dir(self) -> Path:  # where a failed build's files (and nvcc's log) are kept
+        return self.dir.parent / f"{self.key}.failed"
+
 
 def _compile(job: _Job, nvcc: str, flags: list[str]) -> tuple[bool, float, str]:
     """Compile into a temporary folder, then move into place: concurrent builders never see half a build."""
@@ -204,9 +208,8 @@ def _compile(job: _Job, nvcc: str, flags: list[str]) -> tuple[bool, float, str]:
         except OSError:  # another process built the same kernel first
             shutil.rmtree(tmp, ignore_errors=True)
     else:
-        failed = job.dir.parent / f"{job.key}.failed"
-        shutil.rmtree(failed, ignore_errors=True)
-        os.replace(tmp, failed)
+        shutil.rmtree(job.failed_dir, ignore_errors=True)
+        os.replace(tmp, job.failed_dir)
     return ok, build_s, log
 
 
@@ -262,10 +265,9 @@ def build_program(program: Program, target: str = "sm90a", jobs: int | None = No
             out.ok = False
             knob, msg = map_nvcc_error(log, job.emitted)
             kernel = next(k for k in program.kernels if k.name == name)
-            failed = job.dir.parent / f"{job.key}.failed"
             out.diagnostics.append(Diagnostic(
                 code="build", span=kernel.span,
                 message=f"kernel '{name}': nvcc rejected the CUTLASS kernel ({knob}): {msg[:300]}",
-                found=f"{knob}", hint=f"change {knob} of kernel '{name}' (full log: {failed / 'build.log'})"))
+                found=f"{knob}", hint=f"change {knob} of kernel '{name}' (full log: {job.failed_dir / 'build.log'})"))
     out.seconds = round(time.perf_counter() - t0, 3)
     return out
