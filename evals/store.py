@@ -76,6 +76,10 @@ CREATE TABLE IF NOT EXISTS attempts (
 """
 
 
+_ATTEMPT_COLUMNS = ", ".join(f'"{n}"' for n in _ATTEMPT_FIELDS)
+_INTO_ATTEMPTS = f"INTO attempts (problem, tier, policy, {_ATTEMPT_COLUMNS}) VALUES ({', '.join('?' * (3 + len(_ATTEMPT_FIELDS)))})"
+
+
 def _attempt_row(record: AttemptRecord) -> list[Any]:
     data = record.model_dump()
     return [json.dumps(data[n]) if n in _JSON_FIELDS else data[n] for n in _ATTEMPT_FIELDS]
@@ -178,23 +182,19 @@ class ResultsStore:
 
     def record_attempt(self, problem: str, tier: str, policy: str, attempt: AttemptRecord) -> None:
         """Store one attempt as soon as it finishes; a repeat of the same index replaces it."""
-        placeholders = ", ".join("?" for _ in range(3 + len(_ATTEMPT_FIELDS)))
-        columns = ", ".join(f'"{n}"' for n in _ATTEMPT_FIELDS)
         with self._tx() as db:
             db.execute(
-                f"INSERT OR REPLACE INTO attempts (problem, tier, policy, {columns}) VALUES ({placeholders})",
+                f"INSERT OR REPLACE {_INTO_ATTEMPTS}",
                 [problem, tier, policy, *_attempt_row(attempt)],
             )
 
     def finish_run(self, summary: RunSummary, *, status: RunStatus = "done", derived_from: str | None = None) -> None:
         """Store a run's summary and its attempts (the summary's list is authoritative)."""
         key = (summary.problem, summary.tier, summary.policy)
-        placeholders = ", ".join("?" for _ in range(3 + len(_ATTEMPT_FIELDS)))
-        columns = ", ".join(f'"{n}"' for n in _ATTEMPT_FIELDS)
         with self._tx() as db:
             db.execute("DELETE FROM attempts WHERE problem = ? AND tier = ? AND policy = ?", key)
             db.executemany(
-                f"INSERT INTO attempts (problem, tier, policy, {columns}) VALUES ({placeholders})",
+                f"INSERT {_INTO_ATTEMPTS}",
                 [[*key, *_attempt_row(a)] for a in summary.attempts],
             )
             db.execute(
