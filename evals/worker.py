@@ -5,7 +5,8 @@ answer per line on a private copy of stdout; the candidate's own prints go to st
 restarts the process when it dies, hangs past the watchdog, or reports a fatal CUDA error (an
 illegal address leaves the CUDA context unusable, so the worker answers and exits).
 
-Torch is imported once per process; problems and reference timings are cached per process.
+Torch is imported once per process; problems are cached per process. Reference timings are cached
+by the parent (``Harness``), which outlives a restarted worker.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ class CandidateError(Exception):
 class Worker:
     def __init__(self) -> None:
         self.problems: dict[str, Problem] = {}
-        self.reference_cache: dict[str, dict] = {}
         self.flusher: L2Flusher | None = None
         self.cuda = torch.cuda.is_available()
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
@@ -337,9 +337,6 @@ class Worker:
         device = self.device_for(settings)
         if device.type != "cuda":
             return {"timing_source": None, "reason": "no GPU in this process: reference timings need one"}
-        key = hashlib.sha256((problem.source + json.dumps(settings, sort_keys=True)).encode()).hexdigest()
-        if key in self.reference_cache:
-            return self.reference_cache[key]
         seeds = [int(s) for s in req["seeds"]]
         model = problem.make_model(seeds[0], device)
         input_sets = [problem.make_inputs(s, device) for s in seeds]
@@ -371,7 +368,6 @@ class Worker:
                         out["compile_us"] = None
                         out["reason"] = f"torch.compile failed: {_one_line(exc)}"
         del model, input_sets
-        self.reference_cache[key] = out
         return out
 
     def op_memory(self, req: dict) -> dict:
