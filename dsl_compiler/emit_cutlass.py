@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from dsl_compiler import shapes
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.ir import (
     Acc,
@@ -241,10 +242,8 @@ def _functor(name: str, n_inputs: int, body: str | None, n_consts: int) -> str:
 def tensor_dtypes(program: Program) -> dict[str, str]:
     """Storage dtype of every named tensor: declarations, kernel stores, torch-step outputs."""
     try:  # the shape pass knows torch-step outputs exactly
-        from dsl_compiler import shapes  # type: ignore
-
         return {name: t.dtype for name, t in shapes.infer(program).items()}
-    except Exception:
+    except Exception:  # noqa: BLE001 -- a program the shape pass rejects: the emitter still names what it cannot build
         pass
     dtypes = {d.name: d.dtype for d in program.decls}
     for step in program.steps:
@@ -567,6 +566,21 @@ def _stages(kernel: Kernel, builder_ns: str) -> str:
     return f"{builder_ns}::StageCount<{int(kernel.config.stages)}>"
 
 
+def _acc_element(kernel: Kernel) -> str:
+    return "cutlass::half_t" if kernel.config.accum == "f16" else "float"
+
+
+def _collective_epilogue(epi: _Epilogue, el_acc: str, layout: str, schedule: str) -> str:
+    """The epilogue's CollectiveBuilder: C (void without a source tensor) and D in ``layout``, 16-byte accesses."""
+    el_c = CPP_ELEMENT[epi.src_dtype] if epi.src_dtype else "void"
+    align_c = 128 // ELEMENT_BITS[epi.src_dtype or epi.d_dtype]
+    return f"""using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, {el_acc}, float,
+    {el_c}, {layout}, {align_c}, {CPP_ELEMENT[epi.d_dtype]}, {layout}, {128 // ELEMENT_BITS[epi.d_dtype]},
+    {schedule}, EpilogueCallbacks>::CollectiveOp;"""
+
+
 def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[str, str], conv: bool) -> EmittedKernel:
     core = body + _ABI.replace("@@ARGS@@", args)
     ns = namespace_for(core)
@@ -615,10 +629,7 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     stride_a = "cute::make_stride(cute::_1{}, I(4), I(5))" if op.a.transpose else "cute::make_stride(I(4), cute::_1{}, I(5))"
     stride_b = "cute::make_stride(I(6), cute::_1{}, I(7))" if op.b.transpose else "cute::make_stride(cute::_1{}, I(6), I(7))"
     el_a, el_b = CPP_ELEMENT[a_dt], CPP_ELEMENT[b_dt]
-    el_acc = "cutlass::half_t" if cfg.accum == "f16" else "float"
-    el_c = CPP_ELEMENT[epi.src_dtype] if epi.src_dtype else "void"
-    align_c = 128 // ELEMENT_BITS[epi.src_dtype] if epi.src_dtype else 128 // ELEMENT_BITS[epi.d_dtype]
-    align_d = 128 // ELEMENT_BITS[epi.d_dtype]
+    el_acc = _acc_element(kernel)
     scheduler = "cutlass::gemm::StreamKScheduler" if cfg.decomposition != "data_parallel" else "void"
     knobs = {
         "tile": f"TileShape = {_cute_shape(tile)}",
@@ -634,11 +645,7 @@ constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_neare
 {epi.functors}using TileShape = {_cute_shape(tile)};            // knob: tile
 using ClusterShape = {_cute_shape(cfg.cluster)};  // knob: cluster
 using EpilogueCallbacks = {epi.callbacks_type};
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, {el_acc}, float,
-    {el_c}, cutlass::layout::RowMajor, {align_c}, {CPP_ELEMENT[epi.d_dtype]}, cutlass::layout::RowMajor, {align_d},
-    {e_sched}, EpilogueCallbacks>::CollectiveOp;
+{_collective_epilogue(epi, el_acc, "cutlass::layout::RowMajor", e_sched)}
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     {el_a}, {lay_a}, {_alignment(kernel, a_dt)}, {el_b}, {lay_b}, {_alignment(kernel, b_dt)}, {el_acc},
@@ -717,9 +724,7 @@ def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, s
     tensors.append(AbiTensor(kernel.stores[0].name, "d", epi.d_dtype))
     tensors.extend(epi.tensors)
     el_x, el_w = CPP_ELEMENT[x_dt], CPP_ELEMENT[w_dt]
-    el_acc = "cutlass::half_t" if cfg.accum == "f16" else "float"
-    el_c = CPP_ELEMENT[epi.src_dtype] if epi.src_dtype else "void"
-    align_c = 128 // ELEMENT_BITS[epi.src_dtype] if epi.src_dtype else 128 // ELEMENT_BITS[epi.d_dtype]
+    el_acc = _acc_element(kernel)
     knobs = {"tile": f"TileShape", "cluster": "ClusterShape", "stages": "StageCount", "math": f"ElementAct = {el_x}"}
     conv_tile = f"cute::Shape<cute::_{tile[0]}, cute::_{tile[1]}, cute::Shape<cute::_{tile[2]}>>"
     body = f"""{_HELPERS}
@@ -727,11 +732,7 @@ constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_neare
 {epi.functors}using TileShape = {conv_tile};                    // knob: tile
 using ClusterShape = {_cute_shape(cfg.cluster)};  // knob: cluster
 using EpilogueCallbacks = {epi.callbacks_type};
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, {el_acc}, float,
-    {el_c}, {lay}, {align_c}, {CPP_ELEMENT[epi.d_dtype]}, {lay}, {128 // ELEMENT_BITS[epi.d_dtype]},
-    cutlass::epilogue::TmaWarpSpecialized, EpilogueCallbacks>::CollectiveOp;
+{_collective_epilogue(epi, el_acc, lay, "cutlass::epilogue::TmaWarpSpecialized")}
 using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
     {el_x}, {lay}, {_alignment(kernel, x_dt)}, {el_w}, {lay}, {_alignment(kernel, w_dt)}, {el_acc},
