@@ -127,13 +127,9 @@ class Services:
                 "timing_source": t.timing_source, "reason": t.reason, "flags": list(t.flags)}
 
     def ceiling_check(self, t_us: float, t_sol_us: float) -> tuple[bool, str]:
-        try:
-            from sol_models.gaming import ceiling_check
-        except ImportError:  # the same rule, until the library lands: >10% under the bound is suspect
-            ok = t_us >= 0.9 * t_sol_us
-            return ok, "" if ok else f"{t_us:.3g} us is more than 10% under t_SOL {t_sol_us:.3g} us"
-        verdict = ceiling_check(t_us, t_sol_us)
-        return bool(verdict.ok), getattr(verdict, "reason", "") or ""
+        from evals.integrity import sol_ceiling_check
+
+        return sol_ceiling_check(t_us, t_sol_us)
 
     def close(self) -> None:
         h, self._harness = self._harness, None
