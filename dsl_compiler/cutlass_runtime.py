@@ -232,13 +232,12 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=device) if ws_bytes else None
     stream = torch.cuda.current_stream(device).cuda_stream
     msg = ctypes.create_string_buffer(_MSG_LEN)
+    run_args = (ptrs, c_ints, c_scalars, workspace.data_ptr() if ws_bytes else None, ws_bytes, stream, msg, _MSG_LEN)
     if device.index is not None and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
-            status = lib.mucutlass_run(ptrs, c_ints, c_scalars, workspace.data_ptr() if ws_bytes else None, ws_bytes,
-                                       stream, msg, _MSG_LEN)
+            status = lib.mucutlass_run(*run_args)
     else:
-        status = lib.mucutlass_run(ptrs, c_ints, c_scalars, workspace.data_ptr() if ws_bytes else None, ws_bytes,
-                                   stream, msg, _MSG_LEN)
+        status = lib.mucutlass_run(*run_args)
     if status:
         raise CutlassError(f"kernel '{kernel_name}': CUTLASS {msg.value.decode(errors='replace')}")
     return results
