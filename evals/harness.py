@@ -176,11 +176,6 @@ class ReferenceTimings(BaseModel):
         pairs = (("eager_fp32", self.eager_fp32_us), ("eager_tf32", self.eager_tf32_us), ("compile", self.compile_us))
         return {k: v for k, v in pairs if v is not None}
 
-    @property
-    def best_us(self) -> float | None:
-        vals = list(self.as_reference_us().values())
-        return min(vals) if vals else None
-
 
 # ---------------------------------------------------------------------------------------------
 # The worker process

@@ -229,9 +229,8 @@ class PolicyComparison(BaseModel):
 
 
 def compare_to_fixed(policy: GroupMetrics, fixed: GroupMetrics, baseline: str = "eager_fp32") -> PolicyComparison:
-    unit = "tokens" if fixed.tokens > 0 else "attempts"
+    unit, spend_f = fixed.spend_unit, fixed.spend  # the policy is measured in the fixed budget's unit
     spend_p = policy.tokens if unit == "tokens" else policy.attempts
-    spend_f = fixed.tokens if unit == "tokens" else fixed.attempts
     g_p, g_f = policy.geomean_speedup[baseline], fixed.geomean_speedup[baseline]
     return PolicyComparison(
         tier=policy.tier,

@@ -82,13 +82,6 @@ class Services:
 
         return self._timed(check_text, text)
 
-    def format_program(self, program: Any) -> str:
-        try:
-            from dsl_compiler import format_program
-        except ImportError:
-            return ""
-        return format_program(program)
-
     def build(self, program: Any) -> Any:
         from dsl_compiler.build import build_program
 
