@@ -19,7 +19,7 @@ from dsl_compiler.emit_cutlass import emit_program
 from dsl_compiler.ir import Kernel, Program
 from dsl_compiler.runtime import ProgramModule
 
-# --- portable begin: depends on torch and ctypes only; export.py copies this block into ModelNew files ---
+# --- portable begin: torch and the standard library only; export.py copies this block, with this module's plain imports, into ModelNew files ---
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 _MSG_LEN = 512
 _LIBS: dict = {}
