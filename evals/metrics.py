@@ -86,6 +86,11 @@ def result_from_summary(summary: RunSummary) -> ProblemResult:
     )
 
 
+def timing_sources(summaries: Iterable[RunSummary]) -> list[str]:
+    """Where the runs' times came from ("gpu", "estimate"), sorted."""
+    return sorted({a.timing_source for s in summaries for a in s.attempts if a.timing_source})
+
+
 def geomean(values: Iterable[float | None]) -> float | None:
     """Geometric mean of the positive, finite values (None, zero and inf are left out); None if none is left."""
     xs = [v for v in values if v is not None and v > 0 and math.isfinite(v)]

@@ -147,7 +147,7 @@ def build_report(store, out_dir: str | Path) -> str:
     results = [metrics.result_from_summary(s) for s in summaries]
     groups_results = metrics.by_group(results)
     groups = {k: metrics.group_metrics(v) for k, v in groups_results.items()}
-    timing_sources = sorted({a.timing_source for s in summaries for a in s.attempts if a.timing_source})
+    timing_sources = metrics.timing_sources(summaries)
 
     md = ["# mucutlass evaluation report", ""]
     source = config.get("source", {})

@@ -443,7 +443,7 @@ def results_document(store) -> dict[str, Any]:
          and s["policy"] == (config.get("policies") or [None])[0]),
         all_groups[0] if all_groups else None,
     )
-    timing_sources = sorted({a.timing_source for s in summaries for a in s.attempts if a.timing_source})
+    timing_sources = metrics.timing_sources(summaries)
     rows = []
     for s, r in zip(summaries, results):
         best = s.best
