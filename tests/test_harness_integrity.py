@@ -139,4 +139,4 @@ def test_time_cuda_logic_with_fake_events(monkeypatch):
     assert len(flushes) == 3 + 5 and seen[3:8] == [0, 1, 2, 0, 1]
     assert 1500 < sample.median_us < 20000 and sample.wall_median_us >= sample.median_us * 0.9
     assert set(sample.summary()) >= {"median_us", "spread_pct", "trials", "wall_median_us", "sync_overhead_us"}
-    assert sample.sync_overhead_us >= 0
+    assert 0 <= sample.sync_overhead_us < 1000  # an empty call's own cost, not the 2 ms of fn (>= 0 by construction)
