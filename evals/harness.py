@@ -36,6 +36,11 @@ from evals.problems import Problem, default_precisions
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+# The settings of how a measurement is taken (evals.timing.TimingMethod, as the worker reads them).
+TIMING_SETTINGS = ("warmup", "warmup_s", "min_trials", "max_trials", "target_timed_s", "l2_flush_mb", "l2_flush_mode",
+                   "host_sync")
+
+
 class HarnessSettings(BaseModel):
     """How candidates are judged and timed. Times are in seconds unless the name says otherwise."""
 
@@ -49,19 +54,29 @@ class HarnessSettings(BaseModel):
                               description="a validate or profile call running longer is killed (env MUCUTLASS_WATCHDOG_S)")
     reference_watchdog_s: float = Field(900.0, gt=0, description="limit for reference timings (torch.compile)")
     startup_timeout_s: float = Field(300.0, gt=0, description="limit for a worker to start (imports torch)")
-    warmup: int = Field(5, ge=1)
+    warmup: int = Field(5, ge=1, description="calls before timing; they also estimate the trial count")
+    warmup_s: float = Field(0.0, ge=0, description="then back-to-back calls for this long before timing, so clocks and power settle")
     min_trials: int = Field(20, ge=3)
     max_trials: int = Field(200, ge=3)
     target_timed_s: float = Field(0.5, gt=0, description="time spent in timed calls per measurement")
     timing_input_sets: int = Field(3, ge=1, description="input sets rotated between timed calls")
-    l2_flush_mb: int = Field(256, ge=0, description="bytes written before every timed call; > L2")
+    l2_flush_mb: int = Field(256, ge=0, description="bytes written before every timed call; > L2 (0: no flush)")
+    l2_flush_mode: Literal["fill", "zero"] = Field("fill", description="how the flush buffer is written: fill_(1.0) or zero_()")
+    host_sync: Literal["before_and_after", "after"] = Field(
+        "before_and_after", description="'before_and_after': the GPU idles between the flush and a timed call, whose "
+        "event time then includes its host launch latency; 'after': the flush keeps the GPU busy while the call is launched")
     compile_reference: bool = True
     ncu: bool = Field(False, description="collect Nsight Compute counters when `ncu` exists (slow)")
     python: str = Field(default_factory=lambda: sys.executable)
 
     def worker_view(self) -> dict:
-        return self.model_dump(include={"device", "warmup", "min_trials", "max_trials", "target_timed_s",
-                                        "l2_flush_mb", "compile_reference"}) | {"compile": self.compile_reference}
+        return self.model_dump(include={"device", "compile_reference", *TIMING_SETTINGS}) | {"compile": self.compile_reference}
+
+    @model_validator(mode="after")
+    def _trials_in_order(self) -> "HarnessSettings":
+        if self.max_trials < self.min_trials:
+            raise ValueError(f"max_trials ({self.max_trials}) must be at least min_trials ({self.min_trials})")
+        return self
 
 
 class Candidate(BaseModel):
@@ -143,6 +158,7 @@ class Timing(BaseModel):
     mean_us: float | None = None
     min_us: float | None = None
     wall_median_us: float | None = None
+    timed_s: float | None = None  # the worker's time in the measurement (warm-up and timed calls)
     valid: bool = True  # False when a timing check failed (the number cannot be trusted)
     reason: str = ""
     checks: list[CheckResult] = Field(default_factory=list)
@@ -167,6 +183,7 @@ class ReferenceTimings(BaseModel):
     eager_tf32_spread_pct: float | None = None
     compile_spread_pct: float | None = None
     compile_s: float | None = None
+    timed_s: float | None = None  # the worker's time in the three measurements (compile_s not included)
     timing_source: Literal["gpu"] | None = None
     reason: str = ""
     crashed: bool = False
@@ -461,7 +478,8 @@ class Harness:
             timing = Timing(
                 median_us=res.get("median_us"), spread_pct=res.get("spread_pct"), trials=res.get("trials", 0),
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
-                wall_median_us=res.get("wall_median_us"), checks=checks, reason=res.get("reason", ""),
+                wall_median_us=res.get("wall_median_us"), timed_s=res.get("timed_s"), checks=checks,
+                reason=res.get("reason", ""),
                 memory_allocated_bytes=res.get("memory_allocated_bytes"),
             )
             if self.settings.ncu:

@@ -6,16 +6,72 @@ on the current stream around the call, then a device-wide synchronize (all strea
 end event is read. Next to the event time we record the fully synchronized wall time of the same
 call: work launched on a side stream that the current stream does not wait for shows up as wall
 time far above event time (see ``integrity.side_stream_check``). Clocks are never touched.
+
+How a measurement is taken is a ``TimingMethod`` (the harness's timing settings):
+- ``host_sync``: ``"before_and_after"`` waits for the flush before the start event, so the GPU is
+  idle when the call is launched and the event time includes the call's host launch latency (and
+  its jitter); ``"after"`` enqueues flush, start event and call back to back, so the flush keeps the
+  GPU busy while the host launches the call (KernelBench and Triton's ``do_bench`` do this).
+- ``warmup_s``: back-to-back calls for this long before timing, so clocks and power settle.
+- ``l2_flush_mb`` / ``l2_flush_mode``: the size of the flush buffer (0: no flush) and how it is
+  written (``fill_`` or ``zero_``).
+Garbage collection is off inside a measurement and the CUDA events are created before the timed
+loop, so neither lands between a start and an end event.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Literal, Mapping, Sequence
 
 L2_FLUSH_BYTES_DEFAULT = 256 * 1024 * 1024  # > 2x the L2 of any Hopper part (H100/H200: 50 MB)
+HOST_SYNC_MODES = ("before_and_after", "after")
+L2_FLUSH_MODES = ("fill", "zero")
+HostSync = Literal["before_and_after", "after"]
+FlushMode = Literal["fill", "zero"]
+
+
+@dataclass(frozen=True)
+class TimingMethod:
+    """How one measurement is taken. The harness's defaults (``HarnessSettings``) are these."""
+
+    warmup: int = 5  # calls before timing; they also estimate the trial count
+    warmup_s: float = 0.0  # then back-to-back calls for this long (clocks and power settle)
+    min_trials: int = 20
+    max_trials: int = 200
+    target_s: float = 0.5  # time spent in timed calls, within [min_trials, max_trials]
+    host_sync: HostSync = "before_and_after"
+    l2_flush_mb: int = 256  # 0: no flush
+    l2_flush_mode: FlushMode = "fill"
+
+    def __post_init__(self):
+        if self.host_sync not in HOST_SYNC_MODES:
+            raise ValueError(f"host_sync must be one of {HOST_SYNC_MODES}, not {self.host_sync!r}")
+        if self.l2_flush_mode not in L2_FLUSH_MODES:
+            raise ValueError(f"l2_flush_mode must be one of {L2_FLUSH_MODES}, not {self.l2_flush_mode!r}")
+        if self.warmup < 1 or self.min_trials < 1 or self.max_trials < self.min_trials:
+            raise ValueError("need warmup >= 1 and 1 <= min_trials <= max_trials")
+        if self.warmup_s < 0 or self.target_s <= 0 or self.l2_flush_mb < 0:
+            raise ValueError("warmup_s and l2_flush_mb must be >= 0, target_s > 0")
+
+    @classmethod
+    def from_settings(cls, settings: Mapping) -> "TimingMethod":
+        """From the worker's view of ``HarnessSettings`` (``target_timed_s`` is ``target_s``);
+        a missing key keeps its default."""
+        names = {"target_timed_s": "target_s"}
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {names.get(k, k): v for k, v in settings.items() if names.get(k, k) in known}
+        return cls(**kw)
+
+    def time_cuda_kwargs(self) -> dict:
+        kw = asdict(self)
+        kw.pop("l2_flush_mb")
+        kw.pop("l2_flush_mode")
+        return kw
 
 
 @dataclass
@@ -26,6 +82,8 @@ class TimingSample:
     wall_us: list[float] = field(default_factory=list)
     warmup: int = 0
     sync_overhead_us: float = 0.0  # wall minus event time of an empty call: the harness's own share
+    warmup_calls: int = 0  # calls made before timing (count-based plus duration-based warm-up)
+    elapsed_s: float = 0.0  # wall time of the whole measurement: warm-up, timed calls, bookkeeping
 
     @property
     def trials(self) -> int:
@@ -54,8 +112,10 @@ class TimingSample:
             "spread_pct": self.spread_pct,
             "trials": self.trials,
             "warmup": self.warmup,
+            "warmup_calls": self.warmup_calls,
             "wall_median_us": self.wall_median_us,
             "sync_overhead_us": self.sync_overhead_us,
+            "timed_s": self.elapsed_s,
         }
 
 
@@ -67,16 +127,45 @@ def spread_pct(values: Sequence[float]) -> float:
     return 100.0 * (q[2] - q[0]) / med if med > 0 else 0.0
 
 
+def range_pct(values: Sequence[float]) -> float:
+    """(max - min) / median of repeated medians, in percent: the run-to-run spread."""
+    if len(values) < 2:
+        return 0.0
+    med = statistics.median(values)
+    return 100.0 * (max(values) - min(values)) / med if med > 0 else 0.0
+
+
 class L2Flusher:
     """Overwrites a buffer larger than L2 so that every timed call starts with a cold cache."""
 
-    def __init__(self, device, nbytes: int = L2_FLUSH_BYTES_DEFAULT):
+    def __init__(self, device, nbytes: int = L2_FLUSH_BYTES_DEFAULT, mode: FlushMode = "fill"):
         import torch
 
+        if mode not in L2_FLUSH_MODES:
+            raise ValueError(f"l2_flush_mode must be one of {L2_FLUSH_MODES}, not {mode!r}")
+        self.mode = mode
         self.buffer = torch.empty(max(nbytes // 4, 1), dtype=torch.float32, device=device)
 
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.numel() * 4
+
     def flush(self) -> None:
-        self.buffer.fill_(1.0)
+        if self.mode == "zero":
+            self.buffer.zero_()  # a memset: no kernel reading a scalar, lower power than a fill
+        else:
+            self.buffer.fill_(1.0)
+
+
+def make_flusher(device, method: TimingMethod, current: "L2Flusher | None" = None) -> "L2Flusher | None":
+    """The flusher ``method`` asks for, reusing ``current`` when it already fits; None for no flush."""
+    nbytes = int(method.l2_flush_mb) * 1024 * 1024
+    if nbytes <= 0:
+        return None
+    if current is not None and current.nbytes == nbytes:
+        current.mode = method.l2_flush_mode
+        return current
+    return L2Flusher(device, nbytes, method.l2_flush_mode)
 
 
 def choose_trials(estimate_us: float, target_s: float, min_trials: int, max_trials: int) -> int:
@@ -84,6 +173,63 @@ def choose_trials(estimate_us: float, target_s: float, min_trials: int, max_tria
     if estimate_us <= 0:
         return max_trials
     return int(min(max_trials, max(min_trials, round(target_s * 1e6 / estimate_us))))
+
+
+def _event_pairs(n: int) -> list:
+    """``n`` start/end event pairs, created now (torch creates a CUDA event at its first record,
+    which would otherwise land inside the timed window)."""
+    import torch
+
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for start, end in pairs:
+        start.record()
+        end.record()
+    return pairs
+
+
+def _timed_calls(fn, input_sets, pairs, flusher, host_sync: str, offset: int = 0) -> tuple[list[float], list[float]]:
+    """One call per event pair; returns (event_us, wall_us). The events are read after the loop,
+    so no host work but the next launch sits between the end of one call and the next flush."""
+    import torch
+
+    perf = time.perf_counter
+    walls = []
+    for i, (start, end) in enumerate(pairs):
+        if flusher is not None:
+            flusher.flush()
+        if host_sync == "before_and_after":
+            torch.cuda.synchronize()  # the flush is done: the wall clock starts clean
+        t0 = perf()
+        start.record()
+        if fn is not None:
+            fn(input_sets[(offset + i) % len(input_sets)])
+        end.record()
+        torch.cuda.synchronize()  # device-wide: side streams included
+        walls.append((perf() - t0) * 1e6)
+    events = [start.elapsed_time(end) * 1e3 for start, end in pairs]
+    return events, walls
+
+
+def _warm_for(fn, input_sets, flusher, seconds: float) -> int:
+    """Back-to-back calls (each after a flush) for ``seconds``; the host stays at most two calls
+    ahead of the GPU, so its clock tracks the GPU's work and the GPU never idles."""
+    import torch
+
+    deadline = time.perf_counter() + seconds
+    marks: deque = deque()
+    calls = 0
+    while calls == 0 or time.perf_counter() < deadline:
+        if flusher is not None:
+            flusher.flush()
+        fn(input_sets[calls % len(input_sets)])
+        calls += 1
+        mark = torch.cuda.Event()
+        mark.record()
+        marks.append(mark)
+        if len(marks) > 2:
+            marks.popleft().synchronize()
+    torch.cuda.synchronize()
+    return calls
 
 
 def time_cuda(
@@ -95,53 +241,40 @@ def time_cuda(
     min_trials: int = 20,
     max_trials: int = 200,
     target_s: float = 0.5,
+    warmup_s: float = 0.0,
+    host_sync: HostSync = "before_and_after",
 ) -> TimingSample:
     """Time ``fn(inputs)`` on the GPU; returns per-trial event and synchronized wall times."""
     import torch
 
     if not input_sets:
         raise ValueError("time_cuda needs at least one input set")
+    if host_sync not in HOST_SYNC_MODES:
+        raise ValueError(f"host_sync must be one of {HOST_SYNC_MODES}, not {host_sync!r}")
+    started = time.perf_counter()
     sample = TimingSample(warmup=warmup)
-    torch.cuda.synchronize()
-    # What an empty call costs in wall time beyond its events (Python, launch and sync latency),
-    # so that the side-stream check compares like with like.
-    gaps = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a collection inside a timed window would be timed (collected after, below)
+    try:
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        start.record()
-        end.record()
-        torch.cuda.synchronize()
-        gaps.append((time.perf_counter() - t0) * 1e6 - start.elapsed_time(end) * 1e3)
-    sample.sync_overhead_us = max(0.0, statistics.median(gaps))
-    # Warm-up doubles as the trial-count estimate (cold-cache, so it matches the timed calls).
-    warm_us: list[float] = []
-    for i in range(max(warmup, 1)):
-        inputs = input_sets[i % len(input_sets)]
-        if flusher is not None:
-            flusher.flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(inputs)
-        end.record()
-        torch.cuda.synchronize()
-        warm_us.append(start.elapsed_time(end) * 1e3)
-    trials = choose_trials(statistics.median(warm_us[-3:]), target_s, min_trials, max_trials)
-    for i in range(trials):
-        inputs = input_sets[i % len(input_sets)]
-        if flusher is not None:
-            flusher.flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()  # the flush and anything before it are done: the wall clock starts clean
-        t0 = time.perf_counter()
-        start.record()
-        fn(inputs)
-        end.record()
-        torch.cuda.synchronize()  # device-wide: side streams included
-        t1 = time.perf_counter()
-        sample.event_us.append(start.elapsed_time(end) * 1e3)
-        sample.wall_us.append((t1 - t0) * 1e6)
+        # What an empty call costs in wall time beyond its events (Python, launch and sync latency,
+        # and with host_sync="after" the flush it waits behind), so that the side-stream check
+        # compares like with like.
+        gap_flusher = flusher if host_sync == "after" else None
+        events, walls = _timed_calls(None, input_sets, _event_pairs(5), gap_flusher, host_sync)
+        sample.sync_overhead_us = max(0.0, statistics.median(w - e for w, e in zip(walls, events)))
+        # Warm-up doubles as the trial-count estimate (cold-cache, so it matches the timed calls).
+        n_warm = max(warmup, 1)
+        warm_us, _ = _timed_calls(fn, input_sets, _event_pairs(n_warm), flusher, host_sync)
+        sample.warmup_calls = n_warm
+        if warmup_s > 0:
+            sample.warmup_calls += _warm_for(fn, input_sets, flusher, warmup_s)
+        trials = choose_trials(statistics.median(warm_us[-3:]), target_s, min_trials, max_trials)
+        sample.event_us, sample.wall_us = _timed_calls(fn, input_sets, _event_pairs(trials), flusher, host_sync)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    sample.elapsed_s = time.perf_counter() - started
     return sample
 
 

@@ -27,7 +27,7 @@ import torch
 
 from evals import integrity
 from evals.problems import Problem, ProblemError
-from evals.timing import L2Flusher, time_cuda
+from evals.timing import L2Flusher, TimingMethod, make_flusher, time_cuda
 
 FATAL_CUDA = re.compile(
     r"illegal memory access|illegal address|illegal instruction|unspecified launch failure|misaligned address|"
@@ -93,11 +93,15 @@ class Worker:
             return torch.device("cpu")
         return self.device
 
-    def get_flusher(self, settings: dict) -> L2Flusher:
-        nbytes = int(settings.get("l2_flush_mb", 256)) * 1024 * 1024
-        if self.flusher is None or self.flusher.buffer.numel() * 4 != nbytes:
-            self.flusher = L2Flusher(self.device, nbytes)
+    def get_flusher(self, method: TimingMethod) -> L2Flusher | None:
+        """The L2 flusher of ``method``, kept between requests (its buffer is large); None for no flush."""
+        self.flusher = make_flusher(self.device, method, self.flusher)
         return self.flusher
+
+    def time(self, fn, input_sets, settings: dict):
+        """``time_cuda`` under the request's timing settings."""
+        method = TimingMethod.from_settings(settings)
+        return time_cuda(fn, input_sets, flusher=self.get_flusher(method), **method.time_cuda_kwargs())
 
     # -- candidates -------------------------------------------------------------------------
     def candidate_factory(self, problem: Problem, cand: dict, device: torch.device):
@@ -319,11 +323,7 @@ class Worker:
         model = build(seeds[0])
         input_sets = [problem.make_inputs(s, device) for s in seeds]
         with torch.no_grad():
-            sample = time_cuda(
-                lambda inp: model(*inp), input_sets, flusher=self.get_flusher(settings),
-                warmup=int(settings["warmup"]), min_trials=int(settings["min_trials"]),
-                max_trials=int(settings["max_trials"]), target_s=float(settings["target_timed_s"]),
-            )
+            sample = self.time(lambda inp: model(*inp), input_sets, settings)
         del model, input_sets
         out = sample.summary()
         out["timing_source"] = "gpu"
@@ -340,17 +340,17 @@ class Worker:
         seeds = [int(s) for s in req["seeds"]]
         model = problem.make_model(seeds[0], device)
         input_sets = [problem.make_inputs(s, device) for s in seeds]
-        flusher = self.get_flusher(settings)
-        kw = dict(flusher=flusher, warmup=int(settings["warmup"]), min_trials=int(settings["min_trials"]),
-                  max_trials=int(settings["max_trials"]), target_s=float(settings["target_timed_s"]))
         out: dict[str, Any] = {"timing_source": "gpu"}
+        timed_s = 0.0
         with torch.no_grad():
             with _tf32(matmul=False, cudnn=True):  # PyTorch's defaults: what "eager" means in KernelBench
-                s = time_cuda(lambda inp: model(*inp), input_sets, **kw)
+                s = self.time(lambda inp: model(*inp), input_sets, settings)
             out["eager_fp32_us"], out["eager_fp32_spread_pct"] = s.median_us, s.spread_pct
+            timed_s += s.elapsed_s
             with _tf32(matmul=True, cudnn=True):
-                s = time_cuda(lambda inp: model(*inp), input_sets, **kw)
+                s = self.time(lambda inp: model(*inp), input_sets, settings)
                 out["eager_tf32_us"], out["eager_tf32_spread_pct"] = s.median_us, s.spread_pct
+                timed_s += s.elapsed_s
                 if settings.get("compile", True):
                     try:
                         compiled = torch.compile(model)
@@ -358,8 +358,9 @@ class Worker:
                         compiled(*input_sets[0])
                         torch.cuda.synchronize()
                         out["compile_s"] = time.perf_counter() - t0
-                        s = time_cuda(lambda inp: compiled(*inp), input_sets, **kw)
+                        s = self.time(lambda inp: compiled(*inp), input_sets, settings)
                         out["compile_us"], out["compile_spread_pct"] = s.median_us, s.spread_pct
+                        timed_s += s.elapsed_s
                         del compiled
                         torch._dynamo.reset()  # compiled graphs hold the model's parameters
                     except Exception as exc:  # a model torch.compile cannot handle still has eager timings
@@ -367,6 +368,7 @@ class Worker:
                             raise
                         out["compile_us"] = None
                         out["reason"] = f"torch.compile failed: {_one_line(exc)}"
+        out["timed_s"] = timed_s
         del model, input_sets
         return out
 

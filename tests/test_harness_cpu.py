@@ -150,3 +150,187 @@ def test_a_broken_reference_is_reported_as_the_problem(harness, tmp_path):
     v = harness.validate(load_problem(f), Candidate.from_source(HONEST))
     assert not v.correct and not v.crashed
     assert "bad_ref.py" in v.reason and "the reference failed" in v.reason and "reference broke" in v.reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The timing loop, driven by CPU stand-ins for CUDA events (the real ones run in the GPU tests)
+
+
+class _FakeCuda:
+    """Stand-ins for torch.cuda.Event and torch.cuda.synchronize that log every operation."""
+
+    def __init__(self):
+        self.log: list[str] = []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                fake.log.append("create")
+                self.t = None
+
+            def record(self, stream=None):
+                import time as _time
+
+                fake.log.append("record")
+                self.t = _time.perf_counter()
+
+            def elapsed_time(self, other):
+                return (other.t - self.t) * 1e3
+
+            def synchronize(self):
+                fake.log.append("event_sync")
+
+        self.Event = Event
+
+    def synchronize(self, *a, **k):
+        self.log.append("sync")
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    import torch
+
+    fake = _FakeCuda()
+    monkeypatch.setattr(torch.cuda, "Event", fake.Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", fake.synchronize)
+    return fake
+
+
+class _LogFlusher:
+    def __init__(self, log):
+        self.log = log
+
+    def flush(self):
+        self.log.append("flush")
+
+
+def _timed_window(log: list[str]) -> list[str]:
+    """The operations of the last timed call: from its flush to the sync that ends it."""
+    last_fn = len(log) - 1 - log[::-1].index("fn")
+    start = max(i for i in range(last_fn) if log[i] == "flush")
+    end = next(i for i in range(last_fn, len(log)) if log[i] == "sync")
+    return log[start:end + 1]
+
+
+def test_host_sync_modes_place_the_synchronize(fake_cuda):
+    from evals import timing
+
+    def fn(inputs):
+        fake_cuda.log.append("fn")
+
+    flusher = _LogFlusher(fake_cuda.log)
+    timing.time_cuda(fn, [[0]], flusher=flusher, warmup=1, min_trials=3, max_trials=3, host_sync="before_and_after")
+    assert _timed_window(fake_cuda.log) == ["flush", "sync", "record", "fn", "record", "sync"]
+    fake_cuda.log.clear()
+    sample = timing.time_cuda(fn, [[0]], flusher=flusher, warmup=1, min_trials=3, max_trials=3, host_sync="after")
+    # the flush is still running on the GPU while the call is launched: no idle gap to time
+    assert _timed_window(fake_cuda.log) == ["flush", "record", "fn", "record", "sync"]
+    assert sample.trials == 3
+    # the empty-call cost is measured the same way (behind a flush), so the side-stream check compares like with like
+    first_fn = fake_cuda.log.index("fn")
+    assert fake_cuda.log[:first_fn].count("flush") == 5 + 1
+    with pytest.raises(ValueError, match="host_sync"):
+        timing.time_cuda(fn, [[0]], flusher=None, host_sync="never")
+
+
+def test_events_are_created_before_the_timed_calls_and_gc_is_off(fake_cuda):
+    import gc
+
+    from evals import timing
+
+    gc_states = []
+
+    def fn(inputs):
+        fake_cuda.log.append("fn")
+        gc_states.append(gc.isenabled())
+
+    assert gc.isenabled()
+    sample = timing.time_cuda(fn, [[0], [1]], flusher=None, warmup=2, min_trials=6, max_trials=6)
+    assert sample.trials == 6 and gc.isenabled() and gc_states and not any(gc_states)
+    # no event is created between the first and the last call of the timed loop
+    log = fake_cuda.log
+    calls = [i for i, op in enumerate(log) if op == "fn"]
+    timed = calls[-6:]
+    assert "create" not in log[timed[0]:timed[-1]]
+    assert sample.elapsed_s > 0 and sample.summary()["timed_s"] == sample.elapsed_s
+
+
+def test_gc_stays_off_if_it_was_off(fake_cuda):
+    import gc
+
+    from evals import timing
+
+    gc.disable()
+    try:
+        timing.time_cuda(lambda inp: None, [[0]], flusher=None, warmup=1, min_trials=3, max_trials=3)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_warmup_by_duration_runs_back_to_back(fake_cuda):
+    import time as _time
+
+    from evals import timing
+
+    calls = []
+
+    def fn(inputs):
+        calls.append(inputs[0])
+        fake_cuda.log.append("fn")
+        _time.sleep(0.002)
+
+    sample = timing.time_cuda(fn, [[0], [1], [2]], flusher=_LogFlusher(fake_cuda.log), warmup=2, min_trials=4,
+                              max_trials=4, warmup_s=0.05)
+    extra = sample.warmup_calls - 2
+    assert 10 <= extra <= 30, extra  # ~0.05 s of ~2 ms calls
+    assert len(calls) == 2 + extra + 4
+    log = fake_cuda.log
+    fns = [i for i, op in enumerate(log) if op == "fn"]
+    warm_part = log[fns[2]:fns[2 + extra - 1]]
+    # back to back: no device-wide sync between the warm-up calls, only waits on the call two back
+    assert warm_part.count("sync") == 0 and warm_part.count("event_sync") >= extra - 3
+
+
+def test_timing_method_from_harness_settings():
+    from evals.timing import TimingMethod
+
+    s = HarnessSettings(warmup=3, warmup_s=0.2, target_timed_s=1.5, max_trials=1000, l2_flush_mb=120,
+                        l2_flush_mode="zero", host_sync="after")
+    m = TimingMethod.from_settings(s.worker_view())
+    assert m == TimingMethod(warmup=3, warmup_s=0.2, min_trials=20, max_trials=1000, target_s=1.5,
+                             host_sync="after", l2_flush_mb=120, l2_flush_mode="zero")
+    assert m.time_cuda_kwargs() == dict(warmup=3, warmup_s=0.2, min_trials=20, max_trials=1000, target_s=1.5,
+                                        host_sync="after")
+    # the defaults agree: the harness's settings and the timing library's method
+    assert TimingMethod.from_settings(HarnessSettings().worker_view()) == TimingMethod()
+    with pytest.raises(ValueError):
+        TimingMethod(host_sync="sometimes")
+    with pytest.raises(ValueError):
+        TimingMethod(min_trials=50, max_trials=10)
+    with pytest.raises(ValueError):
+        HarnessSettings(l2_flush_mode="memset")
+    with pytest.raises(ValueError, match="max_trials"):
+        HarnessSettings(min_trials=50, max_trials=10)
+
+
+def test_flusher_modes_and_sizes():
+    import torch
+
+    from evals.timing import L2Flusher, TimingMethod, make_flusher, range_pct
+
+    assert make_flusher("cpu", TimingMethod(l2_flush_mb=0)) is None
+    f = make_flusher("cpu", TimingMethod(l2_flush_mb=1, l2_flush_mode="fill"))
+    assert isinstance(f, L2Flusher) and f.nbytes == 1024 * 1024
+    f.flush()
+    assert bool((f.buffer == 1.0).all())
+    same = make_flusher("cpu", TimingMethod(l2_flush_mb=1, l2_flush_mode="zero"), f)
+    assert same is f  # the buffer is reused, the mode follows the method
+    same.flush()
+    assert bool((f.buffer == 0).all())
+    assert make_flusher("cpu", TimingMethod(l2_flush_mb=2), f).nbytes == 2 * 1024 * 1024
+    with pytest.raises(ValueError):
+        L2Flusher("cpu", 1024, mode="memset")
+    assert range_pct([100.0, 102.0, 98.0]) == pytest.approx(4.0)
+    assert range_pct([5.0]) == 0.0
+    assert torch.float32 == f.buffer.dtype
