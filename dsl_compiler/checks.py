@@ -296,7 +296,10 @@ class _KernelChecker:
                      found=f"{a.name}: {ta.dtype}, {b.name}: {tb.dtype}", expected="both operands of one element type",
                      hint=f"declare both {ta.dtype}, or convert one in a torch step before the kernel")
             return math
-        if math == "f32":
+        depthwise = self.is_conv and self.k.op.groups > 1 and self.k.op.groups == ta.shape[1]
+        if math == "f32" and depthwise:
+            pass  # the depthwise kernel is CUTLASS's direct SIMT conv: exact fp32 multiply-add, no tensor cores needed
+        elif math == "f32":
             where = "math = f32" if self.cfg.math else "f32 operands with no math knob (exact f32)"
             self.diags.append(_diag(
                 "dtype", f"kernel '{self.k.name}': {where} has no tensor-core path on {self.t.name}"
@@ -329,17 +332,17 @@ class _KernelChecker:
                 self.err("layout", f"gemm operand '{o.name}' is declared channels_last", o.span,
                          found="channels_last", expected="contiguous (row-major; read transposed with ^T)",
                          hint="channels_last applies to conv tensors; drop it here")
-        # TMA's rule binds the operands of the TMA mainloops (GEMM, groups = 1 conv). A grouped or depthwise
-        # conv has C/groups contiguous channels (1 for depthwise) and needs a direct, non-TMA kernel instead.
+        # TMA's rule binds the TMA kernels (GEMM, groups = 1 conv). A grouped or depthwise conv runs a CUTLASS 2.x
+        # kernel (emit_conv_grouped) whose vector widths follow the extents; that emitter states its own limits.
         tma_operands = not (self.is_conv and self.k.op.groups > 1)
         tensors: list[tuple[str, shapes.TensorType, ir.Span | None]] = [
             (o.name, self.types[o.name], o.span) for o in (a, b) if tma_operands]
-        for s in self.k.stores:
+        for s in self.k.stores if tma_operands else ():
             if not isinstance(s.expr, ir.Reduce):
                 tensors.append((s.name, shapes.TensorType(dtype=s.dtype, shape=self.out_shape, layout=self.out_layout),
                                 s.span))
         lets = {let.name for let in self.k.lets}
-        for owner in [*self.k.lets, *self.k.stores]:
+        for owner in [*self.k.lets, *self.k.stores] if tma_operands else ():
             for node in _walk(owner.expr):
                 if isinstance(node, ir.Ref) and node.index == "full" and node.name not in lets and node.name in self.types:
                     tensors.append((node.name, self.types[node.name], node.span or owner.span))
@@ -355,7 +358,7 @@ class _KernelChecker:
                          f"not a multiple of TMA's {unit} bytes", span,
                          found=f"{extent} elements", expected=f"a multiple of {per} elements ({unit} bytes)",
                          hint=f"pad that dim to a multiple of {per} with a torch step (pad), or leave this op to a torch step")
-        if self.cfg.alignment is not None:
+        if self.cfg.alignment is not None and tma_operands:
             span = self.cfg.span_of("alignment")
             nbytes = ir.ELEMENT_BYTES[self.types[a.name].dtype]
             if (self.cfg.alignment * nbytes) % unit:
@@ -370,21 +373,25 @@ class _KernelChecker:
                              expected=f"a divisor of {extent}", hint="use alignment = auto")
 
     def check_operand_majorness(self, math: str) -> None:
-        """tf32 wgmma reads K-major operands only: A stored [.., M, K] (no ^T), B stored [.., N, K] (b^T)."""
+        """tf32 wgmma reads K-major shared memory only; CUTLASS's register-sourced mainloop takes the other
+        layouts (A stored [K, M], B stored [K, N]) but sizes its own stages, and transposes B in 128-byte
+        K slices when both are M/N-major."""
         if self.is_conv or math not in self.t.kmajor_only_math:
             return
         a, b = self.k.operands
-        for o, bad, stored, want in ((a, a.transpose, "[K, M]", "[M, K]"), (b, not b.transpose, "[K, N]", "[N, K]")):
-            if not bad:
-                continue
-            rank = len(self.types[o.name].shape)
-            d0, d1 = rank - 2, rank - 1
-            fixed = f"{o.name}_t"
-            use = f"gemm({fixed}, ...)" if o is a else f"gemm(..., {fixed}^T)"
-            self.err("layout", f"math = {math} reads K-major operands; '{o.name}' is read from {stored} storage",
-                     o.span, found=f"{o.name}{'^T' if o.transpose else ''}: {stored}, K not contiguous",
-                     expected=f"{'A' if o is a else 'B'} stored {want}" + (" and read with ^T" if o is b else ""),
-                     hint=f"add torch {fixed} = transpose({o.name}, {d0}, {d1}) and write {use}, or use bf16 / f16 math")
+        not_k_major = [f"{a.name}^T"] * a.transpose + [b.name] * (not b.transpose)
+        if not not_k_major:
+            return
+        which = " and ".join(not_k_major)
+        if self.cfg.stages != "auto":
+            self.err("config", f"stages = {self.cfg.stages} with a {math} operand that is not K-major ({which})",
+                     self.cfg.span_of("stages") or self.k.span, found=f"stages = {self.cfg.stages}", expected="stages = auto",
+                     hint="the register-sourced mainloop that reads M/N-major tf32 operands sizes its stages itself: "
+                          "use stages = auto, or store the operands K-major")
+        if len(not_k_major) == 2 and self.cfg.tile is not None and self.cfg.tile[2] * 4 != 128:
+            self.err("config", f"tile K = {self.cfg.tile[2]} with both {math} operands M/N-major",
+                     self.cfg.span_of("tile") or self.k.span, found=f"tile = {'x'.join(map(str, self.cfg.tile))}",
+                     expected="tile K = 32", hint="B is transposed in shared memory 32 elements of K at a time: use tile K = 32")
 
     # ---- tile, cluster, stages, schedule, decomposition
     def check_config(self, math: str) -> None:

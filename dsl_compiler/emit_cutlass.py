@@ -322,7 +322,10 @@ def _ptr(i: int, dtype: str, const: bool = True) -> str:
     return f"reinterpret_cast<{c}{CPP_ELEMENT[dtype]}*>(ptrs[{i}])"
 
 
-def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_ptr: int, ints: list[str]) -> _Epilogue:
+def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_ptr: int, ints: list[str],
+                    transposed: bool = False) -> _Epilogue:
+    """The kernel's stores as one Sm90EVT tree. ``transposed``: the kernel computes D^T (CUTLASS swaps A and B
+    for a tf32 GEMM whose B is N-major), so the tree indexes output rows by N and columns by M."""
     lets = {let.name: let.expr for let in kernel.lets}
     stores = [Store(name=s.name, dtype=s.dtype, expr=_inline_lets(s.expr, lets), span=s.span) for s in kernel.stores]
     full = [s for s in stores if not isinstance(s.expr, Reduce)]
@@ -349,6 +352,13 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
     scalars: list[float] = []
     functors: list[str] = []
     tile_t = "TileShape"
+    # A full-size tensor [M, N] with leading dimension ld: element (m, n) at m * ld + n.
+    full_stride_t = "cute::Stride<cute::_1, int64_t, int64_t>" if transposed else "cute::Stride<int64_t, cute::_1, int64_t>"
+
+    def full_stride(ld: int, bs: int) -> str:
+        if transposed:
+            return f"{{cute::_1{{}}, I({ld}), I({bs})}}"
+        return f"{{I({ld}), cute::_1{{}}, I({bs})}}"
 
     def add_tensor(t: AbiTensor) -> int:
         tensors.append(t)
@@ -378,26 +388,27 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
                 i = add_tensor(AbiTensor(name, "aux", dt))
                 ints.extend([f"p{i}.ld", f"p{i}.bs"])
                 node = (
-                    f"cutlass::epilogue::fusion::Sm90AuxLoad<0, {tile_t}, {el}, cute::Stride<int64_t, cute::_1, int64_t>, void, void, {128 // ELEMENT_BITS[dt]}>",
-                    f"{{{_ptr(i, dt)}, {el}(0), {{I({len(ints) - 2}), cute::_1{{}}, I({len(ints) - 1})}}}}",
+                    f"cutlass::epilogue::fusion::Sm90AuxLoad<0, {tile_t}, {el}, {full_stride_t}, void, void, {128 // ELEMENT_BITS[dt]}>",
+                    f"{{{_ptr(i, dt)}, {el}(0), {full_stride(len(ints) - 2, len(ints) - 1)}}}",
                 )
-            elif index == "col":  # one value per output column (length N): CUTLASS's row broadcast
+            elif index == "col" and conv:  # one value per output channel: CUTLASS's row broadcast
                 i = add_tensor(AbiTensor(name, "col", dt))
-                if conv:
-                    node = (f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_0, cute::_1, cute::_0>, 1>",
-                            f"{{{_ptr(i, dt)}, {el}(0), {{}}}}")
-                else:
-                    ints.append(f"p{i}.bs")
-                    node = (f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>",
-                            f"{{{_ptr(i, dt)}, {el}(0), {{cute::_0{{}}, cute::_1{{}}, I({len(ints) - 1})}}}}")
-            elif index == "row":  # one value per output row (length M): CUTLASS's column broadcast
+                node = (f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_0, cute::_1, cute::_0>, 1>",
+                        f"{{{_ptr(i, dt)}, {el}(0), {{}}}}")
+            elif index in ("col", "row"):
+                # b[col]: one value per output column (length N), CUTLASS's row broadcast; b[row]: one per output
+                # row (length M), its column broadcast. A transposed tree swaps the two.
                 if conv:
                     raise _unsupported(kernel, f"a per-row vector '{name}[row]' in a convolution epilogue",
                                        "conv rows are output pixels; use a per-channel vector `b[col]` or a torch step", span=span)
-                i = add_tensor(AbiTensor(name, "row", dt))
+                i = add_tensor(AbiTensor(name, index, dt))
                 ints.append(f"p{i}.bs")
-                node = (f"cutlass::epilogue::fusion::Sm90ColBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>",
-                        f"{{{_ptr(i, dt)}, {el}(0), {{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}}}")
+                if (index == "col") != transposed:
+                    node = (f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>",
+                            f"{{{_ptr(i, dt)}, {el}(0), {{cute::_0{{}}, cute::_1{{}}, I({len(ints) - 1})}}}}")
+                else:
+                    node = (f"cutlass::epilogue::fusion::Sm90ColBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>",
+                            f"{{{_ptr(i, dt)}, {el}(0), {{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}}}")
             else:  # scalar: a one-element tensor
                 i = add_tensor(AbiTensor(name, "scalar", dt))
                 node = (f"cutlass::epilogue::fusion::Sm90ScalarBroadcast<{el}>",
@@ -430,7 +441,7 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
             ints.append(f"p{i}.bs")
             op = {"sum": "cutlass::plus", "max": "cutlass::maximum", "min": "cutlass::minimum"}[s.expr.fn.split("_")[1]]
             ident = {"sum": "0.f", "max": "-INFINITY", "min": "INFINITY"}[s.expr.fn.split("_")[1]]
-            if s.expr.fn.startswith("row_"):  # reduce over N -> [M]: CUTLASS's column reduction
+            if s.expr.fn.startswith("row_") != transposed:  # reduce over N -> [M]: CUTLASS's column reduction
                 red = (f"cutlass::epilogue::fusion::Sm90ColReduction<{op}, {op}, {op}, 0, {tile_t}, {el}, float, RN, "
                        f"cute::Stride<cute::_1, cute::_0, int64_t>, {128 // ELEMENT_BITS[s.dtype]}>")
                 stride = f"{{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}"
@@ -444,10 +455,10 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
             sub_t, sub_a = compute_tree(s.expr, "float", f"Fused{j + 1}", s.span)
             i = add_tensor(AbiTensor(s.name, "store", s.dtype))
             ints.extend([f"p{i}.ld", f"p{i}.bs"])
-            store = (f"cutlass::epilogue::fusion::Sm90AuxStore<0, {tile_t}, {el}, RN, cute::Stride<int64_t, cute::_1, int64_t>, "
+            store = (f"cutlass::epilogue::fusion::Sm90AuxStore<0, {tile_t}, {el}, RN, {full_stride_t}, "
                      f"void, void, {128 // ELEMENT_BITS[s.dtype]}>")
             extras.append((f"cutlass::epilogue::fusion::Sm90EVT<{store}, {sub_t}>",
-                           f"{{{sub_a}, {{{_ptr(i, s.dtype, const=False)}, {{I({len(ints) - 2}), cute::_1{{}}, I({len(ints) - 1})}}}}}}"))
+                           f"{{{sub_a}, {{{_ptr(i, s.dtype, const=False)}, {full_stride(len(ints) - 2, len(ints) - 1)}}}}}"))
     if extras:
         functors.append(_functor("TakeFirst", 1 + len(extras), None, 0))
         root = f"cutlass::epilogue::fusion::Sm90Compute<TakeFirst, {d_el}, float, RN>"
@@ -534,6 +545,32 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
 """
 
 
+_ABI_CHECK_AND_INIT = """  cutlass::Status st = op.can_implement(args);
+  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "can_implement", cutlass::cutlassGetStatusString(st));
+  if (Op::get_workspace_size(args) > workspace_bytes) return mu_fail(msg, msg_len, "workspace", "workspace smaller than mucutlass_workspace_size");
+  st = op.initialize(args, workspace, static_cast<cudaStream_t>(stream));
+  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "initialize", cutlass::cutlassGetStatusString(st));
+  st = op.run(static_cast<cudaStream_t>(stream));
+"""
+
+# CUTLASS's kernel swaps M and N for its mainloop and tile scheduler when it swaps A and B, but builds the
+# epilogue's parameters (TMA descriptors, bounds) from the unswapped problem: rebuild them for D^T [N, M].
+_ABI_CHECK_AND_INIT_SWAPPED = """  auto swapped = args.problem_shape;
+  cute::get<0>(swapped) = cute::get<1>(args.problem_shape);
+  cute::get<1>(swapped) = cute::get<0>(args.problem_shape);
+  if (!CollectiveMainloop::can_implement(args.problem_shape, args.mainloop))
+    return mu_fail(msg, msg_len, "can_implement", "the mainloop cannot run this problem (alignment or sizes)");
+  if (!CollectiveEpilogue::can_implement(swapped, args.epilogue))
+    return mu_fail(msg, msg_len, "can_implement", "the epilogue cannot run this problem (alignment or sizes)");
+  if (Op::get_workspace_size(args) > workspace_bytes) return mu_fail(msg, msg_len, "workspace", "workspace smaller than mucutlass_workspace_size");
+  cutlass::Status st = op.initialize(args, workspace, static_cast<cudaStream_t>(stream));
+  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "initialize", cutlass::cutlassGetStatusString(st));
+  typename GemmKernel::Params params = op.params();
+  params.epilogue = CollectiveEpilogue::to_underlying_arguments(swapped, args.epilogue, workspace);  // its workspace comes first
+  st = Op::run(params, static_cast<cudaStream_t>(stream));
+"""
+
+
 def emit_kernel(program: Program, kernel: Kernel, dtypes: dict[str, str] | None = None) -> EmittedKernel:
     """C++ for one kernel, or raise EmitError with an `unsupported` Diagnostic."""
     dtypes = dtypes or tensor_dtypes(program)
@@ -581,8 +618,13 @@ def _collective_epilogue(epi: _Epilogue, el_acc: str, layout: str, schedule: str
     {schedule}, EpilogueCallbacks>::CollectiveOp;"""
 
 
-def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[str, str], conv: bool) -> EmittedKernel:
-    core = body + _ABI.replace("@@ARGS@@", args)
+def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[str, str], conv: bool,
+            swapped: bool = False) -> EmittedKernel:
+    abi_text = _ABI
+    if swapped:
+        assert _ABI_CHECK_AND_INIT in abi_text
+        abi_text = abi_text.replace(_ABI_CHECK_AND_INIT, _ABI_CHECK_AND_INIT_SWAPPED)
+    core = body + abi_text.replace("@@ARGS@@", args)
     ns = namespace_for(core)
     source = _PREAMBLE + (_CONV_INCLUDES if conv else _GEMM_INCLUDES) + f"\nnamespace {ns} {{\nusing namespace cute;\n" + core.replace("@@NS@@", ns)
     return EmittedKernel(kernel.name, ns, source, abi, knobs)
@@ -601,22 +643,30 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     _math_for(kernel, a_dt, b_dt)
     cfg = kernel.config
     tile = _default_tile(kernel, a_dt, conv=False)
+    # tf32 wgmma reads K-major shared memory only. CUTLASS's register-sourced mainloop covers the other
+    # layouts: A [K, M] goes through registers; B [K, N] is transposed in shared memory when A is M-major
+    # too, and otherwise A and B are swapped: the kernel computes D^T, so the epilogue works transposed.
+    a_mn, b_mn = op.a.transpose, not op.b.transpose
+    swap = a_dt == "f32" and b_mn and not a_mn
+    if a_dt == "f32" and (a_mn or b_mn):
+        which = ", ".join(x for x, bad in ((f"{op.a.name}^T", a_mn), (op.b.name, b_mn)) if bad)
+        if cfg.stages != "auto":
+            raise _unsupported(kernel, f"stages = {cfg.stages} with a tf32 operand that is not K-major ({which})",
+                               "the register-sourced mainloop sizes its stages itself: use stages = auto",
+                               span=cfg.span_of("stages") or op.span, found=f"stages = {cfg.stages}")
+        if a_mn and b_mn and tile[2] * 4 != 128:
+            raise _unsupported(kernel, f"tile K = {tile[2]} with both tf32 operands M/N-major",
+                               "B is transposed in shared memory 128 bytes at a time: use tile K = 32",
+                               found=f"tile = {'x'.join(map(str, tile))}")
+        if swap:
+            tile = (tile[1], tile[0], tile[2])
     sched, k_sched, e_sched = _schedule(kernel, tile)
-    mn_major = op.a.transpose or not op.b.transpose
-    if a_dt == "f32" and mn_major:
-        # CUTLASS 4.2 transposes MN-major tf32 operands in shared memory; on the H200 that path left
-        # output tiles unwritten for A K-major with B N-major, so it is not offered.
-        bad = f"{op.a.name}^T" if op.a.transpose else op.b.name
-        raise _unsupported(kernel, f"a tf32 operand that is not K-major ({bad})",
-                           "tf32 tensor cores read K-major operands: for B [K, N] write `torch bt = transpose(b, 0, 1)` "
-                           "and `gemm(x, bt^T)`; for A stored [K, M] transpose it the same way; or use bf16 / f16",
-                           span=op.span, found=f"{bad} with math = tf32")
     if cfg.decomposition != "data_parallel" and sched != "cooperative":
         raise _unsupported(kernel, f"decomposition = {cfg.decomposition} with schedule = pingpong",
                            "split-K and stream-K run on the cooperative schedule: set schedule = cooperative", found=f"schedule = {sched}")
     ints = ["M", "N", "K", "L", "p0.ld", "p0.bs", "p1.ld", "p1.bs", "p2.ld", "p2.bs"]
     tensors = [AbiTensor(op.a.name, "a", a_dt), AbiTensor(op.b.name, "b", b_dt)]
-    epi = _build_epilogue(kernel, dtypes, conv=False, first_ptr=3, ints=ints)
+    epi = _build_epilogue(kernel, dtypes, conv=False, first_ptr=3, ints=ints, transposed=swap)
     d_name = next(s.name for s in kernel.stores if not isinstance(s.expr, Reduce))
     tensors.append(AbiTensor(d_name, "d", epi.d_dtype))
     tensors.extend(epi.tensors)
@@ -631,9 +681,15 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     el_a, el_b = CPP_ELEMENT[a_dt], CPP_ELEMENT[b_dt]
     el_acc = _acc_element(kernel)
     scheduler = "cutlass::gemm::StreamKScheduler" if cfg.decomposition != "data_parallel" else "void"
+    # A swapped kernel runs on D^T [N, M]: its tile, cluster and raster are the program's with M and N exchanged.
+    cluster = (cfg.cluster[1], cfg.cluster[0], cfg.cluster[2]) if swap else cfg.cluster
+    raster = {"auto": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}[cfg.raster]
+    if swap and cfg.raster != "auto":
+        raster = "AlongN" if cfg.raster == "along_m" else "AlongM"
+    lay_d = "cutlass::layout::ColumnMajor" if swap else "cutlass::layout::RowMajor"
     knobs = {
         "tile": f"TileShape = {_cute_shape(tile)}",
-        "cluster": f"ClusterShape = {_cute_shape(cfg.cluster)}",
+        "cluster": f"ClusterShape = {_cute_shape(cluster)}",
         "stages": f"StageCount: {cfg.stages}",
         "schedule": f"KernelSchedule = {k_sched}",
         "decomposition": f"TileScheduler = {scheduler}",
@@ -643,9 +699,9 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     body = f"""{_HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
 {epi.functors}using TileShape = {_cute_shape(tile)};            // knob: tile
-using ClusterShape = {_cute_shape(cfg.cluster)};  // knob: cluster
+using ClusterShape = {_cute_shape(cluster)};  // knob: cluster
 using EpilogueCallbacks = {epi.callbacks_type};
-{_collective_epilogue(epi, el_acc, "cutlass::layout::RowMajor", e_sched)}
+{_collective_epilogue(epi, el_acc, lay_d, e_sched)}
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     {el_a}, {lay_a}, {_alignment(kernel, a_dt)}, {el_b}, {lay_b}, {_alignment(kernel, b_dt)}, {el_acc},
@@ -663,9 +719,12 @@ static int mu_sm_count() {{
   return count[dev & 63];
 }}
 """
-    raster = {"auto": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}[cfg.raster]
     src_ptr = _ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
-    src_stride = (f"cute::make_stride(I({len(ints) - 2}), cute::_1{{}}, I({len(ints) - 1}))" if epi.src_dtype else "{}")
+
+    def out_stride(ld: int, bs: int) -> str:  # D and C [M, N], element (m, n) at m * ld + n
+        return f"cute::make_stride(cute::_1{{}}, I({ld}), I({bs}))" if swap else f"cute::make_stride(I({ld}), cute::_1{{}}, I({bs}))"
+
+    src_stride = out_stride(len(ints) - 2, len(ints) - 1) if epi.src_dtype else "{}"
     args = f"""  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {{int(I(0)), int(I(1)), int(I(2)), int(I(3))}};
   args.mainloop.ptr_A = {_ptr(0, a_dt)};
@@ -676,7 +735,7 @@ static int mu_sm_count() {{
   args.epilogue.ptr_C = {src_ptr};
   args.epilogue.dC = {src_stride};
   args.epilogue.ptr_D = {_ptr(2, epi.d_dtype, const=False)};
-  args.epilogue.dD = cute::make_stride(I(8), cute::_1{{}}, I(9));
+  args.epilogue.dD = {out_stride(8, 9)};
   args.hw_info.device_id = 0;
   cudaGetDevice(&args.hw_info.device_id);
   args.hw_info.sm_count = mu_sm_count();
@@ -690,7 +749,7 @@ static int mu_sm_count() {{
                  f"  using DecompT = decltype(args.scheduler.decomposition_mode);\n"
                  f"  args.scheduler.decomposition_mode = DecompT::{mode};\n")
     abi = KernelAbi("gemm", tuple(tensors), tuple(ints), tuple(epi.scalars))
-    return _finish(kernel, body, args, abi, knobs, conv=False)
+    return _finish(kernel, body, args, abi, knobs, conv=False, swapped=swap)
 
 
 def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:

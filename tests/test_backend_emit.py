@@ -91,6 +91,29 @@ def test_epilogue_broadcasts_aux_loads_stores_and_reductions():
     assert [(t.role, t.reduce_fn) for t in m.abi.tensors if t.role == "reduce"] == [("reduce", "row_sum"), ("reduce", "row_max"), ("reduce", "col_min")]
 
 
+def test_tf32_with_b_n_major_runs_transposed_and_other_layouts_do_not():
+    """CUTLASS swaps A and B for tf32 A [M, K] x B [K, N]: the kernel computes D^T, so tile, cluster, raster
+    and every epilogue node are written for [N, M], and the epilogue's parameters are rebuilt for it."""
+    _, e = _one("gemm_tf32_nn_epilogue")  # tile 128x256, cluster 2x1, raster along_m in the program
+    src = e.source
+    assert "TileShape = cute::Shape<cute::_256, cute::_128, cute::_32>" in src
+    assert "ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>" in src and "RasterT::AlongN" in src
+    assert "float, cutlass::layout::ColumnMajor, 4, float, cutlass::layout::ColumnMajor, 4," in src  # C and D
+    assert "args.epilogue.dD = cute::make_stride(cute::_1{}, I(8), I(9))" in src
+    # bias[col] (per N) is per row of D^T, s[row] (per M) per column; row_sum reduces D^T's rows
+    assert "Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<cute::_1, cute::_0, int64_t>" in src
+    assert "Sm90RowBroadcast<0, TileShape, float, float, cute::Stride<cute::_0, cute::_1, int64_t>" in src
+    assert "Sm90RowReduction<cutlass::plus" in src and "Sm90ColReduction<cutlass::maximum" in src
+    assert "Sm90SrcFetch<float>" in src and "args.epilogue.dC = cute::make_stride(cute::_1{}, I(" in src  # r, as C
+    assert "Sm90AuxStore<0, TileShape, float, RN, cute::Stride<cute::_1, int64_t, int64_t>" in src
+    assert "CollectiveEpilogue::to_underlying_arguments(swapped, args.epilogue, workspace)" in src
+    assert [t.role for t in e.abi.tensors][:3] == ["a", "b", "d"]  # the ABI is the program's, not the swap's
+    for name in ("gemm_tf32_tn", "gemm_tf32_tt", "gemm_tf32_nt"):  # no swap: D row-major, the usual launch
+        _, k = _one(name)
+        assert "args.epilogue.dD = cute::make_stride(I(8), cute::_1{}, I(9))" in k.source, name
+        assert "swapped" not in k.source and "op.can_implement(args)" in k.source, name
+
+
 def test_conv_uses_the_sm90_implicit_gemm_builder_with_channels_last():
     _, c = _one("conv2d_bf16_bias_relu")
     src = c.source
@@ -108,7 +131,7 @@ def test_conv_uses_the_sm90_implicit_gemm_builder_with_channels_last():
 def test_unsupported_cases_name_the_kernel_and_hint_a_route():
     for name, needle in (("depthwise", "torch y = conv2d"), ("conv_nchw", "channels_last"), ("exact_fp32", "math = tf32"),
                          ("grouped", "batched gemm"), ("streamk_pingpong", "schedule = cooperative"),
-                         ("tf32_b_n_major", "transpose(b, 0, 1)"), ("tf32_a_m_major", "K-major")):
+                         ("tf32_mn_major_explicit_stages", "stages = auto"), ("tf32_both_mn_major_tile_k64", "tile K = 32")):
         _, diags = emit_program(program(name))
         assert len(diags) == 1 and diags[0].code == "unsupported"
         assert needle in diags[0].hint, (name, diags[0].hint)

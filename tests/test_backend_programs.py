@@ -40,6 +40,22 @@ MATRIX: dict[str, str] = {
                                 "accum = f16; tile = 128x128x64"),
     "gemm_tf32_nt": _gemm("gemm_tf32_nt", "f32", "x", "w", "  store y: f32 = relu(acc + bias[col])",
                           "math = tf32; tile = 128x256x32; schedule = cooperative; cluster = 2x1x1", BIAS.format(dt="f32")),
+    # tf32 with operands that are not K-major: B [K, N] (A and B swapped: the kernel computes D^T, so every
+    # epilogue node runs transposed), A [K, M] (through registers), and both (B transposed in shared memory)
+    "gemm_tf32_nn": _gemm("gemm_tf32_nn", "f32", "x", "w", "  store y: f32 = relu(acc + bias[col])",
+                          "math = tf32; tile = 128x128x32", BIAS.format(dt="f32"), b_t=False),
+    "gemm_tf32_nn_epilogue": _gemm("gemm_tf32_nn_epilogue", "f32", "x", "w",
+                                   "  let h = acc * s[row] + bias[col]\n  store y: f32 = relu(h) + r\n  store z: f32 = h * 0.5\n"
+                                   "  store rs: f32 = row_sum(h)\n  store cm: f32 = col_max(acc)",
+                                   "math = tf32; tile = 128x256x32; schedule = cooperative; cluster = 2x1x1; raster = along_m",
+                                   BIAS.format(dt="f32") + "param s: f32[256] = \"s\"\ninput r: f32[256, 384]\n",
+                                   out="y, z, rs, cm", b_t=False),
+    "bmm_tf32_nn": _gemm("bmm_tf32_nn", "f32", "x", "w", "  store y: f32 = acc", "math = tf32; tile = 128x128x32",
+                         batch=3, b_t=False),
+    "gemm_tf32_tn": _gemm("gemm_tf32_tn", "f32", "x", "w", "  store y: f32 = gelu(acc)", "math = tf32; tile = 128x128x32",
+                          a_t=True),
+    "gemm_tf32_tt": _gemm("gemm_tf32_tt", "f32", "x", "w", "  store y: f32 = acc + bias[col]", "math = tf32; schedule = pingpong",
+                          BIAS.format(dt="f32"), a_t=True, b_t=False),
     "gemm_ragged_bf16": _gemm("gemm_ragged_bf16", "bf16", "x", "w", "  store y: bf16 = acc * 0.5",
                               "tile = 128x128x64", m=200, n=264, k=72),
     # batched (the L mode), and a batch sharing one B
@@ -110,8 +126,10 @@ UNSUPPORTED: dict[str, str] = {
     "grouped": (
         "program grouped\ninput x: bf16[256, 64]\nparam w: bf16[2, 64, 128] = \"w\"\n"
         "kernel g = grouped_gemm(x, w, group_sizes=(128, 128)) {\n  store y: bf16 = acc\n}\noutput y\n"),
-    "tf32_b_n_major": _gemm("tf32_b_n_major", "f32", "x", "w", "  store y: f32 = acc", "math = tf32", b_t=False),
-    "tf32_a_m_major": _gemm("tf32_a_m_major", "f32", "x", "w", "  store y: f32 = acc", "math = tf32", a_t=True),
+    "tf32_mn_major_explicit_stages": _gemm("tf32_mn_major_explicit_stages", "f32", "x", "w", "  store y: f32 = acc",
+                                           "math = tf32; stages = 4", b_t=False),
+    "tf32_both_mn_major_tile_k64": _gemm("tf32_both_mn_major_tile_k64", "f32", "x", "w", "  store y: f32 = acc",
+                                         "math = tf32; tile = 128x128x64", a_t=True, b_t=False),
     "streamk_pingpong": _gemm("streamk_pingpong", "bf16", "x", "w", "  store y: f32 = acc", "schedule = pingpong; decomposition = stream_k"),
 }
 

@@ -110,7 +110,10 @@ SINGLE_ERRORS = [
                  {"message": ["'q' is not defined"]}, id="output-undefined"),
     pytest.param([("output y", "output y, y")], "duplicate-name", 9, {"message": ["output twice"]}, id="output-twice"),
     pytest.param([("gemm(x, w^T)", "gemm(x, wt)"), ('param w: f32[1024, 512] = "fc.weight"', "input wt: f32[512, 1024]")],
-                 "layout", 4, {"message": ["K-major"], "hint": ["transpose(wt, 0, 1)"]}, id="tf32-reads-k-major"),
+                 "config", 6, {"message": ["not K-major (wt)"], "hint": ["stages = auto"]}, id="tf32-mn-major-needs-auto-stages"),
+    pytest.param([("gemm(x, w^T)", "gemm(xt^T, wt)"), ("input x: f32[256, 512]", "input xt: f32[512, 256]"), ("128x256x32", "128x256x64"),
+                  ('param w: f32[1024, 512] = "fc.weight"', "input wt: f32[512, 1024]"), ("stages = 4", "stages = auto")],
+                 "config", 6, {"message": ["both tf32 operands"], "hint": ["tile K = 32"]}, id="tf32-both-mn-major-tile-k"),
 ]
 
 
