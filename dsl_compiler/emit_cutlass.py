@@ -754,10 +754,10 @@ static int mu_sm_count() {{
 
 def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
     _require_operands(kernel, (op.x, op.w), dtypes)
-    if op.groups != 1:
-        raise _unsupported(kernel, f"convolution with groups = {op.groups}: CUTLASS 4.2's sm_90 conv kernels take groups = 1",
-                           f"route it to a PyTorch step: `torch y = conv{op.spatial_dims}d(x, w, stride=..., padding=..., groups={op.groups})`, "
-                           "then apply the epilogue in a later kernel or torch step", span=op.span, found=f"groups = {op.groups}")
+    if op.groups != 1:  # CUTLASS 4.2's sm_90 conv collectives take groups = 1: CUTLASS 2.x kernels instead
+        from dsl_compiler.emit_conv_grouped import emit_grouped_conv
+
+        return emit_grouped_conv(program, kernel, op, dtypes)
     for o, what in ((op.x, "input"), (op.w, "filter")):
         decl = program.decl(o.name)
         if decl is not None and decl.layout != "channels_last":
