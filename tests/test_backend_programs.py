@@ -105,6 +105,30 @@ MATRIX: dict[str, str] = {
         "program conv3d_bf16\ninput x: bf16[2, 16, 6, 8, 8] channels_last\nparam w: bf16[32, 16, 3, 3, 3] channels_last = \"conv.weight\"\n"
         "kernel c = conv3d(x, w, stride=(1, 1, 1), padding=(1, 1, 1), dilation=(1, 1, 1), groups=1) {\n  tile = 128x64x64\n"
         "  store y: f32 = acc * 2.0\n}\noutput y\n"),
+    # groups > 1: CUTLASS 2.x kernels (emit_conv_grouped). Depthwise: the direct SIMT conv, with stride and dilation as
+    # template constants, and at run time (dilation 3); grouped: the Sm80 tensor-op group conv, one group per CTA
+    # (K/groups = 32, tile N 32) and several (K/groups = 16, tile N 64)
+    "depthwise_conv2d_relu6": (
+        "program depthwise_conv2d_relu6\ninput x: f32[2, 64, 20, 20] channels_last\nparam w: f32[64, 1, 3, 3] channels_last = \"conv.weight\"\n"
+        "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=64) {\n"
+        "  math = f32\n  store y: f32 = hardtanh(acc + b[col], 0.0, 6.0)\n}\noutput y\n"),
+    "depthwise_conv2d_f16_stride2": (
+        "program depthwise_conv2d_f16_stride2\ninput x: f16[2, 32, 17, 15] channels_last\nparam w: f16[32, 1, 5, 5] channels_last = \"conv.weight\"\n"
+        "kernel c = conv2d(x, w, stride=(2, 2), padding=(2, 1), dilation=(1, 1), groups=32) {\n  stages = 3\n"
+        "  store y: f16 = clamp(acc * 0.5, -1.0, 1.0)\n}\noutput y\n"),
+    "depthwise_conv2d_dilation3_residual": (
+        "program depthwise_conv2d_dilation3_residual\ninput x: f32[2, 16, 12, 12] channels_last\ninput r: f32[2, 16, 12, 12] channels_last\n"
+        "param w: f32[16, 1, 3, 3] channels_last = \"conv.weight\"\n"
+        "kernel c = conv2d(x, w, stride=(1, 1), padding=(3, 3), dilation=(3, 3), groups=16) {\n  math = tf32\n"
+        "  store y: f32 = relu(acc + r)\n}\noutput y\n"),
+    "grouped_conv2d_tf32_bias": (
+        "program grouped_conv2d_tf32_bias\ninput x: f32[2, 64, 10, 10] channels_last\nparam w: f32[64, 16, 3, 3] channels_last = \"conv.weight\"\n"
+        "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=4) {\n"
+        "  math = tf32\n  store y: f32 = sigmoid(acc + b[col])\n}\noutput y\n"),
+    "grouped_conv2d_bf16_multi_group": (
+        "program grouped_conv2d_bf16_multi_group\ninput x: bf16[2, 64, 9, 9] channels_last\nparam w: bf16[64, 16, 3, 3] channels_last = \"conv.weight\"\n"
+        "param b: bf16[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=4) {\n"
+        "  tile = 64x64x32; swizzle = 2\n  store y: bf16 = relu(acc + b[col])\n}\noutput y\n"),
     # a two-kernel pipeline (MLP) with a torch step at the end
     "pipeline_mlp": (
         "program pipeline_mlp\ninput x: bf16[256, 256]\nparam w1: bf16[512, 256] = \"fc1.weight\"\nparam b1: bf16[512] = \"fc1.bias\"\n"
@@ -116,9 +140,13 @@ MATRIX: dict[str, str] = {
 
 # Programs the backend must refuse with an `unsupported` diagnostic (and a hint), not a crash.
 UNSUPPORTED: dict[str, str] = {
+    # depthwise with a channel multiplier (K = 2C): CUTLASS's depthwise kernel computes one output channel per input channel
     "depthwise": (
-        "program dw\ninput x: bf16[2, 64, 8, 8] channels_last\nparam w: bf16[64, 1, 3, 3] channels_last = \"w\"\n"
+        "program dw\ninput x: bf16[2, 64, 8, 8] channels_last\nparam w: bf16[128, 1, 3, 3] channels_last = \"w\"\n"
         "kernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=64) {\n  store y: bf16 = acc\n}\noutput y\n"),
+    "grouped_conv1d": (
+        "program gc1\ninput x: bf16[2, 64, 40] channels_last\nparam w: bf16[64, 16, 3] channels_last = \"w\"\n"
+        "kernel c = conv1d(x, w, stride=(1,), padding=(1,), dilation=(1,), groups=4) {\n  store y: bf16 = acc\n}\noutput y\n"),
     "conv_nchw": (
         "program nchw\ninput x: bf16[2, 64, 8, 8]\nparam w: bf16[64, 64, 3, 3] = \"w\"\n"
         "kernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1) {\n  store y: bf16 = acc\n}\noutput y\n"),
