@@ -138,6 +138,46 @@ def gemm_call_args(kernel_name, op, abi, env, outputs):
     return tensors, ints, results
 
 
+def grouped_call_args(kernel_name, op, abi, env, outputs):
+    """Device tensors (ABI order), ints and results of a grouped GEMM: A [T, K] in row groups, B [G, K, N]
+    (or [G, N, K] read transposed), D [T, N]; row vectors have T values, column vectors N."""
+    a, b = env[op["a"]["name"]], env[op["b"]["name"]]
+    if a.dim() != 2 or b.dim() != 3:
+        raise CutlassError(f"kernel '{kernel_name}': grouped_gemm needs A [T, K] and B [G, K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
+    t_rows, k = a.shape
+    g, n = b.shape[0], (b.shape[-2] if op["b"]["transpose"] else b.shape[-1])
+    if sum(op["group_sizes"]) != t_rows or len(op["group_sizes"]) != g:
+        raise CutlassError(f"kernel '{kernel_name}': built for group sizes {tuple(op['group_sizes'])}, got A with {t_rows} rows "
+                           f"and B with {g} matrices")
+    tensors, results = [], {}
+    for spec in abi["tensors"]:
+        role, name = spec["role"], spec["name"]
+        if role == "d":
+            t = results[name] = _output(outputs, name, (t_rows, n), TORCH_DTYPE[spec["dtype"]], a.device)
+        else:
+            t = env[name]
+            _check_dtype(kernel_name, name, t, spec["dtype"])
+            if role in ("a", "b", "src"):
+                t = _row_major_ready(t)
+                if role == "src" and tuple(t.shape) != (t_rows, n):
+                    raise CutlassError(f"kernel '{kernel_name}': '{name}' must be [{t_rows}, {n}], got {tuple(t.shape)}")
+            else:  # kept as is when already a flat vector, so the call plan can be reused
+                t = t if t.dim() == 1 and t.is_contiguous() else t.reshape(-1).contiguous()
+                want = {"col": n, "row": t_rows, "scalar": 1}[role]
+                if t.numel() != want:
+                    raise CutlassError(f"kernel '{kernel_name}': '{name}[{role}]' needs {want} values, got {t.numel()}")
+        tensors.append(t)
+    ints = []
+    for name in abi["ints"]:
+        if name in ("M", "N", "K", "L"):
+            ints.append({"M": t_rows, "N": n, "K": k, "L": g}[name])
+            continue
+        idx, what = name[1:].split(".")
+        t = tensors[int(idx)]
+        ints.append(t.stride(-2) if what == "ld" else t.stride(0))
+    return tensors, ints, results
+
+
 def conv_call_args(kernel_name, op, abi, env, outputs):
     """Device tensors (channels-last), ints and results of a convolution kernel."""
     x, w = env[op["x"]["name"]], env[op["w"]["name"]]
@@ -209,7 +249,7 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
                 t = results[spec["name"]] = torch.empty_strided(shape, stride, dtype=dtype, device=device)
                 ptr_values.append(t.data_ptr())
     else:
-        build_args = conv_call_args if op["kind"] == "conv" else gemm_call_args
+        build_args = {"conv": conv_call_args, "grouped_gemm": grouped_call_args}.get(op["kind"], gemm_call_args)
         tensors, ints, results = build_args(kernel_name, op, abi, env, outputs or {})
         device = tensors[0].device
         ptr_values = [t.data_ptr() for t in tensors]

@@ -576,9 +576,9 @@ def emit_kernel(program: Program, kernel: Kernel, dtypes: dict[str, str] | None 
     dtypes = dtypes or tensor_dtypes(program)
     op = kernel.op
     if isinstance(op, GroupedGemmOp):
-        raise _unsupported(kernel, "grouped GEMM is not built by the CUTLASS backend yet",
-                           "write one gemm kernel per group, or a batched gemm (rank-3 operands) when the groups are equal",
-                           span=op.span, found="grouped_gemm")
+        from dsl_compiler.emit_grouped import emit_grouped_gemm  # imports this module's helpers
+
+        return emit_grouped_gemm(program, kernel, op, dtypes)
     if isinstance(op, ConvOp):
         return _emit_conv(program, kernel, op, dtypes)
     return _emit_gemm(program, kernel, op, dtypes)

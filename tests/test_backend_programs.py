@@ -105,6 +105,22 @@ MATRIX: dict[str, str] = {
         "program conv3d_bf16\ninput x: bf16[2, 16, 6, 8, 8] channels_last\nparam w: bf16[32, 16, 3, 3, 3] channels_last = \"conv.weight\"\n"
         "kernel c = conv3d(x, w, stride=(1, 1, 1), padding=(1, 1, 1), dilation=(1, 1, 1), groups=1) {\n  tile = 128x64x64\n"
         "  store y: f32 = acc * 2.0\n}\noutput y\n"),
+    # grouped GEMM (mixture-of-experts form): equal and unequal row groups, B [G, K, N] and B^T [G, N, K],
+    # groups that are not tile multiples, column / row / scalar broadcasts and a full-size source tensor
+    "grouped": (
+        "program grouped\ninput x: bf16[256, 64]\nparam w: bf16[2, 64, 128] = \"w\"\n"
+        "kernel g = grouped_gemm(x, w, group_sizes=(128, 128)) {\n  store y: bf16 = acc\n}\noutput y\n"),
+    "grouped_bf16_bias_relu": (
+        "program grouped_bf16_bias_relu\ninput x: bf16[384, 128]\nparam w: bf16[3, 128, 256] = \"experts.w\"\n"
+        "param b: bf16[256] = \"experts.b\"\n"
+        "kernel g = grouped_gemm(x, w, group_sizes=(128, 64, 192)) {\n  tile = 128x128x64; schedule = cooperative\n"
+        "  store y: bf16 = relu(acc + b[col])\n}\noutput y\n"),
+    "grouped_tf32_bt_rows_src": (
+        "program grouped_tf32_bt_rows_src\ninput x: f32[256, 96]\nparam w: f32[3, 128, 96] = \"experts.w\"\n"
+        "param s: f32[256] = \"s\"\nparam g: f32[1] = \"g\"\ninput r: f32[256, 128]\n"
+        "kernel k0 = grouped_gemm(x, w^T, group_sizes=(100, 60, 96)) {\n"
+        "  math = tf32; tile = 64x128x32; schedule = pingpong; cluster = 2x1x1; stages = 4; raster = along_n; swizzle = 2\n"
+        "  store y: f32 = acc * s[row] + g[scalar] * r - 0.25\n}\noutput y\n"),
     # groups > 1: CUTLASS 2.x kernels (emit_conv_grouped). Depthwise: the direct SIMT conv, with stride and dilation as
     # template constants, and at run time (dilation 3); grouped: the Sm80 tensor-op group conv, one group per CTA
     # (K/groups = 32, tile N 32) and several (K/groups = 16, tile N 64)
@@ -151,9 +167,6 @@ UNSUPPORTED: dict[str, str] = {
         "program nchw\ninput x: bf16[2, 64, 8, 8]\nparam w: bf16[64, 64, 3, 3] = \"w\"\n"
         "kernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1) {\n  store y: bf16 = acc\n}\noutput y\n"),
     "exact_fp32": _gemm("exact_fp32", "f32", "x", "w", "  store y: f32 = acc", ""),
-    "grouped": (
-        "program grouped\ninput x: bf16[256, 64]\nparam w: bf16[2, 64, 128] = \"w\"\n"
-        "kernel g = grouped_gemm(x, w, group_sizes=(128, 128)) {\n  store y: bf16 = acc\n}\noutput y\n"),
     "tf32_mn_major_explicit_stages": _gemm("tf32_mn_major_explicit_stages", "f32", "x", "w", "  store y: f32 = acc",
                                            "math = tf32; stages = 4", b_t=False),
     "tf32_both_mn_major_tile_k64": _gemm("tf32_both_mn_major_tile_k64", "f32", "x", "w", "  store y: f32 = acc",
