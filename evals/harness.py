@@ -144,6 +144,8 @@ class Validation(BaseModel):
     crashed: bool = False  # the worker died, hung or hit a fatal CUDA error
     wall_s: float = 0.0
     memory_allocated_bytes: int | None = None  # the worker's device memory after the call (0 on CPU)
+    memory_reserved_bytes: int | None = None  # held by torch's caching allocator after the call (0 on CPU)
+    worker_rss_bytes: int | None = None  # the worker's resident host memory after the call
 
     @property
     def flags(self) -> list[str]:
@@ -166,6 +168,8 @@ class Timing(BaseModel):
     crashed: bool = False
     wall_s: float = 0.0
     memory_allocated_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    worker_rss_bytes: int | None = None
 
     @property
     def flags(self) -> list[str]:
@@ -454,7 +458,8 @@ class Harness:
             correct=correct, reason=reason, sets=sets, checks=checks,
             max_abs_error=max(errs_abs) if errs_abs else None, max_rel_error=max(errs_rel) if errs_rel else None,
             device=res.get("device"), wall_s=time.perf_counter() - start,
-            memory_allocated_bytes=res.get("memory_allocated_bytes"), **base,
+            memory_allocated_bytes=res.get("memory_allocated_bytes"),
+            memory_reserved_bytes=res.get("memory_reserved_bytes"), worker_rss_bytes=res.get("worker_rss_bytes"), **base,
         )
 
     def profile(self, problem: Problem, candidate: Candidate, t_sol_us: float | None = None) -> Timing:
@@ -481,6 +486,7 @@ class Harness:
                 wall_median_us=res.get("wall_median_us"), timed_s=res.get("timed_s"), checks=checks,
                 reason=res.get("reason", ""),
                 memory_allocated_bytes=res.get("memory_allocated_bytes"),
+                memory_reserved_bytes=res.get("memory_reserved_bytes"), worker_rss_bytes=res.get("worker_rss_bytes"),
             )
             if self.settings.ncu:
                 timing.counters = self._ncu_counters(problem, candidate)
@@ -535,8 +541,13 @@ class Harness:
         return timings
 
     def memory_allocated_bytes(self) -> int:
+        return int(self.worker_memory().get("memory_allocated_bytes", 0))
+
+    def worker_memory(self) -> dict[str, int | None]:
+        """The worker's memory now: ``memory_allocated_bytes`` and ``memory_reserved_bytes`` (torch's
+        CUDA allocator, 0 without a GPU) and ``worker_rss_bytes`` (resident host memory)."""
         reply = self._call("memory", {}, self.settings.watchdog_s)
-        return int(reply.get("result", {}).get("memory_allocated_bytes", 0))
+        return dict(reply.get("result", {}))
 
     # -- optional hardware counters -------------------------------------------------------
     def _ncu_counters(self, problem: Problem, candidate: Candidate) -> dict[str, float]:

@@ -280,7 +280,8 @@ def time_cuda(
 
 def time_cpu(fn: Callable[[list], object], input_sets: Sequence[list], *, warmup: int = 1, trials: int = 5) -> TimingSample:
     """Wall-clock timing on the CPU (used only where no GPU exists, and labelled so)."""
-    sample = TimingSample(warmup=warmup)
+    started = time.perf_counter()
+    sample = TimingSample(warmup=warmup, warmup_calls=warmup)
     for i in range(warmup):
         fn(input_sets[i % len(input_sets)])
     for i in range(trials):
@@ -289,6 +290,7 @@ def time_cpu(fn: Callable[[list], object], input_sets: Sequence[list], *, warmup
         dt = (time.perf_counter() - t0) * 1e6
         sample.event_us.append(dt)
         sample.wall_us.append(dt)
+    sample.elapsed_s = time.perf_counter() - started
     return sample
 
 

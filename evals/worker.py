@@ -421,12 +421,24 @@ def _sync(device) -> None:
 
 
 def _memory(device) -> dict:
+    """The level the next attempt starts from: torch's allocated and reserved device memory after
+    collecting garbage and emptying the allocator's cache, and the process's resident host memory."""
+    out = {"memory_allocated_bytes": 0, "memory_reserved_bytes": 0, "worker_rss_bytes": _rss_bytes()}
     if device.type == "cuda":
         gc.collect()  # cycles holding device tensors; cheap, since the startup heap is frozen
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-        return {"memory_allocated_bytes": torch.cuda.memory_allocated()}
-    return {"memory_allocated_bytes": 0}
+        out["memory_allocated_bytes"] = torch.cuda.memory_allocated()
+        out["memory_reserved_bytes"] = torch.cuda.memory_reserved()
+    return out
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None  # not Linux
 
 
 def _poison(device, value: float, out_nbytes: list[int] = ()) -> None:

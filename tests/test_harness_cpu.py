@@ -334,3 +334,74 @@ def test_flusher_modes_and_sizes():
     assert range_pct([100.0, 102.0, 98.0]) == pytest.approx(4.0)
     assert range_pct([5.0]) == 0.0
     assert torch.float32 == f.buffer.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmarks/bench_harness.py
+
+
+def _load_bench_harness():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_harness.py"
+    spec = importlib.util.spec_from_file_location("bench_harness", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_harness_picks_the_variant_with_the_lowest_worst_spread():
+    bench = _load_bench_harness()
+
+    def row(variant, problem, median, worst, rng):
+        return {"section": "spread", "variant": variant, "problem": problem, "mode": "eager_tf32", "repeats": 5,
+                "median_us": median, "spread_pct_max": worst, "spread_pct_median": worst / 2,
+                "medians_range_pct": rng, "measure_s_median": 0.1}
+
+    rows = [row("current", "a", 400.0, 5.5, 2.0), row("current", "b", 30.0, 9.0, 9.0),
+            row("host_sync_after", "a", 380.0, 1.2, 0.8), row("host_sync_after", "b", 20.0, 12.0, 9.0),
+            row("flush_zero", "a", 400.0, 1.2, 1.5)]
+    per = bench.summarize_spread(rows)
+    # kernels under 50 us do not count toward the 3% target
+    assert per["current"]["kernels_above_50us"] == 1 and per["current"]["worst_spread_pct"] == 5.5
+    assert not per["current"]["all_under_3pct"] and per["host_sync_after"]["all_under_3pct"]
+    assert per["host_sync_after"]["median_vs_current_geomean"] == pytest.approx((380 / 400 * 20 / 30) ** 0.5)
+    assert bench.best_variant(per) == "host_sync_after"  # tie on the worst spread: the lower medians range wins
+    methods = bench.resolve_variants(["current", "flush_2x_l2"], l2_bytes=60 * 1024**2)
+    assert methods["current"] == bench.TimingMethod() and methods["flush_2x_l2"].l2_flush_mb == 120
+    assert bench.gpu_slug("NVIDIA H200") == "h200" and bench.gpu_slug(None) == "cpu"
+
+
+def test_bench_harness_rejects_an_unknown_variant(capsys):
+    bench = _load_bench_harness()
+    assert bench.main(["--variants", "current,turbo"]) == 2
+    assert "unknown variant(s) turbo" in capsys.readouterr().err
+
+
+def test_bench_harness_runs_on_the_cpu_and_says_so(tmp_path):
+    import json
+
+    bench = _load_bench_harness()
+    assert bench.main(["--quick", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("*-cpu-harness.json")
+    doc = json.loads(path.read_text())
+    assert doc["device"] == "cpu" and "No GPU" in doc["note"] and doc["versions"]["torch"]
+    rows = {}
+    for r in doc["rows"]:
+        rows.setdefault(r["section"], []).append(r)
+    over = {r["backend"]: r for r in rows["overhead"]}
+    assert set(over) == {"torch", "interpreter"} and all(r["correct"] for r in over.values())
+    assert all(0 < r["overhead_median_s"] <= r["overhead_max_s"] for r in over.values())
+    assert over["interpreter"]["timing_source"] == "estimate"
+    assert any("cutlass" in r["candidate"] for r in rows["overhead_skipped"])
+    (mem,) = rows["memory"]
+    assert len(mem["levels"]) == 2 and mem["start_worker_rss_bytes"] > 0 and mem["allocated_growth_max_bytes"] == 0
+    (crash,) = rows["crash"]
+    assert crash["crashed"] and crash["restarts"] == 1 and crash["next_attempt_correct"]
+    assert {r["problem"] for r in rows["spread"]} == set(bench.SPREAD_PROBLEMS_CPU)
+    assert all(r["median_us"] > 0 and r["repeats"] == 2 and len(r["per_repeat"]) == 2 for r in rows["spread"])
+    s = doc["summary"]
+    assert s["crash_cost_one_attempt"] and s["all_attempts_correct"] and s["best_variant"] is None
+    md = path.with_suffix(".md").read_text()
+    assert "## Overhead per attempt" in md and "| honest.py (PyTorch) | 02_linear_relu_tiny | torch |" in md
