@@ -318,15 +318,16 @@ class Flushers:
         return self.by_size[key]
 
 
-def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, clock: Clock, reserve_s: float) -> tuple[list[dict], dict]:
+def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, clock: Clock, reserve_s: float,
+                    device: str = "cuda", compile_models: bool = True) -> tuple[list[dict], dict]:
     import torch
 
     from evals.timing import time_cuda
 
-    device = torch.device("cuda")
+    device = torch.device(device)
     targets = []
     for p in problems:
-        targets.append(SpreadTarget(p, device, 3, compile_model=True))
+        targets.append(SpreadTarget(p, device, 3, compile_model=compile_models))
         _log(f"spread: {p.name} ready (torch.compile {targets[-1].compile_s or 0:.1f} s{', failed: ' + targets[-1].compile_error if targets[-1].compile_error else ''})")
     flushers = Flushers(device)
     samples: dict[tuple[str, str, str], list] = {}
@@ -359,7 +360,8 @@ def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, c
     info = {"repeats_done": done, "compile_s": {t.problem.name: t.compile_s for t in targets},
             "compile_errors": {t.problem.name: t.compile_error for t in targets if t.compile_error}}
     del targets
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return rows, info
 
 

@@ -405,3 +405,24 @@ def test_bench_harness_runs_on_the_cpu_and_says_so(tmp_path):
     assert s["crash_cost_one_attempt"] and s["all_attempts_correct"] and s["best_variant"] is None
     md = path.with_suffix(".md").read_text()
     assert "## Overhead per attempt" in md and "| honest.py (PyTorch) | 02_linear_relu_tiny | torch |" in md
+
+
+def test_bench_harness_spread_loop_with_fake_events(fake_cuda):
+    """The GPU spread section's loop (interleaved repeats, rotating variants, one flush buffer per
+    size, the time budget) on the CPU, with CPU stand-ins for CUDA events."""
+    bench = _load_bench_harness()
+    smoke = {p.name: p for p in load_suite("smoke")}
+    variants = bench.resolve_variants(["current", "flush_2x_l2", "host_sync_after"], l2_bytes=1024**2)
+    variants = {k: bench.replace(m, min_trials=3, max_trials=3, l2_flush_mb=min(m.l2_flush_mb, 2)) for k, m in variants.items()}
+    clock = bench.Clock(budget_s=600)
+    rows, info = bench.spread_rows_gpu([smoke["01_gemm_tiny"], smoke["02_linear_relu_tiny"]], variants, 2, clock,
+                                       reserve_s=0, device="cpu", compile_models=False)
+    assert info["repeats_done"] == 2 and info["compile_s"] == {"01_gemm_tiny": None, "02_linear_relu_tiny": None}
+    # no compiled model: eager modes only, every (problem, mode, variant) timed once per repeat
+    assert len(rows) == 2 * 2 * 3 and {r["mode"] for r in rows} == {"eager_fp32", "eager_tf32"}
+    assert all(r["repeats"] == 2 and r["trials_median"] == 3 and r["median_us"] > 0 for r in rows)
+    # a spent budget stops after the first repeat
+    spent = bench.Clock(budget_s=0)
+    rows, info = bench.spread_rows_gpu([smoke["01_gemm_tiny"]], variants, 3, spent, reserve_s=0, device="cpu",
+                                       compile_models=False)
+    assert info["repeats_done"] == 1 and all(r["repeats"] == 1 for r in rows)

@@ -100,3 +100,66 @@ def test_program_candidate_on_gpu(harness, smoke):
     assert v.correct, v.reason
     t = harness.profile(smoke["01_gemm_tiny"], Candidate.from_program(prog, backend="interpreter"))
     assert t.timing_source == "gpu" and t.median_us > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The timing methods (evals.timing.TimingMethod) the harness can be set to, and its own numbers
+
+
+@pytest.fixture(scope="module")
+def quiet_harness():
+    """The harness under the timing method that keeps the GPU busy while a call is launched."""
+    h = Harness(HarnessSettings(device="cuda", watchdog_s=120, host_sync="after", warmup_s=0.2, l2_flush_mode="zero"))
+    yield h
+    h.close()
+
+
+def test_other_timing_methods_agree_and_still_catch_a_side_stream(harness, quiet_harness, builtin):
+    p = builtin["11_linear_relu"]
+    honest = Candidate.from_file(HERE / "honest.py")
+    base = harness.profile(p, honest)
+    quiet = quiet_harness.profile(p, honest)
+    assert quiet.valid and quiet.timing_source == "gpu" and quiet.trials >= 20, quiet
+    assert quiet.spread_pct < 3.0, quiet
+    # the same kernel: hiding the launch latency may only take away the host's share of a 200+ us call
+    assert 0.85 < quiet.median_us / base.median_us < 1.05, (quiet.median_us, base.median_us)
+    sneaky = quiet_harness.profile(p, Candidate.from_file(HERE / "side_stream.py"))
+    assert not sneaky.valid and "side_stream" in sneaky.flags, sneaky
+
+
+def test_profile_reports_its_timed_share_and_memory(harness, smoke):
+    p = smoke["02_linear_relu_tiny"]
+    cand = Candidate.from_file(HERE / "honest.py")
+    harness.profile(p, cand)
+    t = harness.profile(p, cand)
+    assert t.timed_s is not None and 0 < t.timed_s < t.wall_s
+    assert t.wall_s - t.timed_s < 1.0, t  # the harness's own share of a profile call
+    assert t.memory_reserved_bytes >= t.memory_allocated_bytes > 0 and t.worker_rss_bytes > 0
+
+
+def test_reserved_memory_back_to_start_over_attempts(harness, smoke):
+    p = smoke["02_linear_relu_tiny"]
+    cand = Candidate.from_file(HERE / "honest.py")
+    harness.validate(p, cand)
+    harness.profile(p, cand)
+    start = harness.worker_memory()
+    levels = []
+    for _ in range(20):
+        harness.validate(p, cand)
+        t = harness.profile(p, cand)
+        levels.append((t.memory_allocated_bytes, t.memory_reserved_bytes))
+    assert max(a for a, _ in levels) <= start["memory_allocated_bytes"], (start, levels[-3:])
+    assert max(r for _, r in levels) <= start["memory_reserved_bytes"], (start, levels[-3:])
+
+
+def test_reference_timings_under_each_flush_and_sync(builtin):
+    """Every timing method gives the same eager TF32 time for 01_gemm_square within 10%."""
+    p = builtin["01_gemm_square"]
+    medians = {}
+    for changes in ({}, {"host_sync": "after"}, {"l2_flush_mode": "zero", "l2_flush_mb": 128}, {"warmup_s": 0.2}):
+        with Harness(HarnessSettings(device="cuda", compile_reference=False, **changes)) as h:
+            r = h.reference_timings(p)
+        assert r.timing_source == "gpu" and r.timed_s > 0, r
+        medians[str(changes)] = r.eager_tf32_us
+    lo, hi = min(medians.values()), max(medians.values())
+    assert hi / lo < 1.10, medians
