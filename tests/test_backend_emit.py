@@ -130,7 +130,7 @@ def test_conv_uses_the_sm90_implicit_gemm_builder_with_channels_last():
 
 def test_unsupported_cases_name_the_kernel_and_hint_a_route():
     for name, needle in (("depthwise", "torch y = conv2d"), ("conv_nchw", "channels_last"), ("exact_fp32", "math = tf32"),
-                         ("grouped", "batched gemm"), ("streamk_pingpong", "schedule = cooperative"),
+                         ("streamk_pingpong", "schedule = cooperative"),
                          ("tf32_mn_major_explicit_stages", "stages = auto"), ("tf32_both_mn_major_tile_k64", "tile K = 32")):
         _, diags = emit_program(program(name))
         assert len(diags) == 1 and diags[0].code == "unsupported"
