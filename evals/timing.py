@@ -188,8 +188,8 @@ def _event_pairs(n: int) -> list:
 
 
 def _timed_calls(fn, input_sets, pairs, flusher, host_sync: str, offset: int = 0) -> tuple[list[float], list[float]]:
-    """One call per event pair; returns (event_us, wall_us). The events are read after the loop,
-    so no host work but the next launch sits between the end of one call and the next flush."""
+    """One call per event pair; returns (event_us, wall_us). The events are read after the loop, so
+    between one call's end and the next flush the host only takes the time."""
     import torch
 
     perf = time.perf_counter
@@ -254,7 +254,7 @@ def time_cuda(
     started = time.perf_counter()
     sample = TimingSample(warmup=warmup)
     gc_was_enabled = gc.isenabled()
-    gc.disable()  # a collection inside a timed window would be timed (collected after, below)
+    gc.disable()  # a collection inside a timed window would be timed; garbage waits for the next one
     try:
         torch.cuda.synchronize()
         # What an empty call costs in wall time beyond its events (Python, launch and sync latency,
