@@ -32,9 +32,11 @@ from dsl_compiler.build import build_program  # noqa: E402
 from dsl_compiler.parser import parse  # noqa: E402
 
 
-def gemm_text(name, dt_, tile, cluster, schedule, m=4096, n=4096, k=4096, math="", extra=""):
-    return (f"program {name}\ninput x: {dt_}[{m}, {k}]\nparam w: {dt_}[{n}, {k}] = \"fc.weight\"\nparam b: {dt_}[{n}] = \"fc.bias\"\n"
-            f"kernel fc = gemm(x, w^T) {{\n  {math}tile = {tile}; cluster = {cluster}; schedule = {schedule}; stages = auto{extra}\n"
+def gemm_text(name, dt_, tile, cluster, schedule, m=4096, n=4096, k=4096, math="", extra="", w_kn=False):
+    """w_kn: the weight stored [K, N] (a plain x @ w, B N-major) instead of nn.Linear's [N, K]."""
+    w_shape, b_read = (f"{k}, {n}", "w") if w_kn else (f"{n}, {k}", "w^T")
+    return (f"program {name}\ninput x: {dt_}[{m}, {k}]\nparam w: {dt_}[{w_shape}] = \"fc.weight\"\nparam b: {dt_}[{n}] = \"fc.bias\"\n"
+            f"kernel fc = gemm(x, {b_read}) {{\n  {math}tile = {tile}; cluster = {cluster}; schedule = {schedule}; stages = auto{extra}\n"
             f"  store y: {dt_} = relu(acc + b[col])\n}}\noutput y\n")
 
 
@@ -52,6 +54,13 @@ CASES = {
                                                                  extra="; raster = along_n; swizzle = 4"),
     "bf16_gemm_coop_256x128x64_c1x2": gemm_text("bf16_gemm_b", "bf16", "256x128x64", "1x2x1", "cooperative"),
     "tf32_gemm_coop_128x256x32_c2x1": gemm_text("tf32_gemm_a", "f32", "128x256x32", "2x1x1", "cooperative", math="math = tf32; "),
+    # B stored [K, N]: CUTLASS swaps A and B and computes D^T (tf32 wgmma reads K-major only)
+    "tf32nn_gemm_coop_128x256x32_c2x1": gemm_text("tf32nn_gemm_a", "f32", "128x256x32", "2x1x1", "cooperative",
+                                                  math="math = tf32; ", w_kn=True),
+    "tf32nn_gemm_coop_128x128x32_c1x1": gemm_text("tf32nn_gemm_b", "f32", "128x128x32", "1x1x1", "cooperative",
+                                                  math="math = tf32; ", w_kn=True),
+    "tf32nn_gemm_pingpong_64x128x32_c1x1": gemm_text("tf32nn_gemm_c", "f32", "64x128x32", "1x1x1", "pingpong",
+                                                     math="math = tf32; ", w_kn=True),
     "tf32_conv_128x128x32": conv_text("tf32_conv", "f32", "128x128x32", math="math = tf32; "),
     "bf16_conv_128x128x64": conv_text("bf16_conv", "bf16", "128x128x64"),
 }
@@ -182,11 +191,14 @@ def main(argv=None) -> int:
     # ---- GEMMs
     m = n = k = 4096
     flops = 2 * m * n * k
-    for dtype_name, torch_dtype in (("bf16", torch.bfloat16), ("tf32", torch.float32)):
+    for dtype_name, torch_dtype in (("bf16", torch.bfloat16), ("tf32", torch.float32), ("tf32nn", torch.float32)):
         x = torch.randn(m, k, device=dev, dtype=torch_dtype)
         w = torch.randn(n, k, device=dev, dtype=torch_dtype) / 64
         b = torch.randn(n, device=dev, dtype=torch_dtype)
         case = f"{dtype_name} 4096^3 gemm+bias+relu"
+        if dtype_name == "tf32nn":  # w stored [K, N]; w.T below is then the contiguous [K, N] tensor
+            w = w.T.contiguous().T
+            case = "tf32 4096^3 gemm+bias+relu, B stored [K, N]"
         ref = torch.relu(x.double() @ w.double().T + b.double())
         if not any(c.startswith(f"{dtype_name}_gemm") for c in cases):
             continue
@@ -195,15 +207,16 @@ def main(argv=None) -> int:
             if not res.ok:
                 add(case, f"cutlass {name} (build failed)", float("nan"), flops)
                 continue
-            mod = CutlassProgramModule(programs[name], {"w": w, "b": b}, res.artifacts)
+            mod = CutlassProgramModule(programs[name], {"w": w.T.contiguous() if dtype_name == "tf32nn" else w, "b": b},
+                                       res.artifacts)
             y = mod(x)
             rel = ((y.double() - ref).norm() / ref.norm()).item()
             add(case, f"cutlass {name}", time_ms(lambda: mod(x)), flops,
                 {"rel_err": rel, "cold_build_s": res.kernel_build_s.get("fc"), "cached_build_s": round(cached_s[name], 3)})
             add(case, f"graph: cutlass {name}", graph_time_ms(lambda: mod(x)), flops)
-        for tf32 in ((False, True) if dtype_name == "tf32" else (False,)):
+        for tf32 in ((False, True) if dtype_name.startswith("tf32") else (False,)):
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            tag = f"torch{' tf32' if tf32 else (' fp32' if dtype_name == 'tf32' else '')}"
+            tag = f"torch{' tf32' if tf32 else (' fp32' if dtype_name.startswith('tf32') else '')}"
             add(case, f"{tag} matmul+bias+relu", time_ms(lambda: torch.relu(x @ w.T + b)), flops)
             add(case, f"graph: {tag} matmul+bias+relu", graph_time_ms(lambda: torch.relu(x @ w.T + b)), flops)
             add(case, f"{tag} F.linear+relu", time_ms(lambda: torch.relu(F.linear(x, w, b))), flops)
@@ -252,6 +265,7 @@ def main(argv=None) -> int:
 
     bf = "bf16 4096^3 gemm+bias+relu"
     tf = "tf32 4096^3 gemm+bias+relu"
+    tfnn = "tf32 4096^3 gemm+bias+relu, B stored [K, N]"
     load_lib_s = max(load_seconds.values()) if load_seconds else float("nan")
     summary = {
         "bf16_gemm_bias_relu_ms": best(bf, "cutlass"),
@@ -259,6 +273,8 @@ def main(argv=None) -> int:
         "tf32_gemm_bias_relu_ms": best(tf, "cutlass"),
         "tf32_speedup_vs_torch_fp32": best(tf, "torch fp32 matmul+bias+relu") / best(tf, "cutlass"),
         "tf32_ratio_to_torch_tf32_matmul_bias_relu": best(tf, "cutlass") / best(tf, "torch tf32 matmul+bias+relu"),
+        "tf32_b_stored_kn_gemm_bias_relu_ms": best(tfnn, "cutlass"),
+        "tf32_b_stored_kn_ratio_to_torch_tf32_matmul_bias_relu": best(tfnn, "cutlass") / best(tfnn, "torch tf32 matmul+bias+relu"),
         "cached_load_s": load_s,  # fresh process: cache lookup (emit + hash) and dlopen
         "graph_bf16_gemm_bias_relu_ms": best(bf, "graph: cutlass"),
         "graph_bf16_torch_matmul_bias_relu_ms": best(bf, "graph: torch matmul+bias+relu"),
