@@ -141,6 +141,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--prebuild-matrix", action="store_true")
+    ap.add_argument("--matrix-filter", default="", help="with --prebuild-matrix: only matrix programs whose name contains one of these (comma-separated)")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--date", default=dt.date.today().isoformat())
     ap.add_argument("--only", default="", help="run only the cases whose name starts with this (e.g. bf16_gemm)")
@@ -153,7 +154,8 @@ def main(argv=None) -> int:
     if args.prebuild_matrix:
         from test_backend_programs import MATRIX, program
 
-        all_programs.update({f"matrix:{n}": program(n) for n in MATRIX})
+        wanted = [w for w in args.matrix_filter.split(",") if w]
+        all_programs.update({f"matrix:{n}": program(n) for n in MATRIX if not wanted or any(w in n for w in wanted)})
     jobs = os.cpu_count() or 1
     built, wall_s = build_all(all_programs, jobs)
     build_rows = []
