@@ -18,7 +18,7 @@ from nodes.offline.frontend import TraceOptions, trace_problem
 
 BUILTIN = load_suite("builtin")
 # Grouped and depthwise convolutions: the CUTLASS backend's sm_90 conv kernels take groups = 1 only.
-NO_KERNEL_EXPECTED = {"28_depthwise_conv2d_relu6", "29_grouped_conv2d"}
+NO_KERNEL_EXPECTED: set[str] = set()  # every built-in problem gets at least one CUTLASS kernel
 
 
 def shrunk(problem: Problem, factor: int = 8) -> Problem:
@@ -65,8 +65,70 @@ def test_builtin_traces_to_a_clean_program(problem):
         assert demoted and demoted[0].reason.startswith("demoted to PyTorch: kernel 't_conv'")
     else:
         assert result.program.kernels, result.coverage_table()
-        # every kernel uses tensor cores: fp32 inputs at tolerance 1e-2 allow TF32
-        assert all(k.config.math == "tf32" for k in result.program.kernels)
+        # every kernel uses tensor cores (fp32 inputs at tolerance 1e-2 allow TF32), but for the depthwise
+        # conv, which CUTLASS computes on SIMT cores in fp32
+        assert all(k.config.math == ("f32" if _depthwise(result.program, k) else "tf32") for k in result.program.kernels)
+
+
+def _depthwise(program, kernel) -> bool:
+    from dsl_compiler import shapes
+
+    op = kernel.op
+    return isinstance(op, ConvOp) and op.groups > 1 and op.groups == shapes.infer(program)[op.x.name].shape[1]
+
+
+@pytest.mark.parametrize("name,groups,epilogue", [("28_depthwise_conv2d_relu6", 256, "hardtanh"), ("29_grouped_conv2d", 8, "sigmoid")])
+def test_depthwise_and_grouped_convs_become_one_kernel_with_their_epilogue(name, groups, epilogue):
+    result = trace_problem(next(p for p in BUILTIN if p.name == name))
+    (kernel,) = result.program.kernels
+    assert isinstance(kernel.op, ConvOp) and kernel.op.groups == groups
+    assert [s.fn for s in result.program.torch_steps] == ["channels_last"]  # the input to NHWC, nothing else
+    (store,) = kernel.stores
+    assert store.expr.kind in ("param_call", "unary") and "conv_bias" in str(store.expr)
+    rows = {r.op: r for r in result.coverage}
+    assert rows["conv"].placement == "kernel" and rows[epilogue].placement == "epilogue" and rows[epilogue].where == kernel.name
+
+
+def test_grouped_conv_epilogue_takes_one_tensor_and_leaves_the_rest_to_pytorch(tmp_path):
+    path = write_problem(tmp_path, """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(32, 32, 3, padding=1, groups=32)
+            def forward(self, x, r):
+                return torch.relu(self.conv(x)) + r
+        def get_inputs():
+            return [torch.randn(2, 32, 8, 8), torch.randn(2, 32, 8, 8)]
+        def get_init_inputs():
+            return []
+        """)
+    result = trace_problem(path)
+    (kernel,) = result.program.kernels
+    assert kernel.op.groups == 32 and "Unary" in repr(kernel.stores[0].expr) and "name='r'" not in repr(kernel.stores[0].expr)
+    add = next(r for r in result.coverage if r.target.endswith("add") or r.op.startswith("add"))
+    assert add.placement == "torch_step" and "one tensor" in add.reason
+    assert check(result.program) == []
+    (out,), ref = run_both(load_problem(path), result.program)
+    assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_a_depthwise_conv_the_backend_cannot_build_is_demoted_with_the_reason(tmp_path):
+    path = write_problem(tmp_path, """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(16, 32, 3, padding=1, groups=16)  # a channel multiplier of 2
+            def forward(self, x):
+                return self.conv(x)
+        def get_inputs():
+            return [torch.randn(2, 16, 8, 8)]
+        def get_init_inputs():
+            return []
+        """)
+    result = trace_problem(path)
+    assert not result.program.kernels
+    row = next(r for r in result.coverage if r.op == "conv")
+    assert row.placement == "torch_step" and "channel multiplier" in row.reason
 
 
 @pytest.mark.parametrize("problem", BUILTIN, ids=[p.name for p in BUILTIN])
@@ -267,13 +329,41 @@ def test_control_flow_falls_back_to_torch_export(tmp_path):
     assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
 
 
-def test_tf32_operands_are_made_k_major():
-    """tf32 wgmma reads A as [M, K] and B as [N, K]: other layouts get one transposing copy each."""
-    problem = next(p for p in BUILTIN if p.name == "01_gemm_square")  # A @ B, B stored [K, N]
-    program = trace_problem(problem).program
+def _kmajor_only_rule(self, math):
+    """A target whose tf32 MMA reads K-major operands only (sm_90a's wgmma without CUTLASS's
+    register-sourced mainloop)."""
+    if self.is_conv or math != "tf32":
+        return
+    a, b = self.k.operands
+    for o, bad in ((a, a.transpose), (b, not b.transpose)):
+        if bad:
+            self.err("layout", f"math = {math} reads K-major operands; '{o.name}' is not", o.span)
+
+
+def test_tf32_operands_get_a_transposing_copy_only_where_the_checks_need_one(monkeypatch):
+    """tf32 operands that are not K-major are read as they are stored when the checks take them,
+    and get one transposing copy each where the target reads K-major only."""
+    from dsl_compiler import checks
+
+    square = next(p for p in BUILTIN if p.name == "01_gemm_square")  # A @ B, B stored [K, N]
+    program = trace_problem(square).program
+    assert not [d for d in check(program, "sm90a", backend="cutlass") if d.severity == "error"]
+    monkeypatch.setattr(checks._KernelChecker, "check_operand_majorness", lambda self, math: None)
+    (kernel,) = trace_problem(square).program.kernels
+    assert not kernel.op.a.transpose and not kernel.op.b.transpose and kernel.config.math == "tf32"
+    assert not trace_problem(square).program.torch_steps
+
+    monkeypatch.setattr(checks._KernelChecker, "check_operand_majorness", _kmajor_only_rule)
+    program = trace_problem(square).program
     (kernel,) = program.kernels
     assert not kernel.op.a.transpose and kernel.op.b.transpose
     assert [s.fn for s in program.torch_steps] == ["transpose", "contiguous"]
+    assert not any(r.reason.startswith(("demoted", "epilogue left")) for r in trace_problem(square).coverage)
+    both = trace_problem(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a")).program  # A^T @ B
+    assert [s.fn for s in both.torch_steps] == ["transpose", "contiguous"] * 2
+    (out,), ref = run_both(shrunk(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a")),
+                           trace_problem(shrunk(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a"))).program)
+    assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
     linear = trace_problem(next(p for p in BUILTIN if p.name == "11_linear_relu")).program
     assert not linear.torch_steps  # nn.Linear's weight is already [N, K]
 

@@ -15,11 +15,20 @@ BUILTIN = {p.name: p for p in load_suite("builtin")}
 SMOKE = {p.name: p for p in load_suite("smoke")}
 
 
-def request(problem, history=(), plan=None, diagnostics=()):
+TF32_ONLY = ("f32", "tf32")
+
+
+def request(problem, history=(), plan=None, diagnostics=(), allowed=None, tolerance=None):
     return WriterRequest(problem_name=problem.name, problem_source=problem.source, sol={"t_sol_us": 10.0},
                          plan=plan, history=list(history), diagnostics=list(diagnostics),
-                         attempt_index=len(history) + 1, allowed_precisions=list(problem.allowed_precisions),
-                         tolerance=problem.tolerance, problem=problem, gpu="h200")
+                         attempt_index=len(history) + 1,
+                         allowed_precisions=list(allowed if allowed is not None else problem.allowed_precisions),
+                         tolerance=tolerance if tolerance is not None else problem.tolerance, problem=problem, gpu="h200")
+
+
+def tf32_request(problem, history=(), **kw):
+    """A request for a problem that allows TF32 but no 16-bit math."""
+    return request(problem, history, allowed=TF32_ONLY, **kw)
 
 
 def attempt(index, text, **fields):
@@ -37,7 +46,7 @@ def tier(tmp_path):
 def test_first_attempt_is_the_traced_program_with_the_best_estimate(tier):
     problem = BUILTIN["11_linear_relu"]
     assert isinstance(tier, ProposingTier)
-    reply = tier.write(request(problem))
+    reply = tier.write(tf32_request(problem))
     assert reply.error is None
     assert (reply.tokens_in, reply.tokens_out, reply.cost_usd, reply.model) == (0, 0, 0.0, "offline")
     program, diags = parse(reply.program_text)
@@ -68,25 +77,25 @@ def test_hypotheses_follow_the_estimate_and_skip_what_was_tried(tier, tmp_path):
 
 def test_check_or_build_errors_unfuse_then_demote_the_named_kernel(tier):
     problem = BUILTIN["11_linear_relu"]
-    first = tier.write(request(problem))
+    first = tier.write(tf32_request(problem))
     failed = attempt(1, first.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
                      failure_reason="compile: build failed", diagnostics=["<program>:5:3: error[build]: kernel 'fc': nvcc failed"])
-    second = tier.write(request(problem, [failed], diagnostics=failed.diagnostics))
+    second = tier.write(tf32_request(problem, [failed], diagnostics=failed.diagnostics))
     program, _ = parse(second.program_text)
     assert len(program.kernels) == 1 and [s.fn for s in program.torch_steps] == ["relu"]
     failed2 = attempt(2, second.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
                       failure_reason="compile: build failed", diagnostics=["error[build]: kernel 'fc': nvcc failed"])
-    third = tier.write(request(problem, [failed, failed2]))
+    third = tier.write(tf32_request(problem, [failed, failed2]))
     program, _ = parse(third.program_text)
     assert not program.kernels and [s.fn for s in program.torch_steps] == ["linear", "relu"]
 
 
 def test_wrong_results_move_epilogues_to_pytorch(tier):
     problem = BUILTIN["14_linear_tanh_scale_bias"]
-    first = tier.write(request(problem))
+    first = tier.write(tf32_request(problem))
     wrong = attempt(1, first.program_text, reached="compile", correct=False, t_us=None,
                     failure_reason="validate: outputs differ from the reference")
-    program, _ = parse(tier.write(request(problem, [wrong])).program_text)
+    program, _ = parse(tier.write(tf32_request(problem, [wrong])).program_text)
     assert len(program.kernels) == 1 and len(program.torch_steps) >= 2
 
 
@@ -170,13 +179,13 @@ def test_runs_through_the_graph_with_zero_tokens(tmp_path, monkeypatch):
 
 def test_a_config_nvcc_rejects_does_not_unfuse_a_kernel_that_built_before(tier):
     problem = BUILTIN["11_linear_relu"]
-    first = tier.write(request(problem))
+    first = tier.write(tf32_request(problem))
     ok = attempt(1, first.program_text)
-    second = tier.write(request(problem, [ok]))
+    second = tier.write(tf32_request(problem, [ok]))
     rejected = attempt(2, second.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
                        failure_reason="compile: build failed",
                        diagnostics=["error[build]: kernel 'fc': nvcc rejected the CUTLASS kernel (tile): ..."])
-    third = tier.write(request(problem, [ok, rejected]))
+    third = tier.write(tf32_request(problem, [ok, rejected]))
     program, _ = parse(third.program_text)
     assert not program.torch_steps  # still fused: only the next configuration
     assert third.program_text not in (first.program_text, second.program_text)

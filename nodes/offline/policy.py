@@ -4,14 +4,18 @@ It traces the reference into a μCUTLASS program (``frontend``) and walks config
 order of the config-aware estimate (``search``):
 
 1. attempt 1 is the traced program with every kernel's best estimated configuration (or the best
-   measured one from the per-shape record);
+   measured one from the per-shape record), in the math precision the estimate ranks fastest:
+   where the problem allows 16-bit math at a tolerance of at least 1e-3, programs computing in
+   f16 (TF32's 10-bit mantissa, twice its tensor-core rate; bf16 when f16 is not allowed) are
+   ranked beside the TF32 ones;
 2. later attempts vary one kernel's configuration at a time, in estimated order; once measured
    times exist, the untried candidates are re-ranked by the ratio measured / estimated of the
    most similar measured candidate (same tile and schedule first), so a systematic miss of the
    estimate moves the search toward what the GPU actually rewards;
 3. when a program fails to check or build, the kernel named in the diagnostic first loses its
    epilogue to PyTorch steps, then runs as a PyTorch step; when a program gives wrong results,
-   every epilogue goes to PyTorch, then every kernel.
+   every epilogue goes to PyTorch, then every kernel. Each precision earns its own fallbacks,
+   and one wrong result of a 16-bit program drops that precision: the TF32 programs remain.
 
 Everything is a pure function of the problem, the history and the record, so a run replays the
 same way. Its hypotheses and programs flow through the same planner, compiler, validator,
@@ -21,6 +25,7 @@ profiler and judge as a model's.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +37,10 @@ from nodes.tiers import WriterReply, WriterRequest
 MODEL_NAME = "offline"
 CONFIGS_PER_KERNEL = 8
 MEASURED_MISS = 1.25  # re-rank when a measurement is this far (either way) from its estimate
+# 16-bit math over fp32 data: f16 first (10 mantissa bits, as TF32; bf16 has 7), at tolerances it meets
+HALF_MATHS = ("f16", "bf16")
+HALF_MIN_TOLERANCE = 1e-3
+_HALF_IN_TEXT = re.compile(r"^\s*math = (f16|bf16)\b", re.M)
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class Candidate:
     t_est_us: float
     configs: tuple[tuple[str, Any], ...]  # (kernel name, KernelConfig) of every kernel
     varied: str | None = None  # the kernel whose configuration differs from the base
+    math: str | None = None  # the 16-bit math of the program (None: each storage type's own, tf32 over f32)
 
 
 @dataclass
@@ -61,6 +71,20 @@ def _problem_key(problem: Any) -> str:
     if source:
         return hashlib.sha256(source.encode()).hexdigest()[:16] + ":" + str(getattr(problem, "tolerance", ""))
     return str(getattr(problem, "path", problem))
+
+
+def half_math(allowed_precisions, tolerance) -> str | None:
+    """The 16-bit math a problem allows over fp32 data: f16 before bf16, and only at a tolerance
+    of at least HALF_MIN_TOLERANCE (half-precision operands fail tighter ones)."""
+    if tolerance is None or float(tolerance) < HALF_MIN_TOLERANCE:
+        return None
+    return next((m for m in HALF_MATHS if m in tuple(allowed_precisions or ())), None)
+
+
+def attempt_math(a: AttemptRecord) -> str | None:
+    """The 16-bit math an attempt's program computed in (None: TF32 / the storage types' own)."""
+    found = _HALF_IN_TEXT.search(a.program_text or "")
+    return found.group(1) if found else None
 
 
 def _ms(t_us: float) -> str:
@@ -137,6 +161,7 @@ class OfflineTier:
         program = trace.program
         if program is None:
             return plan
+        math = options.math
         if not program.kernels:
             plan.candidates.append(Candidate(
                 title=f"traced program: no kernel ({len(program.torch_steps)} PyTorch steps)",
@@ -155,7 +180,7 @@ class OfflineTier:
         plan.candidates.append(Candidate(
             title=f"traced program ({len(base.kernels)} kernel(s), {len(base.torch_steps)} PyTorch step(s)): "
                   f"{what}: est {_ms(t_base)}",
-            program_text=_text(base), t_est_us=t_base, configs=configs))
+            program_text=_text(base), t_est_us=t_base, configs=configs, math=math))
         alternatives: list[Candidate] = []
         for name, options_ in ranked.items():
             for alt in options_[1:]:
@@ -165,7 +190,7 @@ class OfflineTier:
                 alternatives.append(Candidate(
                     title=f"{prefix}{search.describe(alt.config)}: est {_ms(t)}",
                     program_text=_text(program_alt), t_est_us=t,
-                    configs=tuple((k.name, k.config) for k in program_alt.kernels), varied=name))
+                    configs=tuple((k.name, k.config) for k in program_alt.kernels), varied=name, math=math))
         alternatives.sort(key=lambda c: c.t_est_us)  # stable: ties keep the ranking's order
         seen = {plan.candidates[0].program_text}
         for c in alternatives:
@@ -174,21 +199,54 @@ class OfflineTier:
                 plan.candidates.append(c)
         return plan
 
+    def plans(self, problem: Any, gpu: str, history: list[AttemptRecord], allowed_precisions=None,
+              tolerance=None) -> list[_Plan]:
+        """The plans the history leaves: the TF32 (storage-type) plan under its fallbacks, and the
+        16-bit plan the problem allows, under its own, until one of its programs gives a wrong result.
+        The first plan's trace is the one that explains the program."""
+        first = self.plan_for(problem, gpu, TraceOptions())
+        kernel_names = {k.name for k in first.trace.program.kernels} if first.trace.program else set()
+        own = [a for a in history if attempt_math(a) is None]
+        plans = [self.plan_for(problem, gpu, self.fallback_options(own, kernel_names))]
+        if allowed_precisions is None:
+            allowed_precisions = getattr(problem, "allowed_precisions", ())
+        if tolerance is None:
+            tolerance = getattr(problem, "tolerance", None)
+        half = half_math(allowed_precisions, tolerance)
+        if half is None or not kernel_names:
+            return plans
+        tried = [a for a in history if attempt_math(a) == half]
+        if any((a.failure_reason or "").startswith("validate") for a in tried):
+            return plans  # a wrong result in 16 bits: the precision, not the program, is the first suspect
+        options = self.fallback_options(tried, kernel_names).model_copy(update={"math": half})
+        plan = self.plan_for(problem, gpu, options)
+        program, base = plan.trace.program, plans[0].trace.program
+        # only where every kernel of the TF32 plan stays a kernel (a demoted GEMM is no 16-bit program)
+        if program is not None and base is not None and len(program.kernels) >= len(base.kernels) and any(
+                k.config.math == half for k in program.kernels):
+            plans.append(plan)
+        return plans
+
     def _state(self, request: WriterRequest) -> tuple[_Plan, list[tuple[Candidate, float]], dict[str, AttemptRecord]]:
-        """The plan for the problem under the fallbacks the history earned, and the untried
-        candidates with their predicted times, best first."""
+        """The plan that explains the program (the first), and the untried candidates of every plan
+        with their predicted times, best first."""
         problem = request.problem
         if problem is None:
             raise ValueError("the offline tier needs the loaded problem in the request")
         history = list(request.history)
-        first = self.plan_for(problem, request.gpu, TraceOptions())
-        kernel_names = {k.name for k in first.trace.program.kernels} if first.trace.program else set()
-        options = self.fallback_options(history, kernel_names)
-        plan = self.plan_for(problem, request.gpu, options)
+        plans = self.plans(problem, request.gpu, history, request.allowed_precisions or None, request.tolerance)
         tried = {a.program_text: a for a in history if a.program_text}
-        self._learn(plan, history, request.gpu)
-        untried = [c for c in plan.candidates if c.program_text not in tried]
-        return plan, self._rerank(plan, untried, history), tried
+        for plan in plans:
+            self._learn(plan, history, request.gpu)
+        candidates = _merged(plans)
+        untried = [c for c in candidates if c.program_text not in tried]
+        return plans[0], self._rerank(candidates, untried, history), tried
+
+    def candidates(self, problem: Any, gpu: str, history: list[AttemptRecord] | None = None) -> list[Candidate]:
+        """Every untried candidate in the order the tier would write them (no measurements: the estimate's)."""
+        history = list(history or [])
+        tried = {a.program_text for a in history if a.program_text}
+        return [c for c in _merged(self.plans(problem, gpu, history)) if c.program_text not in tried]
 
     def _learn(self, plan: _Plan, history: list[AttemptRecord], gpu: str) -> None:
         """Measured GPU times of single-kernel programs go into the per-shape record."""
@@ -208,8 +266,8 @@ class OfflineTier:
                 pass
 
     @staticmethod
-    def _rerank(plan: _Plan, untried: list[Candidate], history: list[AttemptRecord]) -> list[tuple[Candidate, float]]:
-        by_text = {c.program_text: c for c in plan.candidates}
+    def _rerank(candidates: list[Candidate], untried: list[Candidate], history: list[AttemptRecord]) -> list[tuple[Candidate, float]]:
+        by_text = {c.program_text: c for c in candidates}
         measured = [(by_text[a.program_text], a.t_us) for a in history
                     if a.program_text in by_text and a.correct and a.t_us and by_text[a.program_text].t_est_us > 0]
         ratios = [(c, t / c.t_est_us) for c, t in measured]
@@ -217,7 +275,7 @@ class OfflineTier:
             return [(c, c.t_est_us) for c in untried]
 
         def similarity(a: Candidate, b: Candidate) -> int:
-            score = 0
+            score = 8 * (a.math == b.math)  # a precision misses its estimate its own way
             for (_, ca), (_, cb) in zip(a.configs, b.configs):
                 score += 4 * (ca.tile == cb.tile) + 2 * (ca.schedule == cb.schedule) + (ca.cluster == cb.cluster)
                 score += 2 * (ca.decomposition == cb.decomposition)
@@ -247,6 +305,8 @@ class OfflineTier:
                 title=title,
                 rationale=("configuration ranked by the config-aware SOL estimate"
                            + (f"; varies kernel {c.varied}" if c.varied else f"; traced: {_coverage_text(plan.trace)}")
+                           + (f"; computes in {c.math} (params converted once, other operands by a `to` step; "
+                              "fp32 accumulation and epilogue)" if c.math else "")
                            + (f"; measured times of similar configurations predict {_ms(t_pred)}"
                               if abs(t_pred - c.t_est_us) > 1e-9 * max(1.0, c.t_est_us) else "")),
                 expected_gain=max(gain, 1e-3), risk=1.0 + 0.01 * rank_, ))
@@ -270,6 +330,20 @@ class OfflineTier:
         return WriterReply(chosen.program_text, tokens_in=0, tokens_out=0, model=MODEL_NAME, cost_usd=0.0,
                            hypothesis=Hypothesis(title=chosen.title, rationale="offline configuration search",
                                                  expected_gain=1.0, risk=1.0))
+
+
+def _merged(plans: list[_Plan]) -> list[Candidate]:
+    """The candidates of several plans in estimated order, each plan keeping its own order (its
+    traced program first), each program once."""
+    import heapq
+
+    seen: set[str] = set()
+    out = []
+    for c in heapq.merge(*(p.candidates for p in plans), key=lambda c: c.t_est_us):
+        if c.program_text not in seen:
+            seen.add(c.program_text)
+            out.append(c)
+    return out
 
 
 def _program_estimate(program, gpu: str) -> float:

@@ -1,0 +1,167 @@
+"""The offline tier's math precision: 16-bit programs beside TF32 ones where the problem allows them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dsl_compiler import runtime
+from dsl_compiler.checks import check
+from dsl_compiler.parser import parse
+from evals.problems import load_suite
+from graph.records import AttemptRecord
+from nodes.offline import search
+from nodes.offline.frontend import TraceOptions, trace_problem
+from nodes.offline.policy import OfflineTier, attempt_math, half_math
+from test_offline_frontend import run_both, shrunk
+from test_offline_policy import attempt, request
+
+BUILTIN = {p.name: p for p in load_suite("builtin")}
+SMOKE = {p.name: p for p in load_suite("smoke")}
+
+
+@pytest.fixture
+def tier(tmp_path):
+    return OfflineTier(record=search.ConfigRecord(tmp_path / "record.json"))
+
+
+def maths(tier, problem, **kw) -> set:
+    plan, untried, _ = tier._state(request(problem, **kw))
+    return {c.math for c, _ in untried}
+
+
+def test_half_math_needs_the_precision_and_a_loose_enough_tolerance():
+    every = ("f32", "tf32", "bf16", "f16")
+    assert half_math(every, 1e-2) == "f16"  # f16 before bf16: TF32's mantissa
+    assert half_math(("f32", "tf32", "bf16"), 1e-2) == "bf16"
+    assert half_math(("f32", "tf32"), 1e-2) is None
+    assert half_math(every, 1e-3) == "f16"
+    assert half_math(every, 1e-4) is None
+    assert half_math(every, None) is None
+
+
+def test_f16_programs_are_ranked_beside_tf32_only_when_allowed(tier):
+    problem = BUILTIN["11_linear_relu"]
+    assert maths(tier, problem) == {None, "f16"}
+    assert maths(tier, problem, allowed=("f32", "tf32")) == {None}
+    assert maths(tier, problem, tolerance=1e-4) == {None}
+    assert maths(tier, problem, allowed=("f32", "tf32", "bf16")) == {None, "bf16"}
+    # compute-bound at 2048x4096x4096: twice TF32's tensor-core rate outweighs converting x once
+    plan, untried, _ = tier._state(request(problem))
+    estimates = [t for _, t in untried]
+    assert estimates == sorted(estimates)
+    first = untried[0][0]
+    assert first.math == "f16" and first.title.startswith("traced program")
+    best_tf32 = next(c for c, _ in untried if c.math is None)
+    assert best_tf32.title.startswith("traced program") and first.t_est_us < best_tf32.t_est_us
+    program, diags = parse(tier.write(request(problem)).program_text)
+    assert not diags and program.kernels[0].config.math == "f16"
+
+
+def test_the_f16_program_converts_params_once_and_inputs_per_call():
+    problem = BUILTIN["11_linear_relu"]
+    program = trace_problem(problem, TraceOptions(math="f16")).program
+    assert not [d for d in check(program, "sm90a", backend="cutlass") if d.severity == "error"]
+    (kernel,) = program.kernels
+    assert (kernel.config.math, kernel.config.accum) == ("f16", "f32")
+    weight, bias = program.decl(kernel.op.b.name), program.decl("fc_bias")
+    assert (weight.kind, weight.dtype, weight.source, kernel.op.b.transpose) == ("param", "f16", "fc.weight", True)
+    assert bias.dtype == "f32"  # the epilogue runs in fp32
+    (cast,) = program.torch_steps
+    assert (cast.fn, cast.args[0].name, cast.kwargs[0].value, cast.outputs[0]) == ("to", "x", "f16", kernel.op.a.name)
+    assert [s.dtype for s in kernel.stores] == ["f32"]  # the reference's element type
+    model = problem.make_model(seed=0)
+    params = runtime.bind_params(program, model)
+    assert params[weight.name].dtype == torch.float16 and params["fc_bias"].dtype == torch.float32
+
+
+def test_f16_needs_no_k_major_copies():
+    program = trace_problem(BUILTIN["04_gemm_transposed_a"], TraceOptions(math="f16")).program  # A^T @ B
+    (kernel,) = program.kernels
+    assert kernel.op.a.transpose and not kernel.op.b.transpose
+    assert [s.fn for s in program.torch_steps] == ["to", "to"]
+
+
+def test_a_conv_input_is_converted_before_its_layout_copy():
+    program = trace_problem(BUILTIN["20_conv2d_bias_relu"], TraceOptions(math="f16")).program
+    (kernel,) = program.kernels
+    steps = {s.outputs[0]: s for s in program.torch_steps}
+    layout = steps[kernel.op.x.name]
+    assert layout.fn == "channels_last" and steps[layout.args[0].name].fn == "to"  # the copy moves 2-byte values
+    weight = program.decl(kernel.op.w.name)
+    assert (weight.dtype, weight.layout) == ("f16", "channels_last")
+
+
+def test_an_mlp_stores_its_hidden_layers_in_f16_for_the_next_kernel():
+    program = trace_problem(BUILTIN["30_mlp3"], TraceOptions(math="f16")).program
+    fc1, fc2, fc3 = program.kernels
+    assert [s.fn for s in program.torch_steps] == ["to"]  # the input only
+    assert fc1.stores[0].dtype == "f16" and fc2.op.a.name == fc1.stores[0].name
+    assert fc2.stores[0].dtype == "f16" and fc3.op.a.name == fc2.stores[0].name
+    assert fc3.stores[0].dtype == "f32" and program.outputs == (fc3.stores[0].name,)
+
+
+@pytest.mark.parametrize("name", ["11_linear_relu", "04_gemm_transposed_a", "20_conv2d_bias_relu", "30_mlp3",
+                                  "19_linear_relu_row_sum", "25_conv2d_residual_add", "31_bmm_scale"])
+def test_f16_programs_are_correct_on_the_interpreter(name):
+    problem = shrunk(BUILTIN[name])
+    program = trace_problem(problem, TraceOptions(math="f16")).program
+    assert program.kernels and all(k.config.math == "f16" for k in program.kernels)
+    assert not [d for d in check(program, "sm90a", backend="cutlass") if d.severity == "error"]
+    for seed in (1, 2):
+        outs, ref = run_both(problem, program, seed=seed)
+        refs = ref if isinstance(ref, tuple) else (ref,)
+        for out, r in zip(outs, refs):
+            assert out.dtype == r.dtype
+            assert torch.allclose(out, r, atol=problem.tolerance, rtol=problem.tolerance)
+
+
+@pytest.mark.parametrize("name", sorted(SMOKE))
+def test_every_candidate_of_the_smoke_suite_checks_and_runs(tier, name):
+    problem = SMOKE[name]
+    candidates = tier.candidates(problem, "h200")
+    for c in [c for c in candidates if c.math][:2] + [c for c in candidates if not c.math][:1]:
+        program, diags = parse(c.program_text)
+        assert program is not None and not diags
+        assert not [d for d in check(program, "sm90a", backend="cutlass") if d.severity == "error"]
+        (out, *_), ref = run_both(problem, program)
+        assert torch.allclose(out, ref if not isinstance(ref, tuple) else ref[0], atol=problem.tolerance,
+                              rtol=problem.tolerance)
+
+
+def test_a_wrong_f16_result_leaves_the_tf32_programs_as_they_were(tier):
+    problem = BUILTIN["14_linear_tanh_scale_bias"]
+    first = tier.write(request(problem))
+    assert "math = f16" in first.program_text
+    wrong = attempt(1, first.program_text, reached="validate", correct=False, t_us=None, precision="f16",
+                    failure_reason="validate: input set 1: outputs differ from the reference")
+    assert attempt_math(wrong) == "f16"
+    second = tier.write(request(problem, [wrong]))
+    assert "math = f16" not in second.program_text
+    program, _ = parse(second.program_text)
+    assert not program.torch_steps  # still fused: the TF32 plan earned no fallback
+    assert maths(tier, problem, history=[wrong]) == {None}
+
+
+def test_an_f16_build_failure_is_the_f16_plan_fallback_only(tier):
+    problem = BUILTIN["11_linear_relu"]
+    first = tier.write(request(problem))
+    failed = attempt(1, first.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
+                     failure_reason="compile: build failed", diagnostics=["error[build]: kernel 'fc': nvcc failed"])
+    plans = tier.plans(problem, "h200", [failed])
+    tf32, f16 = plans
+    assert tf32.options.math is None and not tf32.options.unfuse
+    assert f16.options.math == "f16" and f16.options.unfuse == ("fc",)
+
+
+def test_a_16_bit_plan_that_would_demote_a_kernel_is_not_proposed(tier):
+    # 4 input channels are 8 bytes in f16, under TMA's 16-byte alignment: only TF32 keeps the kernel
+    problem = SMOKE["03_conv2d_relu_tiny"]
+    assert [p.options.math for p in tier.plans(problem, "h200", [])] == [None]
+    assert maths(tier, problem) == {None}
+
+
+def test_attempt_math_reads_the_program():
+    assert attempt_math(AttemptRecord(index=1, program_text="kernel k = gemm(a, b) {\n  math = tf32\n}")) is None
+    assert attempt_math(AttemptRecord(index=1, program_text="kernel k = gemm(a, b) {\n  math = bf16\n}")) == "bf16"
+    assert attempt_math(AttemptRecord(index=1, program_text="")) is None
