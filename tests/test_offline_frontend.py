@@ -131,8 +131,6 @@ def test_a_depthwise_conv_the_backend_cannot_build_is_demoted_with_the_reason(tm
     assert row.placement == "torch_step" and "channel multiplier" in row.reason
 
 
-
-
 @pytest.mark.parametrize("problem", BUILTIN, ids=[p.name for p in BUILTIN])
 def test_builtin_matches_reference_on_interpreter(problem):
     small = shrunk(problem)
@@ -331,13 +329,41 @@ def test_control_flow_falls_back_to_torch_export(tmp_path):
     assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
 
 
-def test_tf32_operands_are_made_k_major():
-    """tf32 wgmma reads A as [M, K] and B as [N, K]: other layouts get one transposing copy each."""
-    problem = next(p for p in BUILTIN if p.name == "01_gemm_square")  # A @ B, B stored [K, N]
-    program = trace_problem(problem).program
+def _kmajor_only_rule(self, math):
+    """A target whose tf32 MMA reads K-major operands only (sm_90a's wgmma without CUTLASS's
+    register-sourced mainloop)."""
+    if self.is_conv or math != "tf32":
+        return
+    a, b = self.k.operands
+    for o, bad in ((a, a.transpose), (b, not b.transpose)):
+        if bad:
+            self.err("layout", f"math = {math} reads K-major operands; '{o.name}' is not", o.span)
+
+
+def test_tf32_operands_get_a_transposing_copy_only_where_the_checks_need_one(monkeypatch):
+    """tf32 operands that are not K-major are read as they are stored when the checks take them,
+    and get one transposing copy each where the target reads K-major only."""
+    from dsl_compiler import checks
+
+    square = next(p for p in BUILTIN if p.name == "01_gemm_square")  # A @ B, B stored [K, N]
+    program = trace_problem(square).program
+    assert not [d for d in check(program, "sm90a", backend="cutlass") if d.severity == "error"]
+    monkeypatch.setattr(checks._KernelChecker, "check_operand_majorness", lambda self, math: None)
+    (kernel,) = trace_problem(square).program.kernels
+    assert not kernel.op.a.transpose and not kernel.op.b.transpose and kernel.config.math == "tf32"
+    assert not trace_problem(square).program.torch_steps
+
+    monkeypatch.setattr(checks._KernelChecker, "check_operand_majorness", _kmajor_only_rule)
+    program = trace_problem(square).program
     (kernel,) = program.kernels
     assert not kernel.op.a.transpose and kernel.op.b.transpose
     assert [s.fn for s in program.torch_steps] == ["transpose", "contiguous"]
+    assert not any(r.reason.startswith(("demoted", "epilogue left")) for r in trace_problem(square).coverage)
+    both = trace_problem(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a")).program  # A^T @ B
+    assert [s.fn for s in both.torch_steps] == ["transpose", "contiguous"] * 2
+    (out,), ref = run_both(shrunk(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a")),
+                           trace_problem(shrunk(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a"))).program)
+    assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
     linear = trace_problem(next(p for p in BUILTIN if p.name == "11_linear_relu")).program
     assert not linear.torch_steps  # nn.Linear's weight is already [N, K]
 

@@ -69,13 +69,21 @@ class CoverageRow(BaseModel):
 class TraceOptions(BaseModel):
     """Knobs for fallbacks: ``fuse`` limits epilogue fusion ("all", "bias" keeps only the bias and
     scalars of addmm, "none"); ``demote`` lists kernels (by name) to run as PyTorch steps instead;
-    ``unfuse`` lists kernels whose epilogue stays in PyTorch."""
+    ``unfuse`` lists kernels whose epilogue stays in PyTorch; ``kmajor`` lists tf32 kernels whose
+    operands get a transposing copy (the target reads them K-major only).
+
+    ``math`` picks the tensor-core math of kernels over fp32 data: None is the storage type's own
+    (tf32 over f32); "f16" / "bf16" compute in 16 bits: params read by a kernel are declared in
+    that type (cast once when bound), every other fp32 operand is cast by one ``to`` step per call,
+    accumulation and the epilogue stay fp32 and outputs keep the reference's element type."""
 
     model_config = ConfigDict(frozen=True)
     fuse: Literal["all", "bias", "none"] = "all"
     reductions: bool = True
     demote: tuple[str, ...] = ()
     unfuse: tuple[str, ...] = ()
+    kmajor: tuple[str, ...] = ()
+    math: Literal["f16", "bf16"] | None = None
 
 
 class TraceResult(BaseModel):
@@ -730,6 +738,8 @@ class _Lowering:
         self.options = options
         self.name = ref.name
         self.allowed_precisions = ref.allowed_precisions
+        # 16-bit math over fp32 data, only where the problem allows it
+        self.half_math = options.math if options.math in ref.allowed_precisions else None
         self.why = why or {}  # kernel name -> why its epilogue or kernel went to PyTorch
         self.tuple_outputs: dict[Any, Any] = {}
         self.nodes = list(traced.gm.graph.nodes)
@@ -1107,6 +1117,7 @@ class _Lowering:
         self.channels_last: dict[str, str] = {}
         self.cl_tensors: set[str] = set()
         self.k_major: dict[str, str] = {}
+        self.casts: dict[tuple[str, str], str] = {}
         self.failed = False
 
         for n in self.nodes:
@@ -1151,6 +1162,8 @@ class _Lowering:
             else:
                 self.cover(n, "folded", reason="folded into another op")
         program = None
+        if not self.failed and self.half_math is not None:
+            self.steps = _fold_store_casts(self.steps, outputs)
         if not self.failed:
             try:
                 program = Program(name=self.namer_program(), decls=tuple(self.decls), steps=tuple(self.steps), outputs=tuple(outputs))
@@ -1182,37 +1195,43 @@ class _Lowering:
         self.decls.append(TensorDecl(kind="input", name=name, dtype=dtype, shape=tuple(int(s) for s in tm.shape)))
         self.cover(n, "input", where=name)
 
-    def declare_param(self, ref: ParamRef, layout="contiguous") -> str | None:
+    def declare_param(self, ref: ParamRef, layout="contiguous", dtype: str | None = None) -> str | None:
+        """The param holding a model tensor, declared once per layout and element type (``dtype``
+        converts an fp32 tensor when it is bound: a kernel reading it in 16-bit math)."""
         import torch
 
         key = ref.key
-        if (key, layout) in self.param_names:
-            return self.param_names[(key, layout)]
         t = self.traced.state.get(key)
         if not isinstance(t, torch.Tensor):
             self.fail(f"model tensor {key} is not in state_dict")
             return None
-        dtype = _DTYPES.get(str(t.dtype))
-        if dtype is None:
+        own = _DTYPES.get(str(t.dtype))
+        if own is None:
             self.fail(f"model tensor {key} has element type {t.dtype}")
             return None
-        name = self.namer(key.replace(".", "_") + ("_cl" if layout == "channels_last" and any(k == key for k, _ in self.param_names) else ""))
-        self.param_names[(key, layout)] = name
+        dtype = dtype if dtype is not None and own == "f32" else own
+        if (key, layout, dtype) in self.param_names:
+            return self.param_names[(key, layout, dtype)]
+        seen = [(lay, dt) for k, lay, dt in self.param_names if k == key]
+        suffix = ("_cl" if layout == "channels_last" and seen else "") + (f"_{dtype}" if dtype != own else "")
+        name = self.namer(key.replace(".", "_") + suffix)
+        self.param_names[(key, layout, dtype)] = name
         self.decls.append(TensorDecl(kind="param", name=name, dtype=dtype, shape=tuple(int(s) for s in t.shape), layout=layout, source=key))
         return name
 
-    def value(self, x, layout="contiguous") -> str | None:
-        """The program tensor name holding value x (emitting its producer first)."""
+    def value(self, x, layout="contiguous", dtype: str | None = None) -> str | None:
+        """The program tensor name holding value x (emitting its producer first); ``dtype`` declares
+        a param in that element type."""
         import torch.fx
 
         if isinstance(x, ParamRef):
-            return self.declare_param(x, layout)
+            return self.declare_param(x, layout, dtype)
         if not isinstance(x, torch.fx.Node):
             return None
         x = self.resolve(x)
         op = self.ops[x]
         if op.kind == "param":
-            name = self.declare_param(op.operands[0], layout)
+            name = self.declare_param(op.operands[0], layout, dtype)
             if x not in self.coverage:
                 self.cover(x, "param", where=name or "")
             return name
@@ -1344,6 +1363,37 @@ class _Lowering:
             self.k_major[name] = copy
         return self.k_major[name]
 
+    def kernel_math(self, dtype: str) -> str | None:
+        """The math of a kernel over ``dtype`` data: the 16-bit math of the options over fp32, else the
+        storage type's own (tf32 over f32) when the problem allows it."""
+        if self.half_math is not None and dtype == "f32":
+            return self.half_math
+        return default_math(dtype, self.allowed_precisions)
+
+    def operand(self, x, layout="contiguous") -> str | None:
+        """The tensor a kernel reads for value x: in 16-bit math a param is declared in that type
+        (converted once when bound) and any other fp32 tensor is converted by a ``to`` step."""
+        import torch.fx
+
+        if self.half_math is None or self.dtype_of(x) != "f32":
+            return self.value(x, layout)
+        r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
+        if isinstance(r, ParamRef) or (self.ops.get(r) is not None and self.ops[r].kind == "param"):
+            return self.value(x, layout, dtype=self.half_math)
+        name = self.value(x, layout)
+        return self.cast(name, self.half_math) if name is not None else None
+
+    def cast(self, name: str, dtype: str) -> str:
+        """``name`` converted to ``dtype`` by one ``to`` step (once per tensor); the copy keeps the layout."""
+        if (name, dtype) not in self.casts:
+            out = self.namer(f"{name}_{dtype}")
+            self.steps.append(TorchStep(outputs=(out,), fn="to", args=(TensorArg(name=name),),
+                                        kwargs=(Kwarg(key="dtype", value=dtype),)))
+            self.casts[(name, dtype)] = out
+            if name in self.cl_tensors:
+                self.cl_tensors.add(out)
+        return self.casts[(name, dtype)]
+
     def as_channels_last(self, name: str) -> str:
         """The NHWC copy of a tensor (once), unless a conv kernel already wrote it NHWC."""
         if name in self.cl_tensors:
@@ -1372,15 +1422,15 @@ class _Lowering:
         # operands first (and everything the epilogue reads)
         if anchor_op.kind == "gemm":
             a, b = anchor_op.operands
-            a_name, b_name = self.value(a), self.value(b)
+            a_name, b_name = self.operand(a), self.operand(b)
             if a_name and anchor_op.flatten_a:
                 sa = self.shape_of(a)
                 flat = self.namer(f"{a_name}_2d")
                 self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=a_name), LiteralArg(value=(-1, sa[-1])))))
                 a_name = flat
             a_t, b_t = anchor_op.a_t, anchor_op.b_t
-            if default_math(self.dtype_of(a) or "", self.allowed_precisions) == "tf32":
-                # tf32 wgmma reads both operands K-major: A as [M, K], B as [N, K] (written b^T)
+            if group.kernel_name in self.options.kmajor and self.kernel_math(self.dtype_of(a) or "") == "tf32":
+                # the target's tf32 wgmma reads both operands K-major: A as [M, K], B as [N, K] (written b^T)
                 if a_t and a_name:
                     a_name, a_t = self.k_major_copy(a_name), False
                 if not b_t and b_name:
@@ -1388,10 +1438,10 @@ class _Lowering:
             op_ir = GemmOp(a=Operand(name=a_name or "?", transpose=a_t), b=Operand(name=b_name or "?", transpose=b_t))
         else:
             x, w = anchor_op.operands
-            x_name = self.value(x)
+            x_name = self.operand(x)
             if x_name is not None:
                 x_name = self.as_channels_last(x_name)
-            w_name = self.value(w, layout="channels_last")
+            w_name = self.operand(w, layout="channels_last")
             c = anchor_op.conv
             op_ir = ConvOp(spatial_dims=c["dims"], x=Operand(name=x_name or "?"), w=Operand(name=w_name or "?"),
                            stride=tuple(c["stride"]), padding=tuple(c["padding"]), dilation=tuple(c["dilation"]), groups=c["groups"])
@@ -1497,7 +1547,7 @@ class _Lowering:
                 stores = [Store(name=st.name, dtype=st.dtype, expr=Reduce(fn=st.expr.fn, arg=first))
                           if st.expr.arg == stores[0].expr.arg else st for st in stores]
             stores.insert(0, Store(name=self.namer(f"{kname}_tile"), dtype=dtype, expr=first))
-        math_mode = default_math(dtype, self.allowed_precisions)
+        math_mode = self.kernel_math(dtype)
         if anchor_op.kind == "conv" and math_mode == "tf32" and self.is_depthwise(anchor_op):
             math_mode = "f32"  # CUTLASS's depthwise kernel multiplies in fp32 on SIMT cores: say so
         kernel = Kernel(name=kname, op=op_ir, config=KernelConfig(math=math_mode), lets=tuple(lets), stores=tuple(stores))
@@ -1531,6 +1581,48 @@ class _Lowering:
                 self.emitted.add(x)
 
 _BAD = object()
+
+
+def _tensor_reads(step) -> list[str]:
+    """Names of the tensors a step reads (operands, epilogue tensors, step arguments)."""
+    if isinstance(step, TorchStep):
+        return [a.name for a in step.args if isinstance(a, TensorArg)]
+    from sol_models.counting import epilogue_refs
+
+    return [o.name for o in step.operands] + [r.name for r in epilogue_refs(step)]
+
+
+def _fold_store_casts(steps: list, outputs: list[str]) -> list:
+    """A kernel store read only by a ``to`` step is stored in the step's element type directly:
+    the epilogue's rounding is the cast's, and one copy of the tensor is saved (an MLP's hidden
+    layer written in f16 for the next f16 kernel)."""
+    reads: dict[str, int] = {}
+    for step in steps:
+        for name in _tensor_reads(step):
+            reads[name] = reads.get(name, 0) + 1
+    stored = {st.name: k for k in steps if isinstance(k, Kernel) for st in k.stores if not isinstance(st.expr, Reduce)}
+    folded: dict[str, tuple[str, str]] = {}  # store name -> (cast output, element type)
+    for step in steps:
+        if not (isinstance(step, TorchStep) and step.fn == "to" and len(step.args) == 1
+                and isinstance(step.args[0], TensorArg) and len(step.outputs) == 1):
+            continue
+        src = step.args[0].name
+        dtype = next((k.value for k in step.kwargs if k.key == "dtype"), None)
+        if src in stored and dtype in ("f16", "bf16") and reads.get(src) == 1 and src not in outputs:
+            folded[src] = (step.outputs[0], dtype)
+    if not folded:
+        return steps
+    out = []
+    for step in steps:
+        if isinstance(step, TorchStep) and step.fn == "to" and any(
+                isinstance(a, TensorArg) and a.name in folded and step.outputs[0] == folded[a.name][0] for a in step.args):
+            continue
+        if isinstance(step, Kernel) and any(st.name in folded for st in step.stores):
+            stores = tuple(st.model_copy(update={"name": folded[st.name][0], "dtype": folded[st.name][1]})
+                           if st.name in folded else st for st in step.stores)
+            step = step.model_copy(update={"stores": stores})
+        out.append(step)
+    return out
 
 def _whitelist_form(fn: str, args: list, kwargs: dict, shape) -> tuple[str | None, Any, dict]:
     """Rewrite a traced call into the torch-step whitelist's spelling (None, reason when impossible)."""
@@ -1623,10 +1715,19 @@ def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback
     from dsl_compiler.checks import check
 
     why: dict[str, str] = {}
-    for _ in range(2 * len(result.program.kernels) + 1):
+    for _ in range(3 * len(result.program.kernels) + 1):
         diags = [d for d in check(result.program, target, backend=backend) if d.severity == "error"]
         if not diags:
             break
+        # a target whose tf32 MMA reads K-major operands only: give those kernels transposing copies
+        kmajor = tuple(dict.fromkeys(m.group(1) for d in diags if d.code == "layout" and "K-major" in d.message
+                                     for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m and m.group(1) not in options.kmajor))
+        if kmajor:
+            options = options.model_copy(update={"kmajor": options.kmajor + kmajor})
+            result = _lower(traced, options, ref, why)
+            if result.program is None:
+                return result
+            continue
         culprit = next((m.group(1) for d in diags for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m), None)
         names = {k.name for k in result.program.kernels}
         if culprit not in names:
