@@ -48,7 +48,7 @@ CONV_INTS = ("n", "d", "h", "w", "c", "k", "t", "r", "s", "pad_d", "pad_h", "pad
              "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w")
 
 # Depthwise direct conv: (output rows, output cols, channels) per CTA, first that fits shared memory.
-DEPTHWISE_TILES = ((8, 8, 64), (8, 8, 32), (4, 4, 64), (4, 4, 32), (4, 4, 16))
+DEPTHWISE_TILES = ((8, 8, 64), (8, 8, 32), (8, 8, 16), (4, 4, 64), (4, 4, 32), (4, 4, 16))
 DEPTHWISE_SMEM_BYTES = 200 * 1024  # of the 227 KB a block may opt into
 DEPTHWISE_STAGE_TARGET_BYTES = 64 * 1024  # stages = auto: as many stages as fit here (occupancy of a memory-bound kernel)
 FIXED_MAX_FILTER, FIXED_MAX_STRIDE, FIXED_MAX_DILATION = 5, 2, 2  # beyond: registers spill, kOptimized instead
