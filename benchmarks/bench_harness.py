@@ -487,6 +487,11 @@ def to_markdown(doc: dict) -> str:
         lines.append(f"| {r['problem']} | {r['mode']} | {r['variant']} | {fmt_us(r['median_us'])} | "
                      f"{r['spread_pct_max']:.2f}% | {r['spread_pct_median']:.2f}% | {r['medians_range_pct']:.2f}% | "
                      f"{r['trials_median']:.0f} |")
+    if doc.get("variants"):
+        default = asdict(TimingMethod())
+        lines += ["", "Variants (changes to the current method, `evals.timing.TimingMethod`): " + "; ".join(
+            f"{name}: " + (", ".join(f"{k}={v}" for k, v in m.items() if v != default.get(k)) or "as is")
+            for name, m in doc["variants"].items()) + "."]
     lines += ["", "Per variant (kernels above 50 us):", "",
               "| variant | worst IQR spread | where | worst median spread | worst medians range | all < 3% | times vs current | seconds |",
               "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
@@ -542,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(overhead_row(harness, tiny, honest, "honest.py (PyTorch)", "torch", args.attempts))
         if not args.quick:
             rows.append(overhead_row(harness, builtin[OVERHEAD_PROBLEM_LARGE], honest, "honest.py (PyTorch)", "torch",
-                                     max(args.attempts // 2, 1)))
+                                     max(args.attempts // 4, 1)))  # ~1.5 s an attempt: few, to leave time for c
         if program is not None:
             rows.append(overhead_row(harness, tiny, Candidate.from_program(program, backend="interpreter"),
                                      "offline-tier program", "interpreter", args.attempts))
