@@ -30,7 +30,9 @@ import datetime as dt
 import gc
 import json
 import math
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -68,17 +70,46 @@ VARIANTS: dict[str, dict] = {
     "after_warmup_0.2s_zero_2x_l2": {"host_sync": "after", "warmup_s": 0.2, "l2_flush_mode": "zero",
                                      "l2_flush_mb": "2x_l2"},
     "after_warmup_0.2s": {"host_sync": "after", "warmup_s": 0.2},
+    # A busy host (every core spinning, as when nvcc builds run beside the timing): host-side delays
+    # land inside the event window when the GPU idles before a call.
+    "current_busy_host": {"host_load": True},
+    "host_sync_after_busy_host": {"host_sync": "after", "host_load": True},
 }
-DEFAULT_VARIANTS = [v for v in VARIANTS if v != "after_warmup_0.2s"]  # about 26 s a repeat on an H200
+DEFAULT_VARIANTS = [v for v in VARIANTS if v != "after_warmup_0.2s"]  # about 28 s a repeat on an H200
+SECTIONS = ("memory", "overhead", "spread")
 
 
 def resolve_variants(names: list[str], l2_bytes: int) -> dict[str, TimingMethod]:
     two_l2_mb = max(1, math.ceil(2 * l2_bytes / 1024**2))
     out = {}
     for name in names:
-        changes = {k: (two_l2_mb if v == "2x_l2" else v) for k, v in VARIANTS[name].items()}
+        changes = {k: (two_l2_mb if v == "2x_l2" else v) for k, v in VARIANTS[name].items() if k != "host_load"}
         out[name] = replace(TimingMethod(), **changes)
     return out
+
+
+def loaded_variants(names) -> set[str]:
+    return {n for n in names if VARIANTS.get(n, {}).get("host_load")}
+
+
+class HostLoad:
+    """``n`` processes spinning on the CPU while the block runs (ended by their pids on exit)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "HostLoad":
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)]
+        time.sleep(0.2)  # let them start spinning
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait()
+        self.procs = []
 
 
 def gpu_slug(gpu_name: str | None) -> str:
@@ -200,7 +231,7 @@ class BackgroundBuild:
 # b. memory across attempts and after a crash
 
 
-def memory_rows(harness: Harness, problem, attempts: int, cuda: bool) -> tuple[dict, dict]:
+def memory_rows(harness: Harness, problem, attempts: int, cuda: bool) -> list[dict]:
     honest = Candidate.from_file(ADVERSARIAL / "honest.py")
     run_attempt(harness, problem, honest)  # the first profile allocates the L2 flush buffer, kept for good
     start = harness.worker_memory()
@@ -251,7 +282,7 @@ def memory_rows(harness: Harness, problem, attempts: int, cuda: bool) -> tuple[d
     }
     _log(f"crash: {bad.reason[:80]!r}; restarts +{crash['restarts']}; next attempt correct={after['correct']} "
          f"in {next_s:.2f} s; allocated after restart vs start: {crash['after_restart_allocated_vs_start_bytes']}")
-    return row, crash
+    return [row, crash]
 
 
 def _diff(a, b):
@@ -319,7 +350,8 @@ class Flushers:
 
 
 def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, clock: Clock, reserve_s: float,
-                    device: str = "cuda", compile_models: bool = True) -> tuple[list[dict], dict]:
+                    device: str = "cuda", compile_models: bool = True, loaded: set[str] = frozenset(),
+                    load_procs: int | None = None) -> tuple[list[dict], dict]:
     import torch
 
     from evals.timing import time_cuda
@@ -345,19 +377,22 @@ def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, c
         for target in targets:
             for name in order:
                 method = variants[name]
-                for mode in MODES:
-                    fn = target.fn(mode)
-                    if fn is None:
-                        continue
-                    with torch.no_grad(), tf32(mode != "eager_fp32"):
-                        s = time_cuda(fn, target.inputs, flusher=flushers.get(method), **method.time_cuda_kwargs())
-                    samples.setdefault((target.problem.name, mode, name), []).append(s)
+                load = HostLoad(load_procs or os.cpu_count() or 1) if name in loaded else contextlib.nullcontext()
+                with load:
+                    for mode in MODES:
+                        fn = target.fn(mode)
+                        if fn is None:
+                            continue
+                        with torch.no_grad(), tf32(mode != "eager_fp32"):
+                            s = time_cuda(fn, target.inputs, flusher=flushers.get(method), **method.time_cuda_kwargs())
+                        samples.setdefault((target.problem.name, mode, name), []).append(s)
         done += 1
         round_s = time.perf_counter() - t_round
         _log(f"spread: repeat {r + 1}/{repeats} in {round_s:.1f} s ({clock.elapsed_s:.0f} s so far)")
     gc.unfreeze()
     rows = [_spread_row(p, m, v, ss) for (p, m, v), ss in samples.items()]
-    info = {"repeats_done": done, "compile_s": {t.problem.name: t.compile_s for t in targets},
+    info = {"repeats_done": done, "busy_host_processes": (load_procs or os.cpu_count()) if loaded else 0,
+            "compile_s": {t.problem.name: t.compile_s for t in targets},
             "compile_errors": {t.problem.name: t.compile_error for t in targets if t.compile_error}}
     del targets
     if device.type == "cuda":
@@ -425,9 +460,10 @@ def summarize_spread(rows: list[dict]) -> dict:
 
 
 def best_variant(per_variant: dict) -> str | None:
-    """The variant whose worst repeat spread is lowest (ties: the lower run-to-run range)."""
+    """The timing method whose worst repeat spread is lowest (ties: the lower run-to-run range); a
+    busy host is a condition to survive, not a method to pick."""
     ranked = [(v["worst_spread_pct"], v["worst_medians_range_pct"] or 0.0, k) for k, v in per_variant.items()
-              if v["worst_spread_pct"] is not None]
+              if v["worst_spread_pct"] is not None and not VARIANTS.get(k, {}).get("host_load")]
     return min(ranked)[2] if ranked else None
 
 
@@ -510,19 +546,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--gpu", default=None, help="name in the file names (default: from the device, 'cpu' without one)")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of: {', '.join(SECTIONS)}")
     ap.add_argument("--attempts", type=int, default=20, help="attempts per candidate for the overhead")
     ap.add_argument("--memory-attempts", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=5, help="repeated timings per (problem, mode, variant)")
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated subset of: {', '.join(VARIANTS)}")
-    ap.add_argument("--budget-s", type=float, default=220.0, help="stop starting spread repeats past this (seconds)")
+    ap.add_argument("--budget-s", type=float, default=220.0, help="no spread repeat starts that would end past this (seconds)")
     ap.add_argument("--no-cutlass", action="store_true", help="skip the nvcc-built program")
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--quick", action="store_true", help="few attempts and repeats (a smoke run)")
     args = ap.parse_args(argv)
-    unknown = [v for v in args.variants.split(",") if v and v not in VARIANTS]
-    if unknown:
-        print(f"error: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}", file=sys.stderr)
-        return 2
+    variant_names = [v for v in args.variants.split(",") if v]
+    sections = [x for x in args.sections.split(",") if x]
+    for what, names, known in (("variant", variant_names, VARIANTS), ("section", sections, SECTIONS)):
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            print(f"error: unknown {what}(s) {', '.join(unknown)}; choose from {', '.join(known)}", file=sys.stderr)
+            return 2
     if args.quick:
         args.attempts, args.memory_attempts, args.repeats = min(args.attempts, 2), min(args.memory_attempts, 2), min(args.repeats, 2)
     clock = Clock(args.budget_s)
@@ -533,96 +573,110 @@ def main(argv: list[str] | None = None) -> int:
     cuda = bool(info.get("cuda")) and args.device != "cpu"
     note = "" if cuda else ("No GPU: validation ran on the CPU, programs on the interpreter backend, profiles are "
                             "the SOL model's estimates, and the spread section timed tiny problems by wall clock.")
-    _log(f"harness benchmark on {info.get('gpu_name') or 'the CPU (no GPU)'}; budget {args.budget_s:.0f} s")
+    _log(f"harness benchmark on {info.get('gpu_name') or 'the CPU (no GPU)'}: {', '.join(sections)}; budget {args.budget_s:.0f} s")
     rows: list[dict] = []
     tiny = smoke[OVERHEAD_PROBLEM]
-    program, why_no_program = program_for(tiny)
+    program, why_no_program = program_for(tiny) if "overhead" in sections else (None, "")
     build = None
     if cuda and program is not None and not args.no_cutlass:
         build = BackgroundBuild(program)  # nvcc works while the memory section runs
     try:
-        mem, crash = memory_rows(harness, tiny, args.memory_attempts, cuda)
-        rows += [mem, crash]
-        honest = Candidate.from_file(ADVERSARIAL / "honest.py")
-        rows.append(overhead_row(harness, tiny, honest, "honest.py (PyTorch)", "torch", args.attempts))
-        if not args.quick:
-            rows.append(overhead_row(harness, builtin[OVERHEAD_PROBLEM_LARGE], honest, "honest.py (PyTorch)", "torch",
-                                     max(args.attempts // 4, 1)))  # ~1.5 s an attempt: few, to leave time for c
-        if program is not None:
-            rows.append(overhead_row(harness, tiny, Candidate.from_program(program, backend="interpreter"),
-                                     "offline-tier program", "interpreter", args.attempts))
-        else:
-            rows.append({"section": "overhead_skipped", "candidate": "offline-tier program", "reason": why_no_program})
-        if build is not None:
-            result, why = build.wait(min(90.0, clock.left_s - 150.0))
-            if result is not None:
-                rows.append(overhead_row(harness, tiny, Candidate.from_program(program, backend="cutlass", artifacts=result.artifacts),
-                                         "offline-tier program", "cutlass", args.attempts,
-                                         extra={"build_s": result.seconds, "build_cached": result.cached}))
-            else:
-                rows.append({"section": "overhead_skipped", "candidate": "offline-tier program (cutlass)", "reason": why})
-        elif not cuda:
-            rows.append({"section": "overhead_skipped", "candidate": "offline-tier program (cutlass)",
-                         "reason": "no GPU: the cutlass backend needs one"})
+        if "memory" in sections:
+            rows += memory_rows(harness, tiny, args.memory_attempts, cuda)
+        if "overhead" in sections:
+            rows += overhead_rows(harness, tiny, builtin, program, why_no_program, build, cuda, args, clock)
     finally:
         harness.close()
 
-    variant_names = [v for v in args.variants.split(",") if v]
-    if cuda:
+    variants: dict[str, TimingMethod] = {}
+    spread, spread_info = [], {}
+    if "spread" in sections and cuda:
         import torch
 
         l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or L2_FALLBACK_BYTES)
         variants = resolve_variants(variant_names, l2_bytes)
         spread, spread_info = spread_rows_gpu([builtin[n] for n in SPREAD_PROBLEMS_GPU], variants, args.repeats, clock,
-                                              reserve_s=5.0)
-    else:
-        variants = {}
+                                              reserve_s=5.0, loaded=loaded_variants(variant_names))
+    elif "spread" in sections:
         spread, spread_info = spread_rows_cpu([smoke[n] for n in SPREAD_PROBLEMS_CPU], args.repeats, trials=10 if args.quick else 30)
     rows += spread
 
-    per_variant = summarize_spread(spread)
-    overheads = [r for r in rows if r["section"] == "overhead"]
-    tf32_gemm = {r["variant"]: r["spread_pct_max"] for r in spread
-                 if r["problem"] == SPREAD_PROBLEMS_GPU[0] and r["mode"] == "eager_tf32"}
-    summary = {
-        "overhead_median_s_worst_candidate": max((r["overhead_median_s"] for r in overheads), default=None),
-        "overhead_max_s": max((r["overhead_max_s"] for r in overheads), default=None),
-        "overhead_under_1s": bool(overheads) and all(r["overhead_median_s"] < 1.0 for r in overheads),
-        "all_attempts_correct": all(r["correct"] for r in overheads),
-        "memory_allocated_growth_bytes": mem["allocated_growth_max_bytes"],
-        "memory_reserved_growth_bytes": mem["reserved_growth_max_bytes"],
-        "worker_rss_growth_bytes": mem["worker_rss_growth_max_bytes"],
-        "memory_after_restart_vs_start_bytes": crash["after_restart_allocated_vs_start_bytes"],
-        "crash_cost_one_attempt": bool(crash["crashed"] and crash["restarts"] == 1 and crash["next_attempt_correct"]),
-        "spread_repeats_done": spread_info.get("repeats_done", 0),
-        "spread_by_variant": per_variant,
-        "eager_tf32_gemm_square_worst_spread_pct_by_variant": tf32_gemm,
-        "best_variant": best_variant(per_variant) if cuda else None,
-        "variants_all_under_3pct": [k for k, v in per_variant.items() if v["all_under_3pct"]],
-    }
-    date = dt.date.today().isoformat()
-    gpu = args.gpu or gpu_slug(info.get("gpu_name") if cuda else None)
-    env = collect_environment("cutlass" if cuda else "interpreter")
     doc = {
-        "date": date, "gpu": gpu, "gpu_name": info.get("gpu_name") if cuda else None,
-        "device": "cuda" if cuda else "cpu", "note": note,
-        "versions": env["versions"], "environment": env, "wall_s": clock.elapsed_s,
+        "date": dt.date.today().isoformat(), "gpu": args.gpu or gpu_slug(info.get("gpu_name") if cuda else None),
+        "gpu_name": info.get("gpu_name") if cuda else None, "device": "cuda" if cuda else "cpu", "note": note,
+        "sections": sections,
         "settings": {"attempts": args.attempts, "memory_attempts": args.memory_attempts, "repeats": args.repeats,
                      "budget_s": args.budget_s, "quick": args.quick},
-        "variants": {k: asdict(v) for k, v in variants.items()},
+        "variants": {k: asdict(v) | ({"host_load": True} if k in loaded_variants([k]) else {}) for k, v in variants.items()},
         "spread_info": spread_info,
         "rows": rows,
-        "summary": summary,
+        "summary": summarize(rows, spread_info, cuda),
     }
+    env = collect_environment("cutlass" if cuda else "interpreter")
+    doc |= {"versions": env["versions"], "environment": env, "wall_s": clock.elapsed_s}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{date}-{gpu}-harness"
+    stem = out / f"{doc['date']}-{doc['gpu']}-harness"
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str))
     md = to_markdown(doc)
     stem.with_suffix(".md").write_text(md)
     print(md)
     _log(f"wrote {stem}.json and {stem}.md in {clock.elapsed_s:.0f} s")
     return 0
+
+
+def overhead_rows(harness: Harness, tiny, builtin: dict, program, why_no_program: str, build, cuda: bool, args,
+                  clock: Clock) -> list[dict]:
+    honest = Candidate.from_file(ADVERSARIAL / "honest.py")
+    rows = [overhead_row(harness, tiny, honest, "honest.py (PyTorch)", "torch", args.attempts)]
+    if not args.quick:
+        rows.append(overhead_row(harness, builtin[OVERHEAD_PROBLEM_LARGE], honest, "honest.py (PyTorch)", "torch",
+                                 max(args.attempts // 4, 1)))  # ~1.5 s an attempt: few, to leave time for the spread
+    if program is None:
+        rows.append({"section": "overhead_skipped", "candidate": "offline-tier program", "reason": why_no_program})
+        return rows
+    rows.append(overhead_row(harness, tiny, Candidate.from_program(program, backend="interpreter"),
+                             "offline-tier program", "interpreter", args.attempts))
+    if build is not None:
+        result, why = build.wait(min(90.0, clock.left_s - 150.0))
+        if result is not None:
+            rows.append(overhead_row(harness, tiny, Candidate.from_program(program, backend="cutlass", artifacts=result.artifacts),
+                                     "offline-tier program", "cutlass", args.attempts,
+                                     extra={"build_s": result.seconds, "build_cached": result.cached}))
+        else:
+            rows.append({"section": "overhead_skipped", "candidate": "offline-tier program (cutlass)", "reason": why})
+    elif not cuda:
+        rows.append({"section": "overhead_skipped", "candidate": "offline-tier program (cutlass)",
+                     "reason": "no GPU: the cutlass backend needs one"})
+    elif args.no_cutlass:
+        rows.append({"section": "overhead_skipped", "candidate": "offline-tier program (cutlass)", "reason": "--no-cutlass"})
+    return rows
+
+
+def summarize(rows: list[dict], spread_info: dict, cuda: bool) -> dict:
+    spread = [r for r in rows if r["section"] == "spread"]
+    per_variant = summarize_spread(spread)
+    overheads = [r for r in rows if r["section"] == "overhead"]
+    mem = next((r for r in rows if r["section"] == "memory"), {})
+    crash = next((r for r in rows if r["section"] == "crash"), {})
+    tf32_gemm = {r["variant"]: r["spread_pct_max"] for r in spread
+                 if r["problem"] == SPREAD_PROBLEMS_GPU[0] and r["mode"] == "eager_tf32"}
+    return {
+        "overhead_median_s_worst_candidate": max((r["overhead_median_s"] for r in overheads), default=None),
+        "overhead_max_s": max((r["overhead_max_s"] for r in overheads), default=None),
+        "overhead_under_1s": bool(overheads) and all(r["overhead_median_s"] < 1.0 for r in overheads),
+        "all_attempts_correct": all(r["correct"] for r in overheads),
+        "memory_allocated_growth_bytes": mem.get("allocated_growth_max_bytes"),
+        "memory_reserved_growth_bytes": mem.get("reserved_growth_max_bytes"),
+        "worker_rss_growth_bytes": mem.get("worker_rss_growth_max_bytes"),
+        "memory_after_restart_vs_start_bytes": crash.get("after_restart_allocated_vs_start_bytes"),
+        "crash_cost_one_attempt": bool(crash.get("crashed") and crash.get("restarts") == 1 and crash.get("next_attempt_correct")),
+        "spread_repeats_done": spread_info.get("repeats_done", 0),
+        "spread_by_variant": per_variant,
+        "eager_tf32_gemm_square_worst_spread_pct_by_variant": tf32_gemm,
+        "best_variant": best_variant(per_variant) if cuda else None,
+        "variants_all_under_3pct": [k for k, v in per_variant.items() if v["all_under_3pct"]],
+    }
 
 
 if __name__ == "__main__":

@@ -368,6 +368,8 @@ def test_bench_harness_picks_the_variant_with_the_lowest_worst_spread():
     assert not per["current"]["all_under_3pct"] and per["host_sync_after"]["all_under_3pct"]
     assert per["host_sync_after"]["median_vs_current_geomean"] == pytest.approx((380 / 400 * 20 / 30) ** 0.5)
     assert bench.best_variant(per) == "host_sync_after"  # tie on the worst spread: the lower medians range wins
+    busy = bench.summarize_spread([row("current_busy_host", "a", 420.0, 0.5, 0.1)])
+    assert bench.best_variant(per | busy) == "host_sync_after"  # a busy host is a condition, not a method
     methods = bench.resolve_variants(["current", "flush_2x_l2"], l2_bytes=60 * 1024**2)
     assert methods["current"] == bench.TimingMethod() and methods["flush_2x_l2"].l2_flush_mb == 120
     assert bench.gpu_slug("NVIDIA H200") == "h200" and bench.gpu_slug(None) == "cpu"
@@ -377,6 +379,8 @@ def test_bench_harness_rejects_an_unknown_variant(capsys):
     bench = _load_bench_harness()
     assert bench.main(["--variants", "current,turbo"]) == 2
     assert "unknown variant(s) turbo" in capsys.readouterr().err
+    assert bench.main(["--sections", "spread,speed"]) == 2
+    assert "unknown section(s) speed" in capsys.readouterr().err
 
 
 def test_bench_harness_runs_on_the_cpu_and_says_so(tmp_path):
@@ -412,12 +416,17 @@ def test_bench_harness_spread_loop_with_fake_events(fake_cuda):
     size, the time budget) on the CPU, with CPU stand-ins for CUDA events."""
     bench = _load_bench_harness()
     smoke = {p.name: p for p in load_suite("smoke")}
-    variants = bench.resolve_variants(["current", "flush_2x_l2", "host_sync_after"], l2_bytes=1024**2)
+    names = ["current", "flush_2x_l2", "host_sync_after_busy_host"]
+    variants = bench.resolve_variants(names, l2_bytes=1024**2)
     variants = {k: bench.replace(m, min_trials=3, max_trials=3, l2_flush_mb=min(m.l2_flush_mb, 2)) for k, m in variants.items()}
+    assert variants["host_sync_after_busy_host"].host_sync == "after"
+    assert bench.loaded_variants(names) == {"host_sync_after_busy_host"}
     clock = bench.Clock(budget_s=600)
     rows, info = bench.spread_rows_gpu([smoke["01_gemm_tiny"], smoke["02_linear_relu_tiny"]], variants, 2, clock,
-                                       reserve_s=0, device="cpu", compile_models=False)
+                                       reserve_s=0, device="cpu", compile_models=False,
+                                       loaded=bench.loaded_variants(names), load_procs=1)
     assert info["repeats_done"] == 2 and info["compile_s"] == {"01_gemm_tiny": None, "02_linear_relu_tiny": None}
+    assert info["busy_host_processes"] == 1
     # no compiled model: eager modes only, every (problem, mode, variant) timed once per repeat
     assert len(rows) == 2 * 2 * 3 and {r["mode"] for r in rows} == {"eager_fp32", "eager_tf32"}
     assert all(r["repeats"] == 2 and r["trials_median"] == 3 and r["median_us"] > 0 for r in rows)
