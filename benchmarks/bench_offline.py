@@ -7,10 +7,17 @@ benchmarks/results/<date>-<gpu>-offline.{json,md}.
     python benchmarks/bench_offline.py --suite smoke --backend interpreter --max-attempts 2 --out /tmp/x
 
 Compile time dominates a run (about 50 s per CUTLASS kernel on 16 cores), so ``--prebuild`` first
-builds every problem's first ``--max-attempts`` candidate programs in parallel, one nvcc per core;
-the graph then finds them in the build cache. Where a problem falls short of 0.75 of SOL, the
-report says why: its bound, and what limited the kernel (the estimate's reasons, PyTorch steps left
-in the program, kernels the checks sent back to PyTorch).
+builds every problem's first ``--max-attempts`` candidate programs in parallel, one nvcc per core,
+and the best program of every other precision the tier ranks (the fallback when a 16-bit program
+fails validation); the graph then finds them in the build cache. Where a problem falls short of
+0.75 of SOL, the report says why: its bound, and what limited the kernel (the estimate's reasons,
+PyTorch steps left in the program, kernels the checks sent back to PyTorch).
+
+The headline fraction of SOL is t_SOL at TF32 (an fp32 problem at TF32 tensor-core throughput)
+over the kernel's time; a kernel computing in f16 or bf16 may beat it honestly. Each row also
+gives the precision the kept program computed in and the bound of that precision
+(``t_sol_at_precision_us``, the one the SOL ceiling holds it to), and the summary the geomean of
+both fractions.
 """
 
 from __future__ import annotations
@@ -33,14 +40,18 @@ TARGET_SOL_FRACTION = 0.75
 
 
 def candidate_programs(problem, gpu: str, count: int) -> list:
-    """The first ``count`` programs the offline tier would try (no fallbacks), as IR."""
+    """The first ``count`` programs the offline tier would try (no fallbacks), then the best one of
+    every precision not among them (what a wrong 16-bit result falls back to), as IR."""
     from dsl_compiler.parser import parse
-    from nodes.offline.frontend import TraceOptions
     from nodes.offline.policy import OfflineTier
 
-    plan = OfflineTier(use_record=True).plan_for(problem, gpu, TraceOptions())
+    candidates = OfflineTier(use_record=True).candidates(problem, gpu)
+    chosen = candidates[:count]
+    for c in candidates[count:]:
+        if all(o.math != c.math for o in chosen):
+            chosen.append(c)
     programs = []
-    for c in plan.candidates[:count]:
+    for c in chosen:
         program, _ = parse(c.program_text)
         if program is not None and program.kernels:
             programs.append(program)
@@ -105,22 +116,39 @@ def why_short(problem, summary, sol: dict, gpu: str) -> str:
     return "; ".join(parts)
 
 
+def sol_at_precision_us(t_sol_us: float | None, sol: dict, precision: str | None) -> float | None:
+    """The bound of the fastest precision a program computed in (``precision`` as the compiler
+    records it, e.g. "f16" or "f16,tf32"): the TF32 ``t_sol_us`` scaled by that precision's bound
+    over TF32's in the SOL report (the bound the SOL ceiling holds the program to)."""
+    from graph.attempts import ceiling_bound_us
+
+    if not t_sol_us:
+        return None
+    tf32 = (sol.get("per_precision") or {}).get("tf32", {}).get("t_sol_us") or sol.get("t_sol_us")
+    at = ceiling_bound_us(sol, precision) if precision else None
+    return t_sol_us * at / tf32 if (at and tf32) else t_sol_us
+
+
 def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
     """One table row from a finished run of the offline tier on ``problem``."""
     refs = summary.reference_us
     best = summary.best
     t = summary.best_t_us
     t_sol = summary.t_sol_us or sol.get("t_sol_us")
+    precision = best.precision if best else None
+    t_sol_at = sol_at_precision_us(t_sol, sol, precision) if best else None
     row = {
         "problem": problem.name, "correct": best is not None,
         "eager_fp32_us": refs.get("eager_fp32"), "eager_tf32_us": refs.get("eager_tf32"),
         "compile_us": refs.get("compile"), "ours_us": t, "t_sol_us": t_sol, "bound": sol.get("bound"),
         "sol_fraction": (t_sol / t) if (t and t_sol) else None,
+        "t_sol_at_precision_us": t_sol_at,
+        "sol_fraction_at_precision": (t_sol_at / t) if (t and t_sol_at) else None,
         "speedup_vs_eager_fp32": refs["eager_fp32"] / t if t and refs.get("eager_fp32") else None,
         "speedup_vs_eager_tf32": refs["eager_tf32"] / t if t and refs.get("eager_tf32") else None,
         "speedup_vs_compile": refs["compile"] / t if t and refs.get("compile") else None,
         "timing_source": best.timing_source if best else None,
-        "precision": best.precision if best else None, "flags": best.flags if best else [],
+        "precision": precision, "flags": best.flags if best else [],
         "attempts": len(summary.attempts), "best_attempt": summary.best_index, "stop_reason": summary.stop_reason,
         "best_hypothesis": best.hypothesis if best else None, "tokens": summary.tokens_in + summary.tokens_out,
         "wall_s": summary.wall_s,
@@ -137,6 +165,9 @@ def summarize(rows: list[dict]) -> dict:
         "geomean_speedup_vs_eager_tf32": geomean([r["speedup_vs_eager_tf32"] for r in correct]),
         "geomean_speedup_vs_compile": geomean([r["speedup_vs_compile"] for r in correct]),
         "geomean_sol_fraction": geomean([r["sol_fraction"] for r in correct]),
+        "geomean_sol_fraction_at_precision": geomean([r.get("sol_fraction_at_precision") for r in correct]),
+        "precisions": {p: sum(1 for r in correct if r.get("precision") == p)
+                       for p in sorted({r.get("precision") or "-" for r in correct})},
         "correct": len(correct), "total": len(rows),
         "short_of_target": [r["problem"] for r in rows if not r.get("correct") or (r.get("sol_fraction") or 0) < TARGET_SOL_FRACTION],
     }
@@ -214,21 +245,27 @@ def to_markdown(doc: dict) -> str:
         f"# Offline tier on {doc['suite']} ({doc['gpu']}, {doc['backend']}, {doc['date']})",
         "",
         f"Up to {doc['max_attempts']} attempts per problem, policy {doc['policy']}, tolerance per problem. "
-        "Times in us (median, L2 flushed); t_SOL at TF32; speedups over PyTorch eager fp32 (its default), eager "
-        "with TF32 allowed, and torch.compile.",
+        "Times in us (median, L2 flushed); t_SOL at TF32 (the fp32 problem at TF32 tensor-core throughput: a kernel "
+        "computing in f16 may beat it honestly), and the bound of the precision the kept program computed in; "
+        "speedups over PyTorch eager fp32 (its default), eager with TF32 allowed, and torch.compile.",
         "",
-        "| problem | eager fp32 | eager TF32 | torch.compile | ours | t_SOL | % of SOL | vs fp32 | vs TF32 | vs compile | correct |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| problem | eager fp32 | eager TF32 | torch.compile | ours | precision | t_SOL | % of SOL | t_SOL at precision | "
+        "% of it | vs fp32 | vs TF32 | vs compile | correct |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in doc["rows"]:
         lines.append(
             f"| {r['problem']} | {_fmt(r.get('eager_fp32_us'))} | {_fmt(r.get('eager_tf32_us'))} | "
-            f"{_fmt(r.get('compile_us'))} | {_fmt(r.get('ours_us'))} | {_fmt(r.get('t_sol_us'))} | "
-            f"{_fmt(r.get('sol_fraction'), 'pct')} | {_fmt(r.get('speedup_vs_eager_fp32'), 'x')} | "
+            f"{_fmt(r.get('compile_us'))} | {_fmt(r.get('ours_us'))} | {r.get('precision') or '-'} | "
+            f"{_fmt(r.get('t_sol_us'))} | {_fmt(r.get('sol_fraction'), 'pct')} | "
+            f"{_fmt(r.get('t_sol_at_precision_us'))} | {_fmt(r.get('sol_fraction_at_precision'), 'pct')} | "
+            f"{_fmt(r.get('speedup_vs_eager_fp32'), 'x')} | "
             f"{_fmt(r.get('speedup_vs_eager_tf32'), 'x')} | {_fmt(r.get('speedup_vs_compile'), 'x')} | "
             f"{'yes' if r.get('correct') else 'no'} |")
+    precisions = ", ".join(f"{n} {p}" for p, n in (s.get("precisions") or {}).items())
     lines += [
-        f"| **geomean** | | | | | | **{_fmt(s['geomean_sol_fraction'], 'pct')}** | "
+        f"| **geomean** | | | | | {precisions} | | **{_fmt(s['geomean_sol_fraction'], 'pct')}** | | "
+        f"**{_fmt(s.get('geomean_sol_fraction_at_precision'), 'pct')}** | "
         f"**{_fmt(s['geomean_speedup_vs_eager_fp32'], 'x')}** | **{_fmt(s['geomean_speedup_vs_eager_tf32'], 'x')}** | "
         f"**{_fmt(s['geomean_speedup_vs_compile'], 'x')}** | {s['correct']}/{s['total']} |",
         "",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+
+import pytest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,3 +72,55 @@ def test_table_from_a_finished_evaluation(tmp_path, capsys):
     assert linear["speedup_vs_compile"] == 1.5 and linear["sol_fraction"] == 0.2
     assert not rows["01_gemm_tiny"]["correct"] and "no finished run" in rows["01_gemm_tiny"]["why"]
     assert doc["summary"]["correct"] == 1 and doc["summary"]["total"] == 2
+
+
+def test_rows_give_the_bound_of_the_kept_programs_precision():
+    """An f16 kernel is held to the f16 bound: half TF32's on a compute-bound GEMM, the same on a memory-bound one."""
+    from evals.problems import load_suite
+    from graph.records import AttemptRecord, RunSummary
+
+    bench = load_bench()
+    builtin = {p.name: p for p in load_suite("builtin")}
+    square = builtin["01_gemm_square"]
+    sol = bench._sol(square, "h200")
+    f16, tf32 = sol["per_precision"]["f16"]["t_sol_us"], sol["per_precision"]["tf32"]["t_sol_us"]
+    assert sol["bound"] == "compute" and f16 < 0.6 * tf32
+    assert bench.sol_at_precision_us(tf32, sol, "f16") == pytest.approx(f16)
+    assert bench.sol_at_precision_us(tf32, sol, "f16,tf32") == pytest.approx(f16)
+    assert bench.sol_at_precision_us(tf32, sol, "tf32") == pytest.approx(tf32)
+    assert bench.sol_at_precision_us(tf32, sol, None) == pytest.approx(tf32)
+
+    def row(precision, t_us):
+        attempt = AttemptRecord(index=1, correct=True, t_us=t_us, timing_source="gpu", precision=precision, reached="done")
+        summary = RunSummary(problem=square.name, tier="offline", policy="fixed", backend="cutlass", gpu="h200",
+                             attempts=[attempt], best_index=1, best_t_us=t_us, t_sol_us=tf32,
+                             reference_us={"eager_tf32": 2 * tf32})
+        return bench.problem_row(square, summary, sol, "h200")
+
+    fast = row("f16", 0.8 * tf32)  # faster than the TF32 bound, slower than the f16 one: honest
+    assert fast["precision"] == "f16" and fast["sol_fraction"] == pytest.approx(1.25)
+    assert fast["t_sol_at_precision_us"] == pytest.approx(f16)
+    assert fast["sol_fraction_at_precision"] == pytest.approx(f16 / (0.8 * tf32))
+    slow = row("tf32", 2 * tf32)
+    assert slow["sol_fraction_at_precision"] == slow["sol_fraction"] == pytest.approx(0.5)
+    summary = bench.summarize([fast, slow])
+    assert summary["geomean_sol_fraction"] == pytest.approx((1.25 * 0.5) ** 0.5)
+    assert summary["geomean_sol_fraction_at_precision"] == pytest.approx((f16 / (0.8 * tf32) * 0.5) ** 0.5)
+    assert summary["precisions"] == {"f16": 1, "tf32": 1}
+    md = bench.to_markdown({"suite": "builtin", "gpu": "h200", "backend": "cutlass", "date": "d", "max_attempts": 1,
+                            "policy": "fixed", "rows": [fast, slow], "summary": summary})
+    assert "t_SOL at precision" in md and "| f16 |" in md and "1 f16, 1 tf32" in md
+
+
+def test_prebuild_takes_the_first_candidates_and_the_best_of_each_other_precision(tmp_path, monkeypatch):
+    from evals.problems import load_suite
+    from nodes.offline.policy import OfflineTier
+
+    monkeypatch.setenv("MUCUTLASS_RECORD", str(tmp_path / "record.json"))
+    bench = load_bench()
+    problem = {p.name: p for p in load_suite("builtin")}["11_linear_relu"]
+    candidates = OfflineTier(use_record=False).candidates(problem, "h200")
+    programs = bench.candidate_programs(problem, "h200", 2)
+    maths = [{k.config.math for k in p.kernels} for p in programs]
+    assert maths[:2] == [{candidates[0].math or "tf32"}, {candidates[1].math or "tf32"}]
+    assert {"f16"} in maths and {"tf32"} in maths and len(programs) == 3

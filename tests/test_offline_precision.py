@@ -165,3 +165,41 @@ def test_attempt_math_reads_the_program():
     assert attempt_math(AttemptRecord(index=1, program_text="kernel k = gemm(a, b) {\n  math = tf32\n}")) is None
     assert attempt_math(AttemptRecord(index=1, program_text="kernel k = gemm(a, b) {\n  math = bf16\n}")) == "bf16"
     assert attempt_math(AttemptRecord(index=1, program_text="")) is None
+
+
+def test_the_sol_judge_holds_an_f16_result_to_the_f16_bound():
+    """An f16 kernel faster than the TF32 bound but not the f16 one is honest; under the f16 bound it is flagged."""
+    from graph.attempts import ceiling_bound_us
+    from graph.context import Services
+    from sol_models.gaming import ceiling_check
+
+    problem = BUILTIN["11_linear_relu"]
+    sol = Services()._count_sol(problem, "h200")  # what the graph keeps in state["sol"]
+    tf32, f16 = sol["t_sol_us"], sol["per_precision"]["f16"]["t_sol_us"]
+    assert sol["bound"] == "compute" and f16 < 0.6 * tf32
+    program = trace_problem(problem, TraceOptions(math="f16")).program
+    precision = ",".join(sorted({k.config.math or "f32" for k in program.kernels}))  # as the compiler node records it
+    assert ceiling_bound_us(sol, precision) == f16
+    honest = 0.7 * tf32  # beats TF32's speed of light, as f16 math can
+    assert not ceiling_check(honest, ceiling_bound_us(sol, "tf32")).ok
+    assert ceiling_check(honest, ceiling_bound_us(sol, precision)).ok
+    assert not ceiling_check(0.5 * f16, ceiling_bound_us(sol, precision)).ok  # a fake stays flagged
+
+
+def test_the_graph_keeps_an_f16_kernel_and_records_its_precision(tmp_path, monkeypatch):
+    """End to end on the interpreter: a problem where the estimate ranks f16 first (1024^3 Linear + ReLU)."""
+    monkeypatch.setenv(search.RECORD_ENV, str(tmp_path / "record.json"))
+    from graph.context import RunContext
+    from graph.runner import run_optimize
+
+    path = tmp_path / "linear_1024.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\nTOLERANCE = 1e-2\nALLOWED_PRECISIONS = ('f32', 'tf32', 'bf16', 'f16')\n"
+        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(1024, 1024)\n"
+        "    def forward(self, x):\n        return torch.relu(self.fc(x))\n"
+        "def get_inputs():\n    return [torch.rand(1024, 1024)]\ndef get_init_inputs():\n    return []\n")
+    summary = run_optimize(str(path), RunContext(tier="offline", backend="interpreter", max_attempts=1, policy="fixed"),
+                           tmp_path / "run")
+    (first,) = summary.attempts
+    assert first.correct and not first.flags, first.failure_reason
+    assert first.precision == "f16" and "math = f16" in first.program_text
