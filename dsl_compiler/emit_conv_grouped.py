@@ -3,8 +3,9 @@
 CUTLASS 4.2's sm_90 conv collectives (TMA + wgmma) take groups = 1 only, so a conv with groups > 1
 is built from CUTLASS 2.x kernels, which run on sm_90 as well:
 
-- depthwise (groups == C == K): the direct convolution ``DefaultDepthwiseDirect2dConvFprop`` (SIMT,
-  fp32 multiply-add whatever the storage type; memory-bound anyway). Filter size, stride and dilation
+- depthwise (groups == C == K): the direct convolution ``DefaultDepthwiseDirect2dConvFprop`` (SIMT, memory-bound
+  anyway: fp32 multiply-add for f32 storage; for f16 / bf16 CUTLASS rounds each product to the storage type and
+  sums in fp32). Filter size, stride and dilation
   are template constants (``kFixedStrideDilation``) for filters up to 5x5 with stride and dilation up to
   2, else ``kOptimized`` reads stride and dilation at run time. It reads a filter re-laid out once per
   call into the workspace (CUTLASS's own reorder kernel).
@@ -182,10 +183,10 @@ def _math(kernel: Kernel, dtype: str, w_dtype: str, depthwise: bool) -> str:
                 else f"use math = f32 for {dtype} operands")
         raise _unsupported(kernel, f"math = {math} over f32 operands" + ("" if depthwise else
                            ": a grouped conv runs on tensor cores, which have no exact-fp32 path"), hint,
-                           found=f"math = {math}; expected {want}")
+                           span=kernel.config.span_of("math"), found=f"math = {math}; expected {want}")
     if math != dtype:
         raise _unsupported(kernel, f"math = {math} over {dtype} operands", f"use math = {dtype} for {dtype} storage",
-                           found=f"math = {math}")
+                           span=kernel.config.span_of("math"), found=f"math = {math}")
     if kernel.config.accum == "f16" and dtype != "f16":
         raise _unsupported(kernel, "accum = f16 needs f16 operands", "use accum = f32", found="accum = f16")
     return math
@@ -194,21 +195,21 @@ def _math(kernel: Kernel, dtype: str, w_dtype: str, depthwise: bool) -> str:
 def _common_config(kernel: Kernel, kind: str, allow_tile: bool, allow_swizzle: bool) -> None:
     """Knobs of the sm_90 collectives that CUTLASS 2.x kernels do not have: refused, never ignored."""
     cfg = kernel.config
+    why = f"{kind} convs run CUTLASS 2.x kernels"
     knobs = {
-        "cluster": (cfg.cluster != (1, 1, 1), "x".join(map(str, cfg.cluster)), "1x1x1 (Ampere-style kernels have no clusters)"),
-        "schedule": (cfg.schedule != "auto", cfg.schedule, "auto (no warp-specialized schedules)"),
+        "cluster": (cfg.cluster != (1, 1, 1), "x".join(map(str, cfg.cluster)), f"use cluster = 1x1x1 (or leave it out): {why}, which have no clusters"),
+        "schedule": (cfg.schedule != "auto", cfg.schedule, f"use schedule = auto (or leave it out): {why}, which have no warp-specialized schedules"),
         "decomposition": (cfg.decomposition != "data_parallel" or cfg.split_k != 1, f"{cfg.decomposition}, split_k = {cfg.split_k}",
-                          "data_parallel (CUTLASS's grouped and depthwise kernels take no split-K)"),
-        "raster": (cfg.raster != "auto", cfg.raster, "auto"),
+                          f"use decomposition = data_parallel without split_k: CUTLASS's {kind} conv takes no split-K"),
+        "raster": (cfg.raster != "auto", cfg.raster, f"use raster = auto (or leave it out): {why}"),
         "tile": (not allow_tile and cfg.tile is not None, "x".join(map(str, cfg.tile or ())),
-                 "unset (the depthwise kernel's tile is chosen from the filter, stride and channels)"),
-        "swizzle": (not allow_swizzle and cfg.swizzle != 1, str(cfg.swizzle), "1"),
+                 "remove tile: the depthwise kernel chooses its tile from the filter, stride and channels"),
+        "swizzle": (not allow_swizzle and cfg.swizzle != 1, str(cfg.swizzle), f"remove swizzle: the {kind} kernel walks its tiles in order"),
     }
-    for knob, (bad, found, expected) in knobs.items():
+    for knob, (bad, found, hint) in knobs.items():
         if bad:
-            raise _unsupported(kernel, f"{knob} = {found} for a {kind} convolution",
-                               f"set {knob} = {expected.split(' (')[0]} or leave it out: {kind} convs run CUTLASS 2.x kernels "
-                               f"(expected {expected})", span=cfg.span_of(knob), found=f"{knob} = {found}")
+            raise _unsupported(kernel, f"{knob} = {found} for a {kind} convolution", hint,
+                               span=cfg.span_of(knob), found=f"{knob} = {found}")
 
 
 def _layouts(program: Program, kernel: Kernel, op: ConvOp) -> None:
@@ -372,7 +373,7 @@ def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, mat
     plan = grouped_plan(dtype, kpg, cfg.tile, cfg.stages)
     if "error" in plan:
         found, expected = plan["error"]
-        raise _unsupported(kernel, f"{found} for a grouped convolution (K/groups = {kpg}, C/groups = {cg})",
+        raise _unsupported(kernel, f"{found} for a grouped convolution (C/groups = {cg})",
                            f"expected {expected}; or leave tile and stages unset to let the compiler choose",
                            span=cfg.span_of("tile") if "tile" in found else cfg.span_of("stages"), found=found)
     tm, tn, tk = plan["tile"]
