@@ -138,8 +138,8 @@ MATRIX: dict[str, str] = {
         "kernel c = conv2d(x, w, stride=(1, 1), padding=(3, 3), dilation=(3, 3), groups=16) {\n  math = tf32\n"
         "  store y: f32 = relu(acc + r)\n}\noutput y\n"),
     "grouped_conv2d_tf32_bias": (
-        "program grouped_conv2d_tf32_bias\ninput x: f32[2, 64, 10, 10] channels_last\nparam w: f32[64, 16, 3, 3] channels_last = \"conv.weight\"\n"
-        "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=4) {\n"
+        "program grouped_conv2d_tf32_bias\ninput x: f32[2, 64, 10, 10] channels_last\nparam w: f32[64, 32, 3, 3] channels_last = \"conv.weight\"\n"
+        "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=2) {\n"
         "  math = tf32\n  store y: f32 = sigmoid(acc + b[col])\n}\noutput y\n"),
     "grouped_conv2d_bf16_multi_group": (
         "program grouped_conv2d_bf16_multi_group\ninput x: bf16[2, 64, 9, 9] channels_last\nparam w: bf16[64, 16, 3, 3] channels_last = \"conv.weight\"\n"
