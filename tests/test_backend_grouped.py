@@ -263,3 +263,15 @@ def test_real_nvcc_compiles_a_grouped_kernel():
     with open(so, "rb") as f:
         blob = f.read()
     assert b"mucutlass_run" in blob and b"mucutlass_workspace_size" in blob and len(blob) > 100_000
+
+
+def test_an_exported_model_new_carries_the_grouped_call_path():
+    from dsl_compiler.export import portable_runtime_source
+
+    namespace: dict = {}
+    exec("import ctypes, threading, time\nimport torch\n" + portable_runtime_source(), namespace)  # noqa: S102
+    prog, abi, op = _abi_and_op("grouped_bf16_bias_relu")
+    env = {"x": torch.randn(384, 128, dtype=torch.bfloat16), "w": torch.randn(3, 128, 256, dtype=torch.bfloat16),
+           "b": torch.randn(256, dtype=torch.bfloat16)}
+    _, ints, results = namespace["grouped_call_args"]("g", op, abi, env, {})
+    assert dict(zip(abi["ints"], ints))["L"] == 3 and tuple(results["y"].shape) == (384, 256)
