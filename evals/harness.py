@@ -62,9 +62,10 @@ class HarnessSettings(BaseModel):
     timing_input_sets: int = Field(3, ge=1, description="input sets rotated between timed calls")
     l2_flush_mb: int = Field(256, ge=0, description="bytes written before every timed call; > L2 (0: no flush)")
     l2_flush_mode: Literal["fill", "zero"] = Field("fill", description="how the flush buffer is written: fill_(1.0) or zero_()")
-    host_sync: Literal["before_and_after", "after"] = Field(
+    host_sync: Literal["before_and_after", "after", "end"] = Field(
         "before_and_after", description="'before_and_after': the GPU idles between the flush and a timed call, whose "
-        "event time then includes its host launch latency; 'after': the flush keeps the GPU busy while the call is launched")
+        "event time then includes its host launch latency; 'after': the flush keeps the GPU busy while the call is "
+        "launched; 'end': all trials are enqueued and synchronized once (the host runs ahead of the GPU)")
     compile_reference: bool = True
     ncu: bool = Field(False, description="collect Nsight Compute counters when `ncu` exists (slow)")
     python: str = Field(default_factory=lambda: sys.executable)

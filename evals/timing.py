@@ -10,8 +10,10 @@ time far above event time (see ``integrity.side_stream_check``). Clocks are neve
 How a measurement is taken is a ``TimingMethod`` (the harness's timing settings):
 - ``host_sync``: ``"before_and_after"`` waits for the flush before the start event, so the GPU is
   idle when the call is launched and the event time includes the call's host launch latency (and
-  its jitter); ``"after"`` enqueues flush, start event and call back to back, so the flush keeps the
-  GPU busy while the host launches the call (KernelBench and Triton's ``do_bench`` do this).
+  its jitter, large on a busy host); ``"after"`` enqueues flush, start event and call back to back,
+  so the flush keeps the GPU busy while the host launches the call (KernelBench does this);
+  ``"end"`` enqueues all trials and synchronizes once at the end (Triton's ``do_bench``), so the
+  host runs ahead and the GPU never waits for it; the wall time is then the batch's per call.
 - ``warmup_s``: back-to-back calls for this long before timing, so clocks and power settle.
 - ``l2_flush_mb`` / ``l2_flush_mode``: the size of the flush buffer (0: no flush) and how it is
   written (``fill_`` or ``zero_``).
@@ -29,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Literal, Mapping, Sequence
 
 L2_FLUSH_BYTES_DEFAULT = 256 * 1024 * 1024  # > 2x the L2 of any Hopper part (H100/H200: 50 MB)
-HOST_SYNC_MODES = ("before_and_after", "after")
+HOST_SYNC_MODES = ("before_and_after", "after", "end")
 L2_FLUSH_MODES = ("fill", "zero")
-HostSync = Literal["before_and_after", "after"]
+HostSync = Literal["before_and_after", "after", "end"]
 FlushMode = Literal["fill", "zero"]
 
 
@@ -189,11 +191,13 @@ def _event_pairs(n: int) -> list:
 
 def _timed_calls(fn, input_sets, pairs, flusher, host_sync: str, offset: int = 0) -> tuple[list[float], list[float]]:
     """One call per event pair; returns (event_us, wall_us). The events are read after the loop, so
-    between one call's end and the next flush the host only takes the time."""
+    between one call's end and the next flush the host only takes the time. With ``host_sync="end"``
+    the calls are not synchronized one by one, and every call's wall time is the batch's mean."""
     import torch
 
     perf = time.perf_counter
     walls = []
+    batch_t0 = perf()
     for i, (start, end) in enumerate(pairs):
         if flusher is not None:
             flusher.flush()
@@ -204,8 +208,12 @@ def _timed_calls(fn, input_sets, pairs, flusher, host_sync: str, offset: int = 0
         if fn is not None:
             fn(input_sets[(offset + i) % len(input_sets)])
         end.record()
+        if host_sync != "end":
+            torch.cuda.synchronize()  # device-wide: side streams included
+            walls.append((perf() - t0) * 1e6)
+    if host_sync == "end":
         torch.cuda.synchronize()  # device-wide: side streams included
-        walls.append((perf() - t0) * 1e6)
+        walls = [(perf() - batch_t0) * 1e6 / max(len(pairs), 1)] * len(pairs)
     events = [start.elapsed_time(end) * 1e3 for start, end in pairs]
     return events, walls
 
@@ -258,9 +266,9 @@ def time_cuda(
     try:
         torch.cuda.synchronize()
         # What an empty call costs in wall time beyond its events (Python, launch and sync latency,
-        # and with host_sync="after" the flush it waits behind), so that the side-stream check
-        # compares like with like.
-        gap_flusher = flusher if host_sync == "after" else None
+        # and with host_sync "after" or "end" the flush it waits behind), so that the side-stream
+        # check compares like with like.
+        gap_flusher = None if host_sync == "before_and_after" else flusher
         events, walls = _timed_calls(None, input_sets, _event_pairs(5), gap_flusher, host_sync)
         sample.sync_overhead_us = max(0.0, statistics.median(w - e for w, e in zip(walls, events)))
         # Warm-up doubles as the trial-count estimate (cold-cache, so it matches the timed calls).

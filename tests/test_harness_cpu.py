@@ -435,3 +435,20 @@ def test_bench_harness_spread_loop_with_fake_events(fake_cuda):
     rows, info = bench.spread_rows_gpu([smoke["01_gemm_tiny"]], variants, 3, spent, reserve_s=0, device="cpu",
                                        compile_models=False)
     assert info["repeats_done"] == 1 and all(r["repeats"] == 1 for r in rows)
+
+
+def test_host_sync_end_enqueues_every_trial_then_synchronizes_once(fake_cuda):
+    from evals import timing
+
+    def fn(inputs):
+        fake_cuda.log.append("fn")
+
+    sample = timing.time_cuda(fn, [[0], [1]], flusher=_LogFlusher(fake_cuda.log), warmup=2, min_trials=4,
+                              max_trials=4, host_sync="end")
+    log = fake_cuda.log
+    fns = [i for i, op in enumerate(log) if op == "fn"]
+    timed = log[fns[-4] - 2:fns[-1] + 3]  # from the first timed call's flush to the batch's end
+    assert timed.count("flush") == 4 and timed.count("sync") == 1 and timed[-1] == "sync"
+    assert sample.trials == 4 and len(set(sample.wall_us)) == 1  # every call gets the batch's mean wall time
+    # the empty calls are batched the same way, behind a flush each
+    assert log[:fns[0]].count("flush") == 5 + 1

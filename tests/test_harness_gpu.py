@@ -159,3 +159,16 @@ def test_reference_timings_agree_between_timing_methods(harness, quiet_harness, 
     assert quiet.timing_source == "gpu" and quiet.timed_s > 0 and quiet.compile_us is not None, quiet
     for key in ("eager_fp32_us", "eager_tf32_us", "compile_us"):
         assert 0.9 < getattr(quiet, key) / getattr(base, key) < 1.1, (key, base, quiet)
+
+
+def test_batched_timing_agrees_and_still_catches_a_side_stream(harness, builtin):
+    """host_sync="end" (every trial enqueued, one synchronize): the same time, and a side stream still shows."""
+    p = builtin["11_linear_relu"]
+    honest = Candidate.from_file(HERE / "honest.py")
+    base = harness.profile(p, honest)
+    with Harness(HarnessSettings(device="cuda", watchdog_s=120, host_sync="end")) as batched:
+        t = batched.profile(p, honest)
+        assert t.valid and t.trials >= 20 and t.spread_pct < 3.0, t
+        assert 0.85 < t.median_us / base.median_us < 1.05, (t.median_us, base.median_us)
+        sneaky = batched.profile(p, Candidate.from_file(HERE / "side_stream.py"))
+        assert not sneaky.valid and "side_stream" in sneaky.flags, sneaky
