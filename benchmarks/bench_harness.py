@@ -31,6 +31,7 @@ import gc
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,10 @@ def loaded_variants(names) -> set[str]:
     return {n for n in names if VARIANTS.get(n, {}).get("host_load")}
 
 
+# Spins until its parent is gone, so a benchmark killed mid-block leaves nothing spinning behind.
+_SPIN = "import os, sys\nwhile os.getppid() == int(sys.argv[1]):\n    for _ in range(100000):\n        pass\n"
+
+
 class HostLoad:
     """``n`` processes spinning on the CPU while the block runs (ended by their pids on exit)."""
 
@@ -103,7 +108,7 @@ class HostLoad:
         self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> "HostLoad":
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)]
+        self.procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(os.getpid())]) for _ in range(self.n)]
         time.sleep(0.2)  # let them start spinning
         return self
 
@@ -559,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--quick", action="store_true", help="few attempts and repeats (a smoke run)")
     args = ap.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout`: clean up (workers, load) on the way out
     variant_names = [v for v in args.variants.split(",") if v]
     sections = [x for x in args.sections.split(",") if x]
     for what, names, known in (("variant", variant_names, VARIANTS), ("section", sections, SECTIONS)):
