@@ -555,19 +555,36 @@ _ABI_CHECK_AND_INIT = """  cutlass::Status st = op.can_implement(args);
 
 # CUTLASS's kernel swaps M and N for its mainloop and tile scheduler when it swaps A and B, but builds the
 # epilogue's parameters (TMA descriptors, bounds) from the unswapped problem: rebuild them for D^T [N, M].
-_ABI_CHECK_AND_INIT_SWAPPED = """  auto swapped = args.problem_shape;
-  cute::get<0>(swapped) = cute::get<1>(args.problem_shape);
-  cute::get<1>(swapped) = cute::get<0>(args.problem_shape);
+_ABI_CHECK_AND_INIT_SWAPPED = """  auto swapped = mu_swapped(args.problem_shape);
   if (!CollectiveMainloop::can_implement(args.problem_shape, args.mainloop))
     return mu_fail(msg, msg_len, "can_implement", "the mainloop cannot run this problem (alignment or sizes)");
   if (!CollectiveEpilogue::can_implement(swapped, args.epilogue))
     return mu_fail(msg, msg_len, "can_implement", "the epilogue cannot run this problem (alignment or sizes)");
-  if (Op::get_workspace_size(args) > workspace_bytes) return mu_fail(msg, msg_len, "workspace", "workspace smaller than mucutlass_workspace_size");
+  if (mu_workspace_bytes(args) > workspace_bytes) return mu_fail(msg, msg_len, "workspace", "workspace smaller than mucutlass_workspace_size");
   cutlass::Status st = op.initialize(args, workspace, static_cast<cudaStream_t>(stream));
   if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "initialize", cutlass::cutlassGetStatusString(st));
+  // The epilogue's workspace comes first (reductions keep partials and tile counters there): set it up for D^T.
+  st = CollectiveEpilogue::initialize_workspace(swapped, args.epilogue, workspace, static_cast<cudaStream_t>(stream), nullptr);
+  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "initialize", cutlass::cutlassGetStatusString(st));
   typename GemmKernel::Params params = op.params();
-  params.epilogue = CollectiveEpilogue::to_underlying_arguments(swapped, args.epilogue, workspace);  // its workspace comes first
+  params.epilogue = CollectiveEpilogue::to_underlying_arguments(swapped, args.epilogue, workspace);
   st = Op::run(params, static_cast<cudaStream_t>(stream));
+"""
+
+# Swapped kernels size the workspace for the epilogue of D^T too (reductions there are data-parallel only,
+# so no scheduler workspace follows it).
+_SWAPPED_HELPERS = """
+template <class Shape> static Shape mu_swapped(Shape shape) {
+  Shape out = shape;
+  cute::get<0>(out) = cute::get<1>(shape);
+  cute::get<1>(out) = cute::get<0>(shape);
+  return out;
+}
+static size_t mu_workspace_bytes(typename Op::Arguments const& args) {
+  size_t epilogue = CollectiveEpilogue::get_workspace_size(mu_swapped(args.problem_shape), args.epilogue);
+  size_t kernel = Op::get_workspace_size(args);
+  return epilogue > kernel ? epilogue : kernel;
+}
 """
 
 
@@ -622,8 +639,11 @@ def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[st
             swapped: bool = False) -> EmittedKernel:
     abi_text = _ABI
     if swapped:
-        assert _ABI_CHECK_AND_INIT in abi_text
-        abi_text = abi_text.replace(_ABI_CHECK_AND_INIT, _ABI_CHECK_AND_INIT_SWAPPED)
+        size_line = "  *bytes = Op::get_workspace_size(args);\n"
+        assert _ABI_CHECK_AND_INIT in abi_text and size_line in abi_text
+        abi_text = (abi_text.replace(_ABI_CHECK_AND_INIT, _ABI_CHECK_AND_INIT_SWAPPED)
+                    .replace(size_line, "  *bytes = mu_workspace_bytes(args);\n"))
+        body += _SWAPPED_HELPERS
     core = body + abi_text.replace("@@ARGS@@", args)
     ns = namespace_for(core)
     source = _PREAMBLE + (_CONV_INCLUDES if conv else _GEMM_INCLUDES) + f"\nnamespace {ns} {{\nusing namespace cute;\n" + core.replace("@@NS@@", ns)
