@@ -519,7 +519,7 @@ def _check(program: ir.Program, target: str, backend: str | None) -> list[Diagno
 
 
 def _backend_limits(program: ir.Program) -> list[Diagnostic]:
-    """What the CUTLASS emitter itself refuses to build (groups > 1 conv, grouped GEMM, ...)."""
+    """What the CUTLASS emitter itself refuses to build (knob combinations its kernels do not take)."""
     try:
         from dsl_compiler import emit_cutlass
     except ImportError:
