@@ -53,6 +53,8 @@ CASES = {
     "bf16_gemm_coop_128x256x64_c2x1_along_n_swizzle4": gemm_text("bf16_gemm_d", "bf16", "128x256x64", "2x1x1", "cooperative",
                                                                  extra="; raster = along_n; swizzle = 4"),
     "bf16_gemm_coop_256x128x64_c1x2": gemm_text("bf16_gemm_b", "bf16", "256x128x64", "1x2x1", "cooperative"),
+    "bf16_gemm_coop_256x128x64_c2x1_along_m_swizzle2": gemm_text("bf16_gemm_e", "bf16", "256x128x64", "2x1x1", "cooperative",
+                                                                 extra="; raster = along_m; swizzle = 2"),
     "tf32_gemm_coop_128x256x32_c2x1": gemm_text("tf32_gemm_a", "f32", "128x256x32", "2x1x1", "cooperative", math="math = tf32; "),
     # B stored [K, N]: CUTLASS swaps A and B and computes D^T (tf32 wgmma reads K-major only)
     "tf32nn_gemm_coop_128x256x32_c2x1": gemm_text("tf32nn_gemm_a", "f32", "128x256x32", "2x1x1", "cooperative",
