@@ -203,3 +203,13 @@ def test_the_graph_keeps_an_f16_kernel_and_records_its_precision(tmp_path, monke
     (first,) = summary.attempts
     assert first.correct and not first.flags, first.failure_reason
     assert first.precision == "f16" and "math = f16" in first.program_text
+
+
+def test_a_depthwise_conv_keeps_its_storage_type():
+    """A depthwise conv is a memory-bound SIMT kernel: a 16-bit copy of its input costs more than it saves."""
+    problem = BUILTIN["28_depthwise_conv2d_relu6"]
+    program = trace_problem(problem, TraceOptions(math="f16")).program
+    assert not any(s.fn == "to" for s in program.torch_steps)
+    assert all(d.dtype == "f32" for d in program.decls)
+    assert all(k.config.math != "f16" for k in program.kernels)
+    assert [p.options.math for p in OfflineTier(use_record=False).plans(problem, "h200", [])] == [None]

@@ -1363,25 +1363,32 @@ class _Lowering:
             self.k_major[name] = copy
         return self.k_major[name]
 
-    def kernel_math(self, dtype: str) -> str | None:
-        """The math of a kernel over ``dtype`` data: the 16-bit math of the options over fp32, else the
-        storage type's own (tf32 over f32) when the problem allows it."""
-        if self.half_math is not None and dtype == "f32":
-            return self.half_math
+    def group_half_math(self, anchor_op: _Op) -> str | None:
+        """The 16-bit math of one kernel: the options', except for a depthwise conv (a memory-bound
+        SIMT kernel: converting its input costs more traffic than 16-bit reads save)."""
+        if anchor_op.kind == "conv" and self.is_depthwise(anchor_op):
+            return None
+        return self.half_math
+
+    def kernel_math(self, dtype: str, half: str | None) -> str | None:
+        """The math of a kernel over ``dtype`` data: its 16-bit math over fp32, else the storage
+        type's own (tf32 over f32) when the problem allows it."""
+        if half is not None and dtype == "f32":
+            return half
         return default_math(dtype, self.allowed_precisions)
 
-    def operand(self, x, layout="contiguous") -> str | None:
-        """The tensor a kernel reads for value x: in 16-bit math a param is declared in that type
-        (converted once when bound) and any other fp32 tensor is converted by a ``to`` step."""
+    def operand(self, x, half: str | None, layout="contiguous") -> str | None:
+        """The tensor a kernel reads for value x: in 16-bit math (``half``) a param is declared in that
+        type (converted once when bound) and any other fp32 tensor is converted by a ``to`` step."""
         import torch.fx
 
-        if self.half_math is None or self.dtype_of(x) != "f32":
+        if half is None or self.dtype_of(x) != "f32":
             return self.value(x, layout)
         r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
         if isinstance(r, ParamRef) or (self.ops.get(r) is not None and self.ops[r].kind == "param"):
-            return self.value(x, layout, dtype=self.half_math)
+            return self.value(x, layout, dtype=half)
         name = self.value(x, layout)
-        return self.cast(name, self.half_math) if name is not None else None
+        return self.cast(name, half) if name is not None else None
 
     def cast(self, name: str, dtype: str) -> str:
         """``name`` converted to ``dtype`` by one ``to`` step (once per tensor); the copy keeps the layout."""
@@ -1417,19 +1424,20 @@ class _Lowering:
         self.emitted.add(group.anchor)
         self.emitted.update(group.members)
         anchor_op = self.ops[group.anchor]
+        half = self.group_half_math(anchor_op)
         members = set(group.members) | {group.anchor}
 
         # operands first (and everything the epilogue reads)
         if anchor_op.kind == "gemm":
             a, b = anchor_op.operands
-            a_name, b_name = self.operand(a), self.operand(b)
+            a_name, b_name = self.operand(a, half), self.operand(b, half)
             if a_name and anchor_op.flatten_a:
                 sa = self.shape_of(a)
                 flat = self.namer(f"{a_name}_2d")
                 self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=a_name), LiteralArg(value=(-1, sa[-1])))))
                 a_name = flat
             a_t, b_t = anchor_op.a_t, anchor_op.b_t
-            if group.kernel_name in self.options.kmajor and self.kernel_math(self.dtype_of(a) or "") == "tf32":
+            if group.kernel_name in self.options.kmajor and self.kernel_math(self.dtype_of(a) or "", half) == "tf32":
                 # the target's tf32 wgmma reads both operands K-major: A as [M, K], B as [N, K] (written b^T)
                 if a_t and a_name:
                     a_name, a_t = self.k_major_copy(a_name), False
@@ -1438,10 +1446,10 @@ class _Lowering:
             op_ir = GemmOp(a=Operand(name=a_name or "?", transpose=a_t), b=Operand(name=b_name or "?", transpose=b_t))
         else:
             x, w = anchor_op.operands
-            x_name = self.operand(x)
+            x_name = self.operand(x, half)
             if x_name is not None:
                 x_name = self.as_channels_last(x_name)
-            w_name = self.operand(w, layout="channels_last")
+            w_name = self.operand(w, half, layout="channels_last")
             c = anchor_op.conv
             op_ir = ConvOp(spatial_dims=c["dims"], x=Operand(name=x_name or "?"), w=Operand(name=w_name or "?"),
                            stride=tuple(c["stride"]), padding=tuple(c["padding"]), dilation=tuple(c["dilation"]), groups=c["groups"])
@@ -1547,7 +1555,7 @@ class _Lowering:
                 stores = [Store(name=st.name, dtype=st.dtype, expr=Reduce(fn=st.expr.fn, arg=first))
                           if st.expr.arg == stores[0].expr.arg else st for st in stores]
             stores.insert(0, Store(name=self.namer(f"{kname}_tile"), dtype=dtype, expr=first))
-        math_mode = self.kernel_math(dtype)
+        math_mode = self.kernel_math(dtype, half)
         if anchor_op.kind == "conv" and math_mode == "tf32" and self.is_depthwise(anchor_op):
             math_mode = "f32"  # CUTLASS's depthwise kernel multiplies in fp32 on SIMT cores: say so
         kernel = Kernel(name=kname, op=op_ir, config=KernelConfig(math=math_mode), lets=tuple(lets), stores=tuple(stores))
