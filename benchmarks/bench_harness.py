@@ -359,7 +359,9 @@ class Flushers:
 
 def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, clock: Clock, reserve_s: float,
                     device: str = "cuda", compile_models: bool = True, loaded: set[str] = frozenset(),
-                    load_procs: int | None = None) -> tuple[list[dict], dict]:
+                    load_procs: int | None = None, first_round_s: float = 30.0) -> tuple[list[dict], dict]:
+    """Rows per (problem, mode, variant). A repeat starts only when the budget leaves room for it
+    (the last repeat's duration, ``first_round_s`` before the first)."""
     import torch
 
     from evals.timing import time_cuda
@@ -377,7 +379,7 @@ def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, c
     gc.collect()
     gc.freeze()  # as the worker does: the collector never walks torch's own objects
     for r in range(repeats):
-        if round_s is not None and clock.left_s - reserve_s < round_s:
+        if clock.left_s - reserve_s < (round_s if round_s is not None else first_round_s):
             _log(f"spread: stopping after {done} repeats (the time budget is spent)")
             break
         t_round = time.perf_counter()

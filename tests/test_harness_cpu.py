@@ -430,11 +430,22 @@ def test_bench_harness_spread_loop_with_fake_events(fake_cuda):
     # no compiled model: eager modes only, every (problem, mode, variant) timed once per repeat
     assert len(rows) == 2 * 2 * 3 and {r["mode"] for r in rows} == {"eager_fp32", "eager_tf32"}
     assert all(r["repeats"] == 2 and r["trials_median"] == 3 and r["median_us"] > 0 for r in rows)
-    # a spent budget stops after the first repeat
-    spent = bench.Clock(budget_s=0)
-    rows, info = bench.spread_rows_gpu([smoke["01_gemm_tiny"]], variants, 3, spent, reserve_s=0, device="cpu",
-                                       compile_models=False)
+    # the budget: room for one repeat of the estimated length, then the measured length decides
+    class Budget:
+        def __init__(self, left):
+            self.left = list(left)
+            self.elapsed_s = 0.0
+
+        @property
+        def left_s(self):
+            return self.left.pop(0)
+
+    rows, info = bench.spread_rows_gpu([smoke["01_gemm_tiny"]], variants, 3, Budget([0.2, 1e-6]), reserve_s=0,
+                                       device="cpu", compile_models=False, first_round_s=0.1)
     assert info["repeats_done"] == 1 and all(r["repeats"] == 1 for r in rows)
+    rows, info = bench.spread_rows_gpu([smoke["01_gemm_tiny"]], variants, 3, bench.Clock(budget_s=0), reserve_s=0,
+                                       device="cpu", compile_models=False)
+    assert info["repeats_done"] == 0 and rows == []
 
 
 def test_host_sync_end_enqueues_every_trial_then_synchronizes_once(fake_cuda):
