@@ -9,12 +9,14 @@ from sol_models.hardware import get_gpu
 H200 = get_gpu("h200", calibrated=False)
 
 
-def gemm(m, n, k, cfg, dtype="f32", math_mode="tf32", epilogue="relu(acc + b[col])"):
+def gemm(m, n, k, cfg, dtype="f32", math_mode="tf32", epilogue="relu(acc + b[col])", w_kn=False):
+    """w_kn: the weight stored [K, N] and read as a plain B (N-major) instead of nn.Linear's [N, K]."""
+    w_shape, b_read = (f"{k}, {n}", "w") if w_kn else (f"{n}, {k}", "w^T")
     text = f"""program g
 input a: {dtype}[{m}, {k}]
-param w: {dtype}[{n}, {k}] = "fc.weight"
+param w: {dtype}[{w_shape}] = "fc.weight"
 param b: {dtype}[{n}] = "fc.bias"
-kernel fc = gemm(a, w^T) {{
+kernel fc = gemm(a, {b_read}) {{
   math = {math_mode}; {cfg}
   store y: {dtype} = {epilogue}
 }}
@@ -43,6 +45,17 @@ def test_estimate_is_near_the_measured_h200_tf32_gemm():
     assert 385 * 0.8 < coop.t_us < 385 * 1.25
     assert 423 * 0.8 < ping.t_us < 423 * 1.25
     assert coop.t_us < ping.t_us
+
+
+def test_tf32_with_b_stored_kn_costs_the_register_sourced_mainloop():
+    # measured on the H200: 0.594 ms with B stored [K, N] (A and B swapped) against 0.407 ms K-major
+    cfg = "tile = 128x256x32; cluster = 2x1x1; schedule = cooperative"
+    kmajor = t(4096, 4096, 4096, cfg)
+    slow = t(4096, 4096, 4096, cfg, w_kn=True)
+    assert 1.3 < slow.t_us / kmajor.t_us < 1.6
+    assert any("register-sourced" in r for r in slow.kernels[0].reasons)
+    bf16_nn = t(4096, 4096, 4096, "tile = 128x256x64", dtype="bf16", math_mode="bf16", w_kn=True)
+    assert not any("register-sourced" in r for r in bf16_nn.kernels[0].reasons)  # 16-bit wgmma reads either major
 
 
 def test_split_k_wins_for_small_output_and_long_k():
