@@ -132,6 +132,10 @@ MATRIX: dict[str, str] = {
         "program depthwise_conv2d_f16_stride2\ninput x: f16[2, 32, 17, 15] channels_last\nparam w: f16[32, 1, 5, 5] channels_last = \"conv.weight\"\n"
         "kernel c = conv2d(x, w, stride=(2, 2), padding=(2, 1), dilation=(1, 1), groups=32) {\n  stages = 3\n"
         "  store y: f16 = clamp(acc * 0.5, -1.0, 1.0)\n}\noutput y\n"),
+    "depthwise_conv2d_f16_in_f32_bias_out": (
+        "program depthwise_conv2d_f16_in_f32_bias_out\ninput x: f16[2, 64, 16, 16] channels_last\nparam w: f16[64, 1, 3, 3] channels_last = \"conv.weight\"\n"
+        "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=64) {\n"
+        "  math = f16\n  store y: f32 = hardtanh(acc + b[col], 0.0, 6.0)\n}\noutput y\n"),
     "depthwise_conv2d_dilation3_residual": (
         "program depthwise_conv2d_dilation3_residual\ninput x: f32[2, 16, 12, 12] channels_last\ninput r: f32[2, 16, 12, 12] channels_last\n"
         "param w: f32[16, 1, 3, 3] channels_last = \"conv.weight\"\n"
