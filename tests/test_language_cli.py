@@ -35,10 +35,15 @@ def test_check_reports_errors_with_location(capsys, tmp_path):
     assert f"{bad}:9:3: error[tile]" in err and "hint:" in err and "2 errors" in err  # M rule + cooperative rule
 
 
-def test_check_backend_choice(capsys):
-    code, _, err = run_cli(capsys, "check", str(EXAMPLES / "depthwise_conv.mcu"))
+def test_check_backend_choice(capsys, tmp_path):
+    # a depthwise conv with a channel multiplier (K = 2C): the language allows it, the CUTLASS backend does not build it
+    multiplier = tmp_path / "depthwise_x2.mcu"
+    multiplier.write_text((EXAMPLES / "depthwise_conv.mcu").read_text().replace("w: f32[16, 1, 3, 3]", "w: f32[32, 1, 3, 3]"))
+    code, _, err = run_cli(capsys, "check", str(multiplier))
     assert code == 1 and "error[unsupported]" in err
-    code, out, _ = run_cli(capsys, "check", "--backend", "interpreter", str(EXAMPLES / "depthwise_conv.mcu"))
+    code, out, _ = run_cli(capsys, "check", "--backend", "interpreter", str(multiplier))
+    assert code == 0 and "ok" in out
+    code, out, _ = run_cli(capsys, "check", str(EXAMPLES / "depthwise_conv.mcu"))
     assert code == 0 and "ok" in out
 
 
