@@ -213,3 +213,36 @@ def test_a_depthwise_conv_keeps_its_storage_type():
     assert all(d.dtype == "f32" for d in program.decls)
     assert all(k.config.math != "f16" for k in program.kernels)
     assert [p.options.math for p in OfflineTier(use_record=False).plans(problem, "h200", [])] == [None]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["11_linear_relu", "20_conv2d_bias_relu", "25_conv2d_residual_add", "30_mlp3"])
+def test_the_first_f16_program_is_correct_and_honest_on_the_gpu(tmp_path, monkeypatch, name):
+    """Full size on the H200: the tier's first program computes in f16, passes 5 fresh input sets and the SOL ceiling."""
+    monkeypatch.setenv(search.RECORD_ENV, str(tmp_path / "record.json"))
+    from graph.context import RunContext
+    from graph.runner import run_optimize
+
+    summary = run_optimize(BUILTIN[name].path, RunContext(tier="offline", backend="cutlass", max_attempts=1,
+                                                          policy="fixed"), tmp_path / "run")
+    (first,) = summary.attempts
+    assert "math = f16" in first.program_text and first.precision == "f16"
+    assert first.correct and not first.flags and first.timing_source == "gpu", first.failure_reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["01_gemm_square", "04_gemm_transposed_a"])
+def test_the_tf32_program_reads_operands_as_stored_on_the_gpu(tmp_path, name):
+    """TF32 with B stored [K, N] (and A stored [K, M]): no transposing copy where the checks take the layout."""
+    from graph.context import RunContext
+    from graph.runner import run_optimize
+    from nodes.playback import PlaybackTier
+
+    tier = OfflineTier(use_record=False)
+    program_text = next(c for c in tier.candidates(BUILTIN[name], "h200") if c.math is None).program_text
+    (tmp_path / "p.mcu").write_text(program_text)
+    ctx = RunContext(tier="playback", policy="fixed", max_attempts=1, backend="cutlass",
+                     tier_impl=PlaybackTier(tmp_path / "p.mcu"))
+    summary = run_optimize(BUILTIN[name].path, ctx, tmp_path / "run")
+    (first,) = summary.attempts
+    assert first.correct and not first.flags and first.timing_source == "gpu", first.failure_reason
