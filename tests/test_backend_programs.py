@@ -145,6 +145,10 @@ MATRIX: dict[str, str] = {
         "program grouped_conv2d_tf32_bias\ninput x: f32[2, 64, 10, 10] channels_last\nparam w: f32[64, 32, 3, 3] channels_last = \"conv.weight\"\n"
         "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=2) {\n"
         "  math = tf32\n  store y: f32 = sigmoid(acc + b[col])\n}\noutput y\n"),
+    "grouped_conv2d_f16_in_f32_bias_out": (
+        "program grouped_conv2d_f16_in_f32_bias_out\ninput x: f16[2, 64, 12, 12] channels_last\nparam w: f16[64, 8, 3, 3] channels_last = \"conv.weight\"\n"
+        "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=8) {\n"
+        "  math = f16; tile = 128x64x64\n  store y: f32 = sigmoid(acc + b[col])\n}\noutput y\n"),
     "grouped_conv2d_bf16_multi_group": (
         "program grouped_conv2d_bf16_multi_group\ninput x: bf16[2, 64, 9, 9] channels_last\nparam w: bf16[64, 16, 3, 3] channels_last = \"conv.weight\"\n"
         "param b: bf16[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=4) {\n"
