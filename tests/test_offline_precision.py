@@ -239,10 +239,31 @@ def test_the_tf32_program_reads_operands_as_stored_on_the_gpu(tmp_path, name):
     from nodes.playback import PlaybackTier
 
     tier = OfflineTier(use_record=False)
-    program_text = next(c for c in tier.candidates(BUILTIN[name], "h200") if c.math is None).program_text
+    program_text = next(c for c in tier.candidates(BUILTIN[name], "h200")
+                        if c.math is None and "= contiguous(" not in c.program_text).program_text
+    assert "transpose(" not in program_text and not parse(program_text)[0].kernels[0].op.b.transpose
     (tmp_path / "p.mcu").write_text(program_text)
     ctx = RunContext(tier="playback", policy="fixed", max_attempts=1, backend="cutlass",
                      tier_impl=PlaybackTier(tmp_path / "p.mcu"))
     summary = run_optimize(BUILTIN[name].path, ctx, tmp_path / "run")
     (first,) = summary.attempts
     assert first.correct and not first.flags and first.timing_source == "gpu", first.failure_reason
+
+
+def test_tf32_operands_read_as_stored_and_copied_k_major_are_both_ranked(tier):
+    """The register-sourced mainloop (operands as stored) and a transposing copy + the K-major one: the estimate picks."""
+    problem = BUILTIN["01_gemm_square"]  # B stored [K, N]
+    plan, untried, _ = tier._state(request(problem, allowed=("f32", "tf32")))
+    texts = [c.program_text for c, _ in untried]
+    copied = [t for t in texts if "= contiguous(" in t]
+    as_stored = [t for t in texts if "= contiguous(" not in t]
+    assert copied and as_stored
+    for text in (copied[0], as_stored[0]):
+        program, diags = parse(text)
+        assert not diags and not [d for d in check(program, "sm90a", backend="cutlass") if d.severity == "error"]
+    (kernel,) = parse(copied[0])[0].kernels
+    assert kernel.op.b.transpose and not kernel.op.a.transpose
+    assert [t for _, t in untried] == sorted(t for _, t in untried)
+    # nn.Linear reads K-major already: one program, no copy
+    linear = tier._state(request(BUILTIN["11_linear_relu"], allowed=("f32", "tf32")))[1]
+    assert not any("= contiguous(" in c.program_text for c, _ in linear)

@@ -207,7 +207,15 @@ class OfflineTier:
         first = self.plan_for(problem, gpu, TraceOptions())
         kernel_names = {k.name for k in first.trace.program.kernels} if first.trace.program else set()
         own = [a for a in history if attempt_math(a) is None]
-        plans = [self.plan_for(problem, gpu, self.fallback_options(own, kernel_names))]
+        options = self.fallback_options(own, kernel_names)
+        plans = [self.plan_for(problem, gpu, options)]
+        # tf32 operands that are not K-major: read as stored (CUTLASS's register-sourced mainloop) or
+        # after one transposing copy each (the K-major mainloop); the estimate ranks the two
+        copied = self.plan_for(problem, gpu, options.model_copy(update={"kmajor": tuple(sorted(kernel_names))}))
+        if copied.trace.program is not None and plans[0].trace.program is not None and \
+                len(copied.trace.program.kernels) == len(plans[0].trace.program.kernels) and \
+                copied.trace.program != plans[0].trace.program:
+            plans.append(copied)
         if allowed_precisions is None:
             allowed_precisions = getattr(problem, "allowed_precisions", ())
         if tolerance is None:
