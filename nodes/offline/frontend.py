@@ -12,6 +12,10 @@ fails), shapes are propagated on meta tensors, and every op is mapped:
 - sums / max / min / mean over the last dim of a GEMM output     -> row reductions;
 - everything else                                                -> a named PyTorch step.
 
+Kernels over fp32 data compute in TF32, operands read as stored (a transposing copy only where the
+checks want K-major operands, or ``TraceOptions.kmajor`` asks for one), or in f16 / bf16 with
+``TraceOptions.math``: params declared in that type, other operands converted by a ``to`` step.
+
 Every op of the model gets a ``CoverageRow`` saying where it went and, for a fallback, why.
 Nothing here raises on a bad problem: failures come back as diagnostics.
 """

@@ -7,7 +7,8 @@ order of the config-aware estimate (``search``):
    measured one from the per-shape record), in the math precision the estimate ranks fastest:
    where the problem allows 16-bit math at a tolerance of at least 1e-3, programs computing in
    f16 (TF32's 10-bit mantissa, twice its tensor-core rate; bf16 when f16 is not allowed) are
-   ranked beside the TF32 ones;
+   ranked beside the TF32 ones, and TF32 operands that are not K-major both as stored and after a
+   transposing copy;
 2. later attempts vary one kernel's configuration at a time, in estimated order; once measured
    times exist, the untried candidates are re-ranked by the ratio measured / estimated of the
    most similar measured candidate (same tile and schedule first), so a systematic miss of the
