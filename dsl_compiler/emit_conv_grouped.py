@@ -1,4 +1,4 @@
-"""Grouped and depthwise 2-D convolution for the CUTLASS backend.
+"""Grouped and depthwise convolution (1-D and 2-D) for the CUTLASS backend.
 
 CUTLASS 4.2's sm_90 conv collectives (TMA + wgmma) take groups = 1 only, so a conv with groups > 1
 is built from CUTLASS 2.x kernels, which run on sm_90 as well:
@@ -19,7 +19,8 @@ on fragments, as they call ``LinearCombination``): any element-wise expression o
 one tensor read through CUTLASS's source operand C: a per-channel vector ``b[col]`` (C with all
 strides 0) or a full tensor of the output's shape (a residual). Literal constants are runtime scalars.
 
-The C ABI and ``KernelAbi`` are those of ``emit_cutlass`` (conv ints, pointers x, w, d, then the
+A 1-D conv runs as the 2-D one with H = R = 1 (the depthwise kernel then computes its 8x8 output tiles on
+one valid row: correct, and memory traffic only for that row). The C ABI and ``KernelAbi`` are those of ``emit_cutlass`` (conv ints, pointers x, w, d, then the
 epilogue tensor), so ``cutlass_runtime`` calls these kernels unchanged.
 """
 
@@ -234,17 +235,24 @@ def _shapes(program: Program, kernel: Kernel):
 
 def emit_grouped_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
     """C++ for a conv with groups > 1, or raise EmitError with an ``unsupported`` Diagnostic."""
-    if op.spatial_dims != 2:
-        raise _unsupported(kernel, f"conv{op.spatial_dims}d with groups = {op.groups}: CUTLASS's grouped and depthwise kernels are 2-D",
-                           f"route it to a PyTorch step: `torch y = conv{op.spatial_dims}d(x, w, stride=..., padding=..., groups={op.groups})`, "
-                           "then apply the epilogue in a later step", span=op.span, found=f"conv{op.spatial_dims}d, groups = {op.groups}")
+    if op.spatial_dims == 3:
+        raise _unsupported(kernel, f"conv3d with groups = {op.groups}: CUTLASS's grouped and depthwise kernels are 2-D",
+                           f"route it to a PyTorch step: `torch y = conv3d(x, w, stride=..., padding=..., groups={op.groups})`, "
+                           "then apply the epilogue in a later step", span=op.span, found=f"conv3d, groups = {op.groups}")
     _layouts(program, kernel, op)
     types, out_shape = _shapes(program, kernel)
     if types is None or op.x.name not in types or op.w.name not in types:
         raise _unsupported(kernel, "the convolution's shapes do not work out", "run `mucutlass check` on the program and fix what it reports",
                            span=op.span)
-    n, c, h, w = types[op.x.name].shape
-    k, cg, r, s = types[op.w.name].shape
+    if op.spatial_dims == 1:
+        # A 1-D conv is the 2-D one with H = R = 1: NWC / KSC are NHWC / KRSC with H = R = 1 in memory, and the
+        # runtime's conv ints already say h = r = 1, pad_h = 0, stride_h = dil_h = 1.
+        (n, c, w), (k, cg, s), h, r = types[op.x.name].shape, types[op.w.name].shape, 1, 1
+        op = op.model_copy(update={"spatial_dims": 2, "stride": (1, *op.stride), "padding": (0, *op.padding),
+                                   "dilation": (1, *op.dilation)})
+    else:
+        n, c, h, w = types[op.x.name].shape
+        k, cg, r, s = types[op.w.name].shape
     x_dt, w_dt = dtypes[op.x.name], dtypes[op.w.name]
     depthwise = op.groups == c
     math = _math(kernel, x_dt, w_dt, depthwise)
@@ -282,7 +290,7 @@ def _emit_depthwise(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, m
     if k != c:
         raise _unsupported(kernel, f"depthwise conv with K = {k} = {k // c} x C (a channel multiplier above 1)",
                            "CUTLASS's depthwise kernel computes one output channel per input channel: route it to a PyTorch step "
-                           f"(`torch y = conv2d(x, w, ..., groups={op.groups})`), or repeat the input channels with a torch step first",
+                           f"(`torch y = conv{kernel.op.spatial_dims}d(x, w, ..., groups={op.groups})`), or repeat the input channels with a torch step first",
                            span=op.span, found=f"C = {c}, K = {k}, groups = {op.groups}")
     vec = 128 // ELEMENT_BITS[dtype]
     if c % vec:
@@ -531,5 +539,5 @@ def _finish(kernel: Kernel, op: ConvOp, body: str, epi: _Epi, dtype: str, knobs:
                    + f"\nnamespace {ns} {{\n" + core.replace("@@NS@@", ns))
     tensors = (AbiTensor(op.x.name, "x", dtype), AbiTensor(op.w.name, "w", dtype),
                AbiTensor(kernel.stores[0].name, "d", epi.d_dtype), *epi.tensors)
-    abi = KernelAbi("conv", tensors, CONV_INTS, epi.scalars, spatial_dims=2)
+    abi = KernelAbi("conv", tensors, CONV_INTS, epi.scalars, spatial_dims=kernel.op.spatial_dims)
     return EmittedKernel(kernel.name, ns, source_text, abi, knobs)

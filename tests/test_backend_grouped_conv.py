@@ -180,8 +180,18 @@ def test_epilogues_beyond_one_source_tensor_are_refused(body, extra, what):
     assert what in d.message and ("later" in d.hint or "convert" in d.hint)
 
 
-def test_grouped_conv1d_and_nchw_are_refused():
-    assert "2-D" in refused(conv(4, c=64, dt="bf16", cfg="", dims=1)).message
+def test_conv1d_runs_as_the_2d_kernel_with_one_row():
+    dw = emitted_one(conv(64, dims=1, hw=(40,), filt=(5,), padding=(2,), stride=(2,)))
+    assert "FilterShape = cutlass::MatrixShape<1, 5>" in dw.source and "cutlass::MatrixShape<1, 2>, cutlass::MatrixShape<1, 1>" in dw.source
+    assert dw.abi.spatial_dims == 1
+    gc = emitted_one(conv(4, c=128, dt="bf16", cfg="", dims=1, hw=(40,), filt=(3,), padding=(1,)))
+    assert "GroupMode::kSingleGroup" in gc.source and gc.abi.spatial_dims == 1
+
+
+def test_grouped_conv3d_and_nchw_are_refused():
+    text = (f"program p\ninput x: bf16[2, 64, 6, 6, 6] channels_last\nparam w: bf16[64, 16, 3, 3, 3] channels_last = \"w\"\n"
+            "kernel c = conv3d(x, w, stride=(1, 1, 1), padding=(1, 1, 1), dilation=(1, 1, 1), groups=4) {\n  store y: bf16 = acc\n}\noutput y\n")
+    assert "2-D" in refused(text).message and "conv3d" in refused(text).hint
     text = conv(64).replace(" channels_last\nparam", "\nparam", 1)
     prog, diags = parse(text)
     assert any(d.code == "layout" for d in check(prog))
@@ -190,6 +200,22 @@ def test_grouped_conv1d_and_nchw_are_refused():
 
 # ---------------------------------------------------------------------------------------------
 # The runtime's call: the conv ABI unchanged
+
+
+def test_runtime_gives_a_1d_conv_the_ints_of_a_2d_one_with_one_row():
+    import dataclasses
+
+    import torch
+
+    from dsl_compiler.cutlass_runtime import conv_call_args
+
+    prog = parse(conv(64, dims=1, hw=(40,), filt=(5,), padding=(2,), stride=(2,)))[0]
+    (e,) = emit_program(prog)[0]
+    env = {"x": torch.randn(2, 64, 40), "w": torch.randn(64, 1, 5)}
+    tensors, ints, results = conv_call_args("c", prog.kernels[0].op.model_dump(mode="json"), dataclasses.asdict(e.abi), env, {})
+    # n d h w c k t r s | pad d h w | stride d h w | dilation d h w: h = r = 1, pad_h = 0, stride_h = dil_h = 1
+    assert ints == [2, 1, 1, 40, 64, 64, 1, 1, 5, 0, 0, 2, 1, 1, 2, 1, 1, 1]
+    assert tuple(results["y"].shape) == (2, 64, 20) and tensors[0].permute(0, 2, 1).is_contiguous()
 
 
 def test_runtime_builds_the_conv_call_for_a_depthwise_kernel_on_cpu_tensors():

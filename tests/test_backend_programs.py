@@ -145,6 +145,14 @@ MATRIX: dict[str, str] = {
         "program grouped_conv2d_tf32_bias\ninput x: f32[2, 64, 10, 10] channels_last\nparam w: f32[64, 32, 3, 3] channels_last = \"conv.weight\"\n"
         "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=2) {\n"
         "  math = tf32\n  store y: f32 = sigmoid(acc + b[col])\n}\noutput y\n"),
+    # 1-D: the 2-D kernels with H = R = 1
+    "depthwise_conv1d_stride2": (
+        "program depthwise_conv1d_stride2\ninput x: f32[2, 32, 50] channels_last\nparam w: f32[32, 1, 5] channels_last = \"conv.weight\"\n"
+        "param b: f32[32] = \"conv.bias\"\nkernel c = conv1d(x, w, stride=(2,), padding=(2,), dilation=(1,), groups=32) {\n"
+        "  math = f32\n  store y: f32 = silu(acc + b[col])\n}\noutput y\n"),
+    "grouped_conv1d_bf16": (
+        "program grouped_conv1d_bf16\ninput x: bf16[2, 64, 40] channels_last\nparam w: bf16[64, 16, 3] channels_last = \"conv.weight\"\n"
+        "kernel c = conv1d(x, w, stride=(1,), padding=(1,), dilation=(1,), groups=4) {\n  store y: bf16 = acc\n}\noutput y\n"),
     "grouped_conv2d_f16_in_f32_bias_out": (
         "program grouped_conv2d_f16_in_f32_bias_out\ninput x: f16[2, 64, 12, 12] channels_last\nparam w: f16[64, 8, 3, 3] channels_last = \"conv.weight\"\n"
         "param b: f32[64] = \"conv.bias\"\nkernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=8) {\n"
@@ -168,9 +176,9 @@ UNSUPPORTED: dict[str, str] = {
     "depthwise": (
         "program dw\ninput x: bf16[2, 64, 8, 8] channels_last\nparam w: bf16[128, 1, 3, 3] channels_last = \"w\"\n"
         "kernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=64) {\n  store y: bf16 = acc\n}\noutput y\n"),
-    "grouped_conv1d": (
-        "program gc1\ninput x: bf16[2, 64, 40] channels_last\nparam w: bf16[64, 16, 3] channels_last = \"w\"\n"
-        "kernel c = conv1d(x, w, stride=(1,), padding=(1,), dilation=(1,), groups=4) {\n  store y: bf16 = acc\n}\noutput y\n"),
+    "grouped_conv3d": (
+        "program gc3\ninput x: bf16[2, 64, 6, 6, 6] channels_last\nparam w: bf16[64, 16, 3, 3, 3] channels_last = \"w\"\n"
+        "kernel c = conv3d(x, w, stride=(1, 1, 1), padding=(1, 1, 1), dilation=(1, 1, 1), groups=4) {\n  store y: bf16 = acc\n}\noutput y\n"),
     "conv_nchw": (
         "program nchw\ninput x: bf16[2, 64, 8, 8]\nparam w: bf16[64, 64, 3, 3] = \"w\"\n"
         "kernel c = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1) {\n  store y: bf16 = acc\n}\noutput y\n"),
