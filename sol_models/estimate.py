@@ -153,6 +153,8 @@ def estimate_kernel(
     l, m, n, k = dims
     reasons: list[str] = []
     is_conv = op.startswith("conv")
+    if is_conv and groups > 1 and n // groups == 1:
+        return _estimate_depthwise(name, op, dims, math_mode, config, gpu, dram_bytes)
     es = operand_bytes_per_element
     schedule = config.schedule
     tile = config.tile or default_tile(op, es, schedule)
@@ -265,6 +267,30 @@ def estimate_kernel(
         t_us=t_us if feasible else math.inf,
         achieved_tflops=flops / (t_us * 1e-6) / 1e12 if t_us > 0 else 0.0,
         feasible=feasible, reasons=reasons,
+    )
+
+
+# A depthwise conv (one output channel per group) runs as CUTLASS's direct SIMT kernel: fp32 FMAs on the
+# CUDA cores over data read about once, so memory-bound at these sizes; this share of the fp32 peak is
+# what a direct kernel with register-blocked filters sustains.
+DEPTHWISE_SIMT_EFFICIENCY = 0.5
+
+
+def _estimate_depthwise(name: str, op: str, dims, math_mode: str, config: Any, gpu: GpuSpec, dram_bytes: float) -> KernelEstimate:
+    l, m, n, k = dims
+    flops = 2.0 * l * m * n * k
+    t_math_us = flops / (gpu.peak_flops("f32") * DEPTHWISE_SIMT_EFFICIENCY) * 1e6
+    t_dram_us = dram_bytes / _dram_bw(gpu) * 1e6
+    t_us = _softmax([t_math_us, t_dram_us]) + gpu.launch_latency_us
+    reasons = ["depthwise: a direct (non-tensor-core) kernel, fp32 on the CUDA cores",
+               "memory-bound: DRAM traffic exceeds the math" if t_dram_us >= t_math_us else "bound by fp32 CUDA-core math"]
+    return KernelEstimate(
+        name=name, op=op, dims=(l, m, n, k), math=math_mode, tile=tuple(config.tile or (0, 0, 0)),
+        cluster=tuple(config.cluster), schedule="direct", stages=0, decomposition=config.decomposition, split_k=1,
+        tiles=0, units=0, waves=1.0, wave_efficiency=1.0, padding_waste=0.0,
+        t_mainloop_us=t_math_us, t_l2_us=0.0, t_dram_us=t_dram_us, t_epilogue_us=0.0, t_reduction_us=0.0,
+        t_launch_us=gpu.launch_latency_us, t_us=t_us, achieved_tflops=flops / (t_us * 1e-6) / 1e12 if t_us > 0 else 0.0,
+        feasible=True, reasons=reasons,
     )
 
 

@@ -148,3 +148,23 @@ def test_estimate_never_beats_the_speed_of_light(calibrated, tmp_path):
         est = estimate_program(prog, gpu)
         bound = sol_report(count_program(prog), gpu, precision=program_precision(prog))
         assert est.t_us > bound.t_sol_us, (m, n, k, cfg, dt)
+
+
+def test_depthwise_conv_is_estimated_as_a_direct_memory_bound_kernel():
+    """Problem 28's shape: a depthwise 3x3 conv over 32x128x128x128 fp32, read and written about once."""
+    text = """program dw
+input x: f32[32, 128, 128, 128] channels_last
+param w: f32[128, 1, 3, 3] channels_last = "conv.weight"
+kernel dw = conv2d(x, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=128) {
+  math = f32
+  store y: f32 = acc
+}
+output y
+"""
+    prog, diags = parse(text)
+    assert prog is not None, diags
+    est = estimate_program(prog, H200).kernels[0]
+    moved_bytes = 2 * 32 * 128 * 128 * 128 * 4
+    at_bandwidth_us = moved_bytes / (H200.dram_bw_gbps * 1e9) * 1e6
+    assert at_bandwidth_us <= est.t_us < 2.5 * at_bandwidth_us
+    assert est.schedule == "direct" and any("memory-bound" in r for r in est.reasons)
