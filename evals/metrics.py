@@ -36,7 +36,8 @@ class ProblemResult(BaseModel):
     policy: str
     correct: bool  # the kept result passed validation
     speedups: dict[str, float] = Field(default_factory=dict)  # baseline -> t_baseline / t_kernel
-    sol_fraction: float | None = None  # t_sol / t_kernel of the kept result
+    sol_fraction: float | None = None  # t_sol / t_kernel of the kept result (t_sol at TF32)
+    precision: str | None = None  # the math the kept result computed in ("f16", "tf32", "f16,tf32")
     flags: list[str] = Field(default_factory=list)  # integrity findings on the kept result
     attempts: int = 0
     tokens: int = 0
@@ -78,6 +79,7 @@ def result_from_summary(summary: RunSummary) -> ProblemResult:
         correct=bool(best and best.correct),
         speedups=_speedups_of(best) if best and best.correct else {},
         sol_fraction=best.sol_fraction if best and best.correct else None,
+        precision=best.precision if best and best.correct else None,
         flags=list(best.flags) if best else [],
         attempts=len(summary.attempts),
         tokens=summary.tokens_in + summary.tokens_out,

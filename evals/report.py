@@ -236,10 +236,11 @@ def build_report(store, out_dir: str | Path) -> str:
         rows.append([
             s.problem, s.tier, s.policy, "yes" if r.correct else "no",
             *[fmt_num(r.speedups.get(b), ".2f", "x") for b in metrics.BASELINES],
-            fmt_pct(r.sol_fraction), r.attempts, r.tokens, ", ".join(r.flags) or "", s.stop_reason,
+            fmt_pct(r.sol_fraction), r.precision or "", r.attempts, r.tokens, ", ".join(r.flags) or "", s.stop_reason,
         ])
+    # % SOL is t_SOL at TF32 over the kernel's time: a kernel computing in f16 or bf16 may pass 100% honestly
     md.append(_md_table(["problem", "tier", "policy", "correct", *[f"vs {b}" for b in metrics.BASELINES],
-                         "% SOL", "attempts", "tokens", "flags", "stop reason"], rows))
+                         "% SOL (TF32)", "precision", "attempts", "tokens", "flags", "stop reason"], rows))
     md.append("")
 
     flagged = [r for r in results if r.flagged]

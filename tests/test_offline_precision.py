@@ -267,3 +267,26 @@ def test_tf32_operands_read_as_stored_and_copied_k_major_are_both_ranked(tier):
     # nn.Linear reads K-major already: one program, no copy
     linear = tier._state(request(BUILTIN["11_linear_relu"], allowed=("f32", "tf32")))[1]
     assert not any("= contiguous(" in c.program_text for c, _ in linear)
+
+
+def test_the_eval_report_names_the_precision_of_each_kept_result(tmp_path, monkeypatch):
+    from evals.metrics import result_from_summary
+    from evals.report import write_report
+    from evals.store import ResultsStore
+    from graph.records import RunSummary
+
+    monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
+    store = ResultsStore(tmp_path / "results.sqlite")
+    store.init_evaluation({"source": {"suite": "mini"}, "problems": ["P1", "P2"], "tiers": ["offline"],
+                           "policies": ["fixed"], "max_attempts": 2}, {"gpu": "NVIDIA H200", "versions": {}})
+    for problem, precision, correct in (("P1", "f16", True), ("P2", "tf32", False)):
+        a = AttemptRecord(index=1, correct=correct, t_us=50.0, timing_source="gpu", precision=precision, reached="done",
+                          sol_fraction=1.2, speedup_vs_eager_fp32=4.0)
+        summary = RunSummary(problem=problem, tier="offline", policy="fixed", backend="cutlass", gpu="h200",
+                             attempts=[a], best_index=1 if correct else None, best_t_us=50.0, t_sol_us=60.0)
+        store.finish_run(summary)
+        assert result_from_summary(summary).precision == (precision if correct else None)
+    text = write_report(store, tmp_path / "out").read_text()
+    store.close()
+    assert "| % SOL (TF32) | precision |" in text
+    assert "| P1 | offline | fixed | yes |" in text and "| 120.0% | f16 |" in text
