@@ -146,11 +146,12 @@ def main(argv=None) -> int:
     ap.add_argument("--matrix-filter", default="", help="with --prebuild-matrix: only matrix programs whose name contains one of these (comma-separated)")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--date", default=dt.date.today().isoformat())
-    ap.add_argument("--only", default="", help="run only the cases whose name starts with this (e.g. bf16_gemm)")
+    ap.add_argument("--only", default="", help="run only the cases whose name starts with one of these (comma-separated, e.g. bf16_gemm,tf32)")
     ap.add_argument("--tag", default="", help="suffix of the result files")
     args = ap.parse_args(argv)
 
-    cases = {k: v for k, v in CASES.items() if not args.only or k.startswith(args.only)}
+    only = tuple(o for o in args.only.split(",") if o)
+    cases = {k: v for k, v in CASES.items() if not only or k.startswith(only)}
     programs = {name: parse_or_die(text) for name, text in cases.items()}
     all_programs = dict(programs)
     if args.prebuild_matrix:

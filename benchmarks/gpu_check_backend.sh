@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
 python3 - <<'PY'
 import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])
 PY
-timeout 420 python3 benchmarks/bench_backend.py --prebuild-matrix --out "$OUT" --date "$DATE" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
+timeout 420 python3 benchmarks/bench_backend.py --prebuild-matrix --out "$OUT" --date "$DATE" ${BENCH_ONLY:+--only=$BENCH_ONLY} 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
 MUCUTLASS_GPU_RESULTS="$OUT/gpu_matrix.json" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_backend_matrix.py \
   tests/test_backend_grouped.py tests/test_graph_cutlass.py -p no:cacheprovider -rfE 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
 cat "$OUT/$DATE-h200-backend.md" 2>/dev/null | tail -30
