@@ -120,6 +120,15 @@ class HostLoad:
         self.procs = []
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (a container's cpuset, not the host's count), at most 64."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, 64))
+
+
 def gpu_slug(gpu_name: str | None) -> str:
     if not gpu_name:
         return "cpu"
@@ -387,7 +396,7 @@ def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, c
         for target in targets:
             for name in order:
                 method = variants[name]
-                load = HostLoad(load_procs or os.cpu_count() or 1) if name in loaded else contextlib.nullcontext()
+                load = HostLoad(load_procs or usable_cores()) if name in loaded else contextlib.nullcontext()
                 with load:
                     for mode in MODES:
                         fn = target.fn(mode)
@@ -401,7 +410,7 @@ def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, c
         _log(f"spread: repeat {r + 1}/{repeats} in {round_s:.1f} s ({clock.elapsed_s:.0f} s so far)")
     gc.unfreeze()
     rows = [_spread_row(p, m, v, ss) for (p, m, v), ss in samples.items()]
-    info = {"repeats_done": done, "busy_host_processes": (load_procs or os.cpu_count()) if loaded else 0,
+    info = {"repeats_done": done, "busy_host_processes": (load_procs or usable_cores()) if loaded else 0,
             "compile_s": {t.problem.name: t.compile_s for t in targets},
             "compile_errors": {t.problem.name: t.compile_error for t in targets if t.compile_error}}
     del targets
