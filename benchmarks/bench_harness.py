@@ -478,11 +478,18 @@ def summarize_spread(rows: list[dict]) -> dict:
     return out
 
 
+# A method whose medians sit further than this from the current method's measures something else (a
+# faster median is not a better method): it is not a candidate for the default.
+MEDIAN_AGREEMENT = 0.05
+
+
 def best_variant(per_variant: dict) -> str | None:
-    """The timing method whose worst repeat spread is lowest (ties: the lower run-to-run range); a
-    busy host is a condition to survive, not a method to pick."""
+    """The timing method whose worst repeat spread is lowest (ties: the lower run-to-run range), among
+    those that agree with the current method's medians; a busy host is a condition to survive, not a
+    method to pick."""
     ranked = [(v["worst_spread_pct"], v["worst_medians_range_pct"] or 0.0, k) for k, v in per_variant.items()
-              if v["worst_spread_pct"] is not None and not VARIANTS.get(k, {}).get("host_load")]
+              if v["worst_spread_pct"] is not None and not VARIANTS.get(k, {}).get("host_load")
+              and abs((v["median_vs_current_geomean"] or 1.0) - 1.0) <= MEDIAN_AGREEMENT]
     return min(ranked)[2] if ranked else None
 
 
@@ -561,6 +568,15 @@ def to_markdown(doc: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def resummarize(path: Path) -> int:
+    """Recompute a results file's summary and table from its rows (after the summary's definition changed)."""
+    doc = json.loads(path.read_text())
+    doc["summary"] = summarize(doc["rows"], doc.get("spread_info", {}), doc.get("device") == "cuda")
+    path.write_text(json.dumps(doc, indent=2, default=str))
+    path.with_suffix(".md").write_text(to_markdown(doc))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -574,7 +590,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cutlass", action="store_true", help="skip the nvcc-built program")
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--quick", action="store_true", help="few attempts and repeats (a smoke run)")
+    ap.add_argument("--resummarize", type=Path, help="recompute the summary and table of this results JSON from its rows")
     args = ap.parse_args(argv)
+    if args.resummarize:
+        return resummarize(args.resummarize)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout`: clean up (workers, load) on the way out
     variant_names = [v for v in args.variants.split(",") if v]
