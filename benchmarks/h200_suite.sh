@@ -32,7 +32,7 @@ if [ "$stage" = harness ]; then
   say "bench_harness"
   timeout 270 python3 benchmarks/bench_harness.py --out "$OUT" >> "$log" 2>&1
   say "bench_harness exit $?"
-  timeout 150 python3 -m pytest -q -m gpu tests/test_harness_gpu.py tests/test_harness_adversarial.py \
+  timeout 220 python3 -m pytest -q -m gpu tests/test_harness_gpu.py tests/test_harness_adversarial.py \
     -p no:cacheprovider -rfE >> "$log" 2>&1
   say "pytest exit $?"
   timeout 100 python3 -m tests.adversarial.report --out "$OUT" --watchdog-s 15 >> "$log" 2>&1
