@@ -129,7 +129,8 @@ def test_prebuild_takes_the_first_candidates_and_the_best_of_each_other_precisio
     bench = load_bench()
     problem = {p.name: p for p in load_suite("builtin")}["11_linear_relu"]
     candidates = OfflineTier(use_record=False).candidates(problem, "h200")
-    programs = bench.candidate_programs(problem, "h200", 2)
-    maths = [{k.config.math for k in p.kernels} for p in programs]
-    assert maths[:2] == [{candidates[0].math or "tf32"}, {candidates[1].math or "tf32"}]
-    assert {"f16"} in maths and {"tf32"} in maths and len(programs) == 3
+    assert candidates[0].math == "f16"
+    programs = bench.candidate_programs(problem, "h200", 1)  # the first, and the best TF32 one
+    assert [{k.config.math for k in p.kernels} for p in programs] == [{"f16"}, {"tf32"}]
+    programs = bench.candidate_programs(problem, "h200", 3)  # every precision among the first three already
+    assert len(programs) == 3 and {"tf32"} in [{k.config.math for k in p.kernels} for p in programs]
