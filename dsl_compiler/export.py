@@ -46,11 +46,17 @@ def _torch_step(index, step, env):
     import torch.nn.functional as F
     args = [env[a["name"]] if a["kind"] == "tensor" else a["value"] for a in step["args"]]
     kwargs = {k["key"]: k["value"] for k in step["kwargs"]}
-    if step["fn"] == "channels_last":
-        result = _channels_last(args[0])
-    else:
-        fn = getattr(F, step["fn"], None) or getattr(torch, step["fn"])
-        result = fn(*args, **kwargs)
+    special = {  # whitelist functions whose meaning differs from torch's function of that name
+        "channels_last": _channels_last,
+        "to": lambda x, dtype: x.to(TORCH_DTYPE[dtype]),
+        "contiguous": lambda x: x.contiguous(),
+        # KernelBench never calls eval(): BatchNorm normalises with the batch's own statistics
+        "batch_norm": lambda x, weight=None, bias=None, eps=1e-5, momentum=0.1: F.batch_norm(
+            x, None, None, weight, bias, training=True, momentum=momentum, eps=eps),
+        "instance_norm": lambda x, weight=None, bias=None, eps=1e-5: F.instance_norm(x, weight=weight, bias=bias, eps=eps),
+    }
+    fn = special.get(step["fn"]) or getattr(F, step["fn"], None) or getattr(torch, step["fn"])
+    result = fn(*args, **kwargs)
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     return dict(zip(step["outputs"], results))
 

@@ -97,3 +97,43 @@ def test_export_refuses_unbuilt_or_unsupported_programs(tmp_path):
         export_model_new(program("pipeline_mlp"), {}, tmp_path / "x.py")
     with pytest.raises(ValueError, match="cannot build"):
         export_model_new(program("depthwise"), {}, tmp_path / "y.py")
+
+
+STEPS_PROGRAM = """program steps
+input x: f32[4, 8, 6, 6]
+param w: f16[16, 8, 3, 3] channels_last = "conv.weight"
+torch xh = to(x, dtype="f16")
+torch xc = channels_last(xh)
+kernel c = conv2d(xc, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1) {
+  store y: f32 = acc
+}
+torch yc = contiguous(y)
+torch yb = batch_norm(yc, eps=0.001)
+torch yr = relu(yb)
+output yr
+"""
+
+
+def test_exported_torch_steps_without_mucutlass_match_the_whitelist(tmp_path):
+    """An exported file run where mucutlass is not installed executes its torch steps by itself: the same
+    results as the whitelist's (to, contiguous and batch_norm differ from torch's functions of those names)."""
+    from dsl_compiler import torch_steps
+    from dsl_compiler.ir import TorchStep
+    from dsl_compiler.parser import parse
+
+    prog, diags = parse(STEPS_PROGRAM)
+    assert prog is not None, diags
+    mod = _load(export_model_new(prog, _fake_artifacts(tmp_path, prog), tmp_path / "m.py", copy_libraries=False), "model_new_steps")
+    mod._TORCH_STEPS = None  # as when the import of dsl_compiler fails
+    g = torch.Generator().manual_seed(0)
+    env = {"x": torch.randn(4, 8, 6, 6, generator=g), "y": torch.randn(4, 16, 6, 6, generator=g)}
+    env["y"] = env["y"].contiguous(memory_format=torch.channels_last)
+    for i, step in enumerate(mod.PROGRAM["steps"]):
+        if "op" in step:
+            continue
+        got = mod._torch_step(i, step, dict(env))
+        want = torch_steps.run(TorchStep.model_validate(step), dict(env))
+        for name, t in want.items():
+            assert got[name].dtype == t.dtype and got[name].stride() == t.stride(), step["fn"]
+            assert torch.equal(got[name], t), step["fn"]
+        env.update(want)
