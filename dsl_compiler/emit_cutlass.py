@@ -601,14 +601,18 @@ def emit_kernel(program: Program, kernel: Kernel, dtypes: dict[str, str] | None 
     return _emit_gemm(program, kernel, op, dtypes)
 
 
-def _schedule(kernel: Kernel, tile) -> tuple[str, str, str]:
+def _schedule(kernel: Kernel, tile, ptr_array: bool = False) -> tuple[str, str, str]:
+    """(schedule, kernel schedule, epilogue schedule); ``ptr_array``: those of the grouped (pointer-array) kernels."""
     sched = kernel.config.schedule
     if sched == "auto":
         sched = "cooperative" if tile[0] >= 128 else "pingpong"
     if sched == "cooperative" and tile[0] < 128:
         raise _unsupported(kernel, f"schedule = cooperative with tile M = {tile[0]}",
                            "cooperative splits the tile's M over two warp groups: use tile M >= 128 or schedule = pingpong",
-                           found=f"tile = {'x'.join(map(str, tile))}")
+                           span=kernel.config.span_of("schedule"), found=f"tile = {'x'.join(map(str, tile))}")
+    if ptr_array:
+        name = "Cooperative" if sched == "cooperative" else "Pingpong"
+        return sched, f"cutlass::gemm::KernelPtrArrayTmaWarpSpecialized{name}", f"cutlass::epilogue::PtrArrayTmaWarpSpecialized{name}"
     if sched == "cooperative":
         return sched, "cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"
     return sched, "cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::TmaWarpSpecialized"

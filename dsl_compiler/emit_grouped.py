@@ -44,6 +44,7 @@ from dsl_compiler.emit_cutlass import (
     _leaves,
     _math_for,
     _require_operands,
+    _schedule,
     _stages,
     _unsupported,
     namespace_for,
@@ -51,20 +52,6 @@ from dsl_compiler.emit_cutlass import (
 from dsl_compiler.ir import Acc, GroupedGemmOp, Kernel, Program, Reduce, Ref
 
 _FUSION = "cutlass::epilogue::fusion"
-
-
-def _schedule(kernel: Kernel, tile) -> tuple[str, str, str]:
-    """(schedule, kernel schedule, epilogue schedule) of the ptr-array kernels."""
-    sched = kernel.config.schedule
-    if sched == "auto":
-        sched = "cooperative" if tile[0] >= 128 else "pingpong"
-    if sched == "cooperative" and tile[0] < 128:
-        raise _unsupported(kernel, f"schedule = cooperative with tile M = {tile[0]}",
-                           "cooperative splits the tile's M over two warp groups: use tile M >= 128 or schedule = pingpong",
-                           span=kernel.config.span_of("schedule"), found=f"tile = {'x'.join(map(str, tile))}")
-    if sched == "cooperative":
-        return sched, "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative", "cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative"
-    return sched, "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong", "cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong"
 
 
 def _default_tile(kernel: Kernel, dtype: str) -> tuple[int, int, int]:
@@ -194,7 +181,7 @@ def emit_grouped_gemm(program: Program, kernel: Kernel, op: GroupedGemmOp, dtype
     _refuse_knobs(kernel)
     cfg = kernel.config
     tile = _default_tile(kernel, a_dt)
-    sched, k_sched, e_sched = _schedule(kernel, tile)
+    sched, k_sched, e_sched = _schedule(kernel, tile, ptr_array=True)
 
     tensors = [AbiTensor(op.a.name, "a", a_dt), AbiTensor(op.b.name, "b", b_dt)]
     epi = _GroupedEpilogue(kernel, dtypes, first_ptr=3)
