@@ -40,6 +40,17 @@ def _as_declared(t, decl):
     return t
 
 
+def _channels_last_step(x, dtype=None):
+    if dtype is None:
+        return _channels_last(x)
+    if x.dim() < 3:
+        return x.to(TORCH_DTYPE[dtype])
+    inner = x.permute(0, *range(2, x.dim()), 1)
+    out = torch.empty(inner.shape, dtype=TORCH_DTYPE[dtype], device=x.device)
+    out.copy_(inner)  # layout and element type in one kernel
+    return _channels_last_view(out)
+
+
 def _torch_step(index, step, env):
     if _TORCH_STEPS is not None:
         return _torch_steps.run(_TORCH_STEPS[index], env)
@@ -47,7 +58,7 @@ def _torch_step(index, step, env):
     args = [env[a["name"]] if a["kind"] == "tensor" else a["value"] for a in step["args"]]
     kwargs = {k["key"]: k["value"] for k in step["kwargs"]}
     special = {  # whitelist functions whose meaning differs from torch's function of that name
-        "channels_last": _channels_last,
+        "channels_last": _channels_last_step,
         "to": lambda x, dtype: x.to(TORCH_DTYPE[dtype]),
         "contiguous": lambda x: x.contiguous(),
         # KernelBench never calls eval(): BatchNorm normalises with the batch's own statistics

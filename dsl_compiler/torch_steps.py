@@ -14,7 +14,8 @@ from dsl_compiler import ir
 # (torch.* or torch.nn.functional.*) unless noted.
 STEPS: dict[str, str] = {
     # layout and shape
-    "channels_last": "x -> the same values stored NHWC / NDHWC / NWC",
+    "channels_last": 'channels_last(x) or channels_last(x, dtype="f16"): the same values stored NHWC / NDHWC / NWC, '
+                     "converted in the same copy when a dtype is given",
     "contiguous": "x -> the same values in PyTorch's default order",
     "reshape": "reshape(x, (d0, d1, ...))", "flatten": "flatten(x, start_dim=1)", "permute": "permute(x, (0, 2, 1))",
     "transpose": "transpose(x, 0, 1)", "unsqueeze": "unsqueeze(x, 1)", "squeeze": "squeeze(x, 1)",
@@ -138,13 +139,24 @@ def _literal(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def channels_last(x: Any) -> Any:
-    """The same values stored channels-last (NWC / NHWC / NDHWC); rank < 3 unchanged."""
+def channels_last(x: Any, dtype: str | None = None) -> Any:
+    """The same values stored channels-last (NWC / NHWC / NDHWC); rank < 3 keeps its layout. With
+    ``dtype``, converted in the same copy (one read and one write, not two of each)."""
+    if dtype is not None and dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    target = torch_dtype(dtype) if dtype is not None else x.dtype
     if x.dim() < 3:
-        return x
+        return x.to(target)
     order = (0, *range(2, x.dim()), 1)
     inverse = (0, x.dim() - 1, *range(1, x.dim() - 1))
-    return x.permute(order).contiguous().permute(inverse)
+    if target == x.dtype:
+        return x.permute(order).contiguous().permute(inverse)
+    import torch
+
+    inner = x.permute(order)
+    out = torch.empty(inner.shape, dtype=target, device=x.device)
+    out.copy_(inner)  # layout and element type in one kernel
+    return out.permute(inverse)
 
 
 def is_channels_last(x: Any) -> bool:

@@ -107,6 +107,7 @@ torch xc = channels_last(xh)
 kernel c = conv2d(xc, w, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1) {
   store y: f32 = acc
 }
+torch xc2 = channels_last(x, dtype="f16")
 torch yc = contiguous(y)
 torch yb = batch_norm(yc, eps=0.001)
 torch yr = relu(yb)
@@ -116,7 +117,8 @@ output yr
 
 def test_exported_torch_steps_without_mucutlass_match_the_whitelist(tmp_path):
     """An exported file run where mucutlass is not installed executes its torch steps by itself: the same
-    results as the whitelist's (to, contiguous and batch_norm differ from torch's functions of those names)."""
+    results as the whitelist's (to, contiguous, batch_norm and channels_last with a dtype differ from torch's
+    functions of those names)."""
     from dsl_compiler import torch_steps
     from dsl_compiler.ir import TorchStep
     from dsl_compiler.parser import parse

@@ -82,12 +82,13 @@ def test_f16_needs_no_k_major_copies():
     assert [s.fn for s in program.torch_steps] == ["to", "to"]
 
 
-def test_a_conv_input_is_converted_before_its_layout_copy():
+def test_a_conv_input_is_converted_and_laid_out_in_one_copy():
     program = trace_problem(BUILTIN["20_conv2d_bias_relu"], TraceOptions(math="f16")).program
     (kernel,) = program.kernels
-    steps = {s.outputs[0]: s for s in program.torch_steps}
-    layout = steps[kernel.op.x.name]
-    assert layout.fn == "channels_last" and steps[layout.args[0].name].fn == "to"  # the copy moves 2-byte values
+    (step,) = program.torch_steps  # one read of the fp32 input, one write of 2-byte NHWC values
+    assert step.outputs == (kernel.op.x.name,) and step.fn == "channels_last"
+    assert [(k.key, k.value) for k in step.kwargs] == [("dtype", "f16")]
+    assert program.decl(step.args[0].name).kind == "input"
     weight = program.decl(kernel.op.w.name)
     assert (weight.dtype, weight.layout) == ("f16", "channels_last")
 

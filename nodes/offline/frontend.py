@@ -1405,15 +1405,31 @@ class _Lowering:
                 self.cl_tensors.add(out)
         return self.casts[(name, dtype)]
 
-    def as_channels_last(self, name: str) -> str:
+    def conv_input(self, x, half: str | None) -> str | None:
+        """A conv's activation NHWC in the kernel's type. An fp32 activation that 16-bit math reads and that is
+        not NHWC yet gets one ``channels_last(x, dtype=...)`` step: layout and type in a single copy."""
+        import torch.fx
+
+        if half is not None and self.dtype_of(x) == "f32":
+            r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
+            is_param = isinstance(r, ParamRef) or (self.ops.get(r) is not None and self.ops[r].kind == "param")
+            name = None if is_param else self.value(x)
+            if name is not None and name not in self.cl_tensors and (name, half) not in self.casts:
+                return self.as_channels_last(name, dtype=half)
+        name = self.operand(x, half)
+        return self.as_channels_last(name) if name is not None else None
+
+    def as_channels_last(self, name: str, dtype: str | None = None) -> str:
         """The NHWC copy of a tensor (once), unless a conv kernel already wrote it NHWC."""
-        if name in self.cl_tensors:
+        if name in self.cl_tensors and dtype is None:
             return name
-        if name not in self.channels_last:
-            cl = self.namer(f"{name}_cl")
-            self.steps.append(TorchStep(outputs=(cl,), fn="channels_last", args=(TensorArg(name=name),)))
-            self.channels_last[name] = cl
-        return self.channels_last[name]
+        key = name if dtype is None else f"{name}:{dtype}"
+        if key not in self.channels_last:
+            cl = self.namer(f"{name}_cl" + (f"_{dtype}" if dtype else ""))
+            kwargs = (Kwarg(key="dtype", value=dtype),) if dtype else ()
+            self.steps.append(TorchStep(outputs=(cl,), fn="channels_last", args=(TensorArg(name=name),), kwargs=kwargs))
+            self.channels_last[key] = cl
+        return self.channels_last[key]
 
     def is_depthwise(self, op: _Op) -> bool:
         """groups == C: one filter per input channel (the CUTLASS backend's direct SIMT kernel)."""
@@ -1450,9 +1466,7 @@ class _Lowering:
             op_ir = GemmOp(a=Operand(name=a_name or "?", transpose=a_t), b=Operand(name=b_name or "?", transpose=b_t))
         else:
             x, w = anchor_op.operands
-            x_name = self.operand(x, half)
-            if x_name is not None:
-                x_name = self.as_channels_last(x_name)
+            x_name = self.conv_input(x, half)
             w_name = self.operand(w, half, layout="channels_last")
             c = anchor_op.conv
             op_ir = ConvOp(spatial_dims=c["dims"], x=Operand(name=x_name or "?"), w=Operand(name=w_name or "?"),
