@@ -50,6 +50,23 @@ def test_conv_proposals_keep_the_conv_schedule():
     assert configs and all(c.schedule == "auto" and c.decomposition == "data_parallel" for c in configs)
 
 
+def test_grouped_conv_tiles_fit_the_channels_per_group_and_depthwise_leaves_the_tile_to_the_kernel():
+    from dsl_compiler.emit_cutlass import emit_program
+
+    problem, program = traced("29_grouped_conv2d")
+    kernel = program.kernels[0]
+    per_group = kernel.op.groups and program.decl(kernel.op.w.name).shape[0] // kernel.op.groups
+    ranked = search.rank_configs(program, kernel.name, problem, "h200")
+    tiles = [r.config.tile for r in ranked if r.config.tile]
+    assert tiles and all(tn % per_group == 0 or per_group % tn == 0 for _, tn, _ in tiles)
+    assert ranked[0].config.tile[1] == per_group  # one group per CTA: no work on another group's zeros
+    assert all(r.config.cluster == (1, 1, 1) and r.config.schedule == "auto" for r in ranked)
+    for r in ranked:  # every proposal builds
+        assert emit_program(search.with_config(program, kernel.name, r.config))[1] == []
+    problem, program = traced("28_depthwise_conv2d_relu6")
+    assert [r.config.tile for r in search.rank_configs(program, program.kernels[0].name, problem, "h200")] == [None]
+
+
 def test_split_k_for_large_k_small_output():
     problem, program = traced("08_gemm_large_k")  # 512 x 512 output, K = 32768: 16 tiles for 132 SMs
     ranked = search.rank_configs(program, "matmul", problem, "h200", limit=8)

@@ -171,6 +171,8 @@ class ConfigRecord:
 def _candidates(kernel: ir.Kernel, dims, math_mode: str | None, operand_bytes: int, sm_count: int) -> list[KernelConfig]:
     is_conv = isinstance(kernel.op, ir.ConvOp)
     tk = 32 if operand_bytes == 4 else 64
+    if is_conv and kernel.op.groups > 1:
+        return _grouped_conv_candidates(kernel.op.groups, dims, math_mode, tk)
     schedules = ("auto",) if is_conv else ("cooperative", "pingpong")
     out: list[KernelConfig] = []
     for tm, tn in TILES_MN:
@@ -188,6 +190,21 @@ def _candidates(kernel: ir.Kernel, dims, math_mode: str | None, operand_bytes: i
                     out.append(KernelConfig(math=math_mode, tile=(tm, tn, tk), schedule="cooperative",
                                             decomposition="split_k", split_k=split))
             out.append(KernelConfig(math=math_mode, tile=(tm, tn, tk), schedule="cooperative", decomposition="stream_k"))
+    return out
+
+
+def _grouped_conv_candidates(groups: int, dims, math_mode: str | None, tk: int) -> list[KernelConfig]:
+    """Grouped and depthwise convs run CUTLASS 2.x kernels (no clusters or schedules). The compiler's own
+    choice comes first (one group per CTA where it fits); then tiles whose N is a multiple or a divisor of
+    the output channels per group, so no CTA computes a group's tile with another group's zeros."""
+    out = [KernelConfig(math=math_mode)]
+    per_group = dims.n // groups
+    if per_group <= 1:  # depthwise: the direct kernel picks its own tile
+        return out
+    for tm in (128, 64):
+        for tn in (32, 64, 128):
+            if per_group % tn == 0 or tn % per_group == 0:
+                out.append(KernelConfig(math=math_mode, tile=(tm, tn, tk)))
     return out
 
 
@@ -229,7 +246,7 @@ def rank_configs(program: Program, kernel_name: str, problem_info: Any = None, g
     ranked.sort(key=lambda r: (round(r[0], 6), r[1]))
     results = [RankedConfig(config=c, t_est_us=t) for t, _, c in ranked]
     # raster / swizzle variants of the best, for grids of several waves (L2 reuse across tiles)
-    if results:
+    if results and results[0].config.tile is not None:
         best = results[0]
         tm, tn, _ = best.config.tile
         grid = dims.l * math.ceil(dims.m / tm) * math.ceil(dims.n / tn)
