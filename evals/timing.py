@@ -189,7 +189,7 @@ def _event_pairs(n: int) -> list:
     return pairs
 
 
-def _timed_calls(fn, input_sets, pairs, flusher, host_sync: str, offset: int = 0) -> tuple[list[float], list[float]]:
+def _timed_calls(fn, input_sets, pairs, flusher, host_sync: str) -> tuple[list[float], list[float]]:
     """One call per event pair; returns (event_us, wall_us). The events are read after the loop, so
     between one call's end and the next flush the host only takes the time. With ``host_sync="end"``
     the calls are not synchronized one by one, and every call's wall time is the batch's mean."""
@@ -206,7 +206,7 @@ def _timed_calls(fn, input_sets, pairs, flusher, host_sync: str, offset: int = 0
         t0 = perf()
         start.record()
         if fn is not None:
-            fn(input_sets[(offset + i) % len(input_sets)])
+            fn(input_sets[i % len(input_sets)])
         end.record()
         if host_sync != "end":
             torch.cuda.synchronize()  # device-wide: side streams included
