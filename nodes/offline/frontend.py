@@ -1381,15 +1381,19 @@ class _Lowering:
             return half
         return default_math(dtype, self.allowed_precisions)
 
+    def is_param(self, x) -> bool:
+        """Whether value x is a model tensor (a param of the program, not a computed tensor)."""
+        import torch.fx
+
+        r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
+        return isinstance(r, ParamRef) or (self.ops.get(r) is not None and self.ops[r].kind == "param")
+
     def operand(self, x, half: str | None, layout="contiguous") -> str | None:
         """The tensor a kernel reads for value x: in 16-bit math (``half``) a param is declared in that
         type (converted once when bound) and any other fp32 tensor is converted by a ``to`` step."""
-        import torch.fx
-
         if half is None or self.dtype_of(x) != "f32":
             return self.value(x, layout)
-        r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
-        if isinstance(r, ParamRef) or (self.ops.get(r) is not None and self.ops[r].kind == "param"):
+        if self.is_param(x):
             return self.value(x, layout, dtype=half)
         name = self.value(x, layout)
         return self.cast(name, half) if name is not None else None
@@ -1408,12 +1412,8 @@ class _Lowering:
     def conv_input(self, x, half: str | None) -> str | None:
         """A conv's activation NHWC in the kernel's type. An fp32 activation that 16-bit math reads and that is
         not NHWC yet gets one ``channels_last(x, dtype=...)`` step: layout and type in a single copy."""
-        import torch.fx
-
-        if half is not None and self.dtype_of(x) == "f32":
-            r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
-            is_param = isinstance(r, ParamRef) or (self.ops.get(r) is not None and self.ops[r].kind == "param")
-            name = None if is_param else self.value(x)
+        if half is not None and self.dtype_of(x) == "f32" and not self.is_param(x):
+            name = self.value(x)
             if name is not None and name not in self.cl_tensors and (name, half) not in self.casts:
                 return self.as_channels_last(name, dtype=half)
         name = self.operand(x, half)
