@@ -123,10 +123,16 @@ def gemm_call_args(kernel_name, op, abi, env, outputs):
             if role == "row" and t.shape[-1] != m:
                 raise CutlassError(f"kernel '{kernel_name}': '{name}[row]' needs {m} values, got {tuple(t.shape)}")
         tensors.append(t)
+    return tensors, _gemm_ints(abi, tensors, {"M": m, "N": n, "K": k, "L": l}), results
+
+
+def _gemm_ints(abi, tensors, sizes):
+    """The ints of a GEMM-form ABI: sizes by name (M, N, K, L), then ``p<i>.ld`` (leading dimension) and
+    ``p<i>.bs`` (stride between batches or groups) of the tensors in ABI order."""
     ints = []
     for name in abi["ints"]:
-        if name in ("M", "N", "K", "L"):
-            ints.append({"M": m, "N": n, "K": k, "L": l}[name])
+        if name in sizes:
+            ints.append(sizes[name])
             continue
         idx, what = name[1:].split(".")
         t, role = tensors[int(idx)], abi["tensors"][int(idx)]["role"]
@@ -135,7 +141,7 @@ def gemm_call_args(kernel_name, op, abi, env, outputs):
         else:  # batch stride; 0 shares one matrix or vector across the batch
             vector = role in ("col", "row", "reduce")
             ints.append(t.stride(0) if t.dim() == (2 if vector else 3) else 0)
-    return tensors, ints, results
+    return ints
 
 
 def grouped_call_args(kernel_name, op, abi, env, outputs):
@@ -167,15 +173,7 @@ def grouped_call_args(kernel_name, op, abi, env, outputs):
                 if t.numel() != want:
                     raise CutlassError(f"kernel '{kernel_name}': '{name}[{role}]' needs {want} values, got {t.numel()}")
         tensors.append(t)
-    ints = []
-    for name in abi["ints"]:
-        if name in ("M", "N", "K", "L"):
-            ints.append({"M": t_rows, "N": n, "K": k, "L": g}[name])
-            continue
-        idx, what = name[1:].split(".")
-        t = tensors[int(idx)]
-        ints.append(t.stride(-2) if what == "ld" else t.stride(0))
-    return tensors, ints, results
+    return tensors, _gemm_ints(abi, tensors, {"M": t_rows, "N": n, "K": k, "L": g}), results
 
 
 def conv_call_args(kernel_name, op, abi, env, outputs):
