@@ -32,13 +32,13 @@ from pydantic import BaseModel, Field, model_validator
 from evals import integrity
 from evals.integrity import CheckResult
 from evals.problems import Problem, default_precisions
+from evals.timing import SETTING_NAMES, TimingMethod
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 # The settings of how a measurement is taken (evals.timing.TimingMethod, as the worker reads them).
-TIMING_SETTINGS = ("warmup", "warmup_s", "min_trials", "max_trials", "target_timed_s", "l2_flush_mb", "l2_flush_mode",
-                   "host_sync")
+TIMING_SETTINGS = tuple(SETTING_NAMES.get(f, f) for f in TimingMethod.__dataclass_fields__)
 
 
 class HarnessSettings(BaseModel):

@@ -35,6 +35,7 @@ HOST_SYNC_MODES = ("before_and_after", "after", "end")
 L2_FLUSH_MODES = ("fill", "zero")
 HostSync = Literal["before_and_after", "after", "end"]
 FlushMode = Literal["fill", "zero"]
+SETTING_NAMES = {"target_s": "target_timed_s"}  # TimingMethod field -> HarnessSettings name, where they differ
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,9 @@ class TimingMethod:
     def from_settings(cls, settings: Mapping) -> "TimingMethod":
         """From the worker's view of ``HarnessSettings`` (``target_timed_s`` is ``target_s``);
         a missing key keeps its default."""
-        names = {"target_timed_s": "target_s"}
-        known = {f for f in cls.__dataclass_fields__}
-        kw = {names.get(k, k): v for k, v in settings.items() if names.get(k, k) in known}
-        return cls(**kw)
+        names = {setting: f for f, setting in SETTING_NAMES.items()}
+        kw = {names.get(k, k): v for k, v in settings.items()}
+        return cls(**{k: v for k, v in kw.items() if k in cls.__dataclass_fields__})
 
     def time_cuda_kwargs(self) -> dict:
         kw = asdict(self)
