@@ -49,7 +49,7 @@ from dsl_compiler.emit_cutlass import (
     _unsupported,
     namespace_for,
 )
-from dsl_compiler.ir import Acc, GroupedGemmOp, Kernel, Program, Reduce, Ref
+from dsl_compiler.ir import GroupedGemmOp, Kernel, Program, Reduce
 
 _FUSION = "cutlass::epilogue::fusion"
 
