@@ -349,20 +349,22 @@ def test_tf32_operands_get_a_transposing_copy_only_where_the_checks_need_one(mon
     program = trace_problem(square).program
     assert not [d for d in check(program, "sm90a", backend="cutlass") if d.severity == "error"]
     monkeypatch.setattr(checks._KernelChecker, "check_operand_majorness", lambda self, math: None)
-    (kernel,) = trace_problem(square).program.kernels
-    assert not kernel.op.a.transpose and not kernel.op.b.transpose and kernel.config.math == "tf32"
-    assert not trace_problem(square).program.torch_steps
-
-    monkeypatch.setattr(checks._KernelChecker, "check_operand_majorness", _kmajor_only_rule)
     program = trace_problem(square).program
     (kernel,) = program.kernels
+    assert not kernel.op.a.transpose and not kernel.op.b.transpose and kernel.config.math == "tf32"
+    assert not program.torch_steps
+
+    monkeypatch.setattr(checks._KernelChecker, "check_operand_majorness", _kmajor_only_rule)
+    result = trace_problem(square)
+    (kernel,) = result.program.kernels
     assert not kernel.op.a.transpose and kernel.op.b.transpose
-    assert [s.fn for s in program.torch_steps] == ["transpose", "contiguous"]
-    assert not any(r.reason.startswith(("demoted", "epilogue left")) for r in trace_problem(square).coverage)
-    both = trace_problem(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a")).program  # A^T @ B
+    assert [s.fn for s in result.program.torch_steps] == ["transpose", "contiguous"]
+    assert not any(r.reason.startswith(("demoted", "epilogue left")) for r in result.coverage)
+    transposed_a = next(p for p in BUILTIN if p.name == "04_gemm_transposed_a")  # A^T @ B
+    both = trace_problem(transposed_a).program
     assert [s.fn for s in both.torch_steps] == ["transpose", "contiguous"] * 2
-    (out,), ref = run_both(shrunk(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a")),
-                           trace_problem(shrunk(next(p for p in BUILTIN if p.name == "04_gemm_transposed_a"))).program)
+    small = shrunk(transposed_a)
+    (out,), ref = run_both(small, trace_problem(small).program)
     assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
     linear = trace_problem(next(p for p in BUILTIN if p.name == "11_linear_relu")).program
     assert not linear.torch_steps  # nn.Linear's weight is already [N, K]
