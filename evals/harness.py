@@ -199,6 +199,14 @@ class ReferenceTimings(BaseModel):
         return {k: v for k, v in pairs if v is not None}
 
 
+MEMORY_FIELDS = ("memory_allocated_bytes", "memory_reserved_bytes", "worker_rss_bytes")
+
+
+def _memory_of(result: dict) -> dict:
+    """The worker's memory readings in a reply (None where one is missing)."""
+    return {k: result.get(k) for k in MEMORY_FIELDS}
+
+
 # ---------------------------------------------------------------------------------------------
 # The worker process
 
@@ -458,9 +466,7 @@ class Harness:
         return Validation(
             correct=correct, reason=reason, sets=sets, checks=checks,
             max_abs_error=max(errs_abs) if errs_abs else None, max_rel_error=max(errs_rel) if errs_rel else None,
-            device=res.get("device"), wall_s=time.perf_counter() - start,
-            memory_allocated_bytes=res.get("memory_allocated_bytes"),
-            memory_reserved_bytes=res.get("memory_reserved_bytes"), worker_rss_bytes=res.get("worker_rss_bytes"), **base,
+            device=res.get("device"), wall_s=time.perf_counter() - start, **_memory_of(res), **base,
         )
 
     def profile(self, problem: Problem, candidate: Candidate, t_sol_us: float | None = None) -> Timing:
@@ -485,9 +491,7 @@ class Harness:
                 median_us=res.get("median_us"), spread_pct=res.get("spread_pct"), trials=res.get("trials", 0),
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
                 wall_median_us=res.get("wall_median_us"), timed_s=res.get("timed_s"), checks=checks,
-                reason=res.get("reason", ""),
-                memory_allocated_bytes=res.get("memory_allocated_bytes"),
-                memory_reserved_bytes=res.get("memory_reserved_bytes"), worker_rss_bytes=res.get("worker_rss_bytes"),
+                reason=res.get("reason", ""), **_memory_of(res),
             )
             if self.settings.ncu:
                 timing.counters = self._ncu_counters(problem, candidate)
