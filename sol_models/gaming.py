@@ -54,10 +54,7 @@ def ceiling_check(
         raise ValueError(f"margin must be in [0, 1), got {margin}")
     values = []
     for what, value in (("measured time", t_measured_us), ("t_SOL", t_sol_us)):
-        try:
-            number = float(value)  # numpy and torch scalars too
-        except (TypeError, ValueError):
-            number = math.nan
+        number = _or_nan(value)  # numpy and torch scalars too
         if not (math.isfinite(number) and number > 0):
             return CeilingVerdict(
                 ok=False, verdict="invalid", ratio=None, t_measured_us=_or_nan(t_measured_us),
