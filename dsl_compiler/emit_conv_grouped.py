@@ -37,6 +37,7 @@ from dsl_compiler.emit_cutlass import (
     KernelAbi,
     _ExprWriter,
     _HELPERS,
+    _MU_FAIL,
     _inline_lets,
     _leaves,
     _unsupported,
@@ -450,12 +451,7 @@ _GROUPED_INCLUDES = r"""#include "cutlass/gemm/threadblock/threadblock_swizzle.h
 """
 
 # ints: the conv ints of emit_cutlass (N, D, H, W, C, K, T, R, S, pads, strides, dilations; D = T = 1 here).
-_ABI = r"""
-static int mu_fail(char* msg, int msg_len, const char* stage, const char* text) {
-  if (msg && msg_len > 0) snprintf(msg, msg_len, "%s: %s", stage, text);
-  return 1;
-}
-
+_ABI = "\n" + _MU_FAIL + r"""
 static cutlass::conv::Conv2dProblemSize mu_problem(const int64_t* ints) {
   auto I = [&](int i) { return int(ints[i]); };
   int P = (I(2) + 2 * I(10) - I(16) * (I(7) - 1) - 1) / I(13) + 1;

@@ -501,12 +501,14 @@ _CONV_INCLUDES = r"""#include "cutlass/conv/convolution.h"
 #include "cutlass/conv/kernel/conv_universal.hpp"
 """
 
-_ABI = r"""
-static int mu_fail(char* msg, int msg_len, const char* stage, const char* text) {
+# Reports a failed stage into the caller's message buffer; every kernel's C ABI returns through it.
+_MU_FAIL = r"""static int mu_fail(char* msg, int msg_len, const char* stage, const char* text) {
   if (msg && msg_len > 0) snprintf(msg, msg_len, "%s: %s", stage, text);
   return 1;
 }
+"""
 
+_ABI = "\n" + _MU_FAIL + r"""
 static int mu_make_args(void* const* ptrs, const int64_t* ints, const float* scalars, typename Op::Arguments& args) {
   auto I = [&](int i) { return ints[i]; };
   auto S = [&](int i) { return scalars[i]; };

@@ -28,6 +28,7 @@ from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.emit_cutlass import (
     _GEMM_INCLUDES,
     _HELPERS,
+    _MU_FAIL,
     _PREAMBLE,
     CPP_ELEMENT,
     ELEMENT_BITS,
@@ -289,11 +290,7 @@ static int mu_sm_count() {{
   return count[dev & 63];
 }}
 
-static int mu_fail(char* msg, int msg_len, const char* stage, const char* text) {{
-  if (msg && msg_len > 0) snprintf(msg, msg_len, "%s: %s", stage, text);
-  return 1;
-}}
-
+{_MU_FAIL}
 // The arguments over the per-group arrays at ``table`` (device) and the host copy of the shapes.
 static void mu_make_args(void* const* ptrs, const int64_t* ints, const float* scalars, char* table,
                          const UnderlyingShape* host_shapes, typename Op::Arguments& args) {{
