@@ -310,16 +310,11 @@ def _diff(a, b):
 # c. timing spread
 
 
-@contextlib.contextmanager
 def tf32(matmul: bool):
-    import torch
+    """TF32 in matmuls as asked; cuDNN keeps PyTorch's default (on), as the worker's eager timings do."""
+    from evals.worker import tf32_mode
 
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, True  # cuDNN: PyTorch's default
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    return tf32_mode(matmul=matmul, cudnn=True)
 
 
 class SpreadTarget:

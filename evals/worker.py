@@ -343,11 +343,11 @@ class Worker:
         out: dict[str, Any] = {"timing_source": "gpu"}
         timed_s = 0.0
         with torch.no_grad():
-            with _tf32(matmul=False, cudnn=True):  # PyTorch's defaults: what "eager" means in KernelBench
+            with tf32_mode(matmul=False, cudnn=True):  # PyTorch's defaults: what "eager" means in KernelBench
                 s = self.time(lambda inp: model(*inp), input_sets, settings)
             out["eager_fp32_us"], out["eager_fp32_spread_pct"] = s.median_us, s.spread_pct
             timed_s += s.elapsed_s
-            with _tf32(matmul=True, cudnn=True):
+            with tf32_mode(matmul=True, cudnn=True):
                 s = self.time(lambda inp: model(*inp), input_sets, settings)
                 out["eager_tf32_us"], out["eager_tf32_spread_pct"] = s.median_us, s.spread_pct
                 timed_s += s.elapsed_s
@@ -474,7 +474,8 @@ def _poison(device, value: float, out_nbytes: list[int] = ()) -> None:
 
 
 @contextmanager
-def _tf32(matmul: bool, cudnn: bool):
+def tf32_mode(matmul: bool, cudnn: bool):
+    """TF32 allowed (or not) in matmuls and in cuDNN convolutions, restored on exit."""
     old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
     try:
@@ -485,7 +486,7 @@ def _tf32(matmul: bool, cudnn: bool):
 
 def _fp32_strict():
     """The correctness reference is true fp32 (no TF32 anywhere)."""
-    return _tf32(matmul=False, cudnn=False)
+    return tf32_mode(matmul=False, cudnn=False)
 
 
 @contextmanager
