@@ -41,6 +41,12 @@ def run_both(problem: Problem, program, seed: int = 1):
     return out, ref
 
 
+def assert_matches_reference(path: str, program, tol: float):
+    """The program's one output equals the reference model's on the interpreter, within ``tol``."""
+    (out,), ref = run_both(load_problem(path), program)
+    assert torch.allclose(out, ref, atol=tol, rtol=tol)
+
+
 def write_problem(tmp_path, body: str, name: str = "p") -> str:
     path = tmp_path / f"{name}.py"
     path.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n" + textwrap.dedent(body))
@@ -108,8 +114,7 @@ def test_grouped_conv_epilogue_takes_one_tensor_and_leaves_the_rest_to_pytorch(t
     add = next(r for r in result.coverage if r.target.endswith("add") or r.op.startswith("add"))
     assert add.placement == "torch_step" and "one tensor" in add.reason
     assert check(result.program) == []
-    (out,), ref = run_both(load_problem(path), result.program)
-    assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4)
+    assert_matches_reference(path, result.program, tol=1e-4)
 
 
 def test_a_depthwise_conv_the_backend_cannot_build_is_demoted_with_the_reason(tmp_path):
@@ -230,8 +235,7 @@ def test_fallbacks_are_torch_steps_with_reasons(tmp_path):
     assert rows["bn"].placement == "torch_step" and "BatchNorm1d" in rows["bn"].reason
     assert rows["softmax"].placement == "torch_step" and rows["softmax"].reason
     assert {"batch_norm", "softmax"} <= {s.fn for s in result.program.torch_steps}
-    (out,), ref = run_both(load_problem(path), result.program)
-    assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
+    assert_matches_reference(path, result.program, tol=1e-2)
 
 
 def test_einsum_addmm_and_rank4_linear(tmp_path):
@@ -325,8 +329,7 @@ def test_control_flow_falls_back_to_torch_export(tmp_path):
     (kernel,) = result.program.kernels
     assert result.program.decl(kernel.op.b.name).source == "fc.weight"
     assert {r.op: r.placement for r in result.coverage}["relu"] == "epilogue"
-    (out,), ref = run_both(load_problem(path), result.program)
-    assert torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
+    assert_matches_reference(path, result.program, tol=1e-2)
 
 
 def _kmajor_only_rule(self, math):
