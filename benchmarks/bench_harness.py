@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from evals.harness import Candidate, Harness, HarnessSettings  # noqa: E402
 from evals.harness_cli import fmt_us  # noqa: E402
 from evals.problems import load_suite  # noqa: E402
+from evals.replay import fmt_num  # noqa: E402
 from evals.runner import collect_environment, versions_text  # noqa: E402
 from evals.timing import TimingMethod, range_pct, spread_pct  # noqa: E402
 
@@ -500,10 +501,6 @@ def _mb_level(b) -> str:
     return "-" if b is None else f"{b / 1024**2:.1f} MB"
 
 
-def _f(v, fmt="{:.2f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
 def to_markdown(doc: dict) -> str:
     s = doc["summary"]
     lines = [f"# Harness: overhead, memory and timing spread on {doc['gpu_name'] or 'the CPU'} ({doc['date']})", "",
@@ -515,9 +512,9 @@ def to_markdown(doc: dict) -> str:
     for r in doc["rows"]:
         if r["section"] == "overhead":
             lines.append(f"| {r['candidate']} | {r['problem']} | {r['backend']} | {r['attempts']} | "
-                         f"{_f(r['overhead_median_s'], '{:.3f} s')} | {_f(r['overhead_max_s'], '{:.3f} s')} | "
-                         f"{_f(r['first_attempt_s'], '{:.2f} s')} | {_f(r['validate_median_s'], '{:.3f} s')} | "
-                         f"{_f(r['profile_median_s'], '{:.3f} s')} | {_f(r['timed_median_s'], '{:.3f} s')} | "
+                         f"{fmt_num(r['overhead_median_s'], '.3f', ' s')} | {fmt_num(r['overhead_max_s'], '.3f', ' s')} | "
+                         f"{fmt_num(r['first_attempt_s'], '.2f', ' s')} | {fmt_num(r['validate_median_s'], '.3f', ' s')} | "
+                         f"{fmt_num(r['profile_median_s'], '.3f', ' s')} | {fmt_num(r['timed_median_s'], '.3f', ' s')} | "
                          f"{r['timing_source'] or '-'}{'' if r['correct'] else ' (WRONG: ' + r['reason'][:60] + ')'} |")
     for r in doc["rows"]:
         if r["section"] == "overhead_skipped":
@@ -553,9 +550,9 @@ def to_markdown(doc: dict) -> str:
               "| variant | worst IQR spread | where | worst median spread | worst medians range | all < 3% | times vs current | seconds |",
               "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
     for name, v in s.get("spread_by_variant", {}).items():
-        lines.append(f"| {name} | {_f(v['worst_spread_pct'], '{:.2f}%')} | {v['worst_spread_where'] or '-'} | "
-                     f"{_f(v['worst_median_spread_pct'], '{:.2f}%')} | {_f(v['worst_medians_range_pct'], '{:.2f}%')} | "
-                     f"{v['all_under_3pct']} | {_f(v['median_vs_current_geomean'], '{:.3f}x')} | {v['measure_s_total']:.1f} |")
+        lines.append(f"| {name} | {fmt_num(v['worst_spread_pct'], '.2f', '%')} | {v['worst_spread_where'] or '-'} | "
+                     f"{fmt_num(v['worst_median_spread_pct'], '.2f', '%')} | {fmt_num(v['worst_medians_range_pct'], '.2f', '%')} | "
+                     f"{v['all_under_3pct']} | {fmt_num(v['median_vs_current_geomean'], '.3f', 'x')} | {v['measure_s_total']:.1f} |")
     lines += ["", "## Summary", "", "```", json.dumps({k: v for k, v in s.items() if k != "spread_by_variant"}, indent=2), "```", ""]
     return "\n".join(lines)
 
