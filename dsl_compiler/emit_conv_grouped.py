@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsl_compiler.emit_cutlass import (
+    CONV_INTS,
     CPP_ELEMENT,
     ELEMENT_BITS,
     AbiTensor,
@@ -46,10 +47,6 @@ from dsl_compiler.emit_cutlass import (
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.ir import ConvOp, Kernel, Program, Reduce, Store
 
-# Conv ints of the C ABI (emit_cutlass._emit_conv): n d h w c k t r s pad_d pad_h pad_w stride_d stride_h stride_w dil_d dil_h dil_w
-CONV_INTS = ("n", "d", "h", "w", "c", "k", "t", "r", "s", "pad_d", "pad_h", "pad_w",
-             "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w")
-
 # Depthwise direct conv: (output rows, output cols, channels) per CTA, first that fits shared memory.
 DEPTHWISE_TILES = ((8, 8, 64), (8, 8, 32), (8, 8, 16), (4, 4, 64), (4, 4, 32), (4, 4, 16))
 DEPTHWISE_SMEM_BYTES = 200 * 1024  # of the 227 KB a block may opt into
@@ -61,10 +58,6 @@ GROUPED_TILE_N = (32, 64, 128)
 GROUPED_TILE_K = {"f32": (16, 32), "bf16": (32, 64), "f16": (32, 64)}
 GROUPED_STAGES = (3, 4, 5, 6)
 SWIZZLES = (1, 2, 4, 8)
-
-
-def is_depthwise(op: ConvOp, c: int, k: int) -> bool:
-    return op.groups == c and k % c == 0
 
 
 @dataclass(frozen=True)
