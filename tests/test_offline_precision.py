@@ -112,6 +112,7 @@ def test_f16_programs_are_correct_on_the_interpreter(name):
     for seed in (1, 2):
         outs, ref = run_both(problem, program, seed=seed)
         refs = ref if isinstance(ref, tuple) else (ref,)
+        assert len(outs) == len(refs)
         for out, r in zip(outs, refs):
             assert out.dtype == r.dtype
             assert torch.allclose(out, r, atol=problem.tolerance, rtol=problem.tolerance)
@@ -121,7 +122,9 @@ def test_f16_programs_are_correct_on_the_interpreter(name):
 def test_every_candidate_of_the_smoke_suite_checks_and_runs(tier, name):
     problem = SMOKE[name]
     candidates = tier.candidates(problem, "h200")
-    for c in [c for c in candidates if c.math][:2] + [c for c in candidates if not c.math][:1]:
+    chosen = [c for c in candidates if c.math][:2] + [c for c in candidates if not c.math][:1]
+    assert any(not c.math for c in chosen)  # the storage type's program at least
+    for c in chosen:
         program, diags = parse(c.program_text)
         assert program is not None and not diags
         assert not [d for d in check(program, "sm90a", backend="cutlass") if d.severity == "error"]
