@@ -173,17 +173,14 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
-# The table's t_SOL: the datasheet's peaks, as the literature's fractions of speed of light are quoted
-# (--sol-peaks calibrated uses the measured ones, which are lower, so fractions come out higher).
-SOL_PEAKS = {"calibrated": False}
-
-
-def _sol(problem, gpu: str) -> dict:
+def _sol(problem, gpu: str, calibrated: bool = False) -> dict:
+    """The table's t_SOL: by default from the datasheet's peaks, as the literature's fractions of speed of
+    light are quoted (``calibrated`` uses the measured ones, which are lower, so fractions come out higher)."""
     from sol_models.bounds import sol_report
     from sol_models.counting import count_problem
     from sol_models.hardware import get_gpu
 
-    spec = get_gpu(gpu, calibrated=SOL_PEAKS["calibrated"])
+    spec = get_gpu(gpu, calibrated=calibrated)
     return sol_report(count_problem(problem), spec, precision="tf32").model_dump()
 
 
@@ -195,7 +192,7 @@ def run_suite(problems: list, args, log=print) -> dict:
     out = Path(args.out)
     rows = []
     for problem in problems:
-        sol = _sol(problem, args.gpu)
+        sol = _sol(problem, args.gpu, calibrated=args.sol_peaks == "calibrated")
         # one harness worker for the whole suite, as in an evaluation (a worker start costs seconds)
         ctx = RunContext(tier="offline", backend=args.backend, max_attempts=args.max_attempts, policy=args.policy,
                          gpu=args.gpu, services=shared_services(args.gpu))
@@ -213,7 +210,8 @@ def run_suite(problems: list, args, log=print) -> dict:
     return {"rows": rows, "summary": summarize(rows)}
 
 
-def rows_from_evaluation(problems: list, results_path: Path, gpu: str, policy: str = "fixed") -> dict:
+def rows_from_evaluation(problems: list, results_path: Path, gpu: str, policy: str = "fixed",
+                         calibrated: bool = False) -> dict:
     """The same table from a finished `mucutlass eval` (its results.sqlite), with no GPU: the offline tier's
     runs under ``policy``, one row per problem of the suite (a problem without a finished run is a failed row)."""
     from evals.store import ResultsStore
@@ -230,7 +228,7 @@ def rows_from_evaluation(problems: list, results_path: Path, gpu: str, policy: s
         if summary is None:
             rows.append({"problem": problem.name, "correct": False, "why": "no finished run in the evaluation"})
             continue
-        rows.append(problem_row(problem, summary, _sol(problem, gpu), gpu))
+        rows.append(problem_row(problem, summary, _sol(problem, gpu, calibrated), gpu))
     return {"rows": rows, "summary": summarize(rows), "environment": environment,
             "backend": config.get("backend", "cutlass"), "max_attempts": config.get("max_attempts")}
 
@@ -302,7 +300,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sol-peaks", choices=("datasheet", "calibrated"), default="datasheet",
                         help="peaks of the table's t_SOL (default: the datasheet's, as fractions of SOL are quoted)")
     args = parser.parse_args(argv)
-    SOL_PEAKS["calibrated"] = args.sol_peaks == "calibrated"
     args.date = dt.date.today().isoformat()
 
     from evals.problems import ProblemError, load_suite
@@ -326,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.prebuild_only:
             return 0 if not doc["prebuild"]["failed"] else 1
     if args.from_eval:
-        doc.update(rows_from_evaluation(problems, Path(args.from_eval), args.gpu, args.policy))
+        doc.update(rows_from_evaluation(problems, Path(args.from_eval), args.gpu, args.policy,
+                                        calibrated=args.sol_peaks == "calibrated"))
         doc["gpu"] = doc["environment"].get("gpu") or args.gpu
     else:
         from evals.runner import collect_environment
