@@ -217,13 +217,12 @@ def conv_call_args(kernel_name, op, abi, env, outputs):
 _PLANS: dict = {}  # (library, kernel, input signature) -> a call plan reused while the inputs keep their layout
 
 
-def _signature(op, abi, env):
-    names = [t["name"] for t in abi["tensors"] if t["role"] not in ("d", "store", "reduce")]
-    sig = []
-    for name in names:
-        t = env[name]
-        sig.append((name, tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0))
-    return tuple(sig)
+_OUTPUT_ROLES = ("d", "store", "reduce")  # ABI tensors the kernel writes (allocated per call); the rest are inputs
+
+
+def _signature(abi, env):
+    inputs = (env[t["name"]] for t in abi["tensors"] if t["role"] not in _OUTPUT_ROLES)
+    return tuple((tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0) for t in inputs)
 
 
 def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
@@ -233,7 +232,7 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
     in full; later calls reuse that plan (sizes, strides, workspace size) and only gather pointers
     and allocate outputs, which keeps the host cost per launch to a few microseconds."""
     lib = load_library(lib_path)
-    key = (lib_path, kernel_name, _signature(op, abi, env))
+    key = (lib_path, kernel_name, _signature(abi, env))
     plan = _PLANS.get(key) if not outputs else None
     if plan is not None:
         c_ints, c_scalars, ws_bytes, out_specs, device = plan
@@ -261,9 +260,9 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
         ws_bytes = ws.value
         # reusable only when every input was used in place (no layout copy was needed)
         inputs_in_place = all(t is env.get(spec["name"]) for spec, t in zip(abi["tensors"], tensors)
-                              if spec["role"] not in ("d", "store", "reduce"))
+                              if spec["role"] not in _OUTPUT_ROLES)
         if inputs_in_place:
-            out_specs = [None if spec["role"] not in ("d", "store", "reduce") else (tuple(t.shape), t.stride(), t.dtype)
+            out_specs = [None if spec["role"] not in _OUTPUT_ROLES else (tuple(t.shape), t.stride(), t.dtype)
                          for spec, t in zip(abi["tensors"], tensors)]
             _PLANS[key] = (c_ints, c_scalars, ws_bytes, out_specs, device)
     ptrs = (ctypes.c_void_p * len(ptr_values))(*ptr_values)
