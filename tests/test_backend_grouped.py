@@ -266,10 +266,10 @@ def test_real_nvcc_compiles_a_grouped_kernel():
 
 
 def test_an_exported_model_new_carries_the_grouped_call_path():
-    from dsl_compiler.export import portable_runtime_source
+    from dsl_compiler.export import _imports, portable_runtime_source
 
     namespace: dict = {}
-    exec("import ctypes, threading, time\nimport torch\n" + portable_runtime_source(), namespace)  # noqa: S102
+    exec(_imports() + portable_runtime_source(), namespace)  # noqa: S102  # the exported file's imports, not a list of ours
     prog, abi, op = _abi_and_op("grouped_bf16_bias_relu")
     env = {"x": torch.randn(384, 128, dtype=torch.bfloat16), "w": torch.randn(3, 128, 256, dtype=torch.bfloat16),
            "b": torch.randn(256, dtype=torch.bfloat16)}
