@@ -50,6 +50,7 @@ def test_target_description_is_data():
 def _edit(*pairs: tuple[str, str]) -> str:
     text = GOOD
     for old, new in pairs:
+        assert old in text, f"the edit {old!r} -> {new!r} finds nothing to replace"  # else the row tests less than it says
         text = text.replace(old, new)
     return text
 
