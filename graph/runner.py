@@ -92,7 +92,7 @@ def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: st
             summary = summarize(final, ctx, loop_s, overhead_s, backend_reason)
             write_outputs(final, summary, ctx, run_dir)
         finally:
-            if getattr(ctx, "_owns_services", True):
+            if ctx._owns_services:
                 ctx.services.close()  # stops the harness worker
     overhead_s = summary.graph_overhead_s
     emit({"event": "done", "run_dir": str(run_dir), "best_index": summary.best_index, "best_t_us": summary.best_t_us,
