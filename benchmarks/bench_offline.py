@@ -168,6 +168,11 @@ def summarize(rows: list[dict]) -> dict:
         "geomean_sol_fraction_at_precision": geomean([r.get("sol_fraction_at_precision") for r in correct]),
         "precisions": {p: sum(1 for r in correct if r.get("precision") == p)
                        for p in sorted({r.get("precision") or "-" for r in correct})},
+        # PyTorch's own reach on the same bound: the fastest of eager fp32, eager TF32 and torch.compile per problem
+        "geomean_sol_fraction_pytorch_best": geomean([
+            r["t_sol_us"] / min(t for t in (r.get("eager_fp32_us"), r.get("eager_tf32_us"), r.get("compile_us")) if t)
+            for r in rows if r.get("t_sol_us") and any((r.get("eager_fp32_us"), r.get("eager_tf32_us"), r.get("compile_us")))]),
+        "faster_than_eager_tf32": sum(1 for r in correct if (r.get("speedup_vs_eager_tf32") or 0) > 1),
         "correct": len(correct), "total": len(rows),
         "short_of_target": [r["problem"] for r in rows if not r.get("correct") or (r.get("sol_fraction") or 0) < TARGET_SOL_FRACTION],
     }
