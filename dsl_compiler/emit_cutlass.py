@@ -527,7 +527,7 @@ extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, 
   using namespace @@NS@@;
   typename Op::Arguments args;
   mu_make_args(ptrs, ints, scalars, args);
-  *bytes = Op::get_workspace_size(args);
+  *bytes = @@WORKSPACE_BYTES@@;
   return 0;
 }
 
@@ -537,13 +537,7 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
   typename Op::Arguments args;
   mu_make_args(ptrs, ints, scalars, args);
   Op op;
-  cutlass::Status st = op.can_implement(args);
-  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "can_implement", cutlass::cutlassGetStatusString(st));
-  if (Op::get_workspace_size(args) > workspace_bytes) return mu_fail(msg, msg_len, "workspace", "workspace smaller than mucutlass_workspace_size");
-  st = op.initialize(args, workspace, static_cast<cudaStream_t>(stream));
-  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "initialize", cutlass::cutlassGetStatusString(st));
-  st = op.run(static_cast<cudaStream_t>(stream));
-  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "run", cutlass::cutlassGetStatusString(st));
+@@CHECK_AND_RUN@@  if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "run", cutlass::cutlassGetStatusString(st));
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return mu_fail(msg, msg_len, "launch", cudaGetErrorString(err));
   return 0;
@@ -551,6 +545,7 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
 """
 
 
+# mucutlass_run's checks, set-up and launch (the kernel's own workspace size, the usual launch).
 _ABI_CHECK_AND_INIT = """  cutlass::Status st = op.can_implement(args);
   if (st != cutlass::Status::kSuccess) return mu_fail(msg, msg_len, "can_implement", cutlass::cutlassGetStatusString(st));
   if (Op::get_workspace_size(args) > workspace_bytes) return mu_fail(msg, msg_len, "workspace", "workspace smaller than mucutlass_workspace_size");
@@ -647,13 +642,12 @@ def _collective_epilogue(epi: _Epilogue, el_acc: str, layout: str, schedule: str
 
 def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[str, str], conv: bool,
             swapped: bool = False) -> EmittedKernel:
-    abi_text = _ABI
     if swapped:
-        size_line = "  *bytes = Op::get_workspace_size(args);\n"
-        assert _ABI_CHECK_AND_INIT in abi_text and size_line in abi_text
-        abi_text = (abi_text.replace(_ABI_CHECK_AND_INIT, _ABI_CHECK_AND_INIT_SWAPPED)
-                    .replace(size_line, "  *bytes = mu_workspace_bytes(args);\n"))
+        check_and_run, workspace_bytes = _ABI_CHECK_AND_INIT_SWAPPED, "mu_workspace_bytes(args)"
         body += _SWAPPED_HELPERS
+    else:
+        check_and_run, workspace_bytes = _ABI_CHECK_AND_INIT, "Op::get_workspace_size(args)"
+    abi_text = _ABI.replace("@@CHECK_AND_RUN@@", check_and_run).replace("@@WORKSPACE_BYTES@@", workspace_bytes)
     core = body + abi_text.replace("@@ARGS@@", args)
     ns = namespace_for(core)
     source = _PREAMBLE + (_CONV_INCLUDES if conv else _GEMM_INCLUDES) + f"\nnamespace {ns} {{\nusing namespace cute;\n" + core.replace("@@NS@@", ns)
