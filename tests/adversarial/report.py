@@ -26,8 +26,7 @@ def caught(result, case, on_gpu: bool) -> bool:
         bad = not result.valid
     else:
         bad = not result.correct
-    expected = {"crash": "cuda_error" if on_gpu else "crash", "timeout": "timeout"}.get(case.caught_by, case.caught_by + ":")
-    return bad and result.reason.startswith(expected)
+    return bad and result.rule == case.caught_by and result.reason.startswith(case.caught_by + ":")
 
 
 def main(argv=None) -> int:
