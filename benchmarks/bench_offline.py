@@ -190,7 +190,7 @@ def _sol(problem, gpu: str, calibrated: bool = False) -> dict:
 
 
 def run_suite(problems: list, args, log=print) -> dict:
-    from evals.runner import shared_services
+    from graph.runner import shared_services
     from graph.context import RunContext
     from graph.runner import run_optimize
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
 
 BASELINES = ("eager_fp32", "eager_tf32", "compile")
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
 
 RunStatus = Literal["running", "done", "failed", "derived"]
 FINISHED: tuple[RunStatus, ...] = ("done", "derived")

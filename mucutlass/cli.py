@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "evals.cli",          # eval, replay, report
     "mucutlass.wheelhouse",  # wheelhouse
 )
+EVAL_RUN_FN = "graph.runner:run_spec"  # what `eval` runs for each (problem, tier, policy)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    if "eval" in sub.choices:
+        # the evaluation runner knows no agent: this command hands it the graph's run function
+        sub.choices["eval"].set_defaults(run_fn=EVAL_RUN_FN)
     return parser
 
 

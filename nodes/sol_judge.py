@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from graph.attempts import ceiling_bound_us, judge
 from graph.context import RunContext
-from graph.policies import should_stop
+from evals.policies import should_stop
 from graph.state import OptimizeState, current, history
 
 

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from graph.records import AttemptRecord, Hypothesis
+from evals.records import AttemptRecord, Hypothesis
 from nodes.offline import search
 from dsl_compiler.frontend import TraceOptions, TraceResult, trace_problem
 from nodes.tiers import WriterReply, WriterRequest
