@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from graph.checkpoints import open_saver, thread_config
+from graph.checkpoints import CheckpointError, open_saver, thread_config
 from graph.context import RunContext, resolve_backend
 from graph.events import EventSink, EventTracker
 from graph.records import AttemptRecord, RunSummary
@@ -62,6 +62,14 @@ def resume_run(run_dir: str | Path, on_event: EventSink | None = None, **live: A
 
 def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
            on_event: EventSink | None) -> RunSummary:
+    try:
+        return _drive_graph(ctx, run_dir, problem_path, backend_reason, start_state, on_event)
+    except CheckpointError as exc:  # refused or damaged: nothing of it is used
+        raise RunError(f"{exc}; nothing was resumed") from None
+
+
+def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
+                 on_event: EventSink | None) -> RunSummary:
     from graph.builder import build_graph
 
     emit = on_event or (lambda e: None)

@@ -11,7 +11,7 @@ from dsl_compiler.parser import parse
 from evals.problems import load_suite
 from graph.records import AttemptRecord
 from nodes.offline import search
-from nodes.offline.frontend import TraceOptions, trace_problem
+from dsl_compiler.frontend import TraceOptions, trace_problem
 from nodes.offline.policy import OfflineTier, attempt_math, half_math
 from test_offline_frontend import run_both, shrunk
 from test_offline_policy import attempt, request
