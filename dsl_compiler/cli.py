@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     c.set_defaults(func=run_check)
 
     f = subparsers.add_parser(
-        "fmt", help="print a μCUTLASS program in canonical form (comments are not kept)",
+        "fmt", help="print a μCUTLASS program in canonical form (comments kept beside their statements)",
         description="Print the program's canonical text (the printer's output; it parses back to the same program).")
     f.add_argument("file", help="the program (.mcu), or - for standard input")
     f.add_argument("-w", "--write", action="store_true", help="rewrite the file in place")
@@ -131,14 +131,22 @@ def run_fmt(args: argparse.Namespace) -> int:
     if args.write and args.file == "-":
         print("error: --write needs a file, not standard input", file=sys.stderr)
         return 2
-    from dsl_compiler.parser import parse
+    from dsl_compiler.parser import collect_comments, parse
     from dsl_compiler.printer import format_program
 
     program, diags = parse(text)
     if program is None:
         _print_diagnostics(diags, _display_name(args.file), False)
         return 1
-    canonical = format_program(program)
+    comments = collect_comments(text)
+    canonical = format_program(program, comments)
+    # fmt never loses text: the canonical form must mean the same program and carry every comment
+    reparsed, _ = parse(canonical)
+    kept = collect_comments(canonical)
+    if reparsed != program or kept is None or _comment_words(kept.texts()) != _comment_words(comments.texts()):
+        print(f"error: {args.file}: the canonical form would change the program or lose a comment; the file is left "
+              "as it is", file=sys.stderr)
+        return 1
     if args.check:
         if canonical != text:
             print(f"{args.file}: not in canonical form (run mucutlass fmt -w {args.file})", file=sys.stderr)
@@ -149,6 +157,11 @@ def run_fmt(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(canonical)
     return 0
+
+
+def _comment_words(texts: list[str]) -> list[str]:
+    # two trailing comments of one printed line are joined into one; their words are what must survive
+    return sorted(word for text in texts for word in text.split())
 
 
 def run_interpret(args: argparse.Namespace) -> int:
