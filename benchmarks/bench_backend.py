@@ -216,7 +216,8 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from dsl_compiler.cutlass_runtime import CutlassProgramModule, load_seconds
+    from dsl_compiler.cutlass_runtime import load_seconds
+    from dsl_compiler.runtime import CutlassProgramModule
 
     dev = torch.device("cuda")
     rows = []
