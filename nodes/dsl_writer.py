@@ -11,7 +11,7 @@ from graph.attempts import add_tokens, advance, fail, program_hash
 from graph.context import RunContext
 from evals.records import AttemptRecord
 from graph.state import OptimizeState, history, hypothesis
-from nodes.tiers import WriterReply, WriterRequest
+from nodes.tier_types import WriterReply, WriterRequest
 
 
 def writer_request(state: OptimizeState, ctx: RunContext, index: int | None) -> WriterRequest:

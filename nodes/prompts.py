@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from nodes.tiers import WriterRequest
+from nodes.tier_types import WriterRequest
 
 LANGUAGE_DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 
