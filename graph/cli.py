@@ -96,12 +96,33 @@ def optimize_command(args: argparse.Namespace) -> int:
     ctx = RunContext(tier=args.tier, policy=args.policy, max_attempts=args.max_attempts, eps=args.eps,
                      plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
                      gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
+    created = not out.exists()
     try:
         summary = run_optimize(problem, ctx, out, on_event=_sink(args.json))
     except KeyboardInterrupt:
         print(f"interrupted: continue with `mucutlass resume {out}`", file=sys.stderr)
         raise
+    except BaseException:
+        _discard_unstarted(out, created)
+        raise
+    if not summary.attempts and summary.stop_reason.startswith("setup failed"):
+        _discard_unstarted(out, created)  # a run that never started leaves no folder behind
     return _outcome(summary)
+
+
+def _discard_unstarted(out: Path, created: bool) -> None:
+    """Remove a run directory this command created when no attempt was recorded in it."""
+    import json
+    import shutil
+
+    if not created or not out.is_dir():
+        return
+    try:
+        attempts = json.loads((out / "attempts.json").read_text())
+    except (OSError, ValueError):
+        attempts = []
+    if not attempts:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def resume_command(args: argparse.Namespace) -> int:

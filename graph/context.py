@@ -92,6 +92,11 @@ class Services:
 
         self._timed(export_model_new, program, artifacts or {}, path, problem_source=problem_source)
 
+    def export_model_interpreted(self, program: Any, path: str, problem_source: str | None = None) -> None:
+        from dsl_compiler.export import export_model_interpreted
+
+        self._timed(export_model_interpreted, program, path, problem_source=problem_source)
+
     # -- harness --------------------------------------------------------------------------
     def harness(self) -> Any:
         if self._harness is None:
