@@ -57,6 +57,7 @@ class RunSummary(BaseModel):
     problem: str
     tier: str
     policy: str
+    variant: str = "dsl+sol"  # evals.variants.DEFAULT_VARIANT (records import nothing of ours)
     backend: str
     gpu: str
     attempts: list[AttemptRecord] = Field(default_factory=list)
