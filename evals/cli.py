@@ -66,7 +66,8 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="evaluation folder (default: runs/eval-<suite or level>)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: a cluster address, or 'local' for a private instance")
     p.add_argument("--workers", type=int, default=None, help="local workers (default: one per visible GPU)")
-    p.add_argument("--run-fn", default=None, help=argparse.SUPPRESS)  # 'module:function' in place of the graph
+    # 'module:function' that runs one spec: the mucutlass command wires the graph's; tests pass a fake
+    p.add_argument("--run-fn", default=None, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_eval)
 
@@ -93,12 +94,14 @@ def register(subparsers) -> None:
 
 def cmd_eval(args) -> int:
     from evals.problems import ProblemError, load_problems
-    from evals.runner import DEFAULT_RUN_FN, EvalConfig, EvalError, check_policies, run_evaluation
-    from graph.context import resolve_backend
+    from dsl_compiler.backend import resolve_backend
+    from evals.runner import EvalConfig, EvalError, check_policies, run_evaluation
     from evals.store import StoreError
 
     if args.kernelbench is None and (args.level is not None or args.ids is not None):
         return _error("--level and --ids go with --kernelbench", "add --kernelbench PATH, or drop them")
+    if not args.run_fn:
+        return _error("no run function to evaluate", "run it as `mucutlass eval`, which hands it the graph's")
     if args.max_attempts < 1:
         return _error(f"--max-attempts {args.max_attempts}: must be at least 1")
     from evals.variants import VariantError, check_variants
@@ -148,7 +151,7 @@ def cmd_eval(args) -> int:
     try:
         outcome = run_evaluation(
             config, {p.key: p.path for p in problems}, out, executor=executor,
-            run_fn=args.run_fn or DEFAULT_RUN_FN, show_progress=not args.no_progress,
+            run_fn=args.run_fn, show_progress=not args.no_progress,
         )
     except (StoreError, EvalError) as exc:
         return _error(str(exc))
@@ -168,7 +171,7 @@ def cmd_eval(args) -> int:
 def cmd_replay(args) -> int:
     from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
     from evals.store import ResultsStore, StoreError
-    from graph.policies import PolicySettings
+    from evals.policies import PolicySettings
 
     try:
         store = ResultsStore.open_existing(args.results)

@@ -2,7 +2,7 @@
 
 A log run under the most generous policy (``fixed``) holds every attempt the other policies would
 have made, in the same order; since stop rules are pure functions of the history
-(``graph.policies``), cutting each log where a rule would have fired gives exactly that policy's run.
+(``evals.policies``), cutting each log where a rule would have fired gives exactly that policy's run.
 This is how the budgeting study compares policies: attempts and tokens saved against the geomean
 speedup retained.
 """
@@ -15,9 +15,9 @@ from dataclasses import replace
 from pydantic import BaseModel
 
 from evals import metrics
-from evals.variants import stop_policy
-from graph.policies import POLICY_NAMES, PolicySettings, stop_index
-from graph.records import RunSummary
+from evals.policies import POLICY_NAMES, PolicySettings, stop_index
+from evals.records import RunSummary
+from evals.variants import DEFAULT_VARIANT, stop_policy
 
 
 class ReplayError(ValueError):
@@ -114,7 +114,7 @@ class ReplayRow(BaseModel):
     tier: str
     setting: PolicySetting
     runs: int
-    variant: str = "dsl+sol"
+    variant: str = DEFAULT_VARIANT
     stopped_early: int  # runs cut before the end of their log
     attempts_fixed: int
     attempts_policy: int

@@ -26,11 +26,10 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from evals.variants import DEFAULT_VARIANT, check_variants, stop_policy
-from graph.policies import POLICY_NAMES, PolicySettings
-from graph.records import AttemptRecord, RunSummary
+from evals.policies import POLICY_NAMES, PolicySettings
+from evals.records import AttemptRecord, RunSummary
+from evals.variants import DEFAULT_VARIANT, stop_policy
 
-DEFAULT_RUN_FN = "evals.runner:optimize_or_resume"
 GENEROUS_POLICY = "fixed"
 # What must match for a store to be resumed: the same runs with the same budget.
 RESUME_KEYS = ("problems", "tiers", "variants", "policies", "policies_mode", "max_attempts")
@@ -132,8 +131,11 @@ def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path) 
 
 
 class RunFn(Protocol):
-    def __call__(self, problem_path: str, ctx: Any, run_dir: str,
-                 on_event: Callable[[Any], None] | None = None) -> RunSummary: ...
+    """Runs one spec and returns its summary; ``on_event`` gets every finished attempt. The runner
+    knows no agent: the command line hands it the graph's run function (``graph.runner:run_spec``),
+    tests a fake."""
+
+    def __call__(self, spec: RunSpec, on_event: Callable[[Any], None] | None = None) -> RunSummary: ...
 
 
 def resolve_run_fn(run_fn: str | RunFn) -> RunFn:
@@ -142,45 +144,9 @@ def resolve_run_fn(run_fn: str | RunFn) -> RunFn:
         return run_fn
     module_name, _, attr = run_fn.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attr or "run_optimize")
-    except (ImportError, AttributeError) as exc:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise EvalError(f"cannot load the run function {run_fn!r}: {exc}") from None
-
-
-_SHARED_SERVICES: dict[str, Any] = {}
-
-
-def shared_services(gpu: str = "h200") -> Any:
-    """One set of graph services (and so one harness worker) per evaluation process, reused by every
-    run it executes: starting a worker costs seconds (torch import, CUDA context) per problem otherwise."""
-    if gpu not in _SHARED_SERVICES:
-        import atexit
-
-        from graph.context import Services
-
-        _SHARED_SERVICES[gpu] = services = Services(gpu=gpu)
-        atexit.register(services.close)
-    return _SHARED_SERVICES[gpu]
-
-
-def make_context(spec: RunSpec) -> Any:
-    """The graph's RunContext for this run, on this process's shared services."""
-    from graph.context import RunContext
-
-    return RunContext(tier=spec.tier, policy=spec.policy, variant=spec.variant, max_attempts=spec.max_attempts,
-                      backend=spec.backend, memory=spec.memory_path is not None, memory_path=spec.memory_path,
-                      services=shared_services())
-
-
-def optimize_or_resume(problem_path: str, ctx: Any, run_dir: str,
-                       on_event: Callable[[Any], None] | None = None) -> RunSummary:
-    """The graph on one problem; a run directory left by a killed run is resumed from its checkpoint,
-    so the attempts it finished are not redone."""
-    from graph.runner import RUN_FILE, resume_run, run_optimize
-
-    if (Path(run_dir) / RUN_FILE).is_file():
-        return resume_run(run_dir, on_event, services=ctx.services)
-    return run_optimize(problem_path, ctx, run_dir, on_event)
 
 
 def attempt_from_event(event: Any) -> AttemptRecord | None:
@@ -201,8 +167,7 @@ def attempt_from_event(event: Any) -> AttemptRecord | None:
     return None
 
 
-def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None],
-                context_factory: Callable[[RunSpec], Any] = make_context) -> RunSummary:
+def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None]) -> RunSummary:
     """Run one spec; every finished attempt is passed to ``emit_attempt`` as it arrives."""
     fn = resolve_run_fn(run_fn)
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
@@ -212,7 +177,7 @@ def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[Atte
         if attempt is not None:
             emit_attempt(attempt)
 
-    summary = fn(spec.problem_path, context_factory(spec), spec.run_dir, on_event=on_event)
+    summary = fn(spec, on_event=on_event)
     if not isinstance(summary, RunSummary):
         summary = RunSummary.model_validate(summary)
     # The store keys runs by the evaluation's names, whatever the graph called them.
@@ -386,7 +351,7 @@ def run_evaluation(
     out_dir: str | Path,
     *,
     executor: Executor,
-    run_fn: str | RunFn = DEFAULT_RUN_FN,
+    run_fn: str | RunFn,
     environment: dict | None = None,
     show_progress: bool = True,
     write_outputs: bool = True,
@@ -459,7 +424,7 @@ def results_document(store) -> dict[str, Any]:
     all_groups = [group_summary(rs) for _, rs in sorted(groups.items())]
     headline = next(
         (s for s in all_groups if s["tier"] == (config.get("tiers") or [None])[0]
-         and s["variant"] == (config.get("variants") or ["dsl+sol"])[0]
+         and s["variant"] == (config.get("variants") or [DEFAULT_VARIANT])[0]
          and s["policy"] == (config.get("policies") or [None])[0]),
         all_groups[0] if all_groups else None,
     )

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # graph.policies.POLICY_NAMES
+POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # evals.policies.POLICY_NAMES
 
 
 def register(subparsers) -> None:
@@ -66,7 +66,7 @@ DEFAULT_PROBLEM_CPU = ("smoke", "02_linear_relu_tiny.py")
 def default_problem() -> tuple[Path, str]:
     """The problem `mucutlass optimize` runs when none is named, and why that one."""
     from evals.problems import SUITES_DIR
-    from graph.context import resolve_backend
+    from dsl_compiler.backend import resolve_backend
 
     backend, reason = resolve_backend("auto")
     suite, name = DEFAULT_PROBLEM_GPU if backend == "cutlass" else DEFAULT_PROBLEM_CPU

@@ -10,15 +10,14 @@ fakes of the libraries; the graph's own logic is always the real one.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from dsl_compiler.backend import BACKENDS
+from evals.policies import POLICY_NAMES, PolicySettings
 from evals.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
-from graph.policies import POLICY_NAMES, PolicySettings
 
-BACKENDS = ("cutlass", "interpreter", "auto")
 
 
 class Services:
@@ -164,32 +163,6 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     if hasattr(obj, "__dataclass_fields__"):
         return asdict(obj)
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
-
-
-def gpu_available() -> tuple[bool, str]:
-    """Whether a CUDA GPU and nvcc are present, without importing torch when nvcc is absent."""
-    try:
-        from dsl_compiler.build import ToolchainError, find_nvcc
-
-        find_nvcc()  # the same search the build uses: CUDA_HOME, PATH, /usr/local/cuda, the nvcc wheel
-    except ToolchainError:
-        return False, "nvcc not found (CUDA_HOME, PATH, /usr/local/cuda, nvidia-cuda-nvcc)"
-    except ImportError:
-        if shutil.which("nvcc") is None:
-            return False, "nvcc not found on PATH"
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "no CUDA GPU visible to PyTorch"
-    return True, f"GPU {torch.cuda.get_device_name()} and nvcc found"
-
-
-def resolve_backend(backend: str) -> tuple[str, str]:
-    """(backend, why): ``auto`` means cutlass when a GPU and nvcc are present, else interpreter."""
-    if backend != "auto":
-        return backend, "chosen with --backend"
-    ok, why = gpu_available()
-    return ("cutlass", why) if ok else ("interpreter", f"{why}: timings are model estimates")
 
 
 @dataclass

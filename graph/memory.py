@@ -17,7 +17,7 @@ from typing import Any
 
 from langgraph.store.base import BaseStore
 
-from graph.records import AttemptRecord
+from evals.records import AttemptRecord
 
 RECALL_LIMIT = 6  # notes per prompt: enough to carry lessons, few enough to stay short
 _STORES: dict[str | None, BaseStore] = {}

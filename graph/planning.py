@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from graph.policies import best_time_us
-from graph.records import AttemptRecord, Hypothesis
+from evals.policies import best_time_us
+from evals.records import AttemptRecord, Hypothesis
 
 
 def roi(gain: float, risk: float, gap: float | None) -> float:

@@ -19,10 +19,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from graph.checkpoints import open_saver, thread_config
-from graph.context import RunContext, resolve_backend
+from graph.checkpoints import CheckpointError, open_saver, thread_config
+from dsl_compiler.backend import resolve_backend
+from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
 from graph.state import initial_state
 
 RUN_FILE = "run.json"
@@ -62,6 +63,14 @@ def resume_run(run_dir: str | Path, on_event: EventSink | None = None, **live: A
 
 def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
            on_event: EventSink | None) -> RunSummary:
+    try:
+        return _drive_graph(ctx, run_dir, problem_path, backend_reason, start_state, on_event)
+    except CheckpointError as exc:  # refused or damaged: nothing of it is used
+        raise RunError(f"{exc}; nothing was resumed") from None
+
+
+def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
+                 on_event: EventSink | None) -> RunSummary:
     from graph.builder import build_graph
 
     emit = on_event or (lambda e: None)
@@ -178,3 +187,34 @@ def _copy_sources(sources: dict[str, str], dest: Path) -> list[str]:
             shutil.copy2(src_path, dest / name)
             copied.append(f"cutlass/{name}")
     return copied
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph as an evaluation's run function (the command line hands it to ``evals.runner``)
+
+_SHARED_SERVICES: dict[str, Any] = {}
+
+
+def shared_services(gpu: str = "h200") -> Services:
+    """One set of graph services (and so one harness worker) per evaluation process, reused by every
+    run it executes: starting a worker costs seconds (torch import, CUDA context) per problem otherwise."""
+    if gpu not in _SHARED_SERVICES:
+        import atexit
+
+        _SHARED_SERVICES[gpu] = services = Services(gpu=gpu)
+        atexit.register(services.close)
+    return _SHARED_SERVICES[gpu]
+
+
+def run_spec(spec: Any, on_event: EventSink | None = None) -> RunSummary:
+    """One evaluation run (an ``evals.runner.RunSpec``) through the graph; a run directory left by a
+    killed run is resumed from its checkpoint, so the attempts it finished are not redone."""
+    services = shared_services()
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    if (Path(spec.run_dir) / RUN_FILE).is_file():
+        return resume_run(spec.run_dir, on_event, services=services)
+    ctx = RunContext(tier=spec.tier, policy=spec.policy, variant=spec.variant, max_attempts=spec.max_attempts,
+                     backend=spec.backend, memory=spec.memory_path is not None, memory_path=spec.memory_path,
+                     services=services)
+    return run_optimize(spec.problem_path, ctx, spec.run_dir, on_event)
+

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from graph.records import AttemptRecord, Hypothesis
+from evals.records import AttemptRecord, Hypothesis
 
 
 class OptimizeState(TypedDict, total=False):

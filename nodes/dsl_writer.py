@@ -9,8 +9,8 @@ from langgraph.runtime import Runtime
 
 from graph.attempts import add_tokens, advance, fail, program_hash
 from graph.context import RunContext
+from evals.records import AttemptRecord
 from graph.memory import recall_state
-from graph.records import AttemptRecord
 from graph.state import OptimizeState, history, hypothesis
 from nodes.tiers import WriterReply, WriterRequest
 

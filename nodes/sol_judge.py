@@ -9,8 +9,8 @@ from langgraph.runtime import Runtime
 
 from graph.attempts import ceiling_bound_us, judge
 from graph.context import RunContext
+from evals.policies import should_stop
 from graph.memory import remember_state
-from graph.policies import should_stop
 from graph.state import OptimizeState, current, history
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from graph.records import AttemptRecord, Hypothesis
+from evals.records import AttemptRecord, Hypothesis
 
 DEFAULT_TIERS_FILE = Path(__file__).with_name("tiers.toml")
 

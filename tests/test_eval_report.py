@@ -14,8 +14,8 @@ import pytest
 from evals.replay import replay_run
 from evals.report import langsmith_configured, upload_to_langsmith, write_report
 from evals.store import ResultsStore
-from graph.policies import PolicySettings
-from graph.records import RunSummary
+from evals.policies import PolicySettings
+from evals.records import RunSummary
 from mucutlass.cli import main
 
 LOG = Path(__file__).parent / "data" / "eval" / "budget_log.json"

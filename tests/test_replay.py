@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from evals.replay import ReplayError, policy_grid, replay, replay_run, replay_table_markdown
-from graph.policies import PolicySettings
-from graph.records import RunSummary
+from evals.policies import PolicySettings
+from evals.records import RunSummary
 
 LOG = Path(__file__).parent / "data" / "eval" / "budget_log.json"
 

@@ -11,7 +11,7 @@ import pytest
 from evals.store import ResultsStore
 from evals.variants import VariantError, check_variants, get_variant, stop_policy
 from graph.context import RunContext
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
 from test_graph_fakes import GOOD, SLOW, WRONG
 from test_graph_loop import chat_tier, run
 
