@@ -44,7 +44,7 @@ def _with_default_context(node):
     return run
 
 
-def build_graph(checkpointer=None):
+def build_graph(checkpointer=None, store=None):
     g = StateGraph(OptimizeState, context_schema=RunContext)
     for name, node in (("planner", planner), ("dsl_writer", dsl_writer), ("compiler", compiler),
                        ("validator", validator), ("profiler", profiler), ("sol_judge", sol_judge)):
@@ -56,7 +56,8 @@ def build_graph(checkpointer=None):
     g.add_conditional_edges("validator", routing.after_validator)
     g.add_conditional_edges("profiler", routing.after_profiler)
     g.add_conditional_edges("sol_judge", routing.after_judge)
-    return g.compile(checkpointer=checkpointer, name="mucutlass")
+    # ``store``: the memory across problems (graph.memory), read and written through runtime.store
+    return g.compile(checkpointer=checkpointer, store=store, name="mucutlass")
 
 
 # `langgraph dev` serves this (langgraph.json); the server supplies its own checkpointer.

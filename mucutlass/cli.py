@@ -12,7 +12,8 @@ from mucutlass import __version__
 # Modules that expose `register(subparsers)`. Each handler returns an exit code:
 # 0 ok, 1 the input has errors (program, problem, results), 2 usage errors.
 COMMAND_MODULES = (
-    "dsl_compiler.cli",   # check, fmt, interpret
+    "dsl_compiler.cli",   # check, fmt
+    "evals.interpret",    # interpret
     "sol_models.cli",     # sol, calibrate
     "evals.harness_cli",  # bench, suite
     "graph.cli",          # optimize, resume
