@@ -54,6 +54,10 @@ def register(subparsers) -> None:
     p.add_argument("--tiers", type=_csv, default=["offline"], help="model tiers, comma-separated (default: offline)")
     p.add_argument("--policies", type=_csv, default=["fixed", "sol+plateau"],
                    help="budgeting policies, comma-separated (default: fixed,sol+plateau)")
+    p.add_argument("--variants", type=_csv, default=["dsl+sol"],
+                   help="agent variants, comma-separated: dsl+sol (default), dsl, cuda, cuda+sol")
+    p.add_argument("--no-memory", action="store_true",
+                   help="no notes carried across problems (by default each tier and variant keeps one memory)")
     p.add_argument("--policies-mode", choices=("replay", "run"), default="replay",
                    help="replay: run fixed once and derive the others from its log (default); run: run each policy")
     p.add_argument("--max-attempts", type=int, default=40, help="attempt budget per run (default: 40)")
@@ -100,9 +104,12 @@ def cmd_eval(args) -> int:
         return _error("no run function to evaluate", "run it as `mucutlass eval`, which hands it the graph's")
     if args.max_attempts < 1:
         return _error(f"--max-attempts {args.max_attempts}: must be at least 1")
+    from evals.variants import VariantError, check_variants
+
     try:
         check_policies(args.policies)
-    except EvalError as exc:
+        check_variants(args.variants)
+    except (EvalError, VariantError) as exc:
         return _error(str(exc))
     if not args.tiers:
         return _error("no tiers given", "write e.g. --tiers offline")
@@ -122,7 +129,8 @@ def cmd_eval(args) -> int:
     out = Path(args.out or default_out)
     backend, _why = resolve_backend(args.backend)
     config = EvalConfig(
-        source=source, problems=keys, tiers=args.tiers, policies=args.policies, policies_mode=args.policies_mode,
+        source=source, problems=keys, tiers=args.tiers, variants=args.variants, memory=not args.no_memory,
+        policies=args.policies, policies_mode=args.policies_mode,
         max_attempts=args.max_attempts, backend=backend, executor=f"ray:{args.ray}" if args.ray else "local",
     )
     if args.ray:
@@ -188,7 +196,7 @@ def cmd_replay(args) -> int:
     print(replay_table_markdown(result))
     if args.stops:
         for row in result.rows:
-            print(f"\n{row.tier} / {row.setting.label}:")
+            print(f"\n{row.tier} / {row.variant} / {row.setting.label}:")
             for problem, n in sorted(row.stops.items()):
                 print(f"  {problem}: {n} attempts")
     return 0

@@ -49,6 +49,8 @@ class WriterRequest:
     tolerance: float | None = None
     problem: Any = None  # the loaded Problem (module, tolerance), for tiers that trace the reference
     gpu: str = "h200"
+    variant: str = "dsl+sol"  # evals.variants: the answer's language and whether the SOL report is shown
+    memory: list[str] = field(default_factory=list)  # notes of attempts on earlier problems, most relevant first
 
 
 @dataclass

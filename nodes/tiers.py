@@ -63,6 +63,8 @@ def _content_text(content: Any) -> str:
 class ChatTier:
     """Any LangChain chat model (``ChatOpenAI`` for configured endpoints, fakes in tests)."""
 
+    languages = ("mcu", "python")  # writes μCUTLASS programs and ModelNew modules (evals.variants)
+
     def __init__(self, chat_model: Any, spec: TierSpec):
         self.chat_model = chat_model
         self.spec = spec
@@ -84,7 +86,11 @@ class ChatTier:
         usage = getattr(reply, "usage_metadata", None) or {}
         tokens_in, tokens_out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
         model = (getattr(reply, "response_metadata", None) or {}).get("model_name") or self.spec.model
-        text, error = extract_program(_content_text(getattr(reply, "content", "")))
+        from evals.cuda_candidates import extract_python
+        from evals.variants import get_variant
+
+        extract = extract_program if get_variant(request.variant).language == "mcu" else extract_python
+        text, error = extract(_content_text(getattr(reply, "content", "")))
         return WriterReply(
             text or "", tokens_in, tokens_out, model, self.spec.cost_usd(tokens_in, tokens_out), error=error
         )

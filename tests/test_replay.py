@@ -66,7 +66,7 @@ def test_replayed_run_is_the_cut_log(logs):
 
 def test_table_and_errors(logs):
     text = replay_table_markdown(replay(logs, policy_grid(["sol"], [2.5], [])))
-    assert "| mini | sol eps=2.5 | 2/2 | 4/16 | 75.0% | 73.1% |" in text
+    assert "| mini | dsl+sol | sol eps=2.5 | 2/2 | 4/16 | 75.0% | 73.1% |" in text
     with pytest.raises(ReplayError, match="unknown policy"):
         policy_grid(["soll"], [1.0], [4])
     with pytest.raises(ReplayError, match="token-budget"):
