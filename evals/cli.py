@@ -64,6 +64,7 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=None, help="local workers (default: one per visible GPU)")
     p.add_argument("--run-fn", default=None, help=argparse.SUPPRESS)  # 'module:function' in place of the graph
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--wait", action="store_true", help="if another process holds --out, wait for it (default: exit 2)")
     p.set_defaults(func=cmd_eval)
 
     p = subparsers.add_parser(
@@ -90,8 +91,9 @@ def register(subparsers) -> None:
 def cmd_eval(args) -> int:
     from evals.problems import ProblemError, load_problems
     from evals.runner import DEFAULT_RUN_FN, EvalConfig, EvalError, check_policies, run_evaluation
-    from graph.context import resolve_backend
+    from evals.locks import FolderBusy
     from evals.store import StoreError
+    from graph.context import resolve_backend
 
     if args.kernelbench is None and (args.level is not None or args.ids is not None):
         return _error("--level and --ids go with --kernelbench", "add --kernelbench PATH, or drop them")
@@ -140,8 +142,11 @@ def cmd_eval(args) -> int:
     try:
         outcome = run_evaluation(
             config, {p.key: p.path for p in problems}, out, executor=executor,
-            run_fn=args.run_fn or DEFAULT_RUN_FN, show_progress=not args.no_progress,
+            run_fn=args.run_fn or DEFAULT_RUN_FN, show_progress=not args.no_progress, wait=args.wait,
         )
+    except FolderBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (StoreError, EvalError) as exc:
         return _error(str(exc))
     except KeyboardInterrupt:
@@ -154,6 +159,10 @@ def cmd_eval(args) -> int:
     for label, err in outcome.failed.items():
         print(f"  failed: {label}: {err}")
     print(f"results: {outcome.results_json}\nreport:  {outcome.report_md}")
+    if outcome.failed:
+        print(f"error: {len(outcome.failed)} run(s) failed or could not start; run the same command to retry them",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -175,7 +184,7 @@ def cmd_replay(args) -> int:
         base = PolicySettings(max_attempts=max_attempts) if max_attempts else None
         result = replay(logs, policy_grid(args.policies, args.eps, args.w, args.token_budget),
                         baseline=args.baseline, base_settings=base)
-    except ReplayError as exc:
+    except (ReplayError, StoreError) as exc:
         return _error(str(exc))
     finally:
         store.close()
@@ -202,7 +211,11 @@ def cmd_report(args) -> int:
     try:
         root = Path(args.results)
         out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report"
+        if out.exists() and not out.is_dir():
+            return _error(f"--out {out}: exists and is not a folder", "choose another --out")
         path = write_report(store, out)
+    except StoreError as exc:
+        return _error(str(exc))
     finally:
         store.close()
     print(f"report: {path}")

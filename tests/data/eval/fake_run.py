@@ -73,3 +73,17 @@ def broken(problem_path: str, ctx, run_dir: str, on_event=None) -> RunSummary:
     if "gemm" in Path(problem_path).stem:
         raise RuntimeError("boom in the graph")
     return run(problem_path, ctx, run_dir, on_event)
+
+
+NEEDS_KEY = "FAKE_RUN_API_KEY"
+
+
+def needs_key(problem_path: str, ctx, run_dir: str, on_event=None) -> RunSummary:
+    """A run that cannot start without FAKE_RUN_API_KEY, the way the graph reports it (a summary whose
+    stop reason is "setup failed: ...", no attempts); with the key it runs like ``run``."""
+    if not os.environ.get(NEEDS_KEY):
+        (Path(run_dir) / "run.json").write_text("{}")  # what a graph run leaves before its planner fails
+        return RunSummary(problem=Path(problem_path).stem, tier=ctx.tier, policy=ctx.policy, backend="interpreter",
+                          gpu="none", attempts=[], stop_reason=f"setup failed: the environment variable {NEEDS_KEY} "
+                          "holding its API key is not set")
+    return run(problem_path, ctx, run_dir, on_event)
