@@ -207,7 +207,7 @@ def overhead_row(harness: Harness, problem, candidate: Candidate, label: str, ba
 def program_for(problem):
     """The offline tier's translation of ``problem`` into a μCUTLASS program (or None, why)."""
     try:
-        from nodes.offline.frontend import trace_problem
+        from dsl_compiler.frontend import trace_problem
     except ImportError as exc:
         return None, f"the offline frontend is not available: {exc}"
     result = trace_problem(problem)

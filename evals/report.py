@@ -16,7 +16,7 @@ from pathlib import Path
 from evals import metrics
 from evals.replay import ReplayError, fmt_num, fmt_pct, policy_grid, replay, replay_table_markdown
 from evals.runner import versions_text
-from graph.policies import PolicySettings
+from evals.policies import PolicySettings
 
 DEFAULT_EPS = (0.5, 1.0, 2.5)
 DEFAULT_WINDOWS = (4, 8, 12)
@@ -78,8 +78,8 @@ def plot_fast_p(groups: dict[tuple[str, str], list[metrics.ProblemResult]], base
     fig, ax = _figure()
     top = max([r.speedups.get(baseline, 0) for rs in groups.values() for r in rs] + [2.5])
     ps = [i * top / 200 for i in range(201)]
-    for (tier, policy), rs in sorted(groups.items()):
-        ax.plot(ps, [metrics.fast_p(rs, p, baseline) for p in ps], label=f"{tier} / {policy}")
+    for key, rs in sorted(groups.items()):
+        ax.plot(ps, [metrics.fast_p(rs, p, baseline) for p in ps], label=" / ".join(key))
     for p in metrics.FAST_P_THRESHOLDS:
         ax.axvline(p, color="0.85", lw=0.8, zorder=0)
     ax.set_xlabel(f"speedup threshold p (over {baseline})")
@@ -90,11 +90,11 @@ def plot_fast_p(groups: dict[tuple[str, str], list[metrics.ProblemResult]], base
 
 def plot_speedup_vs_sol(results: Sequence[metrics.ProblemResult], baseline: str, path: Path) -> Path:
     fig, ax = _figure()
-    for (tier, policy), rs in sorted(metrics.by_group(results).items()):
+    for key, rs in sorted(metrics.by_group(results).items()):
         pts = [(100 * r.sol_fraction, r.speedups[baseline]) for r in rs
                if r.counts and r.sol_fraction and baseline in r.speedups]
         if pts:
-            ax.scatter(*zip(*pts), label=f"{tier} / {policy}", s=18, alpha=0.8)
+            ax.scatter(*zip(*pts), label=" / ".join(key), s=18, alpha=0.8)
     flagged = [(100 * r.sol_fraction, r.speedups[baseline]) for r in results
                if r.flagged and r.sol_fraction and baseline in r.speedups]
     if flagged:
@@ -110,11 +110,11 @@ def plot_speedup_vs_sol(results: Sequence[metrics.ProblemResult], baseline: str,
 def plot_spend_vs_speedup(results: Sequence[metrics.ProblemResult], baseline: str, path: Path) -> Path:
     fig, ax = _figure()
     use_tokens = any(r.tokens for r in results)
-    for (tier, policy), rs in sorted(metrics.by_group(results).items()):
+    for key, rs in sorted(metrics.by_group(results).items()):
         pts = [(r.tokens if use_tokens else r.attempts, r.speedups[baseline]) for r in rs
                if r.counts and baseline in r.speedups]
         if pts:
-            ax.scatter(*zip(*pts), label=f"{tier} / {policy}", s=18, alpha=0.8)
+            ax.scatter(*zip(*pts), label=" / ".join(key), s=18, alpha=0.8)
     ax.set_xlabel("tokens per problem" if use_tokens else "attempts per problem (tiers without tokens)")
     ax.set_ylabel(f"speedup over {baseline}")
     _plain_log_y(ax)
@@ -123,10 +123,10 @@ def plot_spend_vs_speedup(results: Sequence[metrics.ProblemResult], baseline: st
 
 def plot_attempt_curves(groups: dict[tuple[str, str], metrics.GroupMetrics], baseline: str, path: Path) -> Path:
     fig, ax = _figure()
-    for (tier, policy), g in sorted(groups.items()):
+    for key, g in sorted(groups.items()):
         curve = g.attempt_curve[baseline]
         if curve:
-            ax.step(range(1, len(curve) + 1), curve, where="post", label=f"{tier} / {policy}")
+            ax.step(range(1, len(curve) + 1), curve, where="post", label=" / ".join(key))
     ax.set_xlabel("attempts")
     ax.set_ylabel(f"fraction of problems >= {metrics.ATTEMPT_CURVE_THRESHOLD:g}x over {baseline}")
     ax.set_ylim(0, 1.02)
@@ -177,15 +177,15 @@ def build_report(store, out_dir: str | Path) -> str:
 
     md += ["## Headline", ""]
     rows = []
-    for (tier, policy), g in sorted(groups.items()):
+    for (tier, variant, policy), g in sorted(groups.items()):
         rows.append([
-            tier, policy, g.total, g.correct, g.flagged,
+            tier, variant, policy, g.total, g.correct, g.flagged,
             *[fmt_num(g.geomean_speedup[b], ".3f", "x") for b in metrics.BASELINES],
             *[fmt_num(g.median_speedup[b], ".3f", "x") for b in metrics.BASELINES],
             fmt_pct(g.geomean_sol_fraction), g.attempts, g.tokens, f"${g.cost_usd:.2f}",
         ])
     md.append(_md_table(
-        ["tier", "policy", "problems", "correct", "flagged",
+        ["tier", "variant", "policy", "problems", "correct", "flagged",
          *[f"geomean vs {b}" for b in metrics.BASELINES], *[f"median vs {b}" for b in metrics.BASELINES],
          "geomean % SOL", "attempts", "tokens", "cost"], rows))
     md.append("")
@@ -193,18 +193,18 @@ def build_report(store, out_dir: str | Path) -> str:
     md += ["## fast_p", "", "fast_p = (correct and speedup > p) / all problems; fast_0 is the correctness rate.", ""]
     for b in metrics.BASELINES:
         md += [f"Over {b}:", ""]
-        md.append(_md_table(["tier", "policy", *[f"fast_{p:g}" for p in metrics.FAST_P_THRESHOLDS]],
-                            [[t, p, *[fmt_pct(g.fast_p[b][x]) for x in metrics.FAST_P_THRESHOLDS]]
-                             for (t, p), g in sorted(groups.items())]))
+        md.append(_md_table(["tier", "variant", "policy", *[f"fast_{p:g}" for p in metrics.FAST_P_THRESHOLDS]],
+                            [[t, v, p, *[fmt_pct(g.fast_p[b][x]) for x in metrics.FAST_P_THRESHOLDS]]
+                             for (t, v, p), g in sorted(groups.items())]))
         md.append("")
 
-    comparisons = [metrics.compare_to_fixed(g, groups[(t, "fixed")]) for (t, p), g in sorted(groups.items())
-                   if p != "fixed" and (t, "fixed") in groups]
+    comparisons = [metrics.compare_to_fixed(g, groups[(t, v, "fixed")]) for (t, v, p), g in sorted(groups.items())
+                   if p != "fixed" and (t, v, "fixed") in groups]
     if comparisons:
         md += ["## Policies against the fixed budget", ""]
         md.append(_md_table(
-            ["tier", "policy", "retention (geomean vs eager_fp32)", "spend saved", "attempts saved", "efficiency gain"],
-            [[c.tier, c.policy, fmt_pct(c.retention), f"{fmt_pct(c.spend_saved)} of {c.spend_unit}", fmt_pct(c.attempts_saved),
+            ["tier", "variant", "policy", "retention (geomean vs eager_fp32)", "spend saved", "attempts saved", "efficiency gain"],
+            [[c.tier, c.variant, c.policy, fmt_pct(c.retention), f"{fmt_pct(c.spend_saved)} of {c.spend_unit}", fmt_pct(c.attempts_saved),
               fmt_num(c.efficiency_gain, ".2f", "x") + ("" if c.spend_unit == "tokens" else " (by attempts)")]
              for c in comparisons]))
         md.append("")
@@ -235,12 +235,12 @@ def build_report(store, out_dir: str | Path) -> str:
     rows = []
     for s, r in zip(summaries, results):
         rows.append([
-            s.problem, s.tier, s.policy, "yes" if r.correct else "no",
+            s.problem, s.tier, s.variant, s.policy, "yes" if r.correct else "no",
             *[fmt_num(r.speedups.get(b), ".2f", "x") for b in metrics.BASELINES],
             fmt_pct(r.sol_fraction), r.precision or "", r.attempts, r.tokens, ", ".join(r.flags) or "", s.stop_reason,
         ])
     # % SOL is t_SOL at TF32 over the kernel's time: a kernel computing in f16 or bf16 may pass 100% honestly
-    md.append(_md_table(["problem", "tier", "policy", "correct", *[f"vs {b}" for b in metrics.BASELINES],
+    md.append(_md_table(["problem", "tier", "variant", "policy", "correct", *[f"vs {b}" for b in metrics.BASELINES],
                          "% SOL (TF32)", "precision", "attempts", "tokens", "flags", "stop reason"], rows))
     md.append("")
 
@@ -249,11 +249,12 @@ def build_report(store, out_dir: str | Path) -> str:
     if flagged:
         md.append(f"{len(flagged)} result(s) carry integrity flags and are out of the headline numbers:")
         md.append("")
-        md += [f"- {r.problem} [{r.tier}, {r.policy}]: {'; '.join(r.flags)}" for r in flagged]
+        md += [f"- {r.problem} [{r.tier}, {r.variant}, {r.policy}]: {'; '.join(r.flags)}" for r in flagged]
         md.append("")
-        md.append(_md_table(["tier", "policy", *[f"geomean vs {b} if flagged counted" for b in metrics.BASELINES]],
-                            [[t, p, *[fmt_num(g.geomean_speedup_with_flagged[b], ".3f", "x") for b in metrics.BASELINES]]
-                             for (t, p), g in sorted(groups.items()) if g.flagged]))
+        md.append(_md_table(["tier", "variant", "policy",
+                             *[f"geomean vs {b} if flagged counted" for b in metrics.BASELINES]],
+                            [[t, v, p, *[fmt_num(g.geomean_speedup_with_flagged[b], ".3f", "x") for b in metrics.BASELINES]]
+                             for (t, v, p), g in sorted(groups.items()) if g.flagged]))
     else:
         md.append("No result carries an integrity flag.")
     md.append("")
@@ -310,10 +311,10 @@ def upload_to_langsmith(store, client=None, dataset_name: str | None = None) -> 
                                                   example_id=uuid.uuid4()).id
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     names = []
-    for (tier, policy), runs in sorted(metrics.by_group(summaries).items()):
-        name = f"mucutlass-{tier}-{policy}-{stamp}"
+    for (tier, variant, policy), runs in sorted(metrics.by_group(summaries).items()):
+        name = f"mucutlass-{tier}-{variant}-{policy}-{stamp}"
         project = client.create_project(name, reference_dataset_id=dataset.id,
-                              metadata={"tier": tier, "policy": policy, "gpu": env.get("gpu"),
+                              metadata={"tier": tier, "variant": variant, "policy": policy, "gpu": env.get("gpu"),
                                         "max_attempts": config.get("max_attempts")})
         for s in runs:
             r = metrics.result_from_summary(s)
@@ -325,7 +326,7 @@ def upload_to_langsmith(store, client=None, dataset_name: str | None = None) -> 
                 outputs={"correct": r.correct, "speedups": r.speedups, "sol_fraction": r.sol_fraction,
                          "flags": r.flags, "attempts": r.attempts, "stop_reason": s.stop_reason},
                 start_time=end - _dt.timedelta(seconds=s.wall_s), end_time=end,
-                extra={"metadata": {"tier": tier, "policy": policy}},
+                extra={"metadata": {"tier": tier, "variant": variant, "policy": policy}},
             )
             scores = {"correct": float(r.counts), **{f"speedup_vs_{b}": v for b, v in r.speedups.items()}}
             for key, score in scores.items():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from graph.policies import PolicySettings, should_stop
-from graph.records import AttemptRecord
+from evals.policies import PolicySettings, should_stop
+from evals.records import AttemptRecord
 from graph.state import OptimizeState, history
 
 

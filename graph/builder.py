@@ -15,7 +15,7 @@ from nodes.sol_judge import sol_judge
 from nodes.validator import validator
 
 
-def build_graph(checkpointer=None):
+def build_graph(checkpointer=None, store=None):
     g = StateGraph(OptimizeState, context_schema=RunContext)
     g.add_node("planner", planner)
     g.add_node("dsl_writer", dsl_writer)
@@ -30,7 +30,8 @@ def build_graph(checkpointer=None):
     g.add_conditional_edges("validator", routing.after_validator)
     g.add_conditional_edges("profiler", routing.after_profiler)
     g.add_conditional_edges("sol_judge", routing.after_judge)
-    return g.compile(checkpointer=checkpointer, name="mucutlass")
+    # ``store``: the memory across problems (graph.memory), read and written through runtime.store
+    return g.compile(checkpointer=checkpointer, store=store, name="mucutlass")
 
 
 # `langgraph dev` serves this (langgraph.json); the server supplies its own checkpointer.

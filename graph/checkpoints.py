@@ -36,10 +36,15 @@ class CheckpointError(Exception):
     """A checkpoint file that cannot be used: unreadable, or naming something outside the allow-list."""
 
 
+# modules whose records moved: checkpoints written before the move name the old module
+MOVED_MODULES = {"graph.records": "evals.records", "graph.policies": "evals.policies"}
+
+
 def project_type(module: str, name: str) -> type | None:
     """The project's pydantic model or enum ``module.name``, or None when it is anything else."""
     if not isinstance(module, str) or not isinstance(name, str) or module.split(".")[0] not in PROJECT_PACKAGES:
         return None
+    module = MOVED_MODULES.get(module, module)
     try:
         obj = getattr(importlib.import_module(module), name, None)
     except ImportError:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # graph.policies.POLICY_NAMES
+POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # evals.policies.POLICY_NAMES
 
 
 def register(subparsers) -> None:
@@ -22,6 +22,11 @@ def register(subparsers) -> None:
     p.add_argument("--tier", default="offline",
                    help="model tier from the tiers file, or playback:DIR to replay .mcu files (default: offline)")
     p.add_argument("--tiers-file", default=None, help="extra tiers TOML (also MUCUTLASS_TIERS)")
+    p.add_argument("--variant", "--variants", default=None, dest="variant", metavar="VARIANT",
+                   help="dsl+sol (the default), dsl (no SOL guidance), cuda (a ModelNew with its own CUDA kernels) "
+                        "or cuda+sol")
+    p.add_argument("--memory", action="store_true",
+                   help="keep notes of each attempt in a memory the writer reads (in-process; eval keeps one per folder)")
     p.add_argument("--policy", default="sol+plateau", choices=POLICIES, help="when to stop (default: sol+plateau)")
     p.add_argument("--max-attempts", type=int, default=40, help="attempt cap for every policy (default: 40)")
     p.add_argument("--eps", type=float, default=2.5, help="sol policy: stop at t_best <= (1 + eps) t_SOL (default: 2.5)")
@@ -63,7 +68,7 @@ DEFAULT_PROBLEM_CPU = ("smoke", "02_linear_relu_tiny.py")
 def default_problem() -> tuple[Path, str]:
     """The problem `mucutlass optimize` runs when none is named, and why that one."""
     from evals.problems import SUITES_DIR
-    from graph.context import resolve_backend
+    from dsl_compiler.backend import resolve_backend
 
     backend, reason = resolve_backend("auto")
     suite, name = DEFAULT_PROBLEM_GPU if backend == "cutlass" else DEFAULT_PROBLEM_CPU
@@ -97,8 +102,14 @@ def optimize_command(args: argparse.Namespace) -> int:
         return _error(f"--out {out}: exists and is not a folder; choose another --out", 2)
     if (out / "run.json").exists():
         return _error(f"{out} already holds a run; continue it with `mucutlass resume {out}` or choose another --out", 2)
-    ctx = RunContext(tier=args.tier, policy=args.policy, max_attempts=args.max_attempts, eps=args.eps,
-                     plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
+    from evals.variants import DEFAULT_VARIANT, VariantError, get_variant
+
+    try:
+        variant = get_variant(args.variant or DEFAULT_VARIANT).name
+    except VariantError as exc:
+        return _error(str(exc), 2)
+    ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
+                     max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
                      gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
     from evals.locks import FolderBusy
     from graph.runner import RunError

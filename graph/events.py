@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any, Callable, TextIO
 
-from graph.policies import baseline_us
+from evals.policies import baseline_us
 
 EventSink = Callable[[dict[str, Any]], None]
 

@@ -3,7 +3,7 @@
 RUN_DIR/
   run.json            settings of the run (restored by ``resume``)
   checkpoints.sqlite  LangGraph checkpoints (thread = run id)
-  best.mcu            the best program
+  best.mcu            the best program (model_new.py in the cuda variants)
   cutlass/            generated CUTLASS sources of the best program (cutlass backend)
   model_new.py        a drop-in ModelNew module (cutlass backend)
   attempts.csv, attempts.json, summary.json
@@ -21,9 +21,10 @@ from typing import Any
 
 from evals.locks import FolderLock
 from graph.checkpoints import CheckpointError, open_saver, thread_config
-from graph.context import RunContext, resolve_backend
+from dsl_compiler.backend import resolve_backend
+from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
 from graph.state import initial_state
 
 RUN_FILE = "run.json"
@@ -86,13 +87,18 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
     config = {**thread_config(ctx.run_id), **ctx.langsmith_config(Path(problem_path).stem),
               "recursion_limit": 8 * ctx.max_attempts + 50}
     with open_saver(run_dir) as saver:
-        graph = build_graph(checkpointer=saver)
+        store = None
+        if ctx.memory:
+            from graph.memory import open_store
+
+            store = open_store(ctx.memory_path)
+        graph = build_graph(checkpointer=saver, store=store)
         started = time.perf_counter()  # after imports: they are the process's start-up, not the graph's overhead
         prior = graph.get_state(config).values if start_state is None else {}
         if start_state is None and not prior:
             start_state = initial_state(problem_path, ctx.backend)  # killed before the first checkpoint
-        emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "policy": ctx.policy,
-              "backend": ctx.backend, "backend_reason": backend_reason, "run_dir": str(run_dir),
+        emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "variant": ctx.variant,
+              "policy": ctx.policy, "backend": ctx.backend, "backend_reason": backend_reason, "run_dir": str(run_dir),
               "resumed": bool(prior), "attempts_done": len(prior.get("attempts", []))})
         tracker = EventTracker(emit, ctx.max_attempts, prior)
         work_before = prior.get("work_s", 0.0)
@@ -122,7 +128,7 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
 def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, backend_reason: str) -> RunSummary:
     return RunSummary(
         problem=state.get("problem_name") or Path(state.get("problem_path", "")).stem,
-        tier=ctx.tier, policy=ctx.policy, backend=ctx.backend, gpu=ctx.gpu,
+        tier=ctx.tier, policy=ctx.policy, variant=ctx.variant, backend=ctx.backend, gpu=ctx.gpu,
         attempts=[AttemptRecord.model_validate(a) for a in state.get("attempts", [])],
         best_index=state.get("best_index"), best_t_us=state.get("best_t_us"),
         t_sol_us=state.get("sol", {}).get("t_sol_us"), reference_us=state.get("reference_us", {}),
@@ -155,14 +161,16 @@ def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Pa
     data["attempts"] = len(summary.attempts)
     data["headroom"] = (summary.best_t_us / summary.t_sol_us) if (summary.best_t_us and summary.t_sol_us) else None
     best_text = state.get("best_program_text")
+    python = ctx.variant_spec.language == "python"
     if best_text:
-        (run_dir / "best.mcu").write_text(best_text)
-        data["best_program"] = "best.mcu"
+        name = "model_new.py" if python else "best.mcu"  # a cuda variant's best is a drop-in ModelNew already
+        (run_dir / name).write_text(best_text)
+        data["best_program"] = name
     artifacts = state.get("best_artifacts") or {}
     sources = state.get("best_sources") or {}
     if sources:
         data["cutlass_sources"] = _copy_sources(sources, run_dir / "cutlass")
-    if best_text and ctx.backend == "cutlass" and state.get("best_program_json"):
+    if best_text and not python and ctx.backend == "cutlass" and state.get("best_program_json"):
         from dsl_compiler.ir import Program
 
         try:
@@ -189,3 +197,34 @@ def _copy_sources(sources: dict[str, str], dest: Path) -> list[str]:
             shutil.copy2(src_path, dest / name)
             copied.append(f"cutlass/{name}")
     return copied
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph as an evaluation's run function (the command line hands it to ``evals.runner``)
+
+_SHARED_SERVICES: dict[str, Any] = {}
+
+
+def shared_services(gpu: str = "h200") -> Services:
+    """One set of graph services (and so one harness worker) per evaluation process, reused by every
+    run it executes: starting a worker costs seconds (torch import, CUDA context) per problem otherwise."""
+    if gpu not in _SHARED_SERVICES:
+        import atexit
+
+        _SHARED_SERVICES[gpu] = services = Services(gpu=gpu)
+        atexit.register(services.close)
+    return _SHARED_SERVICES[gpu]
+
+
+def run_spec(spec: Any, on_event: EventSink | None = None) -> RunSummary:
+    """One evaluation run (an ``evals.runner.RunSpec``) through the graph; a run directory left by a
+    killed run is resumed from its checkpoint, so the attempts it finished are not redone."""
+    services = shared_services()
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    if (Path(spec.run_dir) / RUN_FILE).is_file():
+        return resume_run(spec.run_dir, on_event, services=services)
+    ctx = RunContext(tier=spec.tier, policy=spec.policy, variant=spec.variant, max_attempts=spec.max_attempts,
+                     backend=spec.backend, memory=spec.memory_path is not None, memory_path=spec.memory_path,
+                     services=services)
+    return run_optimize(spec.problem_path, ctx, spec.run_dir, on_event)
+

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from graph.records import AttemptRecord, Hypothesis
+from evals.records import AttemptRecord, Hypothesis
 
 DEFAULT_TIERS_FILE = Path(__file__).with_name("tiers.toml")
 
@@ -63,6 +63,8 @@ class WriterRequest:
     tolerance: float | None = None
     problem: Any = None  # the loaded Problem (module, tolerance), for tiers that trace the reference
     gpu: str = "h200"
+    variant: str = "dsl+sol"  # evals.variants: the answer's language and whether the SOL report is shown
+    memory: list[str] = field(default_factory=list)  # notes of attempts on earlier problems, most relevant first
 
 
 @dataclass
@@ -129,6 +131,8 @@ def _content_text(content: Any) -> str:
 class ChatTier:
     """Any LangChain chat model (``ChatOpenAI`` for configured endpoints, fakes in tests)."""
 
+    languages = ("mcu", "python")  # writes μCUTLASS programs and ModelNew modules (evals.variants)
+
     def __init__(self, chat_model: Any, spec: TierSpec):
         self.chat_model = chat_model
         self.spec = spec
@@ -150,7 +154,11 @@ class ChatTier:
         usage = getattr(reply, "usage_metadata", None) or {}
         tokens_in, tokens_out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
         model = (getattr(reply, "response_metadata", None) or {}).get("model_name") or self.spec.model
-        text, error = extract_program(_content_text(getattr(reply, "content", "")))
+        from evals.cuda_candidates import extract_python
+        from evals.variants import get_variant
+
+        extract = extract_program if get_variant(request.variant).language == "mcu" else extract_python
+        text, error = extract(_content_text(getattr(reply, "content", "")))
         return WriterReply(
             text or "", tokens_in, tokens_out, model, self.spec.cost_usd(tokens_in, tokens_out), error=error
         )

@@ -6,7 +6,7 @@ import pytest
 
 from dsl_compiler.parser import parse
 from evals.problems import load_suite
-from graph.records import AttemptRecord
+from evals.records import AttemptRecord
 from nodes.offline import search
 from nodes.offline.policy import OfflineTier
 from nodes.tiers import ProposingTier, WriterRequest

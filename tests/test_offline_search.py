@@ -10,7 +10,7 @@ from dsl_compiler.checks import check
 from dsl_compiler.ir import KernelConfig
 from evals.problems import load_suite
 from nodes.offline import search
-from nodes.offline.frontend import trace_problem
+from dsl_compiler.frontend import trace_problem
 from sol_models.estimate import estimate_program
 from sol_models.hardware import get_gpu
 

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from graph.records import AttemptRecord
+from evals.records import AttemptRecord
 
 POLICY_NAMES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")
 
