@@ -99,7 +99,6 @@ def cmd_eval(args) -> int:
     from evals.locks import FolderBusy
     from evals.runner import EvalConfig, EvalError, check_policies, run_evaluation
     from evals.store import StoreError
-    from graph.context import resolve_backend
 
     if args.kernelbench is None and (args.level is not None or args.ids is not None):
         return _error("--level and --ids go with --kernelbench", "add --kernelbench PATH, or drop them")

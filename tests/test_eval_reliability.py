@@ -123,15 +123,15 @@ def test_problems_whose_setup_fails_are_runs_that_could_not_start(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     store = ResultsStore.open_existing(out)
-    status = store.run_status()
-    assert status.pop(("L1/1", "offline", "fixed")) == "done"
+    status = {key[0]: s for key, s in store.run_status().items()}
+    assert status.pop("L1/1") == "done"
     assert set(status.values()) == {"failed_to_start"} and len(status) == 5
-    errors = store.failures()
-    assert "no inputs" in errors[("L1/2", "offline", "fixed")]
-    assert "returned None" in errors[("L1/3", "offline", "fixed")]
-    assert "float64" in errors[("L1/4", "offline", "fixed")]
-    assert "ValueError" in errors[("L1/5", "offline", "fixed")]
-    assert "did not return within 5 s" in errors[("L1/6", "offline", "fixed")]
+    errors = {key[0]: e for key, e in store.failures().items()}
+    assert "no inputs" in errors["L1/2"]
+    assert "returned None" in errors["L1/3"]
+    assert "float64" in errors["L1/4"]
+    assert "ValueError" in errors["L1/5"]
+    assert "did not return within 5 s" in errors["L1/6"]
 
 
 def test_an_empty_run_json_fails_that_run_loudly(tmp_path):
@@ -144,7 +144,7 @@ def test_an_empty_run_json_fails_that_run_loudly(tmp_path):
                "--backend", "interpreter", "--out", str(out), "--no-progress")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
-    assert "failed: L1/1 [offline, fixed]" in done.stdout and "run.json" in done.stdout
+    assert "failed: L1/1 [" in done.stdout and "run.json" in done.stdout
 
 
 # -- one process per folder ------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def test_a_stale_lock_file_from_a_dead_pid_is_taken_over(tmp_path):
 def test_wait_blocks_until_the_holder_is_done(tmp_path):
     out = tmp_path / "ev"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from evals.locks import FolderLock\n"
-                               "with FolderLock(sys.argv[1]):\n    print('held', flush=True); time.sleep(3)",
+                               "with FolderLock(sys.argv[1]):\n    print('held', flush=True); time.sleep(10)",
                                str(out)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert holder.stdout.readline().strip() == "held"
