@@ -12,7 +12,7 @@ from graph.context import RunContext
 from evals.records import AttemptRecord
 from graph.memory import recall_state
 from graph.state import OptimizeState, history, hypothesis
-from nodes.tiers import WriterReply, WriterRequest
+from nodes.tier_types import WriterReply, WriterRequest
 
 
 def writer_request(state: OptimizeState, ctx: RunContext, index: int | None, store=None) -> WriterRequest:

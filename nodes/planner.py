@@ -10,7 +10,7 @@ from graph.context import RunContext
 from graph.planning import ProgramFeatures, flat_plan, plan
 from graph.state import OptimizeState, history, initial_state
 from nodes.dsl_writer import writer_request
-from nodes.tiers import ProposingTier
+from nodes.tier_types import ProposingTier
 
 
 def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
