@@ -84,8 +84,7 @@ def optimize_command(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         return _error("--max-attempts must be at least 1", 2)
     from graph.context import RunContext
-    from graph.runner import run_optimize
-    from nodes.tiers import TierError, make_tier
+    from graph.runner import TierError, make_tier, run_optimize
 
     if args.tier.startswith("playback:"):  # absolute, so `resume` finds the files from any directory
         args.tier = "playback:" + str(Path(args.tier.split(":", 1)[1]).resolve())
@@ -137,8 +136,7 @@ def _discard_unstarted(out: Path, created: bool) -> None:
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    from graph.runner import RunError, resume_run
-    from nodes.tiers import TierError
+    from graph.runner import RunError, TierError, resume_run
 
     try:
         summary = resume_run(args.run_dir, on_event=_sink(args.json))

@@ -224,13 +224,6 @@ class RunContext:
         """The stop rule applied: ``policy`` without its SOL test in variants SOL does not guide."""
         return stop_policy(self.policy, self.variant)
 
-    def get_tier(self) -> Any:
-        if self.tier_impl is None:
-            from nodes.tiers import make_tier
-
-            self.tier_impl = make_tier(self.tier, self.tiers_file)
-        return self.tier_impl
-
     def settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._LIVE}
 

@@ -25,6 +25,7 @@ from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
 from evals.records import AttemptRecord, RunSummary
 from graph.state import initial_state
+from nodes.tiers import TierError, make_tier  # noqa: F401 -- the command line makes its tier here
 
 RUN_FILE = "run.json"
 

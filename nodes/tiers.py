@@ -140,6 +140,13 @@ def load_tiers(extra: str | Path | None = None) -> dict[str, TierSpec]:
     return specs
 
 
+def tier_of(ctx: Any) -> Tier:
+    """The run's tier: the one it was given (``ctx.tier_impl``), else the one its settings name."""
+    if ctx.tier_impl is None:
+        ctx.tier_impl = make_tier(ctx.tier, ctx.tiers_file)
+    return ctx.tier_impl
+
+
 def make_tier(name: str, tiers_file: str | Path | None = None, chat_model_factory: Any = None) -> Tier:
     """Resolve a tier name: ``playback:PATH``, a configured endpoint, or ``offline``."""
     if name.startswith("playback:"):
