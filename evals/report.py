@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evals import metrics
 from evals.replay import ReplayError, fmt_num, fmt_pct, policy_grid, replay, replay_table_markdown
-from evals.runner import versions_text
+from evals.environment import versions_text
 from evals.policies import PolicySettings
 
 DEFAULT_EPS = (0.5, 1.0, 2.5)
