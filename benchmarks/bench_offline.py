@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                                         calibrated=args.sol_peaks == "calibrated"))
         doc["gpu"] = doc["environment"].get("gpu") or args.gpu
     else:
-        from evals.runner import collect_environment
+        from evals.environment import collect_environment
 
         doc["environment"] = collect_environment(args.backend)
         doc.update(run_suite(problems, args))

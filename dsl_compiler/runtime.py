@@ -87,3 +87,17 @@ class ProgramModule(nn.Module):
 def load(program: ir.Program, backend: Backend, params: dict[str, torch.Tensor], artifacts: Any = None) -> nn.Module:
     """The program as an ``nn.Module`` running on ``backend`` ("interpreter" or "cutlass")."""
     return ProgramModule(program, make_executor(program, backend, artifacts), params)
+
+
+class CutlassProgramModule(ProgramModule):
+    """A program as a torch Module on the CUTLASS backend (``ProgramModule`` with a
+    ``CutlassExecutor``); params are re-laid out to their declared layouts once, here."""
+
+    def __init__(self, program: ir.Program, params: dict[str, torch.Tensor], artifacts: dict[str, str]):
+        from dsl_compiler.cutlass_runtime import CutlassError, CutlassExecutor  # needs built kernels and a GPU
+
+        missing = [d.name for d in program.params if d.name not in params]
+        if missing:
+            raise CutlassError(f"param(s) not bound: {', '.join(missing)}")
+        bound = {d.name: interpreter.as_declared(params[d.name], d) for d in program.params}
+        super().__init__(program, CutlassExecutor(program, artifacts), bound)

@@ -86,8 +86,7 @@ def optimize_command(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         return _error("--max-attempts must be at least 1", 2)
     from graph.context import RunContext
-    from graph.runner import run_optimize
-    from nodes.tiers import TierError, make_tier
+    from graph.runner import TierError, make_tier, run_optimize
 
     if args.tier.startswith("playback:"):  # absolute, so `resume` finds the files from any directory
         args.tier = "playback:" + str(Path(args.tier.split(":", 1)[1]).resolve())
@@ -114,6 +113,7 @@ def optimize_command(args: argparse.Namespace) -> int:
     from evals.locks import FolderBusy
     from graph.runner import RunError
 
+    created = not out.exists()
     try:
         summary = run_optimize(problem, ctx, out, on_event=_sink(args.json), wait=args.wait)
     except FolderBusy as exc:
@@ -123,13 +123,32 @@ def optimize_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: continue with `mucutlass resume {out}`", file=sys.stderr)
         raise
+    except BaseException:
+        _discard_unstarted(out, created)
+        raise
+    if not summary.attempts and summary.stop_reason.startswith("setup failed"):
+        _discard_unstarted(out, created)  # a run that never started leaves no folder behind
     return _outcome(summary)
+
+
+def _discard_unstarted(out: Path, created: bool) -> None:
+    """Remove a run directory this command created when no attempt was recorded in it."""
+    import json
+    import shutil
+
+    if not created or not out.is_dir():
+        return
+    try:
+        attempts = json.loads((out / "attempts.json").read_text())
+    except (OSError, ValueError):
+        attempts = []
+    if not attempts:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def resume_command(args: argparse.Namespace) -> int:
     from evals.locks import FolderBusy
-    from graph.runner import RunError, resume_run
-    from nodes.tiers import TierError
+    from graph.runner import RunError, TierError, resume_run
 
     try:
         summary = resume_run(args.run_dir, on_event=_sink(args.json), wait=args.wait)

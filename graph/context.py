@@ -93,6 +93,11 @@ class Services:
 
         self._timed(export_model_new, program, artifacts or {}, path, problem_source=problem_source)
 
+    def export_model_interpreted(self, program: Any, path: str, problem_source: str | None = None) -> None:
+        from dsl_compiler.export import export_model_interpreted
+
+        self._timed(export_model_interpreted, program, path, problem_source=problem_source)
+
     def build_model_new(self, text: str) -> tuple[str | None, Any]:
         """A ModelNew module of the cuda variants checked and built (evals.cuda_candidates):
         (the source the harness judges, or None; a BuildOutcome with the errors for the writer)."""
@@ -218,13 +223,6 @@ class RunContext:
     def stop_policy(self) -> str:
         """The stop rule applied: ``policy`` without its SOL test in variants SOL does not guide."""
         return stop_policy(self.policy, self.variant)
-
-    def get_tier(self) -> Any:
-        if self.tier_impl is None:
-            from nodes.tiers import make_tier
-
-            self.tier_impl = make_tier(self.tier, self.tiers_file)
-        return self.tier_impl
 
     def settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._LIVE}

@@ -5,7 +5,7 @@ RUN_DIR/
   checkpoints.sqlite  LangGraph checkpoints (thread = run id)
   best.mcu            the best program (model_new.py in the cuda variants)
   cutlass/            generated CUTLASS sources of the best program (cutlass backend)
-  model_new.py        a drop-in ModelNew module (cutlass backend)
+  model_new.py        a drop-in ModelNew module (on the built kernels; on the interpreter for that backend)
   attempts.csv, attempts.json, summary.json
 """
 
@@ -26,6 +26,7 @@ from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
 from evals.records import AttemptRecord, RunSummary
 from graph.state import initial_state
+from nodes.tiers import TierError, make_tier  # noqa: F401 -- the command line makes its tier here
 
 RUN_FILE = "run.json"
 
@@ -114,14 +115,15 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
             # builds, validation, timing), plus writing the results
             overhead_s = max(0.0, loop_s - (final.get("work_s", 0.0) - work_before))
             summary = summarize(final, ctx, loop_s, overhead_s, backend_reason)
-            write_outputs(final, summary, ctx, run_dir)
+            written = write_outputs(final, summary, ctx, run_dir)
         finally:
             if ctx._owns_services:
                 ctx.services.close()  # stops the harness worker
     overhead_s = summary.graph_overhead_s
     emit({"event": "done", "run_dir": str(run_dir), "best_index": summary.best_index, "best_t_us": summary.best_t_us,
           "attempts": len(summary.attempts), "tokens": summary.tokens_in + summary.tokens_out,
-          "cost_usd": summary.cost_usd, "stop_reason": summary.stop_reason, "graph_overhead_s": overhead_s})
+          "cost_usd": summary.cost_usd, "stop_reason": summary.stop_reason, "graph_overhead_s": overhead_s,
+          "model_new_error": written.get("model_new_error")})
     return summary
 
 
@@ -147,8 +149,9 @@ ATTEMPT_COLUMNS = [
 ]
 
 
-def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Path) -> None:
-    """Write the run directory; the time it takes is added to ``summary.graph_overhead_s``."""
+def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Path) -> dict[str, Any]:
+    """Write the run directory; the time it takes is added to ``summary.graph_overhead_s``. Returns summary.json's
+    data."""
     start = time.perf_counter()
     rows = [a.model_dump() for a in summary.attempts]
     (run_dir / "attempts.json").write_text(json.dumps(rows, indent=2))
@@ -170,20 +173,28 @@ def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Pa
     sources = state.get("best_sources") or {}
     if sources:
         data["cutlass_sources"] = _copy_sources(sources, run_dir / "cutlass")
-    if best_text and not python and ctx.backend == "cutlass" and state.get("best_program_json"):
+    if best_text and not python and state.get("best_program_json"):
         from dsl_compiler.ir import Program
 
         try:
             source = Path(state["problem_path"]).read_text() if Path(state["problem_path"]).is_file() else None
-            ctx.services.export_model_new(Program.model_validate_json(state["best_program_json"]), artifacts,
-                                          str(run_dir / "model_new.py"), problem_source=source)
+            program = Program.model_validate_json(state["best_program_json"])
+            if ctx.backend == "cutlass":
+                ctx.services.export_model_new(program, artifacts, str(run_dir / "model_new.py"), problem_source=source)
+            else:  # no kernels were built: the ModelNew runs the program on the interpreter
+                ctx.services.export_model_interpreted(program, str(run_dir / "model_new.py"), problem_source=source)
             data["model_new"] = "model_new.py"
         except Exception as exc:  # the run's results stand without the export; say why it is missing
             data["model_new_error"] = f"{type(exc).__name__}: {exc}"
+    elif python and best_text:
+        data["model_new"] = "model_new.py"
+    elif not best_text:
+        data["model_new_error"] = "no attempt was correct, so there is no program to export"
     summary.graph_overhead_s += time.perf_counter() - start
     summary.wall_s += time.perf_counter() - start
     data["graph_overhead_s"], data["wall_s"] = summary.graph_overhead_s, summary.wall_s
     (run_dir / "summary.json").write_text(json.dumps(data, indent=2, default=str))
+    return data
 
 
 def _copy_sources(sources: dict[str, str], dest: Path) -> list[str]:

@@ -12,7 +12,8 @@ from graph.context import RunContext
 from evals.records import AttemptRecord
 from graph.memory import recall_state
 from graph.state import OptimizeState, history, hypothesis
-from nodes.tiers import WriterReply, WriterRequest
+from nodes.tier_types import WriterReply, WriterRequest
+from nodes.tiers import tier_of
 
 
 def writer_request(state: OptimizeState, ctx: RunContext, index: int | None, store=None) -> WriterRequest:
@@ -43,7 +44,7 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     request = writer_request(state, ctx, index, runtime.store)
     start = time.perf_counter()
     try:
-        reply = ctx.get_tier().write(request)
+        reply = tier_of(ctx).write(request)
     except Exception as exc:  # any tier failure is this attempt's failure, never the run's
         reply = WriterReply("", error=f"tier failed: {type(exc).__name__}: {exc}")
     call_s = time.perf_counter() - start

@@ -10,7 +10,8 @@ from graph.context import RunContext
 from graph.planning import ProgramFeatures, flat_plan, plan
 from graph.state import OptimizeState, history, initial_state
 from nodes.dsl_writer import writer_request
-from nodes.tiers import ProposingTier
+from nodes.tier_types import ProposingTier
+from nodes.tiers import tier_of
 
 
 def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
@@ -35,7 +36,7 @@ def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     best_json = state.get("best_program_json")
     features = ProgramFeatures.of(Program.model_validate_json(best_json) if best_json else None)
     try:
-        tier = ctx.get_tier()
+        tier = tier_of(ctx)
     except Exception as exc:  # TierError: unknown tier, missing key, offline tier not installed
         return {**update, "stop_reason": f"setup failed: {exc}"}
     variant = ctx.variant_spec

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evals.variants import get_variant
-from nodes.tiers import TierError, TierSpec, WriterReply, WriterRequest
+from nodes.tier_types import TierError, TierSpec, WriterReply, WriterRequest
 
 
 class PlaybackTier:

@@ -13,7 +13,7 @@ import functools
 from pathlib import Path
 
 from evals.variants import get_variant
-from nodes.tiers import WriterRequest
+from nodes.tier_types import WriterRequest
 
 LANGUAGE_DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 CUDA_WRITER = Path(__file__).resolve().parent / "prompt_texts" / "cuda_writer.md"

@@ -7,9 +7,9 @@ import pytest
 from dsl_compiler.parser import parse
 from evals.problems import load_suite
 from evals.records import AttemptRecord
-from nodes.offline import search
+from sol_models import search
 from nodes.offline.policy import OfflineTier
-from nodes.tiers import ProposingTier, WriterRequest
+from nodes.tier_types import ProposingTier, WriterRequest
 
 BUILTIN = {p.name: p for p in load_suite("builtin")}
 SMOKE = {p.name: p for p in load_suite("smoke")}

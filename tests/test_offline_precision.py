@@ -10,7 +10,7 @@ from dsl_compiler.checks import check
 from dsl_compiler.parser import parse
 from evals.problems import load_suite
 from evals.records import AttemptRecord
-from nodes.offline import search
+from sol_models import search
 from dsl_compiler.frontend import TraceOptions, trace_problem
 from nodes.offline.policy import OfflineTier, attempt_math, half_math
 from test_offline_frontend import run_both, shrunk

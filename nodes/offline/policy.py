@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evals.records import AttemptRecord, Hypothesis
-from nodes.offline import search
+from sol_models import search
 from dsl_compiler.frontend import TraceOptions, TraceResult, trace_problem
-from nodes.tiers import WriterReply, WriterRequest
+from nodes.tier_types import WriterReply, WriterRequest
 
 MODEL_NAME = "offline"
 CONFIGS_PER_KERNEL = 8

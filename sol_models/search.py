@@ -22,7 +22,6 @@ from typing import Any
 
 from dsl_compiler import ir
 from dsl_compiler.ir import KernelConfig, Program
-
 from dsl_compiler.precision import default_math
 
 RECORD_ENV = "MUCUTLASS_RECORD"
