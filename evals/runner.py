@@ -434,6 +434,7 @@ def results_document(store) -> dict[str, Any]:
         "timing_sources": timing_sources,
         "derived_policies": store.derived_policies(),
         "rows": rows,
+        "variants": [c.model_dump() for c in metrics.variant_cells(summaries)],
         "summary": headline,
         "groups": all_groups,
     }
