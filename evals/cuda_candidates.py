@@ -162,16 +162,24 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def compile_errors(log: str, limit: int = 20) -> list[str]:
-    """The compiler's error lines of a failed build (nvcc, g++, ninja), else the log's last lines."""
+def compile_errors(log: str, build_dir: Path | None = None, limit: int = 20) -> list[str]:
+    """What the writer needs of a failed build: the compiler's error lines (nvcc, g++), with the build
+    folder's path shortened to the file name; else the end of the Python traceback (the last line first)."""
     lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if re.search(r"\berror\b|Error\b|FAILED", ln)]
-    picked = errors[:limit] or lines[-limit:]
-    return [ln[:400] for ln in picked]
+    if build_dir is not None:
+        lines = [re.sub(re.escape(str(build_dir)) + r"/\d+/", "", ln) for ln in lines]
+    compiler = [ln for ln in lines if re.search(r"\berror\b\s*(\[[^\]]*\])?\s*:|: error|fatal error", ln)
+                and not ln.lstrip().startswith(("raise ", "RuntimeError: Error building"))]
+    if compiler:
+        return [ln[:400] for ln in compiler[:limit]]
+    tail = lines[-limit:]
+    return [ln[:400] for ln in (tail[-1:] + tail[:-1])]
 
 
 def build(prepared: PreparedSource, timeout_s: float = BUILD_TIMEOUT_S) -> BuildOutcome:
     """Build the module's extensions in a child process (cached by content); never raises on bad input."""
+    if prepared.extensions == 0 and not uses_cuda(prepared.source):
+        return BuildOutcome(ok=True, cached=True)  # nothing to build: the harness imports it as written
     marker = prepared.build_dir / "built.ok"
     if marker.is_file():
         return BuildOutcome(ok=True, cached=True)
@@ -203,6 +211,6 @@ def build(prepared: PreparedSource, timeout_s: float = BUILD_TIMEOUT_S) -> Build
         return BuildOutcome(ok=False, seconds=seconds, reason=(
             f"the cuda variant needs a CUDA GPU: this ModelNew brings CUDA kernels and {log.strip().splitlines()[-1]}; "
             "run it on a GPU host (the dsl variants run anywhere)"))
-    errors = compile_errors(log)
+    errors = compile_errors(log, prepared.build_dir)
     first = errors[0] if errors else f"the module's top level exited with status {proc.returncode}"
     return BuildOutcome(ok=False, seconds=seconds, reason=first[:300], diagnostics=errors)

@@ -133,6 +133,20 @@ class ReplayRow(BaseModel):
 class ReplayResult(BaseModel):
     baseline: str
     rows: list[ReplayRow]
+    notes: list[str] = []  # why a column shows "-", one line each
+
+
+def _dash_notes(rows: Sequence[ReplayRow], logs: Sequence[RunSummary], baseline: str) -> list[str]:
+    notes = []
+    if any(r.geomean_fixed is None for r in rows):
+        if not any(baseline in metrics.result_from_summary(s).speedups for s in logs):
+            notes.append(f"geomean, retained and efficiency gain are '-': no run has a time for {baseline} to compare with "
+                         "(reference timings need a GPU; the interpreter backend only estimates kernel times)")
+        else:
+            notes.append("geomean, retained and efficiency gain are '-' for a tier with no correct result")
+    if any(r.tokens_saved is None for r in rows):
+        notes.append("tokens saved is '-' for a tier that used no tokens (its efficiency gain counts attempts)")
+    return notes
 
 
 def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baseline: str = "eager_fp32",
@@ -181,7 +195,7 @@ def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baselin
                 efficiency_unit="tokens" if by_tokens else "attempts",
                 stops={c.problem: len(c.attempts) for c in cut},
             ))
-    return ReplayResult(baseline=baseline, rows=rows)
+    return ReplayResult(baseline=baseline, rows=rows, notes=_dash_notes(rows, logs, baseline))
 
 
 def fmt_pct(x: float | None) -> str:
@@ -208,4 +222,6 @@ def replay_table_markdown(result: ReplayResult) -> str:
             f"{fmt_pct(r.attempts_saved)} | {fmt_pct(r.tokens_saved)} | {fmt_num(r.geomean_fixed)} -> {fmt_num(r.geomean_policy)} | "
             f"{fmt_pct(r.retention)} | {gain} |"
         )
+    if result.notes:
+        lines += [""] + [f"- {note}" for note in result.notes]
     return "\n".join(lines)

@@ -36,8 +36,8 @@ class ProgramFeatures:
 
     n_kernels: int = 0
     n_torch_steps: int = 0
+    torch_fns: tuple[str, ...] = ()
     maths: tuple[str, ...] = ()  # per kernel: the math it runs (dsl_compiler.precision)
-    maths: tuple[str, ...] = ()  # per kernel, "f32" when unset
     tiles: tuple[tuple[int, int, int] | None, ...] = ()
     clusters: tuple[tuple[int, int, int], ...] = ()
     schedules: tuple[str, ...] = ()
