@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -332,7 +333,12 @@ def write_report(store, out_dir: str | Path) -> Path:
     path = out / "report.md"
     path.write_text(text + "\n", encoding="utf-8")
     if langsmith_configured():
-        upload_to_langsmith(store)
+        try:
+            upload_to_langsmith(store)
+        except Exception as exc:  # the report is written; an unreachable endpoint must not undo that
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            print(f"warning: LangSmith upload to {os.environ.get('LANGSMITH_ENDPOINT')} failed "
+                  f"({type(exc).__name__}: {first}); the report is written", file=sys.stderr)
     return path
 
 
