@@ -3,8 +3,10 @@ what was found, what is allowed and a fix hint."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -684,3 +686,120 @@ def _assemble(items: list, span: ir.Span | None = None) -> tuple[ir.Program | No
         return None, diags
     return ir.Program(name=name, decls=tuple(decls), steps=tuple(steps), outputs=outputs, span=span,
                       outputs_span=outputs_span), []
+
+
+# ---------------------------------------------------------------------------------------------
+# Comments: kept beside the IR (never in it), keyed by the statement they precede or end, for the printer.
+
+@dataclasses.dataclass
+class Comments:
+    """Comment texts by statement key: ``leading`` lines precede the statement, ``trailing`` ones end its line.
+
+    Keys: ("program",), ("decl", name), ("kernel", name), ("kernel_head", name) (the ``{`` line),
+    ("kernel_end", name) (before ``}``), ("knob", kernel, knob), ("let", kernel, name), ("store", kernel, name),
+    ("torch", outputs), ("output",), ("end",) (after the last statement)."""
+
+    leading: dict[tuple, list[str]] = dataclasses.field(default_factory=dict)
+    trailing: dict[tuple, list[str]] = dataclasses.field(default_factory=dict)
+
+    def texts(self) -> list[str]:
+        return [t for table in (self.leading, self.trailing) for texts in table.values() for t in texts]
+
+
+_COMMENT_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _lark_keeping_comments() -> tuple[Lark, list]:
+    sink: list = []
+    grammar = (Path(__file__).with_name("grammar.lark")).read_text()
+    return Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True,
+                lexer_callbacks={"COMMENT": sink.append}), sink
+
+
+def _statement_key(node: Any, kernel: str | None) -> tuple | None:
+    kids = node.children
+    if node.data == "header":
+        return ("program",)
+    if node.data == "decl":
+        return ("decl", str(kids[1]))
+    if node.data == "kernel":
+        return ("kernel", str(kids[0]))
+    if node.data == "torch_step":
+        return ("torch", _torch_outputs(node))
+    if node.data == "output_stmt":
+        return ("output",)
+    if node.data == "config_item":
+        return ("knob", kernel, str(kids[0]))
+    if node.data == "let_stmt":
+        return ("let", kernel, str(kids[0]))
+    if node.data == "store_stmt":
+        return ("store", kernel, str(kids[0]))
+    return None
+
+
+def _torch_outputs(node: Any) -> tuple[str, ...]:
+    # torch a, b = fn(args): the output names are the NAME tokens before the function's name
+    names = []
+    for kid in node.children:
+        if not isinstance(kid, Token) or kid.type != "NAME":
+            break
+        names.append(str(kid))
+    return tuple(names[:-1])
+
+
+def collect_comments(text: str) -> Comments | None:
+    """The comments of a program, each attached to the statement it ends (a comment after a statement on the same
+    line) or precedes (a comment on its own line). None when the text does not parse."""
+    with _COMMENT_LOCK:
+        parser, sink = _lark_keeping_comments()
+        sink.clear()
+        try:
+            tree = parser.parse(text)
+        except Exception:  # noqa: BLE001 - a text that does not parse has no comment map; parse() explains why
+            return None
+        found = list(sink)
+    top: list[tuple[tuple, Any]] = []
+    kernels: list[tuple[str, Any, list[tuple[tuple, Any]]]] = []
+    for node in tree.children:
+        if getattr(node, "data", None) in (None, "empty") or node.meta.empty:
+            continue
+        key = _statement_key(node, None)
+        top.append((key, node.meta))
+        if node.data == "kernel":
+            body = [(_statement_key(kid, key[1]), kid.meta) for kid in node.children[2:]
+                    if getattr(kid, "data", None) in ("config_item", "let_stmt", "store_stmt")]
+            kernels.append((key[1], node.meta, body))
+    comments = Comments()
+
+    def add(table: dict, key: tuple, text_: str) -> None:
+        table.setdefault(key, []).append(text_)
+
+    def ends_before(meta: Any, line: int, column: int) -> bool:
+        return meta.end_line == line and meta.end_column <= column
+
+    for tok in found:
+        line, column, body_text = tok.line, tok.column, str(tok).rstrip()
+        # 1. It ends a statement's line: the last statement (body item or top-level) ending there before it.
+        enders = [(m.end_column, key) for key, m in top if ends_before(m, line, column)]
+        enders += [(m.end_column, key) for _, _, body in kernels for key, m in body if ends_before(m, line, column)]
+        if enders:
+            add(comments.trailing, max(enders)[1], body_text)
+            continue
+        # 2. Inside a kernel: on its '{' line, before a body item, or before its '}'.
+        inside = [(name, meta, body) for name, meta, body in kernels
+                  if (meta.line, meta.column) < (line, column) < (meta.end_line, meta.end_column)]
+        if inside:
+            name, meta, body = inside[0]
+            following = [key for key, m in body if (m.line, m.column) > (line, column)]
+            if line == meta.line and not any(m.line == line for _, m in body):
+                add(comments.trailing, ("kernel_head", name), body_text)
+            elif following:
+                add(comments.leading, following[0], body_text)
+            else:
+                add(comments.leading, ("kernel_end", name), body_text)
+            continue
+        # 3. Inside another multi-line statement, or before one: it leads that statement; after all: the end.
+        following = [key for key, m in top if (m.end_line, m.end_column) > (line, column)]
+        add(comments.leading, following[0] if following else ("end",), body_text)
+    return comments

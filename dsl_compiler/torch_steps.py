@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from dsl_compiler import ir
+from dsl_compiler.tensor_types import ShapeError, TensorType
 
 # name -> what it does, for the language reference and for error messages. Signatures follow PyTorch
 # (torch.* or torch.nn.functional.*) unless noted.
@@ -218,8 +219,6 @@ def empty_like_type(t, device: str = "meta"):
 
 def type_of(tensor) -> Any:
     """The TensorType of a tensor (raises StepError for element types a program cannot carry)."""
-    from dsl_compiler.shapes import TensorType
-
     element = element_type(tensor.dtype)
     if element is None:
         raise StepError(f"the step gives a {str(tensor.dtype).replace('torch.', '')} tensor; programs carry f32, bf16, f16")
@@ -229,8 +228,6 @@ def type_of(tensor) -> Any:
 
 def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
     """Output types of a step, found by running it on meta tensors (no data, no device)."""
-    from dsl_compiler.shapes import ShapeError
-
     if step.fn not in STEPS:
         raise ShapeError(f"'{step.fn}' is not a whitelisted torch step", step.span, found=step.fn,
                          expected="one of " + ", ".join(sorted(STEPS)),

@@ -122,7 +122,11 @@ def render_table(rows: list[dict], title: str) -> None:
         table.add_row(r["problem"], fmt_us(r.get("eager_fp32_us")), fmt_us(r.get("eager_tf32_us")),
                       fmt_us(r.get("compile_us")), fmt_us(r.get("t_sol_us")), r.get("bound") or "-",
                       fmt_frac(r.get("best_sol_fraction")))
-    Console().print(table)
+    console = Console()
+    natural = console.measure(table, options=console.options.update_width(1000)).maximum  # no cell cut
+    if natural > console.width:  # a narrow terminal, or a file or pipe (80 columns): widen rather than cut
+        console = Console(width=natural)
+    console.print(table)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # graph.policies.POLICY_NAMES
+POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # evals.policies.POLICY_NAMES
 
 
 def register(subparsers) -> None:
@@ -22,6 +22,11 @@ def register(subparsers) -> None:
     p.add_argument("--tier", default="offline",
                    help="model tier from the tiers file, or playback:DIR to replay .mcu files (default: offline)")
     p.add_argument("--tiers-file", default=None, help="extra tiers TOML (also MUCUTLASS_TIERS)")
+    p.add_argument("--variant", "--variants", default=None, dest="variant", metavar="VARIANT",
+                   help="dsl+sol (the default), dsl (no SOL guidance), cuda (a ModelNew with its own CUDA kernels) "
+                        "or cuda+sol")
+    p.add_argument("--memory", action="store_true",
+                   help="keep notes of each attempt in a memory the writer reads (in-process; eval keeps one per folder)")
     p.add_argument("--policy", default="sol+plateau", choices=POLICIES, help="when to stop (default: sol+plateau)")
     p.add_argument("--max-attempts", type=int, default=40, help="attempt cap for every policy (default: 40)")
     p.add_argument("--eps", type=float, default=2.5, help="sol policy: stop at t_best <= (1 + eps) t_SOL (default: 2.5)")
@@ -61,7 +66,7 @@ DEFAULT_PROBLEM_CPU = ("smoke", "02_linear_relu_tiny.py")
 def default_problem() -> tuple[Path, str]:
     """The problem `mucutlass optimize` runs when none is named, and why that one."""
     from evals.problems import SUITES_DIR
-    from graph.context import resolve_backend
+    from dsl_compiler.backend import resolve_backend
 
     backend, reason = resolve_backend("auto")
     suite, name = DEFAULT_PROBLEM_GPU if backend == "cutlass" else DEFAULT_PROBLEM_CPU
@@ -79,8 +84,7 @@ def optimize_command(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         return _error("--max-attempts must be at least 1", 2)
     from graph.context import RunContext
-    from graph.runner import run_optimize
-    from nodes.tiers import TierError, make_tier
+    from graph.runner import TierError, make_tier, run_optimize
 
     if args.tier.startswith("playback:"):  # absolute, so `resume` finds the files from any directory
         args.tier = "playback:" + str(Path(args.tier.split(":", 1)[1]).resolve())
@@ -93,20 +97,46 @@ def optimize_command(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{problem.stem}-{_stamp()}"
     if (out / "run.json").exists():
         return _error(f"{out} already holds a run; continue it with `mucutlass resume {out}` or choose another --out", 2)
-    ctx = RunContext(tier=args.tier, policy=args.policy, max_attempts=args.max_attempts, eps=args.eps,
-                     plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
+    from evals.variants import DEFAULT_VARIANT, VariantError, get_variant
+
+    try:
+        variant = get_variant(args.variant or DEFAULT_VARIANT).name
+    except VariantError as exc:
+        return _error(str(exc), 2)
+    ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
+                     max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
                      gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
+    created = not out.exists()
     try:
         summary = run_optimize(problem, ctx, out, on_event=_sink(args.json))
     except KeyboardInterrupt:
         print(f"interrupted: continue with `mucutlass resume {out}`", file=sys.stderr)
         raise
+    except BaseException:
+        _discard_unstarted(out, created)
+        raise
+    if not summary.attempts and summary.stop_reason.startswith("setup failed"):
+        _discard_unstarted(out, created)  # a run that never started leaves no folder behind
     return _outcome(summary)
 
 
+def _discard_unstarted(out: Path, created: bool) -> None:
+    """Remove a run directory this command created when no attempt was recorded in it."""
+    import json
+    import shutil
+
+    if not created or not out.is_dir():
+        return
+    try:
+        attempts = json.loads((out / "attempts.json").read_text())
+    except (OSError, ValueError):
+        attempts = []
+    if not attempts:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def resume_command(args: argparse.Namespace) -> int:
-    from graph.runner import RunError, resume_run
-    from nodes.tiers import TierError
+    from graph.runner import RunError, TierError, resume_run
 
     try:
         summary = resume_run(args.run_dir, on_event=_sink(args.json))

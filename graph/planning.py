@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from graph.policies import best_time_us
-from graph.records import AttemptRecord, Hypothesis
+from evals.policies import best_time_us
+from evals.records import AttemptRecord, Hypothesis
 
 
 def roi(gain: float, risk: float, gap: float | None) -> float:
@@ -151,3 +151,16 @@ def plan(
     gap = (t_best / t_sol) if (t_best is not None and t_sol) else None
     hyps = list(proposed) if proposed else nominate(sol, history, features, allowed_precisions)
     return rank(hyps, gap)
+
+
+def flat_plan(history: Sequence[AttemptRecord], proposed: Sequence[Hypothesis] | None = None) -> list[Hypothesis]:
+    """The paper's baseline loop, with no SOL report and no ROI: repair what failed, else make it faster.
+    A tier's own proposals are kept in the tier's order, unranked."""
+    if proposed:
+        return list(proposed)
+    last = history[-1] if history else None
+    if best_time_us(history) is None:
+        if last is not None and not last.correct:
+            return [Hypothesis(title="repair the last program", rationale=_why(last))]
+        return [Hypothesis(title="a first correct program", rationale="correctness first")]
+    return [Hypothesis(title="a faster program", rationale="change what you expect to make the best program faster")]

@@ -1,4 +1,5 @@
-"""compiler: checks the program (and builds it for the cutlass backend). Any error ends the
+"""compiler: checks the program (and builds it for the cutlass backend); in the cuda variants,
+checks and builds the ModelNew module's extensions (evals.cuda_candidates). Any error ends the
 attempt and goes back to the writer with the diagnostics."""
 
 from __future__ import annotations
@@ -20,9 +21,20 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
 
     def failed(reason: str, diagnostics: list[str], **changes) -> dict:
         node_s = time.perf_counter() - start
-        return {**fail(state, attempt, node_s, reason, diagnostics, ctx.policy_settings, ctx.policy, **changes),
+        return {**fail(state, attempt, node_s, reason, diagnostics, ctx.policy_settings, ctx.stop_policy, **changes),
                 "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
 
+    if ctx.variant_spec.language == "python":
+        try:
+            source, built = svc.build_model_new(attempt.program_text)
+        except Exception as exc:
+            return failed(f"build crashed: {type(exc).__name__}: {exc}", [])
+        if source is None:
+            return failed(f"build: {built.reason}", built.diagnostics or [built.reason], build_s=built.seconds)
+        return {"current": advance(attempt, time.perf_counter() - start, reached="compile", compile_ok=True,
+                                   build_s=built.seconds),
+                "candidate_source": source, "program_json": None, "artifacts": {}, "sources": {},
+                "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     try:
         program, diagnostics = svc.check_text(attempt.program_text)
     except Exception as exc:

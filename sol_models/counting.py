@@ -31,9 +31,11 @@ import traceback
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from dsl_compiler.walk import epilogue_nodes, epilogue_refs
 
 OpKind = Literal["matmul", "elementwise", "reduction", "norm", "softmax", "pool", "data", "other"]
 
@@ -573,28 +575,6 @@ class StepTraffic(BaseModel):
     bytes_read: float = 0.0
     bytes_written: float = 0.0
     launches: int = 1
-
-
-def _expr_nodes(expr: Any):
-    yield expr
-    for child in ("arg", "lhs", "rhs"):
-        sub = getattr(expr, child, None)
-        if sub is not None:
-            yield from _expr_nodes(sub)
-
-
-def epilogue_nodes(kernel: Any) -> Iterator[Any]:
-    """Every node of a kernel's let and store expressions (``ir`` expression nodes), depth-first."""
-    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
-        yield from _expr_nodes(expr)
-
-
-def epilogue_refs(kernel: Any) -> list[Any]:
-    """The ``ir.Ref`` nodes of a kernel's epilogue that read tensors (reads of its lets left out)."""
-    from dsl_compiler import ir
-
-    lets = {let.name for let in kernel.lets}
-    return [node for node in epilogue_nodes(kernel) if isinstance(node, ir.Ref) and node.name not in lets]
 
 
 def _epilogue_cost_per_element(kernel: Any) -> float:

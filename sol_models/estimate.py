@@ -360,6 +360,6 @@ def _register_sourced_tf32(op: Any, math_mode: str) -> dict:
 
 def _full_aux(kernel: Any) -> set[str]:
     """Epilogue tensors read at full output size (residuals), which cost per-tile traffic."""
-    from sol_models.counting import epilogue_refs
+    from dsl_compiler.walk import epilogue_refs
 
     return {ref.name for ref in epilogue_refs(kernel) if ref.index == "full"}

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from graph.policies import (
+from evals.policies import (
     POLICY_NAMES,
     PolicySettings,
     ProblemBudget,
@@ -15,7 +15,7 @@ from graph.policies import (
     should_stop,
     stop_index,
 )
-from graph.records import AttemptRecord
+from evals.records import AttemptRecord
 
 
 def attempt(i, t_us=None, correct=True, tokens=0, flags=()):

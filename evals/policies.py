@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from graph.records import AttemptRecord
+from evals.records import AttemptRecord
 
 POLICY_NAMES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")
 
@@ -62,6 +62,11 @@ def reference_beaten(t_best_us: float | None, reference_us: Mapping[str, float],
     return ref is None or t_best_us < ref
 
 
+def _reference_clause(reference_us: Mapping[str, float], baseline: str) -> str:
+    # with no reference timed (no GPU) there is nothing beaten; say so rather than claim it
+    return "the reference is beaten" if baseline_us(reference_us, baseline) is not None else "no reference was timed"
+
+
 def tokens_used(history: Iterable[AttemptRecord]) -> int:
     return sum(a.tokens_in + a.tokens_out for a in history)
 
@@ -99,7 +104,7 @@ def sol_stop(
     if t_best <= (1.0 + settings.eps) * t_sol_us:
         return True, (
             f"sol: t_best {t_best:.3g} us <= (1 + {settings.eps:g}) x t_SOL {t_sol_us:.3g} us "
-            f"(headroom {t_best / t_sol_us:.2f}x) and the reference is beaten"
+            f"(headroom {t_best / t_sol_us:.2f}x) and {_reference_clause(reference_us, settings.baseline)}"
         )
     return False, ""
 
@@ -120,7 +125,9 @@ def plateau_stop(
     last_gain = max([i for i, g in enumerate(gains) if g], default=beaten_at)
     since = len(history) - 1 - max(last_gain, beaten_at)
     if since >= settings.plateau_window:
-        return True, f"plateau: {since} attempts in a row without gain after beating the reference"
+        after = ("after beating the reference" if baseline_us(reference_us, settings.baseline) is not None
+                 else "since the first correct result (no reference timed)")
+        return True, f"plateau: {since} attempts in a row without gain {after}"
     return False, ""
 
 
