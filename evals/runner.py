@@ -15,6 +15,7 @@ import datetime as _dt
 import importlib
 import json
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
