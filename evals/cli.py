@@ -69,6 +69,7 @@ def register(subparsers) -> None:
     # 'module:function' that runs one spec: the mucutlass command wires the graph's; tests pass a fake
     p.add_argument("--run-fn", default=None, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--wait", action="store_true", help="if another process holds --out, wait for it (default: exit 2)")
     p.set_defaults(func=cmd_eval)
 
     p = subparsers.add_parser(
@@ -95,6 +96,7 @@ def register(subparsers) -> None:
 def cmd_eval(args) -> int:
     from evals.problems import ProblemError, load_problems
     from dsl_compiler.backend import resolve_backend
+    from evals.locks import FolderBusy
     from evals.runner import EvalConfig, EvalError, check_policies, run_evaluation
     from evals.store import StoreError
 
@@ -151,8 +153,11 @@ def cmd_eval(args) -> int:
     try:
         outcome = run_evaluation(
             config, {p.key: p.path for p in problems}, out, executor=executor,
-            run_fn=args.run_fn, show_progress=not args.no_progress,
+            run_fn=args.run_fn, show_progress=not args.no_progress, wait=args.wait,
         )
+    except FolderBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (StoreError, EvalError) as exc:
         return _error(str(exc))
     except KeyboardInterrupt:
@@ -165,6 +170,10 @@ def cmd_eval(args) -> int:
     for label, err in outcome.failed.items():
         print(f"  failed: {label}: {err}")
     print(f"results: {outcome.results_json}\nreport:  {outcome.report_md}")
+    if outcome.failed:
+        print(f"error: {len(outcome.failed)} run(s) failed or could not start; run the same command to retry them",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -186,7 +195,7 @@ def cmd_replay(args) -> int:
         base = PolicySettings(max_attempts=max_attempts) if max_attempts else None
         result = replay(logs, policy_grid(args.policies, args.eps, args.w, args.token_budget),
                         baseline=args.baseline, base_settings=base)
-    except ReplayError as exc:
+    except (ReplayError, StoreError) as exc:
         return _error(str(exc))
     finally:
         store.close()
@@ -213,7 +222,11 @@ def cmd_report(args) -> int:
     try:
         root = Path(args.results)
         out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report"
+        if out.exists() and not out.is_dir():
+            return _error(f"--out {out}: exists and is not a folder", "choose another --out")
         path = write_report(store, out)
+    except StoreError as exc:
+        return _error(str(exc))
     finally:
         store.close()
     print(f"report: {path}")

@@ -183,7 +183,19 @@ def run_bench(args: argparse.Namespace) -> int:
                   f"eager TF32 {fmt_frac(s['eager_tf32_geomean_sol_fraction'])}, "
                   f"torch.compile {fmt_frac(s['compile_geomean_sol_fraction'])}, "
                   f"best {fmt_frac(s['best_geomean_sol_fraction'])}")
-    return 0
+    failed = {r["problem"]: why for r in rows if (why := row_failure(r, timed=has_gpu))}
+    for problem, why in failed.items():
+        print(f"failed: {problem}: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def row_failure(row: dict, timed: bool) -> str | None:
+    """Why a bench row could not run (its bound, or its timings where a GPU measures them), or None."""
+    if row.get("sol_error"):
+        return row["sol_error"]
+    if timed and row.get("best_us") is None:
+        return row.get("note") or "no reference timing came back"
+    return None
 
 
 def run_suite_list(args: argparse.Namespace) -> int:

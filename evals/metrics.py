@@ -257,3 +257,49 @@ def compare_to_fixed(policy: GroupMetrics, fixed: GroupMetrics, baseline: str = 
         attempts_saved=1 - policy.attempts / fixed.attempts if fixed.attempts else 0.0,
         efficiency_gain=efficiency_gain(g_p, g_f, spend_p, spend_f),
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# The agent variants compared (the paper's table: tiers x variants, at the same attempt budget)
+
+
+def first_correct_attempt(summary: RunSummary) -> int | None:
+    """The 1-based index of the run's first correct, unflagged attempt (timed or not); None if none."""
+    return next((a.index for a in sorted(summary.attempts, key=lambda a: a.index) if a.correct and not a.flags), None)
+
+
+class VariantCell(BaseModel):
+    """One (tier, variant) of the comparison: speed, correctness and spend per problem."""
+
+    tier: str
+    variant: str
+    problems: int
+    correct: int  # runs with a correct, unflagged attempt (KernelBench's correctness, timed or not)
+    timed: int  # of those, runs whose kept result has a measured or estimated time
+    geomean_speedup: dict[str, float | None]  # over BASELINES, across correct kept results
+    tokens_per_problem: float
+    cost_usd_per_problem: float
+    attempts_to_first_correct_mean: float | None
+    attempts_to_first_correct_median: float | None
+
+
+def variant_cells(summaries: Sequence[RunSummary], policy: str = "fixed") -> list[VariantCell]:
+    """One cell per (tier, variant) among the runs of ``policy`` (the budget every variant ran under)."""
+    groups: dict[tuple[str, str], list[RunSummary]] = {}
+    for s in summaries:
+        if s.policy == policy:
+            groups.setdefault((s.tier, s.variant), []).append(s)
+    cells = []
+    for (tier, variant), runs in sorted(groups.items()):
+        results = [result_from_summary(s) for s in runs]
+        firsts = [f for f in (first_correct_attempt(s) for s in runs) if f is not None]
+        cells.append(VariantCell(
+            tier=tier, variant=variant, problems=len(runs), correct=len(firsts),
+            timed=sum(r.counts for r in results),
+            geomean_speedup={b: geomean_speedup(results, b) for b in BASELINES},
+            tokens_per_problem=sum(r.tokens for r in results) / len(runs),
+            cost_usd_per_problem=sum(r.cost_usd for r in results) / len(runs),
+            attempts_to_first_correct_mean=statistics.fmean(firsts) if firsts else None,
+            attempts_to_first_correct_median=statistics.median(firsts) if firsts else None,
+        ))
+    return cells

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,6 +157,43 @@ def plot_attempt_curves(groups: dict[tuple[str, str], metrics.GroupMetrics], bas
 # ------------------------------------------------------------------------------------------------
 
 
+def variants_tables_markdown(summaries, policy: str = "fixed") -> str:
+    """The paper's comparison: rows tiers, columns variants; each cell the geomean speedup over eager
+    fp32 and over eager TF32, the correct count, and tokens and cost per problem; then the attempts to
+    the first correct result per variant."""
+    cells = {(c.tier, c.variant): c for c in metrics.variant_cells(summaries, policy)}
+    if not cells:
+        return ""
+    tiers = sorted({t for t, _ in cells})
+    from evals.variants import VARIANTS
+
+    variants = [v for v in VARIANTS if any(k[1] == v for k in cells)] + sorted(
+        {v for _, v in cells} - set(VARIANTS))
+
+    def cell(c) -> str:
+        if c is None:
+            return "not run"
+        speed = " / ".join(fmt_num(c.geomean_speedup[b], ".2f", "x") for b in ("eager_fp32", "eager_tf32"))
+        return (f"{speed}; {c.correct}/{c.problems} correct; {c.tokens_per_problem / 1000:.1f}k tok, "
+                f"${c.cost_usd_per_problem:.3f} per problem")
+
+    def firsts(c) -> str:
+        if c is None:
+            return "not run"
+        if c.attempts_to_first_correct_mean is None:
+            return f"none correct (0/{c.problems})"
+        return (f"{c.attempts_to_first_correct_mean:.1f} (median {c.attempts_to_first_correct_median:g}; "
+                f"{c.correct}/{c.problems} runs)")
+
+    md = [f"Runs of the `{policy}` policy (the same attempt budget for every variant). Each cell: geomean speedup "
+          "over eager fp32 / over eager TF32 (correct, unflagged results with a time), correct count (a correct, "
+          "unflagged attempt), tokens and cost per problem. `-`: no correct result with a timed baseline.", ""]
+    md.append(_md_table(["tier", *variants], [[t, *[cell(cells.get((t, v))) for v in variants]] for t in tiers]))
+    md += ["", "Attempts to the first correct result (mean over the runs that reached one):", ""]
+    md.append(_md_table(["tier", *variants], [[t, *[firsts(cells.get((t, v))) for v in variants]] for t in tiers]))
+    return "\n".join(md)
+
+
 def build_report(store, out_dir: str | Path) -> str:
     """Markdown text of the report; plots are written next to it."""
     out = Path(out_dir)
@@ -209,6 +247,10 @@ def build_report(store, out_dir: str | Path) -> str:
          *[f"geomean vs {b}" for b in metrics.BASELINES], *[f"median vs {b}" for b in metrics.BASELINES],
          "geomean % SOL", "attempts", "tokens", "cost"], rows))
     md.append("")
+
+    variants_md = variants_tables_markdown(summaries)
+    if variants_md:
+        md += ["## Agent variants", "", variants_md, ""]
 
     md += ["## fast_p", "", "fast_p = (correct and speedup > p) / all problems; fast_0 is the correctness rate.", ""]
     for b in metrics.BASELINES:
@@ -291,7 +333,12 @@ def write_report(store, out_dir: str | Path) -> Path:
     path = out / "report.md"
     path.write_text(text + "\n", encoding="utf-8")
     if langsmith_configured():
-        upload_to_langsmith(store)
+        try:
+            upload_to_langsmith(store)
+        except Exception as exc:  # the report is written; an unreachable endpoint must not undo that
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            print(f"warning: LangSmith upload to {os.environ.get('LANGSMITH_ENDPOINT')} failed "
+                  f"({type(exc).__name__}: {first}); the report is written", file=sys.stderr)
     return path
 
 

@@ -15,6 +15,7 @@ import datetime as _dt
 import importlib
 import json
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -34,6 +35,15 @@ MEMORY_FILE = "memory.sqlite"  # the evaluation's memory across problems (graph.
 
 class EvalError(ValueError):
     """An evaluation that cannot start as asked; one-line message."""
+
+
+class RunNotStarted(Exception):
+    """A run that could not start (missing key, unknown tier, a problem whose setup fails): stored as
+    failed-to-start and retried on the next invocation."""
+
+
+NOT_STARTED_PREFIX = f"{RunNotStarted.__name__}: "  # how one_line_error names it across processes
+SETUP_FAILED = "setup failed"  # the graph's stop reason for a run that could not start
 
 
 class RunSpec(BaseModel):
@@ -176,6 +186,10 @@ def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[Atte
     summary = fn(spec, on_event=on_event)
     if not isinstance(summary, RunSummary):
         summary = RunSummary.model_validate(summary)
+    if summary.stop_reason.startswith(SETUP_FAILED):
+        if not summary.attempts:  # nothing to keep: the next invocation starts it afresh, not from this end
+            shutil.rmtree(spec.run_dir, ignore_errors=True)
+        raise RunNotStarted(summary.stop_reason)
     # The store keys runs by the evaluation's names, whatever the graph called them.
     return summary.model_copy(update={"problem": spec.problem, "tier": spec.tier, "policy": spec.policy,
                                       "variant": spec.variant})
@@ -228,7 +242,11 @@ class StoreSink:
             self.progress.run_finished(spec, ok=True)
 
     def failed(self, spec: RunSpec, error: str) -> None:
-        self.store.fail_run(spec.problem, spec.tier, spec.policy, error, variant=spec.variant)
+        if error.startswith(NOT_STARTED_PREFIX):
+            self.store.fail_run(spec.problem, spec.tier, spec.policy, error.removeprefix(NOT_STARTED_PREFIX),
+                                variant=spec.variant, status="failed_to_start")
+        else:
+            self.store.fail_run(spec.problem, spec.tier, spec.policy, error, variant=spec.variant)
         if self.progress:
             self.progress.run_finished(spec, ok=False)
 
@@ -308,13 +326,27 @@ def run_evaluation(
     environment: dict | None = None,
     show_progress: bool = True,
     write_outputs: bool = True,
+    wait: bool = False,
 ) -> EvalOutcome:
     """Run (or resume) an evaluation into ``out_dir/results.sqlite``; then derive policies and write
-    the results JSON and the report."""
-    from evals.store import ResultsStore
+    the results JSON and the report. The folder is held for this process: another one gets
+    ``FolderBusy`` naming the holder, or with ``wait`` blocks until it is free."""
+    from evals.locks import FolderLock
 
     check_policies(config.policies)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise EvalError(f"--out {out}: exists and is not a folder; choose another --out")
+    with FolderLock(out, wait=wait):
+        return _run_evaluation(config, problem_paths, out, executor, run_fn, environment, show_progress,
+                               write_outputs)
+
+
+def _run_evaluation(config: EvalConfig, problem_paths: dict[str, str], out: Path, executor: Executor,
+                    run_fn: str | RunFn, environment: dict | None, show_progress: bool,
+                    write_outputs: bool) -> EvalOutcome:
+    from evals.store import ResultsStore
+
     store = ResultsStore(out / "results.sqlite")
     try:
         resumed = store.init_evaluation(
@@ -403,6 +435,7 @@ def results_document(store) -> dict[str, Any]:
         "timing_sources": timing_sources,
         "derived_policies": store.derived_policies(),
         "rows": rows,
+        "variants": [c.model_dump() for c in metrics.variant_cells(summaries)],
         "summary": headline,
         "groups": all_groups,
     }

@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args, get_origin
 from evals.records import AttemptRecord, RunSummary
 from evals.variants import DEFAULT_VARIANT
 
-RunStatus = Literal["running", "done", "failed", "derived"]
+RunStatus = Literal["running", "done", "failed", "failed_to_start", "derived"]
 FINISHED: tuple[RunStatus, ...] = ("done", "derived")
 
 
@@ -133,15 +133,25 @@ class ResultsStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        if self.path.exists() and not self.path.is_file():
+            raise StoreError(f"{self.path}: not a file")
+        existed = self.path.is_file() and self.path.stat().st_size > 0
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            _migrate_variant(self._db)
-            self._db.executescript(_SCHEMA)
+            # a damaged page is found here, in one line, not half-way through a report
+            problem = self._db.execute("PRAGMA quick_check(1)").fetchone()[0] if existed else "ok"
+            if problem == "ok":
+                _migrate_variant(self._db)
+                self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a results store ({exc})") from None
+        if problem != "ok":
+            self._db.close()
+            raise StoreError(f"{self.path}: damaged results store ({' '.join(str(problem).split())}); restore it "
+                             "from a copy, or start a new evaluation with another --out")
 
     @classmethod
     def open_existing(cls, path: str | Path) -> ResultsStore:
@@ -240,15 +250,17 @@ class ResultsStore:
                 (*key, status, derived_from, summary.model_dump_json(exclude={"attempts"}), time.time(), time.time()),
             )
 
-    def fail_run(self, problem: str, tier: str, policy: str, error: str, *, variant: str = DEFAULT_VARIANT) -> None:
-        """A run that raised: kept as failed (retried on resume), its attempts so far kept."""
+    def fail_run(self, problem: str, tier: str, policy: str, error: str, *, variant: str = DEFAULT_VARIANT,
+                 status: Literal["failed", "failed_to_start"] = "failed") -> None:
+        """A run that raised (``failed``) or could not start (``failed_to_start``: no key, unknown tier,
+        a problem whose setup fails): retried on resume, its attempts so far kept."""
         with self._tx() as db:
             db.execute(
                 """INSERT INTO runs (problem, tier, policy, variant, status, error, finished_at)
-                   VALUES (?, ?, ?, ?, 'failed', ?, ?)
-                   ON CONFLICT (problem, tier, policy, variant) DO UPDATE SET status='failed', error=excluded.error,
-                   finished_at=excluded.finished_at""",
-                (problem, tier, policy, variant, error, time.time()),
+                   VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (problem, tier, policy, variant) DO UPDATE SET status=excluded.status,
+                   error=excluded.error, finished_at=excluded.finished_at""",
+                (problem, tier, policy, variant, status, error, time.time()),
             )
 
     def run_status(self) -> dict[tuple[str, str, str, str], str]:
@@ -261,10 +273,13 @@ class ResultsStore:
         return {k for k, s in self.run_status().items() if s in FINISHED}
 
     def failures(self) -> dict[tuple[str, str, str, str], str]:
+        """Runs that failed or could not start -> their one-line error."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT problem, tier, policy, variant, error FROM runs WHERE status = 'failed'").fetchall()
-        return {(r["problem"], r["tier"], r["policy"], r["variant"]): r["error"] or "" for r in rows}
+                "SELECT problem, tier, policy, variant, status, error FROM runs "
+                "WHERE status IN ('failed', 'failed_to_start')").fetchall()
+        return {(r["problem"], r["tier"], r["policy"], r["variant"]):
+                ("failed to start: " if r["status"] == "failed_to_start" else "") + (r["error"] or "") for r in rows}
 
     def attempts(self, problem: str, tier: str, policy: str, variant: str = DEFAULT_VARIANT) -> list[AttemptRecord]:
         with self._lock:

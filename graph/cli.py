@@ -38,12 +38,14 @@ def register(subparsers) -> None:
     p.add_argument("--gpu", default="h200", help="GPU of the SOL model (default: h200)")
     p.add_argument("--out", default=None, help="run directory (default: runs/<problem>-<time>)")
     p.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
+    p.add_argument("--wait", action="store_true", help="if another process holds --out, wait for it (default: exit 2)")
     p.set_defaults(func=optimize_command)
 
     r = subparsers.add_parser("resume", help="continue a killed optimize run from its last completed step",
                               description="Continue a run from RUN_DIR/checkpoints.sqlite; finished attempts are kept.")
     r.add_argument("run_dir", help="the run directory of `mucutlass optimize`")
     r.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
+    r.add_argument("--wait", action="store_true", help="if another process holds RUN_DIR, wait for it (default: exit 2)")
     r.set_defaults(func=resume_command)
 
 
@@ -95,6 +97,8 @@ def optimize_command(args: argparse.Namespace) -> int:
     except TierError as exc:
         return _error(str(exc), 1)
     out = Path(args.out) if args.out else Path("runs") / f"{problem.stem}-{_stamp()}"
+    if out.exists() and not out.is_dir():
+        return _error(f"--out {out}: exists and is not a folder; choose another --out", 2)
     if (out / "run.json").exists():
         return _error(f"{out} already holds a run; continue it with `mucutlass resume {out}` or choose another --out", 2)
     from evals.variants import DEFAULT_VARIANT, VariantError, get_variant
@@ -106,9 +110,16 @@ def optimize_command(args: argparse.Namespace) -> int:
     ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
                      max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
                      gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
+    from evals.locks import FolderBusy
+    from graph.runner import RunError
+
     created = not out.exists()
     try:
-        summary = run_optimize(problem, ctx, out, on_event=_sink(args.json))
+        summary = run_optimize(problem, ctx, out, on_event=_sink(args.json), wait=args.wait)
+    except FolderBusy as exc:
+        return _error(str(exc), 2)
+    except RunError as exc:
+        return _error(str(exc), 1)
     except KeyboardInterrupt:
         print(f"interrupted: continue with `mucutlass resume {out}`", file=sys.stderr)
         raise
@@ -136,10 +147,13 @@ def _discard_unstarted(out: Path, created: bool) -> None:
 
 
 def resume_command(args: argparse.Namespace) -> int:
+    from evals.locks import FolderBusy
     from graph.runner import RunError, TierError, resume_run
 
     try:
-        summary = resume_run(args.run_dir, on_event=_sink(args.json))
+        summary = resume_run(args.run_dir, on_event=_sink(args.json), wait=args.wait)
+    except FolderBusy as exc:
+        return _error(str(exc), 2)
     except (RunError, TierError) as exc:
         return _error(str(exc), 1)
     return _outcome(summary)

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from evals.locks import FolderLock
 from graph.checkpoints import CheckpointError, open_saver, thread_config
 from dsl_compiler.backend import resolve_backend
 from graph.context import RunContext, Services
@@ -34,32 +35,41 @@ class RunError(Exception):
     """A run cannot start or resume (missing run directory, unreadable run.json): one line."""
 
 
-def run_optimize(problem_path: str | Path, ctx: RunContext, run_dir: str | Path, on_event: EventSink | None = None) -> RunSummary:
-    """Optimize one problem; returns its summary and writes the run directory."""
+def run_optimize(problem_path: str | Path, ctx: RunContext, run_dir: str | Path, on_event: EventSink | None = None,
+                 *, wait: bool = False) -> RunSummary:
+    """Optimize one problem; returns its summary and writes the run directory. The directory is held
+    for this process (``FolderBusy`` names the holder; ``wait`` blocks until it is free)."""
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"{run_dir}: exists and is not a folder; choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
     problem_path = str(Path(problem_path).resolve())
     ctx.run_id = ctx.run_id or uuid.uuid4().hex[:12]
     backend, why = resolve_backend(ctx.backend)
     ctx.backend = backend
-    (run_dir / RUN_FILE).write_text(json.dumps(
-        {"problem_path": problem_path, "backend_reason": why, "settings": ctx.settings()}, indent=2))
-    return _drive(ctx, run_dir, problem_path, why, initial_state(problem_path, backend), on_event)
+    with FolderLock(run_dir, wait=wait):
+        (run_dir / RUN_FILE).write_text(json.dumps(
+            {"problem_path": problem_path, "backend_reason": why, "settings": ctx.settings()}, indent=2))
+        return _drive(ctx, run_dir, problem_path, why, initial_state(problem_path, backend), on_event)
 
 
-def resume_run(run_dir: str | Path, on_event: EventSink | None = None, **live: Any) -> RunSummary:
+def resume_run(run_dir: str | Path, on_event: EventSink | None = None, *, wait: bool = False,
+               **live: Any) -> RunSummary:
     """Continue a run from its last completed node (finished attempts are not redone). ``live``
     passes objects that run.json cannot hold (``tier_impl``, ``services``)."""
     run_dir = Path(run_dir)
     meta_path = run_dir / RUN_FILE
     if not meta_path.is_file():
         raise RunError(f"{run_dir}: not a run directory (no {RUN_FILE})")
-    try:
-        meta = json.loads(meta_path.read_text())
-        ctx = RunContext.from_settings(meta["settings"], **live)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise RunError(f"{meta_path}: unreadable run settings: {exc}") from None
-    return _drive(ctx, run_dir, meta["problem_path"], meta.get("backend_reason", ""), None, on_event)
+    with FolderLock(run_dir, wait=wait):
+        try:
+            meta = json.loads(meta_path.read_text())
+            ctx = RunContext.from_settings(meta["settings"], **live)
+            problem_path = meta["problem_path"]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RunError(f"{meta_path}: unreadable run settings ({type(exc).__name__}: {exc}); "
+                           "start the run again with `mucutlass optimize`") from None
+        return _drive(ctx, run_dir, problem_path, meta.get("backend_reason", ""), None, on_event)
 
 
 def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,

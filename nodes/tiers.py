@@ -122,9 +122,13 @@ def load_tiers(extra: str | Path | None = None) -> dict[str, TierSpec]:
         if not path.is_file():
             raise TierError(f"tiers file not found: {path}")
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise TierError(f"{path}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError:
+            raise TierError(f"{path}: not a text file (a tiers file is UTF-8 TOML)") from None
+        except OSError as exc:
+            raise TierError(f"{path}: cannot read: {exc.strerror or exc}") from None
         table = data.get("tiers", {})
         if not isinstance(table, dict):
             raise TierError(f"{path}: [tiers] must be a table of tier tables")

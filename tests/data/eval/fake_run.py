@@ -75,3 +75,17 @@ def broken(spec, on_event=None) -> RunSummary:
     if "gemm" in Path(spec.problem_path).stem:
         raise RuntimeError("boom in the graph")
     return run(spec, on_event)
+
+
+NEEDS_KEY = "FAKE_RUN_API_KEY"
+
+
+def needs_key(spec, on_event=None) -> RunSummary:
+    """A run that cannot start without FAKE_RUN_API_KEY, the way the graph reports it (a summary whose
+    stop reason is "setup failed: ...", no attempts); with the key it runs like ``run``."""
+    if not os.environ.get(NEEDS_KEY):
+        (Path(spec.run_dir) / "run.json").write_text("{}")  # what a graph run leaves before its planner fails
+        return RunSummary(problem=Path(spec.problem_path).stem, tier=spec.tier, policy=spec.policy,
+                          backend="interpreter", gpu="none", attempts=[],
+                          stop_reason=f"setup failed: the environment variable {NEEDS_KEY} holding its API key is not set")
+    return run(spec, on_event)
