@@ -237,6 +237,7 @@ def compare_with_problem(program: ir.Program, problem_path: str, seed: int = 0, 
     for row, name in zip(rows, program.outputs):
         row["name"] = name
     from dsl_compiler import shapes
+    from dsl_compiler.precision import effective_math
 
     types = shapes.infer(program)
     return {
@@ -244,7 +245,7 @@ def compare_with_problem(program: ir.Program, problem_path: str, seed: int = 0, 
         "tolerance": tol,
         "device": str(device),
         "seed": seed,
-        "math": sorted({shapes.effective_math(program, k, types) for k in program.kernels}),
+        "math": sorted({effective_math(program, k, types) for k in program.kernels}),
         "outputs": rows,
         "ok": all(r["ok"] for r in rows),
     }
