@@ -9,6 +9,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.precision import kernel_math
 from dsl_compiler.ir import (
     Acc,
     Binary,
@@ -227,7 +228,7 @@ def math_for(kernel: Kernel, a_dtype: str, b_dtype: str) -> str:
         raise unsupported(kernel, f"operands of different types ({a_dtype} and {b_dtype})",
                            "convert one operand with a torch step (e.g. `torch b16 = to(b, dtype=\"bf16\")`) so both match",
                            found=f"{a_dtype} x {b_dtype}")
-    math = kernel.config.math or a_dtype  # unset: the operands' own type (f32 stays exact f32)
+    math = kernel_math(kernel, a_dtype)  # unset: the operands' own type (f32 stays exact f32)
     if a_dtype == "f32" and math == "f32":
         raise unsupported(kernel, "math = f32 (exact fp32, also the default for f32 operands) has no Hopper tensor-core path",
                            "use math = tf32 (fp32 storage, tensor-core math; about 3e-4 relative error)",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from evals.records import AttemptRecord
+from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
 POLICY_NAMES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")
 
@@ -28,11 +29,11 @@ class PolicySettings:
     """Knobs of the stop rules. Defaults are the paper's best replayed setting (eps 250%, w 12)
     within its 40-attempt budget."""
 
-    max_attempts: int = 40
-    eps: float = 2.5  # SOL stop: t_best <= (1 + eps) * t_sol_us
-    plateau_window: int = 12  # attempts in a row without gain
+    max_attempts: int = MAX_ATTEMPTS
+    eps: float = SOL_EPS  # SOL stop: t_best <= (1 + eps) * t_sol_us
+    plateau_window: int = PLATEAU_WINDOW  # attempts in a row without gain
     min_gain: float = 0.0  # an attempt is a gain when it beats the best by more than this fraction
-    token_budget: int = 400_000
+    token_budget: int = TOKEN_BUDGET
     # Which reference time must be beaten: a key of reference_us ("eager_fp32", "eager_tf32",
     # "compile") or "best" (the fastest of those measured).
     baseline: str = "best"

@@ -15,6 +15,7 @@ import datetime as _dt
 import importlib
 import json
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field
 from evals.environment import collect_environment
 from evals.policies import POLICY_NAMES, PolicySettings
 from evals.records import AttemptRecord, RunSummary
+from evals.settings import MAX_ATTEMPTS
 from evals.variants import DEFAULT_VARIANT, stop_policy
 
 GENEROUS_POLICY = "fixed"
@@ -76,7 +78,7 @@ class EvalConfig(BaseModel):
     memory: bool = True  # notes carried across the problems of each (tier, variant)
     policies: list[str]
     policies_mode: Literal["replay", "run"] = "replay"
-    max_attempts: int = 40
+    max_attempts: int = MAX_ATTEMPTS
     backend: str = "auto"
     executor: str = "local"
 
