@@ -216,7 +216,8 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from dsl_compiler.cutlass_runtime import CutlassProgramModule, load_seconds
+    from dsl_compiler.cutlass_runtime import load_seconds
+    from dsl_compiler.runtime import CutlassProgramModule
 
     dev = torch.device("cuda")
     rows = []
@@ -308,7 +309,7 @@ def main(argv=None) -> int:
     load_lib_s = max(load_seconds.values()) if load_seconds else float("nan")
     summary = summarize(rows, load_s, load_lib_s, wall_s, sum(len(r.kernel_build_s) for r in built.values()),
                         statistics.median([r["cold_build_s"] for r in build_rows if r["cold_build_s"] > 0] or [0]))
-    from evals.runner import collect_environment
+    from evals.environment import collect_environment
 
     props = torch.cuda.get_device_properties(0)
     env = collect_environment("cutlass")
@@ -330,7 +331,7 @@ def main(argv=None) -> int:
 
 def write_report(report: dict, stem: Path) -> None:
     """``stem``.json and a markdown table beside it."""
-    from evals.runner import versions_text
+    from evals.environment import versions_text
 
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
     summary, rows = report["summary"], report["rows"]

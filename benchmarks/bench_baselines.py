@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from evals.harness import Harness, HarnessSettings  # noqa: E402
 from evals.harness_cli import bench_rows, fmt_frac, fmt_us, summarize  # noqa: E402
 from evals.problems import ProblemError, load_problems  # noqa: E402
-from evals.runner import collect_environment, versions_text  # noqa: E402
+from evals.environment import collect_environment, versions_text  # noqa: E402
 
 
 def to_markdown(doc: dict) -> str:

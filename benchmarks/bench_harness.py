@@ -47,7 +47,7 @@ from evals.harness import Candidate, Harness, HarnessSettings  # noqa: E402
 from evals.harness_cli import fmt_us  # noqa: E402
 from evals.problems import load_suite  # noqa: E402
 from evals.replay import fmt_num  # noqa: E402
-from evals.runner import collect_environment, versions_text  # noqa: E402
+from evals.environment import collect_environment, versions_text  # noqa: E402
 from evals.timing import TimingMethod, range_pct, spread_pct  # noqa: E402
 
 ADVERSARIAL = ROOT / "tests" / "adversarial"
@@ -217,7 +217,7 @@ def overhead_row(harness: Harness, problem, candidate: Candidate, label: str, ba
 def program_for(problem):
     """The offline tier's translation of ``problem`` into a μCUTLASS program (or None, why)."""
     try:
-        from nodes.offline.frontend import trace_problem
+        from dsl_compiler.frontend import trace_problem
     except ImportError as exc:
         return None, f"the offline frontend is not available: {exc}"
     result = trace_problem(problem)

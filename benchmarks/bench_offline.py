@@ -87,7 +87,7 @@ def prebuild(problems: list, gpu: str, count: int, jobs: int, log=print) -> dict
 def why_short(problem, summary, sol: dict, gpu: str) -> str:
     """Bound type and what limited the best kernel, from the estimate and the trace's coverage."""
     from dsl_compiler.parser import parse
-    from nodes.offline.frontend import trace_problem
+    from dsl_compiler.frontend import trace_problem
     from sol_models.estimate import estimate_program
     from sol_models.hardware import get_gpu
 
@@ -190,7 +190,7 @@ def _sol(problem, gpu: str, calibrated: bool = False) -> dict:
 
 
 def run_suite(problems: list, args, log=print) -> dict:
-    from evals.runner import shared_services
+    from graph.runner import shared_services
     from graph.context import RunContext
     from graph.runner import run_optimize
 
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                                         calibrated=args.sol_peaks == "calibrated"))
         doc["gpu"] = doc["environment"].get("gpu") or args.gpu
     else:
-        from evals.runner import collect_environment
+        from evals.environment import collect_environment
 
         doc["environment"] = collect_environment(args.backend)
         doc.update(run_suite(problems, args))

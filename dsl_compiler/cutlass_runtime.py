@@ -14,10 +14,8 @@ import time
 
 import torch
 
-from dsl_compiler import interpreter
 from dsl_compiler.emit_cutlass import emit_program
 from dsl_compiler.ir import Kernel, Program
-from dsl_compiler.runtime import ProgramModule
 
 # --- portable begin: torch and the standard library only; export.py copies this block, with this module's plain imports, into ModelNew files ---
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -304,15 +302,3 @@ class CutlassExecutor:
         would allocate), e.g. poisoned buffers in tests."""
         return call_kernel(self.artifacts[kernel.name], kernel.name, self._ops[kernel.name], self.abis[kernel.name],
                            env, outputs)
-
-
-class CutlassProgramModule(ProgramModule):
-    """A program as a torch Module on the CUTLASS backend (``runtime.ProgramModule`` with a
-    ``CutlassExecutor``); params are re-laid out to their declared layouts once, here."""
-
-    def __init__(self, program: Program, params: dict[str, torch.Tensor], artifacts: dict[str, str]):
-        missing = [d.name for d in program.params if d.name not in params]
-        if missing:
-            raise CutlassError(f"param(s) not bound: {', '.join(missing)}")
-        bound = {d.name: interpreter.as_declared(params[d.name], d) for d in program.params}
-        super().__init__(program, CutlassExecutor(program, artifacts), bound)

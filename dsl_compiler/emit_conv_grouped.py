@@ -28,24 +28,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsl_compiler.emit_cutlass import (
+from dsl_compiler.emit_common import (
     CONV_INTS,
     CPP_ELEMENT,
     ELEMENT_BITS,
+    HELPERS,
+    MU_FAIL,
     AbiTensor,
     EmitError,
     EmittedKernel,
+    evt_leaves,
+    ExprWriter,
+    inline_lets,
     KernelAbi,
-    _ExprWriter,
-    _HELPERS,
-    _MU_FAIL,
-    _inline_lets,
-    _leaves,
-    _unsupported,
     namespace_for,
+    unsupported,
 )
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.ir import ConvOp, Kernel, Program, Reduce, Store
+from dsl_compiler.precision import kernel_math
 
 # Depthwise direct conv: (output rows, output cols, channels) per CTA, first that fits shared memory.
 DEPTHWISE_TILES = ((8, 8, 64), (8, 8, 32), (8, 8, 16), (4, 4, 64), (4, 4, 32), (4, 4, 16))
@@ -80,16 +81,16 @@ def _pow2_vector(extent: int, dtype: str) -> int:
 
 def _epilogue(kernel: Kernel, dtypes: dict[str, str], k_out: int, out_shape: tuple[int, ...] | None) -> _Epi:
     lets = {let.name: let.expr for let in kernel.lets}
-    stores = [Store(name=s.name, dtype=s.dtype, expr=_inline_lets(s.expr, lets), span=s.span) for s in kernel.stores]
+    stores = [Store(name=s.name, dtype=s.dtype, expr=inline_lets(s.expr, lets), span=s.span) for s in kernel.stores]
     later = "store the conv output and apply the rest in a later torch step"
     if len(stores) != 1:
-        raise _unsupported(kernel, f"{len(stores)} stores in a grouped / depthwise convolution epilogue",
+        raise unsupported(kernel, f"{len(stores)} stores in a grouped / depthwise convolution epilogue",
                            f"keep one store per conv kernel; {later}", span=stores[1].span if len(stores) > 1 else kernel.span)
     store = stores[0]
     if isinstance(store.expr, Reduce):
-        raise _unsupported(kernel, "a reduction in a grouped / depthwise convolution epilogue",
+        raise unsupported(kernel, "a reduction in a grouped / depthwise convolution epilogue",
                            "store the conv output and reduce it in a torch step (e.g. torch s = sum(y, dim=1))", span=store.span)
-    keys = _leaves(store.expr, [])
+    keys = evt_leaves(store.expr, [])
     refs = [k for k in keys if k[0] == "ref"]
     for _, name, index in refs:
         if name not in dtypes:
@@ -97,11 +98,11 @@ def _epilogue(kernel: Kernel, dtypes: dict[str, str], k_out: int, out_shape: tup
                                        span=store.span, hint="declare it as an input or param, or store it in an earlier kernel"))
         if index in ("row", "scalar"):
             what = "a per-row vector" if index == "row" else "a one-element tensor"
-            raise _unsupported(kernel, f"{what} '{name}[{index}]' in a grouped / depthwise convolution epilogue",
+            raise unsupported(kernel, f"{what} '{name}[{index}]' in a grouped / depthwise convolution epilogue",
                                "write a literal constant, or a per-channel vector `b[col]`; " + later, span=store.span,
                                found=f"{name}[{index}]")
     if len(refs) > 1:
-        raise _unsupported(kernel, f"the epilogue reads {len(refs)} tensors ({', '.join(r[1] for r in refs)})",
+        raise unsupported(kernel, f"the epilogue reads {len(refs)} tensors ({', '.join(r[1] for r in refs)})",
                            "a grouped / depthwise conv epilogue reads one tensor (a bias `b[col]` or a residual); " + later,
                            span=store.span, found=", ".join(f"{r[1]}[{r[2]}]" if r[2] != "full" else r[1] for r in refs))
     tensors: list[AbiTensor] = []
@@ -109,14 +110,14 @@ def _epilogue(kernel: Kernel, dtypes: dict[str, str], k_out: int, out_shape: tup
     if refs:
         _, name, index = refs[0]
         if dtypes[name] != store.dtype:
-            raise _unsupported(kernel, f"'{name}' is {dtypes[name]} but the store is {store.dtype}",
+            raise unsupported(kernel, f"'{name}' is {dtypes[name]} but the store is {store.dtype}",
                                f"CUTLASS 2.x reads its source operand in the output's type: store {store.dtype} needs "
                                f"'{name}' as {store.dtype} (convert it with a torch step), or store {dtypes[name]}",
                                span=store.span, found=f"{name}: {dtypes[name]}, store {store.name}: {store.dtype}")
         source = "bias" if index == "col" else "residual"
         tensors.append(AbiTensor(name, "col" if index == "col" else "src", dtypes[name]))
     scalars: list[float] = []
-    writer = _ExprWriter(keys, scalars)
+    writer = ExprWriter(keys, scalars)
     body = writer.write(store.expr)
     n_consts = len(writer.const_slots)
     count = _pow2_vector(k_out, store.dtype)
@@ -165,9 +166,9 @@ struct MuOutputOp {{
 
 def _math(kernel: Kernel, dtype: str, w_dtype: str, depthwise: bool) -> str:
     if dtype != w_dtype:
-        raise _unsupported(kernel, f"operands of different types ({dtype} and {w_dtype})",
+        raise unsupported(kernel, f"operands of different types ({dtype} and {w_dtype})",
                            "convert one operand with a torch step so both match", found=f"{dtype} x {w_dtype}")
-    math = kernel.config.math or dtype
+    math = kernel_math(kernel, dtype)
     if dtype == "f32":
         if depthwise and math in ("f32", "tf32"):
             return "f32"  # SIMT fp32 multiply-add: exact f32, at least as precise as tf32
@@ -176,14 +177,14 @@ def _math(kernel: Kernel, dtype: str, w_dtype: str, depthwise: bool) -> str:
         want = "math = f32 or tf32 (the depthwise kernel multiplies in fp32)" if depthwise else "math = tf32"
         hint = ("use math = tf32 (Ampere tensor-core mma.sync; about 3e-4 relative error)" if not depthwise
                 else f"use math = f32 for {dtype} operands")
-        raise _unsupported(kernel, f"math = {math} over f32 operands" + ("" if depthwise else
+        raise unsupported(kernel, f"math = {math} over f32 operands" + ("" if depthwise else
                            ": a grouped conv runs on tensor cores, which have no exact-fp32 path"), hint,
                            span=kernel.config.span_of("math"), found=f"math = {math}; expected {want}")
     if math != dtype:
-        raise _unsupported(kernel, f"math = {math} over {dtype} operands", f"use math = {dtype} for {dtype} storage",
+        raise unsupported(kernel, f"math = {math} over {dtype} operands", f"use math = {dtype} for {dtype} storage",
                            span=kernel.config.span_of("math"), found=f"math = {math}")
     if kernel.config.accum == "f16" and dtype != "f16":
-        raise _unsupported(kernel, "accum = f16 needs f16 operands", "use accum = f32", found="accum = f16")
+        raise unsupported(kernel, "accum = f16 needs f16 operands", "use accum = f32", found="accum = f16")
     return math
 
 
@@ -203,7 +204,7 @@ def _common_config(kernel: Kernel, kind: str, allow_tile: bool, allow_swizzle: b
     }
     for knob, (bad, found, hint) in knobs.items():
         if bad:
-            raise _unsupported(kernel, f"{knob} = {found} for a {kind} convolution", hint,
+            raise unsupported(kernel, f"{knob} = {found} for a {kind} convolution", hint,
                                span=cfg.span_of(knob), found=f"{knob} = {found}")
 
 
@@ -211,7 +212,7 @@ def _layouts(program: Program, kernel: Kernel, op: ConvOp) -> None:
     for o, what in ((op.x, "input"), (op.w, "filter")):
         decl = program.decl(o.name)
         if decl is not None and decl.layout != "channels_last":
-            raise _unsupported(kernel, f"conv {what} '{o.name}' is contiguous (NCHW); the grouped / depthwise kernels read channels-last (NHWC / KRSC)",
+            raise unsupported(kernel, f"conv {what} '{o.name}' is contiguous (NCHW); the grouped / depthwise kernels read channels-last (NHWC / KRSC)",
                                f"declare '{o.name}' channels_last, or add `torch {o.name}_cl = channels_last({o.name})` and convolve that",
                                span=o.span or kernel.span, found="layout = contiguous")
 
@@ -230,13 +231,13 @@ def _shapes(program: Program, kernel: Kernel):
 def emit_grouped_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
     """C++ for a conv with groups > 1, or raise EmitError with an ``unsupported`` Diagnostic."""
     if op.spatial_dims == 3:
-        raise _unsupported(kernel, f"conv3d with groups = {op.groups}: CUTLASS's grouped and depthwise kernels are 2-D",
+        raise unsupported(kernel, f"conv3d with groups = {op.groups}: CUTLASS's grouped and depthwise kernels are 2-D",
                            f"route it to a PyTorch step: `torch y = conv3d(x, w, stride=..., padding=..., groups={op.groups})`, "
                            "then apply the epilogue in a later step", span=op.span, found=f"conv3d, groups = {op.groups}")
     _layouts(program, kernel, op)
     types, out_shape = _shapes(program, kernel)
     if types is None or op.x.name not in types or op.w.name not in types:
-        raise _unsupported(kernel, "the convolution's shapes do not work out", "run `mucutlass check` on the program and fix what it reports",
+        raise unsupported(kernel, "the convolution's shapes do not work out", "run `mucutlass check` on the program and fix what it reports",
                            span=op.span)
     if op.spatial_dims == 1:
         # A 1-D conv is the 2-D one with H = R = 1: NWC / KSC are NHWC / KRSC with H = R = 1 in memory, and the
@@ -282,23 +283,23 @@ def _emit_depthwise(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, m
     n, c, h, w = xs
     k, r, s = ws
     if k != c:
-        raise _unsupported(kernel, f"depthwise conv with K = {k} = {k // c} x C (a channel multiplier above 1)",
+        raise unsupported(kernel, f"depthwise conv with K = {k} = {k // c} x C (a channel multiplier above 1)",
                            "CUTLASS's depthwise kernel computes one output channel per input channel: route it to a PyTorch step "
                            f"(`torch y = conv{kernel.op.spatial_dims}d(x, w, ..., groups={op.groups})`), or repeat the input channels with a torch step first",
                            span=op.span, found=f"C = {c}, K = {k}, groups = {op.groups}")
     vec = 128 // ELEMENT_BITS[dtype]
     if c % vec:
-        raise _unsupported(kernel, f"depthwise conv over C = {c} channels: the kernel loads {vec} {dtype} channels (16 bytes) at a time",
+        raise unsupported(kernel, f"depthwise conv over C = {c} channels: the kernel loads {vec} {dtype} channels (16 bytes) at a time",
                            f"pad the channels to a multiple of {vec} with a torch step, or leave this conv to a PyTorch step",
                            span=op.span, found=f"C = {c}")
     _common_config(kernel, "depthwise", allow_tile=False, allow_swizzle=False)
     stages = kernel.config.stages
     if isinstance(stages, int) and not 2 <= stages <= 6:
-        raise _unsupported(kernel, f"stages = {stages} for a depthwise convolution", "use stages = 2..6 or auto",
+        raise unsupported(kernel, f"stages = {stages} for a depthwise convolution", "use stages = 2..6 or auto",
                            span=kernel.config.span_of("stages"), found=f"stages = {stages}")
     plan = depthwise_plan(dtype, c, r, s, op.stride, op.dilation, stages)
     if not plan:
-        raise _unsupported(kernel, f"a {r}x{s} filter with stride {op.stride} and dilation {op.dilation} needs more shared memory "
+        raise unsupported(kernel, f"a {r}x{s} filter with stride {op.stride} and dilation {op.dilation} needs more shared memory "
                            "per CTA than the depthwise kernel may use", "use stages = 2 or auto, or route this conv to a PyTorch step",
                            span=op.span, found=f"filter {r}x{s}, stride {op.stride}, dilation {op.dilation}")
     oh, ow, g, n_stages = plan["oh"], plan["ow"], plan["groups_per_cta"], plan["stages"]
@@ -310,7 +311,7 @@ def _emit_depthwise(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, m
     else:
         algo = ("cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided,\n"
                 "    cutlass::MatrixShape<-1, -1>, cutlass::MatrixShape<-1, -1>")
-    body = f"""{_HELPERS}
+    body = f"""{HELPERS}
 {epi.functor}
 using EpilogueOp = MuOutputOp<{el_acc}>;
 using ThreadBlockOutputShape = cutlass::conv::TensorNHWCShape<1, {oh}, {ow}, {g}>;  // output pixels x channels per CTA
@@ -375,7 +376,7 @@ def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, mat
     plan = grouped_plan(dtype, kpg, cfg.tile, cfg.stages)
     if "error" in plan:
         found, expected = plan["error"]
-        raise _unsupported(kernel, f"{found} for a grouped convolution (C/groups = {cg})",
+        raise unsupported(kernel, f"{found} for a grouped convolution (C/groups = {cg})",
                            f"expected {expected}; or leave tile and stages unset to let the compiler choose",
                            span=cfg.span_of("tile") if "tile" in found else cfg.span_of("stages"), found=found)
     tm, tn, tk = plan["tile"]
@@ -384,12 +385,12 @@ def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, mat
     if cfg.alignment:
         align = min(align, cfg.alignment)
     if cg % align or align & (align - 1):
-        raise _unsupported(kernel, f"alignment = {cfg.alignment} does not divide C/groups = {cg}", "use alignment = auto",
+        raise unsupported(kernel, f"alignment = {cfg.alignment} does not divide C/groups = {cg}", "use alignment = auto",
                            span=cfg.span_of("alignment"), found=f"alignment = {cfg.alignment}")
     if plan["mode"] == "kSingleGroup" and (align * ELEMENT_BITS[dtype]) < 32:
         align = max(align, 32 // ELEMENT_BITS[dtype])  # cp.async moves at least 4 bytes
     if cg % align:
-        raise _unsupported(kernel, f"C/groups = {cg} {dtype} channels: rows of a group are not 4-byte aligned",
+        raise unsupported(kernel, f"C/groups = {cg} {dtype} channels: rows of a group are not 4-byte aligned",
                            "pad the channels per group to an even count with a torch step, or leave this conv to a PyTorch step",
                            span=op.span, found=f"C/groups = {cg}")
     el = CPP_ELEMENT[dtype]
@@ -397,7 +398,7 @@ def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, mat
     inst_k = 8 if dtype == "f32" else 16
     algo = "kOptimized" if plan["mode"] == "kSingleGroup" else "kAnalytic"
     stages = plan["stages"]
-    body = f"""{_HELPERS}
+    body = f"""{HELPERS}
 {epi.functor}
 using EpilogueOp = MuOutputOp<{el_acc}>;
 using ThreadblockShape = cutlass::gemm::GemmShape<{tm}, {tn}, {tk}>;  // knob: tile
@@ -444,7 +445,7 @@ _GROUPED_INCLUDES = r"""#include "cutlass/gemm/threadblock/threadblock_swizzle.h
 """
 
 # ints: the conv ints of emit_cutlass (N, D, H, W, C, K, T, R, S, pads, strides, dilations; D = T = 1 here).
-_ABI = "\n" + _MU_FAIL + r"""
+_ABI = "\n" + MU_FAIL + r"""
 static cutlass::conv::Conv2dProblemSize mu_problem(const int64_t* ints) {
   auto I = [&](int i) { return int(ints[i]); };
   int P = (I(2) + 2 * I(10) - I(16) * (I(7) - 1) - 1) / I(13) + 1;

@@ -21,218 +21,45 @@ broadcasts, the source tensor C, extra auxiliary loads).
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dsl_compiler import shapes
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.emit_common import (
+    AbiTensor,
+    CONV_INTS,
+    CPP_ELEMENT,
+    ELEMENT_BITS,
+    EmitError,
+    EmittedKernel,
+    ExprWriter,
+    GEMM_INCLUDES,
+    HELPERS,
+    KernelAbi,
+    MU_FAIL,
+    PREAMBLE,
+    acc_element,
+    alignment,
+    compute_functor,
+    cute_shape,
+    evt_leaves,
+    inline_lets,
+    math_for,
+    namespace_for,
+    require_operands,
+    schedules,
+    stage_count,
+    unsupported,
+)
 from dsl_compiler.ir import (
-    Acc,
-    Binary,
-    Const,
     ConvOp,
     GemmOp,
     GroupedGemmOp,
     Kernel,
-    ParamCall,
     Program,
     Reduce,
-    Ref,
-    Span,
     Store,
-    Unary,
 )
-
-CPP_ELEMENT = {"f32": "float", "bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t"}
-ELEMENT_BITS = {"f32": 32, "bf16": 16, "f16": 16}
-
-
-class EmitError(Exception):
-    """A kernel the backend cannot build; carries the Diagnostic to return."""
-
-    def __init__(self, diagnostic: Diagnostic):
-        super().__init__(diagnostic.message)
-        self.diagnostic = diagnostic
-
-
-@dataclass(frozen=True)
-class AbiTensor:
-    """One device pointer of the C ABI.
-
-    role: ``a``/``b`` (GEMM operands), ``x``/``w`` (conv), ``src`` (C, the first full-shape
-    epilogue input), ``aux`` (further full-shape inputs), ``col``/``row``/``scalar`` (broadcast
-    inputs), ``d`` (the main output), ``store`` (further full outputs), ``reduce`` (row_* / col_*).
-    """
-
-    name: str
-    role: str
-    dtype: str
-    reduce_fn: str | None = None
-
-
-@dataclass(frozen=True)
-class KernelAbi:
-    op_kind: str  # gemm | conv
-    tensors: tuple[AbiTensor, ...]
-    ints: tuple[str, ...]
-    scalars: tuple[float, ...]
-    spatial_dims: int = 0
-
-    def index(self, role: str, name: str | None = None) -> int:
-        for i, t in enumerate(self.tensors):
-            if t.role == role and (name is None or t.name == name):
-                return i
-        raise KeyError(role)
-
-
-@dataclass
-class EmittedKernel:
-    kernel_name: str
-    namespace: str
-    source: str
-    abi: KernelAbi
-    # knob -> C++ fragment that carries it: maps an nvcc error back to the program's knob
-    knobs: dict[str, str] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------------------------
-# Expressions
-
-
-def _unsupported(kernel: Kernel, message: str, hint: str, span: Span | None = None, found: str | None = None):
-    return EmitError(
-        Diagnostic(code="unsupported", message=f"kernel '{kernel.name}': {message}", span=span or kernel.span,
-                   found=found, hint=hint)
-    )
-
-
-def _inline_lets(expr, lets: dict):
-    """Substitute let bindings so every store is one expression over leaves."""
-    if isinstance(expr, Ref) and expr.index == "full" and expr.name in lets:
-        return _inline_lets(lets[expr.name], lets)
-    if isinstance(expr, Unary):
-        return Unary(fn=expr.fn, arg=_inline_lets(expr.arg, lets))
-    if isinstance(expr, Binary):
-        return Binary(fn=expr.fn, lhs=_inline_lets(expr.lhs, lets), rhs=_inline_lets(expr.rhs, lets))
-    if isinstance(expr, ParamCall):
-        return ParamCall(fn=expr.fn, arg=_inline_lets(expr.arg, lets), params=expr.params)
-    if isinstance(expr, Reduce):
-        return Reduce(fn=expr.fn, arg=_inline_lets(expr.arg, lets))
-    return expr
-
-
-def _leaves(expr, out: list):
-    if isinstance(expr, (Acc, Ref)):
-        key = ("acc",) if isinstance(expr, Acc) else ("ref", expr.name, expr.index)
-        if key not in out:
-            out.append(key)
-    elif isinstance(expr, Unary):
-        _leaves(expr.arg, out)
-    elif isinstance(expr, Binary):
-        _leaves(expr.lhs, out)
-        _leaves(expr.rhs, out)
-    elif isinstance(expr, (ParamCall, Reduce)):
-        _leaves(expr.arg, out)
-    return out
-
-
-_UNARY_CPP = {
-    "neg": "(-({0}))",
-    "abs": "fabsf({0})",
-    "relu": "fmaxf({0}, 0.f)",
-    "gelu": "mu_gelu({0})",
-    "gelu_tanh": "mu_gelu_tanh({0})",
-    "silu": "mu_silu({0})",
-    "sigmoid": "mu_sigmoid({0})",
-    "tanh": "tanhf({0})",
-    "mish": "mu_mish({0})",
-    "softplus": "mu_softplus({0})",
-    "exp": "expf({0})",
-    "log": "logf({0})",
-    "sqrt": "sqrtf({0})",
-    "rsqrt": "(1.f / sqrtf({0}))",
-    "square": "mu_square({0})",
-    "hardswish": "mu_hardswish({0})",
-    "hardsigmoid": "mu_hardsigmoid({0})",
-}
-_BINARY_CPP = {
-    "add": "({0} + {1})",
-    "sub": "({0} - {1})",
-    "mul": "({0} * {1})",
-    "div": "({0} / {1})",
-    "min": "fminf({0}, {1})",
-    "max": "fmaxf({0}, {1})",
-    "pow": "powf({0}, {1})",
-}
-_PARAM_CPP = {"clamp": "mu_clamp", "hardtanh": "mu_clamp", "leaky_relu": "mu_leaky_relu", "elu": "mu_elu"}
-
-_HELPERS = r"""
-CUTLASS_HOST_DEVICE float mu_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-CUTLASS_HOST_DEVICE float mu_silu(float x) { return x / (1.f + expf(-x)); }
-CUTLASS_HOST_DEVICE float mu_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
-CUTLASS_HOST_DEVICE float mu_gelu_tanh(float x) {
-  return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-}
-// PyTorch's softplus: linear above threshold 20 to avoid overflow of exp.
-CUTLASS_HOST_DEVICE float mu_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-CUTLASS_HOST_DEVICE float mu_mish(float x) { return x * tanhf(mu_softplus(x)); }
-CUTLASS_HOST_DEVICE float mu_square(float x) { return x * x; }
-CUTLASS_HOST_DEVICE float mu_hardsigmoid(float x) { return fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
-CUTLASS_HOST_DEVICE float mu_hardswish(float x) { return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
-CUTLASS_HOST_DEVICE float mu_leaky_relu(float x, float s) { return x > 0.f ? x : x * s; }
-CUTLASS_HOST_DEVICE float mu_elu(float x, float a) { return x > 0.f ? x : a * (expf(x) - 1.f); }
-CUTLASS_HOST_DEVICE float mu_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
-"""
-
-
-class _ExprWriter:
-    """Writes one store expression as C++ over leaf variables v0..vn and runtime constants."""
-
-    def __init__(self, leaves: list, scalars: list[float]):
-        self.leaves = leaves
-        self.scalars = scalars
-        self.const_slots: list[int] = []
-
-    def const(self, value: float) -> str:
-        self.scalars.append(float(value))
-        self.const_slots.append(len(self.scalars) - 1)
-        return f"p.c[{len(self.const_slots) - 1}]"
-
-    def write(self, expr) -> str:
-        if isinstance(expr, Acc):
-            return f"v{self.leaves.index(('acc',))}"
-        if isinstance(expr, Ref):
-            return f"v{self.leaves.index(('ref', expr.name, expr.index))}"
-        if isinstance(expr, Const):
-            return self.const(expr.value)
-        if isinstance(expr, Unary):
-            return _UNARY_CPP[expr.fn].format(self.write(expr.arg))
-        if isinstance(expr, Binary):
-            return _BINARY_CPP[expr.fn].format(self.write(expr.lhs), self.write(expr.rhs))
-        if isinstance(expr, ParamCall):  # the parser and the frontend always give every parameter
-            arg = self.write(expr.arg)
-            return f"{_PARAM_CPP[expr.fn]}({', '.join([arg, *(self.const(v) for v in expr.params)])})"
-        if isinstance(expr, Reduce):
-            return self.write(expr.arg)
-        raise TypeError(f"unknown expression node {type(expr).__name__}")
-
-
-def _functor(name: str, n_inputs: int, body: str | None, n_consts: int) -> str:
-    """An ``Sm90Compute`` functor over fragments: element-wise ``body`` (or take the first input)."""
-    params = ", ".join(f"T const& a{i}" for i in range(n_inputs))
-    loads = " ".join(f"float v{i} = float(a{i}[i]);" for i in range(n_inputs))
-    # Sm90Compute passes the Arguments of ComputeFn<float> to ComputeFn<Array<float, N>>: one type for all T.
-    args_struct = f"struct {name}Args {{ float c[{n_consts}]; }};\n" if n_consts else ""
-    args_decl = f"  using Arguments = {name}Args;\n" if n_consts else ""
-    p_param = ", Arguments const& p" if n_consts else ""
-    expr = body if body is not None else "v0"
-    return (
-        f"{args_struct}template <class T> struct {name} {{\n{args_decl}"
-        f"  CUTLASS_HOST_DEVICE T operator()({params}{p_param}) const {{\n"
-        f"    T r;\n    CUTLASS_PRAGMA_UNROLL\n"
-        f"    for (int i = 0; i < T::kElements; ++i) {{ {loads} r[i] = {expr}; }}\n"
-        f"    return r;\n  }}\n}};\n"
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,33 +84,6 @@ def tensor_dtypes(program: Program) -> dict[str, str]:
     return dtypes
 
 
-def _alignment(kernel: Kernel, dtype: str) -> int:
-    """Elements per 16-byte access unless the kernel asks for less."""
-    max_align = 128 // ELEMENT_BITS[dtype]
-    if kernel.config.alignment:
-        return min(kernel.config.alignment, max_align)
-    return max_align
-
-
-def _math_for(kernel: Kernel, a_dtype: str, b_dtype: str) -> str:
-    if a_dtype != b_dtype:
-        raise _unsupported(kernel, f"operands of different types ({a_dtype} and {b_dtype})",
-                           "convert one operand with a torch step (e.g. `torch b16 = to(b, dtype=\"bf16\")`) so both match",
-                           found=f"{a_dtype} x {b_dtype}")
-    math = kernel.config.math or a_dtype  # unset: the operands' own type (f32 stays exact f32)
-    if a_dtype == "f32" and math == "f32":
-        raise _unsupported(kernel, "math = f32 (exact fp32, also the default for f32 operands) has no Hopper tensor-core path",
-                           "use math = tf32 (fp32 storage, tensor-core math; about 3e-4 relative error)",
-                           found="math = f32")
-    if (a_dtype == "f32") != (math == "tf32") or (a_dtype != "f32" and math != a_dtype):
-        raise _unsupported(kernel, f"math = {math} over {a_dtype} operands",
-                           f"use math = {'tf32' if a_dtype == 'f32' else a_dtype} for {a_dtype} storage",
-                           found=f"math = {math}")
-    if kernel.config.accum == "f16" and a_dtype != "f16":
-        raise _unsupported(kernel, "accum = f16 needs f16 operands", "use accum = f32", found="accum = f16")
-    return math
-
-
 def _default_tile(kernel: Kernel, dtype: str, conv: bool) -> tuple[int, int, int]:
     if kernel.config.tile:
         return kernel.config.tile
@@ -291,14 +91,6 @@ def _default_tile(kernel: Kernel, dtype: str, conv: bool) -> tuple[int, int, int
     if conv:
         return (128, 128, k)
     return (128, 256, k) if kernel.config.schedule != "pingpong" else (128, 128, k)
-
-
-def _cute_shape(dims) -> str:
-    return "cute::Shape<" + ", ".join(f"cute::_{d}" for d in dims) + ">"
-
-
-def namespace_for(source_body: str) -> str:
-    return "mu_" + hashlib.sha256(source_body.encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,22 +119,22 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
     """The kernel's stores as one Sm90EVT tree. ``transposed``: the kernel computes D^T (CUTLASS swaps A and B
     for a tf32 GEMM whose B is N-major), so the tree indexes output rows by N and columns by M."""
     lets = {let.name: let.expr for let in kernel.lets}
-    stores = [Store(name=s.name, dtype=s.dtype, expr=_inline_lets(s.expr, lets), span=s.span) for s in kernel.stores]
+    stores = [Store(name=s.name, dtype=s.dtype, expr=inline_lets(s.expr, lets), span=s.span) for s in kernel.stores]
     full = [s for s in stores if not isinstance(s.expr, Reduce)]
     if not full:
-        raise _unsupported(kernel, "every store is a reduction; the kernel needs one full output",
+        raise unsupported(kernel, "every store is a reduction; the kernel needs one full output",
                            "add a full store, e.g. `store y: f32 = acc`", span=kernel.span)
     for s in stores:
         if isinstance(s.expr, Reduce) and isinstance(s.expr.arg, Reduce):
-            raise _unsupported(kernel, "nested reductions", "reduce once, at the top of a store", span=s.span)
+            raise unsupported(kernel, "nested reductions", "reduce once, at the top of a store", span=s.span)
     if conv and len(stores) > 1:
-        raise _unsupported(kernel, "several stores in a convolution epilogue",
+        raise unsupported(kernel, "several stores in a convolution epilogue",
                            "keep one store per conv kernel; compute the others in a later step", span=stores[1].span)
     if conv and any(isinstance(s.expr, Reduce) for s in stores):
-        raise _unsupported(kernel, "a reduction in a convolution epilogue",
+        raise unsupported(kernel, "a reduction in a convolution epilogue",
                            "store the conv output and reduce it in a torch step", span=kernel.span)
     if any(isinstance(s.expr, Reduce) for s in stores) and kernel.config.decomposition != "data_parallel":
-        raise _unsupported(kernel, "a row/column reduction together with split-K or stream-K",
+        raise unsupported(kernel, "a row/column reduction together with split-K or stream-K",
                            "use decomposition = data_parallel for kernels with reductions", span=kernel.span)
 
     tensors: list[AbiTensor] = []
@@ -383,7 +175,7 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
                 node = (f"cutlass::epilogue::fusion::Sm90SrcFetch<{el}>", "{}")
             elif index == "full":
                 if conv:
-                    raise _unsupported(kernel, f"a second full-size input '{name}' in a convolution epilogue",
+                    raise unsupported(kernel, f"a second full-size input '{name}' in a convolution epilogue",
                                        "a conv epilogue reads at most one full tensor; add the rest in a later step", span=span)
                 i = add_tensor(AbiTensor(name, "aux", dt))
                 ints.extend([f"p{i}.ld", f"p{i}.bs"])
@@ -399,7 +191,7 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
                 # b[col]: one value per output column (length N), CUTLASS's row broadcast; b[row]: one per output
                 # row (length M), its column broadcast. A transposed tree swaps the two.
                 if conv:
-                    raise _unsupported(kernel, f"a per-row vector '{name}[row]' in a convolution epilogue",
+                    raise unsupported(kernel, f"a per-row vector '{name}[row]' in a convolution epilogue",
                                        "conv rows are output pixels; use a per-channel vector `b[col]` or a torch step", span=span)
                 i = add_tensor(AbiTensor(name, index, dt))
                 ints.append(f"p{i}.bs")
@@ -417,11 +209,11 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
         return node
 
     def compute_tree(expr, out_el: str, fname: str, span) -> tuple[str, str]:
-        keys = _leaves(expr, [])
+        keys = evt_leaves(expr, [])
         nodes = [leaf(k, span) for k in keys]
-        w = _ExprWriter(keys, scalars)
+        w = ExprWriter(keys, scalars)
         body = w.write(expr)
-        functors.append(_functor(fname, len(keys), body, len(w.const_slots)))
+        functors.append(compute_functor(fname, len(keys), body, len(w.const_slots)))
         cargs = "{}" if not w.const_slots else (
             "{{" + ", ".join(f"S({s})" for s in w.const_slots) + "}}")
         compute = f"cutlass::epilogue::fusion::Sm90Compute<{fname}, {out_el}, float, RN>"
@@ -460,42 +252,13 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
             extras.append((f"cutlass::epilogue::fusion::Sm90EVT<{store}, {sub_t}>",
                            f"{{{sub_a}, {{{_ptr(i, s.dtype, const=False)}, {full_stride(len(ints) - 2, len(ints) - 1)}}}}}"))
     if extras:
-        functors.append(_functor("TakeFirst", 1 + len(extras), None, 0))
+        functors.append(compute_functor("TakeFirst", 1 + len(extras), None, 0))
         root = f"cutlass::epilogue::fusion::Sm90Compute<TakeFirst, {d_el}, float, RN>"
         cb_t = f"cutlass::epilogue::fusion::Sm90EVT<{root}, {main_t}, " + ", ".join(e[0] for e in extras) + ">"
         cb_a = "{" + main_a + ", " + ", ".join(e[1] for e in extras) + ", {}}"
     else:
         cb_t, cb_a = main_t, main_a
     return _Epilogue(cb_t, cb_a, "".join(functors), tensors, main.dtype, dtypes.get(src_name) if src_name else None, src_index, scalars)
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernels
-
-# The ints of every conv kernel's C ABI (the runtime's conv_call_args fills them in this order).
-CONV_INTS = ("n", "d", "h", "w", "c", "k", "t", "r", "s", "pad_d", "pad_h", "pad_w",
-             "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w")
-
-_PREAMBLE = r"""// Generated by mucutlass from a μCUTLASS program. One kernel per translation unit.
-#include <cstdint>
-#include <cstdio>
-#include <cmath>
-#include <cuda_runtime.h>
-#include "cutlass/cutlass.h"
-#include "cute/tensor.hpp"
-#include "cutlass/numeric_types.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
-"""
-
-# The GEMM device adapter also pulls in CUTLASS 2.x's GemmUniversal, whose partial
-# specialization is ambiguous with the sm_90 conv kernel's: a conv unit must not include it.
-_GEMM_INCLUDES = r"""#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/gemm/kernel/tile_scheduler.hpp"
-"""
 
 _CONV_INCLUDES = r"""#include "cutlass/conv/convolution.h"
 #include "cutlass/conv/convnd_problem_shape.hpp"
@@ -505,14 +268,7 @@ _CONV_INCLUDES = r"""#include "cutlass/conv/convolution.h"
 #include "cutlass/conv/kernel/conv_universal.hpp"
 """
 
-# Reports a failed stage into the caller's message buffer; every kernel's C ABI returns through it.
-_MU_FAIL = r"""static int mu_fail(char* msg, int msg_len, const char* stage, const char* text) {
-  if (msg && msg_len > 0) snprintf(msg, msg_len, "%s: %s", stage, text);
-  return 1;
-}
-"""
-
-_ABI = "\n" + _MU_FAIL + r"""
+_ABI = "\n" + MU_FAIL + r"""
 static int mu_make_args(void* const* ptrs, const int64_t* ints, const float* scalars, typename Op::Arguments& args) {
   auto I = [&](int i) { return ints[i]; };
   auto S = [&](int i) { return scalars[i]; };
@@ -602,33 +358,6 @@ def emit_kernel(program: Program, kernel: Kernel, dtypes: dict[str, str] | None 
     return _emit_gemm(program, kernel, op, dtypes)
 
 
-def _schedule(kernel: Kernel, tile, ptr_array: bool = False) -> tuple[str, str, str]:
-    """(schedule, kernel schedule, epilogue schedule); ``ptr_array``: those of the grouped (pointer-array) kernels."""
-    sched = kernel.config.schedule
-    if sched == "auto":
-        sched = "cooperative" if tile[0] >= 128 else "pingpong"
-    if sched == "cooperative" and tile[0] < 128:
-        raise _unsupported(kernel, f"schedule = cooperative with tile M = {tile[0]}",
-                           "cooperative splits the tile's M over two warp groups: use tile M >= 128 or schedule = pingpong",
-                           span=kernel.config.span_of("schedule"), found=f"tile = {'x'.join(map(str, tile))}")
-    if ptr_array:
-        name = "Cooperative" if sched == "cooperative" else "Pingpong"
-        return sched, f"cutlass::gemm::KernelPtrArrayTmaWarpSpecialized{name}", f"cutlass::epilogue::PtrArrayTmaWarpSpecialized{name}"
-    if sched == "cooperative":
-        return sched, "cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"
-    return sched, "cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::TmaWarpSpecialized"
-
-
-def _stages(kernel: Kernel, builder_ns: str) -> str:
-    if kernel.config.stages == "auto":
-        return f"{builder_ns}::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
-    return f"{builder_ns}::StageCount<{int(kernel.config.stages)}>"
-
-
-def _acc_element(kernel: Kernel) -> str:
-    return "cutlass::half_t" if kernel.config.accum == "f16" else "float"
-
-
 def _collective_epilogue(epi: _Epilogue, el_acc: str, layout: str, schedule: str) -> str:
     """The epilogue's CollectiveBuilder: C (void without a source tensor) and D in ``layout``, 16-byte accesses."""
     el_c = CPP_ELEMENT[epi.src_dtype] if epi.src_dtype else "void"
@@ -650,21 +379,14 @@ def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[st
     abi_text = _ABI.replace("@@CHECK_AND_RUN@@", check_and_run).replace("@@WORKSPACE_BYTES@@", workspace_bytes)
     core = body + abi_text.replace("@@ARGS@@", args)
     ns = namespace_for(core)
-    source = _PREAMBLE + (_CONV_INCLUDES if conv else _GEMM_INCLUDES) + f"\nnamespace {ns} {{\nusing namespace cute;\n" + core.replace("@@NS@@", ns)
+    source = PREAMBLE + (_CONV_INCLUDES if conv else GEMM_INCLUDES) + f"\nnamespace {ns} {{\nusing namespace cute;\n" + core.replace("@@NS@@", ns)
     return EmittedKernel(kernel.name, ns, source, abi, knobs)
 
 
-def _require_operands(kernel: Kernel, operands, dtypes: dict[str, str]) -> None:
-    for o in operands:
-        if o.name not in dtypes:
-            raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': operand '{o.name}' is not defined",
-                                       span=o.span or kernel.span, hint="declare it, or store it in an earlier kernel"))
-
-
 def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, str]) -> EmittedKernel:
-    _require_operands(kernel, (op.a, op.b), dtypes)
+    require_operands(kernel, (op.a, op.b), dtypes)
     a_dt, b_dt = dtypes[op.a.name], dtypes[op.b.name]
-    _math_for(kernel, a_dt, b_dt)
+    math_for(kernel, a_dt, b_dt)
     cfg = kernel.config
     tile = _default_tile(kernel, a_dt, conv=False)
     # tf32 wgmma reads K-major shared memory only. CUTLASS's register-sourced mainloop covers the other
@@ -675,18 +397,18 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     if a_dt == "f32" and (a_mn or b_mn):
         which = ", ".join(x for x, bad in ((f"{op.a.name}^T", a_mn), (op.b.name, b_mn)) if bad)
         if cfg.stages != "auto":
-            raise _unsupported(kernel, f"stages = {cfg.stages} with a tf32 operand that is not K-major ({which})",
+            raise unsupported(kernel, f"stages = {cfg.stages} with a tf32 operand that is not K-major ({which})",
                                "the register-sourced mainloop sizes its stages itself: use stages = auto",
                                span=cfg.span_of("stages") or op.span, found=f"stages = {cfg.stages}")
         if a_mn and b_mn and tile[2] * 4 != 128:
-            raise _unsupported(kernel, f"tile K = {tile[2]} with both tf32 operands M/N-major",
+            raise unsupported(kernel, f"tile K = {tile[2]} with both tf32 operands M/N-major",
                                "B is transposed in shared memory 128 bytes at a time: use tile K = 32",
                                found=f"tile = {'x'.join(map(str, tile))}")
         if swap:
             tile = (tile[1], tile[0], tile[2])
-    sched, k_sched, e_sched = _schedule(kernel, tile)
+    sched, k_sched, e_sched = schedules(kernel, tile)
     if cfg.decomposition != "data_parallel" and sched != "cooperative":
-        raise _unsupported(kernel, f"decomposition = {cfg.decomposition} with schedule = pingpong",
+        raise unsupported(kernel, f"decomposition = {cfg.decomposition} with schedule = pingpong",
                            "split-K and stream-K run on the cooperative schedule: set schedule = cooperative", found=f"schedule = {sched}")
     ints = ["M", "N", "K", "L", "p0.ld", "p0.bs", "p1.ld", "p1.bs", "p2.ld", "p2.bs"]
     tensors = [AbiTensor(op.a.name, "a", a_dt), AbiTensor(op.b.name, "b", b_dt)]
@@ -703,7 +425,7 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     stride_a = "cute::make_stride(cute::_1{}, I(4), I(5))" if op.a.transpose else "cute::make_stride(I(4), cute::_1{}, I(5))"
     stride_b = "cute::make_stride(I(6), cute::_1{}, I(7))" if op.b.transpose else "cute::make_stride(cute::_1{}, I(6), I(7))"
     el_a, el_b = CPP_ELEMENT[a_dt], CPP_ELEMENT[b_dt]
-    el_acc = _acc_element(kernel)
+    el_acc = acc_element(kernel)
     scheduler = "cutlass::gemm::StreamKScheduler" if cfg.decomposition != "data_parallel" else "void"
     # A swapped kernel runs on D^T [N, M]: its tile, cluster and raster are the program's with M and N exchanged.
     cluster = (cfg.cluster[1], cfg.cluster[0], cfg.cluster[2]) if swap else cfg.cluster
@@ -712,24 +434,24 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
         raster = "AlongN" if cfg.raster == "along_m" else "AlongM"
     lay_d = "cutlass::layout::ColumnMajor" if swap else "cutlass::layout::RowMajor"
     knobs = {
-        "tile": f"TileShape = {_cute_shape(tile)}",
-        "cluster": f"ClusterShape = {_cute_shape(cluster)}",
+        "tile": f"TileShape = {cute_shape(tile)}",
+        "cluster": f"ClusterShape = {cute_shape(cluster)}",
         "stages": f"StageCount: {cfg.stages}",
         "schedule": f"KernelSchedule = {k_sched}",
         "decomposition": f"TileScheduler = {scheduler}",
         "math": f"ElementA = {el_a}",
-        "alignment": f"AlignmentA = {_alignment(kernel, a_dt)}",
+        "alignment": f"AlignmentA = {alignment(kernel, a_dt)}",
     }
-    body = f"""{_HELPERS}
+    body = f"""{HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
-{epi.functors}using TileShape = {_cute_shape(tile)};            // knob: tile
-using ClusterShape = {_cute_shape(cluster)};  // knob: cluster
+{epi.functors}using TileShape = {cute_shape(tile)};            // knob: tile
+using ClusterShape = {cute_shape(cluster)};  // knob: cluster
 using EpilogueCallbacks = {epi.callbacks_type};
 {_collective_epilogue(epi, el_acc, lay_d, e_sched)}
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    {el_a}, {lay_a}, {_alignment(kernel, a_dt)}, {el_b}, {lay_b}, {_alignment(kernel, b_dt)}, {el_acc},
-    TileShape, ClusterShape, {_stages(kernel, "cutlass::gemm::collective")},  // knob: stages
+    {el_a}, {lay_a}, {alignment(kernel, a_dt)}, {el_b}, {lay_b}, {alignment(kernel, b_dt)}, {el_acc},
+    TileShape, ClusterShape, {stage_count(kernel, "cutlass::gemm::collective")},  // knob: stages
     {k_sched}>::CollectiveOp;                                                 // knob: schedule
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
     CollectiveEpilogue, {scheduler}>;                                          // knob: decomposition
@@ -777,7 +499,7 @@ static int mu_sm_count() {{
 
 
 def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
-    _require_operands(kernel, (op.x, op.w), dtypes)
+    require_operands(kernel, (op.x, op.w), dtypes)
     if op.groups != 1:  # CUTLASS 4.2's sm_90 conv collectives take groups = 1: CUTLASS 2.x kernels instead
         from dsl_compiler.emit_conv_grouped import emit_grouped_conv
 
@@ -785,17 +507,17 @@ def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, s
     for o, what in ((op.x, "input"), (op.w, "filter")):
         decl = program.decl(o.name)
         if decl is not None and decl.layout != "channels_last":
-            raise _unsupported(kernel, f"conv {what} '{o.name}' is contiguous (NCHW); CUTLASS's sm_90 conv reads channels-last (NHWC / KRSC)",
+            raise unsupported(kernel, f"conv {what} '{o.name}' is contiguous (NCHW); CUTLASS's sm_90 conv reads channels-last (NHWC / KRSC)",
                                f"declare '{o.name}' channels_last, or add `torch {o.name}_cl = channels_last({o.name})` and convolve that",
                                span=o.span or kernel.span, found="layout = contiguous")
     x_dt, w_dt = dtypes[op.x.name], dtypes[op.w.name]
-    _math_for(kernel, x_dt, w_dt)
+    math_for(kernel, x_dt, w_dt)
     cfg = kernel.config
     if cfg.schedule != "auto":
-        raise _unsupported(kernel, f"schedule = {cfg.schedule} for a convolution",
+        raise unsupported(kernel, f"schedule = {cfg.schedule} for a convolution",
                            "CUTLASS 4.2's sm_90 conv has one (non-persistent) schedule: set schedule = auto", found=f"schedule = {cfg.schedule}")
     if cfg.decomposition != "data_parallel":
-        raise _unsupported(kernel, f"decomposition = {cfg.decomposition} for a convolution",
+        raise unsupported(kernel, f"decomposition = {cfg.decomposition} for a convolution",
                            "use decomposition = data_parallel for conv kernels", found=f"decomposition = {cfg.decomposition}")
     tile = _default_tile(kernel, x_dt, conv=True)
     nd = op.spatial_dims
@@ -806,19 +528,19 @@ def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, s
     tensors.append(AbiTensor(kernel.stores[0].name, "d", epi.d_dtype))
     tensors.extend(epi.tensors)
     el_x, el_w = CPP_ELEMENT[x_dt], CPP_ELEMENT[w_dt]
-    el_acc = _acc_element(kernel)
+    el_acc = acc_element(kernel)
     knobs = {"tile": f"TileShape", "cluster": "ClusterShape", "stages": "StageCount", "math": f"ElementAct = {el_x}"}
     conv_tile = f"cute::Shape<cute::_{tile[0]}, cute::_{tile[1]}, cute::Shape<cute::_{tile[2]}>>"
-    body = f"""{_HELPERS}
+    body = f"""{HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
 {epi.functors}using TileShape = {conv_tile};                    // knob: tile
-using ClusterShape = {_cute_shape(cfg.cluster)};  // knob: cluster
+using ClusterShape = {cute_shape(cfg.cluster)};  // knob: cluster
 using EpilogueCallbacks = {epi.callbacks_type};
 {_collective_epilogue(epi, el_acc, lay, "cutlass::epilogue::TmaWarpSpecialized")}
 using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    {el_x}, {lay}, {_alignment(kernel, x_dt)}, {el_w}, {lay}, {_alignment(kernel, w_dt)}, {el_acc},
-    TileShape, ClusterShape, {_stages(kernel, "cutlass::conv::collective")},  // knob: stages
+    {el_x}, {lay}, {alignment(kernel, x_dt)}, {el_w}, {lay}, {alignment(kernel, w_dt)}, {el_acc},
+    TileShape, ClusterShape, {stage_count(kernel, "cutlass::conv::collective")},  // knob: stages
     cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
 using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop, {nd}>;
 using ConvKernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;

@@ -25,30 +25,30 @@ workspace for the whole launch and do not follow the groups.
 from __future__ import annotations
 
 from dsl_compiler.diagnostics import Diagnostic
-from dsl_compiler.emit_cutlass import (
-    _GEMM_INCLUDES,
-    _HELPERS,
-    _MU_FAIL,
-    _PREAMBLE,
+from dsl_compiler.emit_common import (
     CPP_ELEMENT,
     ELEMENT_BITS,
+    GEMM_INCLUDES,
+    HELPERS,
+    MU_FAIL,
+    PREAMBLE,
     AbiTensor,
+    acc_element,
+    alignment,
+    compute_functor,
+    cute_shape,
     EmitError,
     EmittedKernel,
+    evt_leaves,
+    ExprWriter,
+    inline_lets,
     KernelAbi,
-    _acc_element,
-    _alignment,
-    _cute_shape,
-    _ExprWriter,
-    _functor,
-    _inline_lets,
-    _leaves,
-    _math_for,
-    _require_operands,
-    _schedule,
-    _stages,
-    _unsupported,
+    math_for,
     namespace_for,
+    require_operands,
+    schedules,
+    stage_count,
+    unsupported,
 )
 from dsl_compiler.ir import GroupedGemmOp, Kernel, Program, Reduce
 
@@ -67,7 +67,7 @@ def _refuse_knobs(kernel: Kernel) -> None:
     if cfg.decomposition != "data_parallel" or cfg.split_k != 1:
         knob = "decomposition" if cfg.decomposition != "data_parallel" else "split_k"
         found = f"decomposition = {cfg.decomposition}" if knob == "decomposition" else f"split_k = {cfg.split_k}"
-        raise _unsupported(kernel, f"{found} for a grouped GEMM: CUTLASS's group tile scheduler has no split-K or stream-K",
+        raise unsupported(kernel, f"{found} for a grouped GEMM: CUTLASS's group tile scheduler has no split-K or stream-K",
                            "use decomposition = data_parallel (and split_k = 1); for a long K with few groups, "
                            "write one split-K gemm kernel per group", span=cfg.span_of(knob), found=found)
 
@@ -99,22 +99,22 @@ class _GroupedEpilogue:
         store = kernel.stores[0]
         if len(kernel.stores) > 1:
             extra = kernel.stores[1]
-            what = "a reduction store" if isinstance(_inline_lets(extra.expr, lets), Reduce) else "a second store"
-            raise _unsupported(kernel, f"{what} ('{extra.name}') in a grouped GEMM epilogue: CUTLASS's auxiliary stores "
+            what = "a reduction store" if isinstance(inline_lets(extra.expr, lets), Reduce) else "a second store"
+            raise unsupported(kernel, f"{what} ('{extra.name}') in a grouped GEMM epilogue: CUTLASS's auxiliary stores "
                                "and reductions keep one descriptor for the whole launch and do not follow the groups",
                                "keep one full store in the grouped kernel and compute the others in a later kernel or "
                                f"torch step (e.g. `torch {extra.name} = sum({store.name}, dim=1)` for a row_sum)",
                                span=extra.span, found=f"store {extra.name}")
-        expr = _inline_lets(store.expr, lets)
+        expr = inline_lets(store.expr, lets)
         if isinstance(expr, Reduce):
-            raise _unsupported(kernel, "a reduction as the only store of a grouped GEMM",
+            raise unsupported(kernel, "a reduction as the only store of a grouped GEMM",
                                "store the full output (`store y: f32 = acc`) and reduce it in a torch step",
                                span=store.span, found=expr.fn)
-        keys = _leaves(expr, [])
+        keys = evt_leaves(expr, [])
         nodes = [self.leaf(k, store.span) for k in keys]
-        writer = _ExprWriter(keys, self.scalars)
+        writer = ExprWriter(keys, self.scalars)
         body = writer.write(expr)
-        functors = _functor("Fused0", len(keys), body, len(writer.const_slots))
+        functors = compute_functor("Fused0", len(keys), body, len(writer.const_slots))
         cargs = "{}" if not writer.const_slots else "{{" + ", ".join(f"S({s})" for s in writer.const_slots) + "}}"
         compute = f"{_FUSION}::Sm90Compute<Fused0, {CPP_ELEMENT[store.dtype]}, float, RN>"
         cb_t = f"{_FUSION}::Sm90EVT<{compute}, " + ", ".join(n[0] for n in nodes) + ">"
@@ -133,7 +133,7 @@ class _GroupedEpilogue:
         el = CPP_ELEMENT[dt]
         if index == "full":
             if self.src is not None:
-                raise _unsupported(kernel, f"a second full-size input '{name}' in a grouped GEMM epilogue: only one "
+                raise unsupported(kernel, f"a second full-size input '{name}' in a grouped GEMM epilogue: only one "
                                    "(CUTLASS's C) follows the groups",
                                    f"add '{name}' in a later kernel or torch step, or sum the full-size inputs first "
                                    f"with a torch step (`torch r = add({self.tensors[self.src[0] - self.first_ptr].name}, {name})`)",
@@ -161,28 +161,28 @@ class _GroupedEpilogue:
 
 def emit_grouped_gemm(program: Program, kernel: Kernel, op: GroupedGemmOp, dtypes: dict[str, str]) -> EmittedKernel:
     """C++ for one grouped GEMM kernel, or raise EmitError with an `unsupported` Diagnostic."""
-    _require_operands(kernel, (op.a, op.b), dtypes)
+    require_operands(kernel, (op.a, op.b), dtypes)
     if op.a.transpose:
-        raise _unsupported(kernel, f"grouped_gemm reads A as stored, not '{op.a.name}^T'",
+        raise unsupported(kernel, f"grouped_gemm reads A as stored, not '{op.a.name}^T'",
                            f"transpose A with a torch step first: `torch {op.a.name}t = transpose({op.a.name}, 0, 1)`",
                            span=op.a.span or op.span, found=f"{op.a.name}^T")
     if not op.group_sizes or any(g < 0 for g in op.group_sizes) or not any(op.group_sizes):
-        raise _unsupported(kernel, f"group_sizes {tuple(op.group_sizes)}: a grouped GEMM needs at least one non-empty group",
+        raise unsupported(kernel, f"group_sizes {tuple(op.group_sizes)}: a grouped GEMM needs at least one non-empty group",
                            "give each group's row count (>= 0), at least one of them positive", span=op.span,
                            found=str(tuple(op.group_sizes)))
     a_dt, b_dt = dtypes[op.a.name], dtypes[op.b.name]
-    _math_for(kernel, a_dt, b_dt)
+    math_for(kernel, a_dt, b_dt)
     if a_dt == "f32" and not op.b.transpose:
         # The ptr-array mainloop reads shared memory through TMA only (no register-sourced path for one element
         # type), and tf32 wgmma needs K-major operands.
-        raise _unsupported(kernel, f"a tf32 grouped GEMM with B '{op.b.name}' stored [G, K, N] (N-major)",
+        raise unsupported(kernel, f"a tf32 grouped GEMM with B '{op.b.name}' stored [G, K, N] (N-major)",
                            f"tf32 tensor cores read K-major operands: store B as [G, N, K] and write `{op.b.name}^T` "
                            f"(e.g. `torch {op.b.name}t = transpose({op.b.name}, 1, 2)` then `grouped_gemm(x, {op.b.name}t^T, ...)`), "
                            "or use bf16 / f16", span=op.b.span or op.span, found=f"{op.b.name} with math = tf32")
     _refuse_knobs(kernel)
     cfg = kernel.config
     tile = _default_tile(kernel, a_dt)
-    sched, k_sched, e_sched = _schedule(kernel, tile, ptr_array=True)
+    sched, k_sched, e_sched = schedules(kernel, tile, ptr_array=True)
 
     tensors = [AbiTensor(op.a.name, "a", a_dt), AbiTensor(op.b.name, "b", b_dt)]
     epi = _GroupedEpilogue(kernel, dtypes, first_ptr=3)
@@ -198,7 +198,7 @@ def emit_grouped_gemm(program: Program, kernel: Kernel, op: GroupedGemmOp, dtype
     groups = [(g, m, sum(op.group_sizes[:g])) for g, m in enumerate(op.group_sizes) if m > 0]
     el_a, el_b, el_d = CPP_ELEMENT[a_dt], CPP_ELEMENT[b_dt], CPP_ELEMENT[d_dt]
     el_c = CPP_ELEMENT[epi.src[1]] if epi.src else "void"
-    el_acc = _acc_element(kernel)
+    el_acc = acc_element(kernel)
     lay_b = "cutlass::layout::ColumnMajor" if op.b.transpose else "cutlass::layout::RowMajor"
     # B [K, N] per group (RowMajor) has its stride in mode 1 (K); B^T [N, K] (ColumnMajor) in mode 0 (N).
     b_ld_mode = 0 if op.b.transpose else 1
@@ -216,12 +216,12 @@ def emit_grouped_gemm(program: Program, kernel: Kernel, op: GroupedGemmOp, dtype
         f"  reinterpret_cast<const {CPP_ELEMENT[dt]}**>(t + kOffRows)[{slot} * kGroups + i] = "
         f"static_cast<const {CPP_ELEMENT[dt]}*>(p.rows[{slot}]) + r0;\n"
         for slot, (_, dt) in enumerate(epi.row_vectors))
-    body = f"""{_HELPERS}
+    body = f"""{HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
 {functors}using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K) per group
 using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;
-using TileShape = {_cute_shape(tile)};            // knob: tile
-using ClusterShape = {_cute_shape(cfg.cluster)};  // knob: cluster
+using TileShape = {cute_shape(tile)};            // knob: tile
+using ClusterShape = {cute_shape(cfg.cluster)};  // knob: cluster
 using EpilogueCallbacks = {cb_t};
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -230,8 +230,8 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     {e_sched}, EpilogueCallbacks>::CollectiveOp;
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    {el_a}, cutlass::layout::RowMajor*, {_alignment(kernel, a_dt)}, {el_b}, {lay_b}*, {_alignment(kernel, b_dt)}, {el_acc},
-    TileShape, ClusterShape, {_stages(kernel, "cutlass::gemm::collective")},  // knob: stages
+    {el_a}, cutlass::layout::RowMajor*, {alignment(kernel, a_dt)}, {el_b}, {lay_b}*, {alignment(kernel, b_dt)}, {el_acc},
+    TileShape, ClusterShape, {stage_count(kernel, "cutlass::gemm::collective")},  // knob: stages
     {k_sched}>::CollectiveOp;                                                 // knob: schedule
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
 using Op = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
@@ -290,7 +290,7 @@ static int mu_sm_count() {{
   return count[dev & 63];
 }}
 
-{_MU_FAIL}
+{MU_FAIL}
 // The arguments over the per-group arrays at ``table`` (device) and the host copy of the shapes.
 static void mu_make_args(void* const* ptrs, const int64_t* ints, const float* scalars, char* table,
                          const UnderlyingShape* host_shapes, typename Op::Arguments& args) {{
@@ -363,15 +363,15 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
 }}
 """
     knobs = {
-        "tile": f"TileShape = {_cute_shape(tile)}",
-        "cluster": f"ClusterShape = {_cute_shape(cfg.cluster)}",
+        "tile": f"TileShape = {cute_shape(tile)}",
+        "cluster": f"ClusterShape = {cute_shape(cfg.cluster)}",
         "stages": f"StageCount: {cfg.stages}",
         "schedule": f"KernelSchedule = {k_sched}",
         "math": f"ElementA = {el_a}",
-        "alignment": f"AlignmentA = {_alignment(kernel, a_dt)}",
+        "alignment": f"AlignmentA = {alignment(kernel, a_dt)}",
     }
     ns = namespace_for(body)
-    source = (_PREAMBLE + _GEMM_INCLUDES + '#include "cutlass/gemm/group_array_problem_shape.hpp"\n'
+    source = (PREAMBLE + GEMM_INCLUDES + '#include "cutlass/gemm/group_array_problem_shape.hpp"\n'
               + f"\nnamespace {ns} {{\nusing namespace cute;\n" + body.replace("@@NS@@", ns))
     abi = KernelAbi("grouped_gemm", tuple(tensors), tuple(ints), tuple(epi.scalars))
     return EmittedKernel(kernel.name, ns, source, abi, knobs)

@@ -3,8 +3,10 @@ what was found, what is allowed and a fix hint."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -529,7 +531,7 @@ def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
         ch = text[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(text) else "?"
         allowed = getattr(exc, "allowed", None) or set()
         return Diagnostic(code="syntax", message=f"unexpected character {ch!r}", span=span, found=repr(ch),
-                          expected=_words(allowed), hint=_hint_for_char(ch))
+                          expected=_words(allowed), hint=_hint_for_char(ch, text, exc.pos_in_stream))
     if at_end:
         expected = set(exc.expected) if isinstance(exc, UnexpectedEOF) else _accepted(exc)
         return Diagnostic(code="syntax", message="the program ends too early", span=span, found="the end of the program",
@@ -544,7 +546,18 @@ def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
     return Diagnostic(code="syntax", message="syntax error", span=span, hint="compare with the language reference")
 
 
-def _hint_for_char(ch: str) -> str:
+# `x.T` / `x.t()` / `x.mT` (PyTorch's spellings of a transpose) right after a name
+_TORCH_TRANSPOSE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.(T|mT|t\(\))")
+
+
+def _hint_for_char(ch: str, text: str = "", pos: int = -1) -> str:
+    if ch == "." and pos >= 0:
+        start = pos
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+            start -= 1
+        m = _TORCH_TRANSPOSE.match(text, start)
+        if m and m.start(2) == pos + 1:
+            return f"a transposed operand is written {m.group(1)}^T, not {m.group(0)}: use {m.group(1)}^T"
     if ch in "\"'":
         return 'quote state_dict keys with double quotes, like = "fc.weight"'
     if ch == "^":
@@ -569,9 +582,19 @@ _STATEMENT_KEYWORD = re.compile(r"\b(" + "|".join(_STATEMENT_FORMS) + r")\b")
 _RESERVED = {*_STATEMENT_FORMS, "acc", "True", "False", "None"}
 
 
+# a keyword argument inside an epilogue function call: `leaky_relu(acc, slope=0.1)`
+_EPILOGUE_KEYWORD = re.compile(r"\b(store|let)\b[^\n;{}]*\b([A-Za-z_][A-Za-z0-9_]*)\s*\([^\n;{}]*[(,]\s*"
+                               r"([A-Za-z_][A-Za-z0-9_]*)\s*$")
+
+
 def _hint_for_token(tok: str, expected: set[str] | frozenset[str], before: str = "") -> str:
     if tok in _RESERVED and "NAME" in expected:
         return f"'{tok}' is a reserved word; choose another name"
+    code = re.sub(r"#[^\n]*", "", before)
+    m = _EPILOGUE_KEYWORD.search(code) if tok == "=" else None
+    if m:
+        return (f"epilogue functions take positional numbers only: write {m.group(2)}(x, 0.1), not "
+                f"{m.group(2)}(x, {m.group(3)}=0.1)")
     keywords = _STATEMENT_KEYWORD.findall(re.sub(r"#[^\n]*", "", before))
     if keywords:
         return f"this {keywords[-1]} statement has the form: {_STATEMENT_FORMS[keywords[-1]]}"
@@ -684,3 +707,120 @@ def _assemble(items: list, span: ir.Span | None = None) -> tuple[ir.Program | No
         return None, diags
     return ir.Program(name=name, decls=tuple(decls), steps=tuple(steps), outputs=outputs, span=span,
                       outputs_span=outputs_span), []
+
+
+# ---------------------------------------------------------------------------------------------
+# Comments: kept beside the IR (never in it), keyed by the statement they precede or end, for the printer.
+
+@dataclasses.dataclass
+class Comments:
+    """Comment texts by statement key: ``leading`` lines precede the statement, ``trailing`` ones end its line.
+
+    Keys: ("program",), ("decl", name), ("kernel", name), ("kernel_head", name) (the ``{`` line),
+    ("kernel_end", name) (before ``}``), ("knob", kernel, knob), ("let", kernel, name), ("store", kernel, name),
+    ("torch", outputs), ("output",), ("end",) (after the last statement)."""
+
+    leading: dict[tuple, list[str]] = dataclasses.field(default_factory=dict)
+    trailing: dict[tuple, list[str]] = dataclasses.field(default_factory=dict)
+
+    def texts(self) -> list[str]:
+        return [t for table in (self.leading, self.trailing) for texts in table.values() for t in texts]
+
+
+_COMMENT_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _lark_keeping_comments() -> tuple[Lark, list]:
+    sink: list = []
+    grammar = (Path(__file__).with_name("grammar.lark")).read_text()
+    return Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True,
+                lexer_callbacks={"COMMENT": sink.append}), sink
+
+
+def _statement_key(node: Any, kernel: str | None) -> tuple | None:
+    kids = node.children
+    if node.data == "header":
+        return ("program",)
+    if node.data == "decl":
+        return ("decl", str(kids[1]))
+    if node.data == "kernel":
+        return ("kernel", str(kids[0]))
+    if node.data == "torch_step":
+        return ("torch", _torch_outputs(node))
+    if node.data == "output_stmt":
+        return ("output",)
+    if node.data == "config_item":
+        return ("knob", kernel, str(kids[0]))
+    if node.data == "let_stmt":
+        return ("let", kernel, str(kids[0]))
+    if node.data == "store_stmt":
+        return ("store", kernel, str(kids[0]))
+    return None
+
+
+def _torch_outputs(node: Any) -> tuple[str, ...]:
+    # torch a, b = fn(args): the output names are the NAME tokens before the function's name
+    names = []
+    for kid in node.children:
+        if not isinstance(kid, Token) or kid.type != "NAME":
+            break
+        names.append(str(kid))
+    return tuple(names[:-1])
+
+
+def collect_comments(text: str) -> Comments | None:
+    """The comments of a program, each attached to the statement it ends (a comment after a statement on the same
+    line) or precedes (a comment on its own line). None when the text does not parse."""
+    with _COMMENT_LOCK:
+        parser, sink = _lark_keeping_comments()
+        sink.clear()
+        try:
+            tree = parser.parse(text)
+        except Exception:  # noqa: BLE001 - a text that does not parse has no comment map; parse() explains why
+            return None
+        found = list(sink)
+    top: list[tuple[tuple, Any]] = []
+    kernels: list[tuple[str, Any, list[tuple[tuple, Any]]]] = []
+    for node in tree.children:
+        if getattr(node, "data", None) in (None, "empty") or node.meta.empty:
+            continue
+        key = _statement_key(node, None)
+        top.append((key, node.meta))
+        if node.data == "kernel":
+            body = [(_statement_key(kid, key[1]), kid.meta) for kid in node.children[2:]
+                    if getattr(kid, "data", None) in ("config_item", "let_stmt", "store_stmt")]
+            kernels.append((key[1], node.meta, body))
+    comments = Comments()
+
+    def add(table: dict, key: tuple, text_: str) -> None:
+        table.setdefault(key, []).append(text_)
+
+    def ends_before(meta: Any, line: int, column: int) -> bool:
+        return meta.end_line == line and meta.end_column <= column
+
+    for tok in found:
+        line, column, body_text = tok.line, tok.column, str(tok).rstrip()
+        # 1. It ends a statement's line: the last statement (body item or top-level) ending there before it.
+        enders = [(m.end_column, key) for key, m in top if ends_before(m, line, column)]
+        enders += [(m.end_column, key) for _, _, body in kernels for key, m in body if ends_before(m, line, column)]
+        if enders:
+            add(comments.trailing, max(enders)[1], body_text)
+            continue
+        # 2. Inside a kernel: on its '{' line, before a body item, or before its '}'.
+        inside = [(name, meta, body) for name, meta, body in kernels
+                  if (meta.line, meta.column) < (line, column) < (meta.end_line, meta.end_column)]
+        if inside:
+            name, meta, body = inside[0]
+            following = [key for key, m in body if (m.line, m.column) > (line, column)]
+            if line == meta.line and not any(m.line == line for _, m in body):
+                add(comments.trailing, ("kernel_head", name), body_text)
+            elif following:
+                add(comments.leading, following[0], body_text)
+            else:
+                add(comments.leading, ("kernel_end", name), body_text)
+            continue
+        # 3. Inside another multi-line statement, or before one: it leads that statement; after all: the end.
+        following = [key for key, m in top if (m.end_line, m.end_column) > (line, column)]
+        add(comments.leading, following[0] if following else ("end",), body_text)
+    return comments

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from dsl_compiler import ir
+from dsl_compiler.parser import Comments
 
 _OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # Binding strength: sums < products < unary minus < atoms.
@@ -107,21 +108,73 @@ _KNOB_LINES = (
 )
 
 
-def format_config(config: ir.KernelConfig) -> list[str]:
+def _config_lines(config: ir.KernelConfig) -> list[tuple[tuple[str, ...], str]]:
+    """(knobs on the line, text) for each printed line of knobs."""
     lines = []
     for keys in _KNOB_LINES:
-        parts = [f"{k} = {_knob_text(k, getattr(config, k))}" for k in keys
-                 if getattr(config, k) != getattr(_DEFAULTS, k)]
-        if parts:
-            lines.append("; ".join(parts))
+        shown = tuple(k for k in keys if getattr(config, k) != getattr(_DEFAULTS, k))
+        if shown:
+            lines.append((shown, "; ".join(f"{k} = {_knob_text(k, getattr(config, k))}" for k in shown)))
     return lines
 
 
-def format_kernel(k: ir.Kernel) -> str:
-    body = format_config(k.config)
-    body += [f"let {let.name} = {format_expr(let.expr)}" for let in k.lets]
-    body += [f"store {s.name}: {s.dtype} = {format_expr(s.expr)}" for s in k.stores]
-    return f"kernel {k.name} = {format_op(k.op)} {{\n" + "".join(f"  {line}\n" for line in body) + "}"
+def format_config(config: ir.KernelConfig) -> list[str]:
+    return [text for _, text in _config_lines(config)]
+
+
+class _Placer:
+    """Puts each comment once beside the statement it belongs to; what no printed statement takes goes at the end."""
+
+    def __init__(self, comments: Comments | None):
+        self.comments = comments
+        self.placed: set[tuple[str, tuple]] = set()
+
+    def _take(self, table: str, key: tuple) -> list[str]:
+        if self.comments is None or (table, key) in self.placed:
+            return []
+        self.placed.add((table, key))
+        return list(getattr(self.comments, table).get(key, ()))
+
+    def leading(self, *keys: tuple) -> list[str]:
+        return [text for key in keys for text in self._take("leading", key)]
+
+    def line(self, text: str, *keys: tuple) -> list[str]:
+        """The statement's line with its leading comments above it and its trailing ones at its end."""
+        trailing = [t for key in keys for t in self._take("trailing", key)]
+        return self.leading(*keys) + [text + "".join(f"  {t}" for t in trailing)]
+
+    def rest(self) -> list[str]:
+        if self.comments is None:
+            return []
+        out = []
+        for table in ("leading", "trailing"):
+            for key in getattr(self.comments, table):
+                out += self._take(table, key)
+        return out
+
+
+def format_kernel(k: ir.Kernel, placer: _Placer | None = None) -> str:
+    placer = placer or _Placer(None)
+    body: list[str] = []
+    config_lines = _config_lines(k.config)
+    shown = {knob for knobs, _ in config_lines for knob in knobs}
+    # comments of knobs left out at their default value open the body, so no text is lost
+    if placer.comments is not None:
+        for table in ("leading", "trailing"):
+            for key in getattr(placer.comments, table):
+                if key[:2] == ("knob", k.name) and key[2] not in shown:
+                    body += placer._take(table, key)
+    for knobs, text in config_lines:
+        body += placer.line(text, *[("knob", k.name, knob) for knob in knobs])
+    for let in k.lets:
+        body += placer.line(f"let {let.name} = {format_expr(let.expr)}", ("let", k.name, let.name))
+    for s in k.stores:
+        body += placer.line(f"store {s.name}: {s.dtype} = {format_expr(s.expr)}", ("store", k.name, s.name))
+    body += placer.leading(("kernel_end", k.name))
+    head = placer.leading(("kernel", k.name)) + placer.line(f"kernel {k.name} = {format_op(k.op)} {{",
+                                                             ("kernel_head", k.name))
+    close = placer.line("}", ("kernel", k.name))
+    return "\n".join(head) + "\n" + "".join(f"  {line}\n" for line in body) + "\n".join(close)
 
 
 def format_torch_step(t: ir.TorchStep) -> str:
@@ -139,17 +192,35 @@ def format_decl(d: ir.TensorDecl) -> str:
     return text
 
 
-def format_step(step: ir.Kernel | ir.TorchStep) -> str:
-    return format_kernel(step) if isinstance(step, ir.Kernel) else format_torch_step(step)
+def format_step(step: ir.Kernel | ir.TorchStep, placer: _Placer | None = None) -> str:
+    if isinstance(step, ir.Kernel):
+        return format_kernel(step, placer)
+    placer = placer or _Placer(None)
+    return "\n".join(placer.line(format_torch_step(step), ("torch", step.outputs)))
 
 
-def format_program(program: ir.Program) -> str:
-    """Canonical text: the name, declarations, steps in order, then the output line."""
+def format_program(program: ir.Program, comments: Comments | None = None) -> str:
+    """Canonical text: the name, declarations, steps in order, then the output line. With ``comments`` (from
+    ``parser.collect_comments``), each comment is printed beside its statement; none is dropped."""
+    placer = _Placer(comments)
     parts: list[str] = []
     if program.name is not None:
-        parts.append(f"program {program.name}")
+        parts.append("\n".join(placer.line(f"program {program.name}", ("program",))))
     if program.decls:
-        parts.append("\n".join(format_decl(d) for d in program.decls))
-    parts += [format_step(s) for s in program.steps]
-    parts.append(f"output {', '.join(program.outputs)}")
+        parts.append("\n".join(line for d in program.decls for line in placer.line(format_decl(d), ("decl", d.name))))
+    parts += [format_step(s, placer) for s in program.steps]
+    parts.append("\n".join(placer.line(f"output {', '.join(program.outputs)}", ("output",))))
+    end = placer.leading(("end",)) + placer.rest()
+    if end:
+        parts.append("\n".join(end))
     return "\n\n".join(parts) + "\n"
+
+
+def format_source(text: str) -> tuple[str | None, list]:
+    """Canonical text of a program's source, its comments kept: (text, []) or (None, diagnostics)."""
+    from dsl_compiler.parser import collect_comments, parse
+
+    program, diags = parse(text)
+    if program is None:
+        return None, diags
+    return format_program(program, collect_comments(text)), []

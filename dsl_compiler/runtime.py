@@ -89,98 +89,15 @@ def load(program: ir.Program, backend: Backend, params: dict[str, torch.Tensor],
     return ProgramModule(program, make_executor(program, backend, artifacts), params)
 
 
-# ---------------------------------------------------------------------------------------------
-# A program against a KernelBench-format problem
+class CutlassProgramModule(ProgramModule):
+    """A program as a torch Module on the CUTLASS backend (``ProgramModule`` with a
+    ``CutlassExecutor``); params are re-laid out to their declared layouts once, here."""
 
+    def __init__(self, program: ir.Program, params: dict[str, torch.Tensor], artifacts: dict[str, str]):
+        from dsl_compiler.cutlass_runtime import CutlassError, CutlassExecutor  # needs built kernels and a GPU
 
-class InterpretError(Exception):
-    """The problem or the program cannot be run together; the message is one line."""
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
-
-
-def compare_outputs(outputs: Any, references: Any, tolerance: float) -> list[dict[str, Any]]:
-    """Per output: shape, max abs error, max rel error (|out - ref| / |ref| where |ref| > tolerance), the
-    worst error as a fraction of what allclose allows (``tolerance * (1 + |ref|)``; pass <= 1), and whether
-    it passes ``torch.allclose(atol=rtol=tolerance)`` with finite values."""
-    outs = outputs if isinstance(outputs, tuple | list) else (outputs,)
-    refs = references if isinstance(references, tuple | list) else (references,)
-    rows = []
-    for i in range(max(len(outs), len(refs))):
-        name = f"#{i}"
-        if i >= len(outs) or i >= len(refs):
-            rows.append({"name": name, "shape": None, "max_abs_error": float("inf"), "max_rel_error": float("inf"),
-                         "ok": False, "reason": f"{len(outs)} output(s) against {len(refs)} reference output(s)"})
-            continue
-        o, r = outs[i].detach().float(), refs[i].detach().float().to(outs[i].device)
-        if tuple(o.shape) != tuple(r.shape):
-            rows.append({"name": name, "shape": list(o.shape), "max_abs_error": float("inf"),
-                         "max_rel_error": float("inf"), "ok": False,
-                         "reason": f"shape {list(o.shape)} against the reference's {list(r.shape)}"})
-            continue
-        diff = (o - r).abs()
-        finite = bool(torch.isfinite(o).all())
-        big = r.abs() > tolerance
-        max_abs = float(diff.max()) if diff.numel() else 0.0
-        max_rel = float((diff[big] / r.abs()[big]).max()) if bool(big.any()) else 0.0
-        worst = float((diff / (tolerance * (1 + r.abs()))).max()) if diff.numel() else 0.0
-        ok = finite and bool(torch.allclose(o, r, atol=tolerance, rtol=tolerance))
-        rows.append({"name": name, "shape": list(o.shape), "max_abs_error": max_abs, "max_rel_error": max_rel,
-                     "worst_over_allowed": worst, "ok": ok,
-                     "reason": None if ok else ("non-finite values" if not finite else "values differ")})
-    return rows
-
-
-def compare_with_problem(program: ir.Program, problem_path: str, seed: int = 0, device: str | None = None,
-                         tolerance: float | None = None) -> dict[str, Any]:
-    """Run ``program`` on the interpreter and the problem's ``Model`` (true fp32) on the same inputs."""
-    try:
-        from evals.problems import ProblemError, load_problem
-    except ImportError:
-        raise InterpretError("problem loading (evals.problems) is not available in this installation") from None
-    try:
-        problem = load_problem(problem_path)
-    except ProblemError as exc:
-        raise InterpretError(str(exc)) from None
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tol = float(tolerance if tolerance is not None else problem.tolerance)
-    try:
-        model = problem.make_model(seed=seed, device=device)
-        inputs = problem.make_inputs(seed=seed, device=device)
-    except Exception as exc:  # noqa: BLE001 - any failure of the problem's own code
-        raise InterpretError(f"{problem_path}: the problem fails to build: {_one_line(exc)}") from None
-    try:
-        params = bind_params(program, model)
-        module = load(program, "interpreter", params).to(device)
-    except BindError as exc:
-        raise InterpretError(str(exc)) from None
-    with torch.no_grad():
-        with interpreter.exact_fp32():
-            try:
-                reference = model(*inputs)
-            except Exception as exc:  # noqa: BLE001
-                raise InterpretError(f"{problem_path}: the reference model fails: {_one_line(exc)}") from None
-        try:
-            outputs = module(*inputs)
-        except ValueError as exc:
-            raise InterpretError(f"the program does not fit the problem's inputs: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - e.g. a torch step that fails on real data
-            raise InterpretError(f"the program fails on the problem's inputs: {_one_line(exc)}") from None
-    rows = compare_outputs(outputs, reference, tol)
-    for row, name in zip(rows, program.outputs):
-        row["name"] = name
-    from dsl_compiler import shapes
-
-    types = shapes.infer(program)
-    return {
-        "problem": problem.name,
-        "tolerance": tol,
-        "device": str(device),
-        "seed": seed,
-        "math": sorted({shapes.effective_math(program, k, types) for k in program.kernels}),
-        "outputs": rows,
-        "ok": all(r["ok"] for r in rows),
-    }
+        missing = [d.name for d in program.params if d.name not in params]
+        if missing:
+            raise CutlassError(f"param(s) not bound: {', '.join(missing)}")
+        bound = {d.name: interpreter.as_declared(params[d.name], d) for d in program.params}
+        super().__init__(program, CutlassExecutor(program, artifacts), bound)

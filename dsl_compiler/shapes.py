@@ -9,36 +9,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict
-
 from dsl_compiler import ir
-
-
-class ShapeError(ValueError):
-    """A shape that cannot be inferred. ``span`` locates the cause; ``hint`` says how to fix it."""
-
-    def __init__(self, message: str, span: ir.Span | None = None, found: str | None = None,
-                 expected: str | None = None, hint: str | None = None, code: str = "shape-mismatch"):
-        super().__init__(message)
-        self.message = message
-        self.span = span
-        self.found = found
-        self.expected = expected
-        self.hint = hint
-        self.code = code
-
-
-class TensorType(BaseModel):
-    """The type of a named tensor: element type, logical (PyTorch) shape and physical layout."""
-
-    model_config = ConfigDict(frozen=True)
-    dtype: ir.ElementType
-    shape: tuple[int, ...]
-    layout: ir.Layout = "contiguous"
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
+from dsl_compiler.tensor_types import ShapeError, TensorType
 
 
 class GemmDims(NamedTuple):
@@ -61,15 +33,6 @@ def operand_shape(t: TensorType, operand: ir.Operand) -> tuple[int, ...]:
     if operand.transpose and len(shape) >= 2:
         shape = shape[:-2] + (shape[-1], shape[-2])
     return shape
-
-
-def effective_math(program: ir.Program, kernel: ir.Kernel, types: dict[str, TensorType] | None = None) -> str:
-    """The math type a kernel runs: the knob, or else the element type of its A operand (f32 stays exact f32)."""
-    if kernel.config.math is not None:
-        return kernel.config.math
-    types = types if types is not None else infer(program)
-    t = types.get(kernel.operands[0].name)
-    return t.dtype if t is not None else "f32"
 
 
 def _need(types: dict[str, TensorType], operand: ir.Operand, kernel: ir.Kernel) -> TensorType:

@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+from evals.settings import MAX_ATTEMPTS
+
 BASELINE_CHOICES = ("eager_fp32", "eager_tf32", "compile")
 
 
@@ -54,16 +56,22 @@ def register(subparsers) -> None:
     p.add_argument("--tiers", type=_csv, default=["offline"], help="model tiers, comma-separated (default: offline)")
     p.add_argument("--policies", type=_csv, default=["fixed", "sol+plateau"],
                    help="budgeting policies, comma-separated (default: fixed,sol+plateau)")
+    p.add_argument("--variants", type=_csv, default=["dsl+sol"],
+                   help="agent variants, comma-separated: dsl+sol (default), dsl, cuda, cuda+sol")
+    p.add_argument("--no-memory", action="store_true",
+                   help="no notes carried across problems (by default each tier and variant keeps one memory)")
     p.add_argument("--policies-mode", choices=("replay", "run"), default="replay",
                    help="replay: run fixed once and derive the others from its log (default); run: run each policy")
-    p.add_argument("--max-attempts", type=int, default=40, help="attempt budget per run (default: 40)")
+    p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS, help=f"attempt budget per run (default: {MAX_ATTEMPTS})")
     p.add_argument("--backend", default="auto", choices=("auto", "cutlass", "interpreter"),
                    help="auto: cutlass with a GPU, the interpreter without")
     p.add_argument("--out", default=None, help="evaluation folder (default: runs/eval-<suite or level>)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: a cluster address, or 'local' for a private instance")
     p.add_argument("--workers", type=int, default=None, help="local workers (default: one per visible GPU)")
-    p.add_argument("--run-fn", default=None, help=argparse.SUPPRESS)  # 'module:function' in place of the graph
+    # 'module:function' that runs one spec: the mucutlass command wires the graph's; tests pass a fake
+    p.add_argument("--run-fn", default=None, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--wait", action="store_true", help="if another process holds --out, wait for it (default: exit 2)")
     p.set_defaults(func=cmd_eval)
 
     p = subparsers.add_parser(
@@ -89,17 +97,23 @@ def register(subparsers) -> None:
 
 def cmd_eval(args) -> int:
     from evals.problems import ProblemError, load_problems
-    from evals.runner import DEFAULT_RUN_FN, EvalConfig, EvalError, check_policies, run_evaluation
-    from graph.context import resolve_backend
+    from dsl_compiler.backend import resolve_backend
+    from evals.locks import FolderBusy
+    from evals.runner import EvalConfig, EvalError, check_policies, run_evaluation
     from evals.store import StoreError
 
     if args.kernelbench is None and (args.level is not None or args.ids is not None):
         return _error("--level and --ids go with --kernelbench", "add --kernelbench PATH, or drop them")
+    if not args.run_fn:
+        return _error("no run function to evaluate", "run it as `mucutlass eval`, which hands it the graph's")
     if args.max_attempts < 1:
         return _error(f"--max-attempts {args.max_attempts}: must be at least 1")
+    from evals.variants import VariantError, check_variants
+
     try:
         check_policies(args.policies)
-    except EvalError as exc:
+        check_variants(args.variants)
+    except (EvalError, VariantError) as exc:
         return _error(str(exc))
     if not args.tiers:
         return _error("no tiers given", "write e.g. --tiers offline")
@@ -119,7 +133,8 @@ def cmd_eval(args) -> int:
     out = Path(args.out or default_out)
     backend, _why = resolve_backend(args.backend)
     config = EvalConfig(
-        source=source, problems=keys, tiers=args.tiers, policies=args.policies, policies_mode=args.policies_mode,
+        source=source, problems=keys, tiers=args.tiers, variants=args.variants, memory=not args.no_memory,
+        policies=args.policies, policies_mode=args.policies_mode,
         max_attempts=args.max_attempts, backend=backend, executor=f"ray:{args.ray}" if args.ray else "local",
     )
     if args.ray:
@@ -140,8 +155,11 @@ def cmd_eval(args) -> int:
     try:
         outcome = run_evaluation(
             config, {p.key: p.path for p in problems}, out, executor=executor,
-            run_fn=args.run_fn or DEFAULT_RUN_FN, show_progress=not args.no_progress,
+            run_fn=args.run_fn, show_progress=not args.no_progress, wait=args.wait,
         )
+    except FolderBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (StoreError, EvalError) as exc:
         return _error(str(exc))
     except KeyboardInterrupt:
@@ -154,13 +172,17 @@ def cmd_eval(args) -> int:
     for label, err in outcome.failed.items():
         print(f"  failed: {label}: {err}")
     print(f"results: {outcome.results_json}\nreport:  {outcome.report_md}")
+    if outcome.failed:
+        print(f"error: {len(outcome.failed)} run(s) failed or could not start; run the same command to retry them",
+              file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_replay(args) -> int:
     from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
     from evals.store import ResultsStore, StoreError
-    from graph.policies import PolicySettings
+    from evals.policies import PolicySettings
 
     try:
         store = ResultsStore.open_existing(args.results)
@@ -175,7 +197,7 @@ def cmd_replay(args) -> int:
         base = PolicySettings(max_attempts=max_attempts) if max_attempts else None
         result = replay(logs, policy_grid(args.policies, args.eps, args.w, args.token_budget),
                         baseline=args.baseline, base_settings=base)
-    except ReplayError as exc:
+    except (ReplayError, StoreError) as exc:
         return _error(str(exc))
     finally:
         store.close()
@@ -185,7 +207,7 @@ def cmd_replay(args) -> int:
     print(replay_table_markdown(result))
     if args.stops:
         for row in result.rows:
-            print(f"\n{row.tier} / {row.setting.label}:")
+            print(f"\n{row.tier} / {row.variant} / {row.setting.label}:")
             for problem, n in sorted(row.stops.items()):
                 print(f"  {problem}: {n} attempts")
     return 0
@@ -202,7 +224,11 @@ def cmd_report(args) -> int:
     try:
         root = Path(args.results)
         out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report"
+        if out.exists() and not out.is_dir():
+            return _error(f"--out {out}: exists and is not a folder", "choose another --out")
         path = write_report(store, out)
+    except StoreError as exc:
+        return _error(str(exc))
     finally:
         store.close()
     print(f"report: {path}")

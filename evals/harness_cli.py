@@ -122,7 +122,11 @@ def render_table(rows: list[dict], title: str) -> None:
         table.add_row(r["problem"], fmt_us(r.get("eager_fp32_us")), fmt_us(r.get("eager_tf32_us")),
                       fmt_us(r.get("compile_us")), fmt_us(r.get("t_sol_us")), r.get("bound") or "-",
                       fmt_frac(r.get("best_sol_fraction")))
-    Console().print(table)
+    console = Console()
+    natural = console.measure(table, options=console.options.update_width(1000)).maximum  # no cell cut
+    if natural > console.width:  # a narrow terminal, or a file or pipe (80 columns): widen rather than cut
+        console = Console(width=natural)
+    console.print(table)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +183,19 @@ def run_bench(args: argparse.Namespace) -> int:
                   f"eager TF32 {fmt_frac(s['eager_tf32_geomean_sol_fraction'])}, "
                   f"torch.compile {fmt_frac(s['compile_geomean_sol_fraction'])}, "
                   f"best {fmt_frac(s['best_geomean_sol_fraction'])}")
-    return 0
+    failed = {r["problem"]: why for r in rows if (why := row_failure(r, timed=has_gpu))}
+    for problem, why in failed.items():
+        print(f"failed: {problem}: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def row_failure(row: dict, timed: bool) -> str | None:
+    """Why a bench row could not run (its bound, or its timings where a GPU measures them), or None."""
+    if row.get("sol_error"):
+        return row["sol_error"]
+    if timed and row.get("best_us") is None:
+        return row.get("note") or "no reference timing came back"
+    return None
 
 
 def run_suite_list(args: argparse.Namespace) -> int:

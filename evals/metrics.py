@@ -20,7 +20,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
+from evals.variants import DEFAULT_VARIANT
 
 BASELINES = ("eager_fp32", "eager_tf32", "compile")
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
@@ -35,6 +36,7 @@ class ProblemResult(BaseModel):
     tier: str
     policy: str
     correct: bool  # the kept result passed validation
+    variant: str = DEFAULT_VARIANT  # evals.variants
     speedups: dict[str, float] = Field(default_factory=dict)  # baseline -> t_baseline / t_kernel
     sol_fraction: float | None = None  # t_sol / t_kernel of the kept result (t_sol at TF32)
     precision: str | None = None  # the math the kept result computed in ("f16", "tf32", "f16,tf32")
@@ -76,6 +78,7 @@ def result_from_summary(summary: RunSummary) -> ProblemResult:
         problem=summary.problem,
         tier=summary.tier,
         policy=summary.policy,
+        variant=summary.variant,
         correct=bool(best and best.correct),
         speedups=_speedups_of(best) if best and best.correct else {},
         sol_fraction=best.sol_fraction if best and best.correct else None,
@@ -171,6 +174,7 @@ class GroupMetrics(BaseModel):
     policy: str
     total: int
     correct: int  # correct and unflagged
+    variant: str = DEFAULT_VARIANT
     flagged: int
     geomean_speedup: dict[str, float | None]
     median_speedup: dict[str, float | None]
@@ -194,11 +198,12 @@ class GroupMetrics(BaseModel):
 def group_metrics(results: Sequence[ProblemResult]) -> GroupMetrics:
     if not results:
         raise ValueError("no results to summarise")
-    tier, policy = results[0].tier, results[0].policy
+    tier, policy, variant = results[0].tier, results[0].policy, results[0].variant
     unflagged = [r.model_copy(update={"flags": []}) for r in results]
     return GroupMetrics(
         tier=tier,
         policy=policy,
+        variant=variant,
         total=len(results),
         correct=sum(r.counts for r in results),
         flagged=sum(r.flagged for r in results),
@@ -214,19 +219,21 @@ def group_metrics(results: Sequence[ProblemResult]) -> GroupMetrics:
     )
 
 
-def by_group(results: Iterable[R]) -> dict[tuple[str, str], list[R]]:
-    """Results (or run summaries: anything with a tier and a policy) by (tier, policy), in their order."""
-    groups: dict[tuple[str, str], list[R]] = {}
+def by_group(results: Iterable[R]) -> dict[tuple[str, str, str], list[R]]:
+    """Results (or run summaries: anything with a tier, a variant and a policy) by (tier, variant, policy),
+    in their order."""
+    groups: dict[tuple[str, str, str], list[R]] = {}
     for r in results:
-        groups.setdefault((r.tier, r.policy), []).append(r)
+        groups.setdefault((r.tier, r.variant, r.policy), []).append(r)
     return groups
 
 
 class PolicyComparison(BaseModel):
-    """A policy against the fixed budget of the same tier, on the same problems."""
+    """A policy against the fixed budget of the same tier and variant, on the same problems."""
 
     tier: str
     policy: str
+    variant: str = DEFAULT_VARIANT
     baseline: str
     retention: float | None
     spend_unit: str  # "tokens" or "attempts" (tiers without tokens)
@@ -242,6 +249,7 @@ def compare_to_fixed(policy: GroupMetrics, fixed: GroupMetrics, baseline: str = 
     return PolicyComparison(
         tier=policy.tier,
         policy=policy.policy,
+        variant=policy.variant,
         baseline=baseline,
         retention=retention(g_p, g_f),
         spend_unit=unit,
@@ -249,3 +257,49 @@ def compare_to_fixed(policy: GroupMetrics, fixed: GroupMetrics, baseline: str = 
         attempts_saved=1 - policy.attempts / fixed.attempts if fixed.attempts else 0.0,
         efficiency_gain=efficiency_gain(g_p, g_f, spend_p, spend_f),
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# The agent variants compared (the paper's table: tiers x variants, at the same attempt budget)
+
+
+def first_correct_attempt(summary: RunSummary) -> int | None:
+    """The 1-based index of the run's first correct, unflagged attempt (timed or not); None if none."""
+    return next((a.index for a in sorted(summary.attempts, key=lambda a: a.index) if a.correct and not a.flags), None)
+
+
+class VariantCell(BaseModel):
+    """One (tier, variant) of the comparison: speed, correctness and spend per problem."""
+
+    tier: str
+    variant: str
+    problems: int
+    correct: int  # runs with a correct, unflagged attempt (KernelBench's correctness, timed or not)
+    timed: int  # of those, runs whose kept result has a measured or estimated time
+    geomean_speedup: dict[str, float | None]  # over BASELINES, across correct kept results
+    tokens_per_problem: float
+    cost_usd_per_problem: float
+    attempts_to_first_correct_mean: float | None
+    attempts_to_first_correct_median: float | None
+
+
+def variant_cells(summaries: Sequence[RunSummary], policy: str = "fixed") -> list[VariantCell]:
+    """One cell per (tier, variant) among the runs of ``policy`` (the budget every variant ran under)."""
+    groups: dict[tuple[str, str], list[RunSummary]] = {}
+    for s in summaries:
+        if s.policy == policy:
+            groups.setdefault((s.tier, s.variant), []).append(s)
+    cells = []
+    for (tier, variant), runs in sorted(groups.items()):
+        results = [result_from_summary(s) for s in runs]
+        firsts = [f for f in (first_correct_attempt(s) for s in runs) if f is not None]
+        cells.append(VariantCell(
+            tier=tier, variant=variant, problems=len(runs), correct=len(firsts),
+            timed=sum(r.counts for r in results),
+            geomean_speedup={b: geomean_speedup(results, b) for b in BASELINES},
+            tokens_per_problem=sum(r.tokens for r in results) / len(runs),
+            cost_usd_per_problem=sum(r.cost_usd for r in results) / len(runs),
+            attempts_to_first_correct_mean=statistics.fmean(firsts) if firsts else None,
+            attempts_to_first_correct_median=statistics.median(firsts) if firsts else None,
+        ))
+    return cells

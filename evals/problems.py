@@ -15,13 +15,16 @@ import importlib.util
 import re
 import sys
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable
 
-DEFAULT_TOLERANCE = 1e-2  # KernelBench v0 / v0.1 fp32 tolerance
-STRICT_TOLERANCE = 1e-4  # KernelBench since Nov 2025
+from dsl_compiler.limits import TimeLimitExceeded, time_limit
+from evals.settings import DEFAULT_TOLERANCE
+
 ALL_PRECISIONS: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
 STRICT_PRECISIONS: tuple[str, ...] = ("f32", "tf32")
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
@@ -80,7 +83,7 @@ class Problem:
         built this way); the values then depend on the device's generator, not the CPU's."""
         import torch
 
-        with _default_device(device):
+        with _default_device(device), self._limit("get_init_inputs() and Model()"):
             init_inputs = list(self.module.get_init_inputs())
             torch.manual_seed(seed)
             model = cls(*init_inputs)
@@ -93,12 +96,21 @@ class Problem:
         ``device`` (or moved there when the problem pins another device)."""
         import torch
 
-        with _default_device(device):
+        with _default_device(device), self._limit("get_inputs()"):
             torch.manual_seed(seed)
             inputs = list(self.module.get_inputs())
         if device is not None:
             inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
         return inputs
+
+    @contextmanager
+    def _limit(self, what: str) -> Iterator[None]:
+        """Problem code under the problem-call time limit; past it, a one-line ProblemError."""
+        try:
+            with time_limit(f"{self.path}: {what}"):
+                yield
+        except TimeLimitExceeded as exc:
+            raise ProblemError(str(exc)) from None
 
     def to_spec(self) -> dict:
         """A picklable, JSON-able description from which ``Problem.from_spec`` rebuilds it
@@ -158,11 +170,15 @@ def _import_source(source: str, path: str) -> ModuleType:
     sys.modules[mod_name] = module
     try:
         code = compile(source, path, "exec")
-        exec(code, module.__dict__)
+        import torch  # noqa: F401 - loaded before the clock starts: its import time is not the problem's
+        with time_limit(f"{path}: importing the problem"):
+            exec(code, module.__dict__)
     except BaseException as exc:  # a broken file must never take the caller down
         sys.modules.pop(mod_name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
+        if isinstance(exc, TimeLimitExceeded):
+            raise ProblemError(str(exc)) from None
         if isinstance(exc, SyntaxError):
             raise ProblemError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
         raise ProblemError(f"{path}: failed to import: {_one_line(exc)}") from None

@@ -2,7 +2,7 @@
 
 A log run under the most generous policy (``fixed``) holds every attempt the other policies would
 have made, in the same order; since stop rules are pure functions of the history
-(``graph.policies``), cutting each log where a rule would have fired gives exactly that policy's run.
+(``evals.policies``), cutting each log where a rule would have fired gives exactly that policy's run.
 This is how the budgeting study compares policies: attempts and tokens saved against the geomean
 speedup retained.
 """
@@ -15,8 +15,9 @@ from dataclasses import replace
 from pydantic import BaseModel
 
 from evals import metrics
-from graph.policies import POLICY_NAMES, PolicySettings, stop_index
-from graph.records import RunSummary
+from evals.policies import POLICY_NAMES, PolicySettings, stop_index
+from evals.records import RunSummary
+from evals.variants import DEFAULT_VARIANT, stop_policy
 
 
 class ReplayError(ValueError):
@@ -113,6 +114,7 @@ class ReplayRow(BaseModel):
     tier: str
     setting: PolicySetting
     runs: int
+    variant: str = DEFAULT_VARIANT
     stopped_early: int  # runs cut before the end of their log
     attempts_fixed: int
     attempts_policy: int
@@ -131,6 +133,20 @@ class ReplayRow(BaseModel):
 class ReplayResult(BaseModel):
     baseline: str
     rows: list[ReplayRow]
+    notes: list[str] = []  # why a column shows "-", one line each
+
+
+def _dash_notes(rows: Sequence[ReplayRow], logs: Sequence[RunSummary], baseline: str) -> list[str]:
+    notes = []
+    if any(r.geomean_fixed is None for r in rows):
+        if not any(baseline in metrics.result_from_summary(s).speedups for s in logs):
+            notes.append(f"geomean, retained and efficiency gain are '-': no run has a time for {baseline} to compare with "
+                         "(reference timings need a GPU; the interpreter backend only estimates kernel times)")
+        else:
+            notes.append("geomean, retained and efficiency gain are '-' for a tier with no correct result")
+    if any(r.tokens_saved is None for r in rows):
+        notes.append("tokens saved is '-' for a tier that used no tokens (its efficiency gain counts attempts)")
+    return notes
 
 
 def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baseline: str = "eager_fp32",
@@ -139,17 +155,18 @@ def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baselin
     if not logs:
         raise ReplayError("no finished runs to replay")
     base = base_settings or PolicySettings(max_attempts=max(len(s.attempts) for s in logs))
-    by_tier: dict[str, list[RunSummary]] = {}
+    by_tier: dict[tuple[str, str], list[RunSummary]] = {}
     for s in logs:
-        by_tier.setdefault(s.tier, []).append(s)
+        by_tier.setdefault((s.tier, s.variant), []).append(s)
     rows = []
-    for tier, runs in sorted(by_tier.items()):
+    for (tier, variant), runs in sorted(by_tier.items()):
         fixed_results = [metrics.result_from_summary(s) for s in runs]
         g_fixed = metrics.geomean_speedup(fixed_results, baseline)
         attempts_fixed = sum(len(s.attempts) for s in runs)
         tokens_fixed = sum(s.tokens_in + s.tokens_out for s in runs)
         for setting in grid:
-            cut = [replay_run(s, setting.policy, setting.settings(base)) for s in runs]
+            # a variant without SOL guidance has no SOL stop rule to replay (evals.variants)
+            cut = [replay_run(s, stop_policy(setting.policy, variant), setting.settings(base)) for s in runs]
             results = [metrics.result_from_summary(s) for s in cut]
             g_policy = metrics.geomean_speedup(results, baseline)
             attempts_policy = sum(len(s.attempts) for s in cut)
@@ -157,6 +174,7 @@ def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baselin
             by_tokens = tokens_fixed > 0
             rows.append(ReplayRow(
                 tier=tier,
+                variant=variant,
                 setting=setting,
                 runs=len(runs),
                 stopped_early=sum(len(c.attempts) < len(s.attempts) for c, s in zip(cut, runs)),
@@ -177,7 +195,7 @@ def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baselin
                 efficiency_unit="tokens" if by_tokens else "attempts",
                 stops={c.problem: len(c.attempts) for c in cut},
             ))
-    return ReplayResult(baseline=baseline, rows=rows)
+    return ReplayResult(baseline=baseline, rows=rows, notes=_dash_notes(rows, logs, baseline))
 
 
 def fmt_pct(x: float | None) -> str:
@@ -191,17 +209,19 @@ def fmt_num(x: float | None, fmt: str = ".3f", suffix: str = "") -> str:
 def replay_table_markdown(result: ReplayResult) -> str:
     """The budgeting-study table: one line per tier and policy setting."""
     lines = [
-        f"| tier | policy | runs cut early | attempts | attempts saved | tokens saved | "
+        f"| tier | variant | policy | runs cut early | attempts | attempts saved | tokens saved | "
         f"geomean vs {result.baseline} (fixed -> policy) | retained | efficiency gain |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result.rows:
         gain = fmt_num(r.efficiency_gain, ".2f") + ("x" if r.efficiency_gain else "")
         if r.efficiency_gain is not None and r.efficiency_unit == "attempts":
             gain += " (by attempts)"
         lines.append(
-            f"| {r.tier} | {r.setting.label} | {r.stopped_early}/{r.runs} | {r.attempts_policy}/{r.attempts_fixed} | "
+            f"| {r.tier} | {r.variant} | {r.setting.label} | {r.stopped_early}/{r.runs} | {r.attempts_policy}/{r.attempts_fixed} | "
             f"{fmt_pct(r.attempts_saved)} | {fmt_pct(r.tokens_saved)} | {fmt_num(r.geomean_fixed)} -> {fmt_num(r.geomean_policy)} | "
             f"{fmt_pct(r.retention)} | {gain} |"
         )
+    if result.notes:
+        lines += [""] + [f"- {note}" for note in result.notes]
     return "\n".join(lines)

@@ -13,30 +13,38 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib
-import importlib.metadata
 import json
-import os
-import platform
 import re
 import shutil
-import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from graph.policies import POLICY_NAMES, PolicySettings
-from graph.records import AttemptRecord, RunSummary
+from evals.environment import collect_environment
+from evals.policies import POLICY_NAMES, PolicySettings
+from evals.records import AttemptRecord, RunSummary
+from evals.settings import MAX_ATTEMPTS
+from evals.variants import DEFAULT_VARIANT, stop_policy
 
-DEFAULT_RUN_FN = "evals.runner:optimize_or_resume"
 GENEROUS_POLICY = "fixed"
 # What must match for a store to be resumed: the same runs with the same budget.
-RESUME_KEYS = ("problems", "tiers", "policies", "policies_mode", "max_attempts")
+RESUME_KEYS = ("problems", "tiers", "variants", "policies", "policies_mode", "max_attempts")
+MEMORY_FILE = "memory.sqlite"  # the evaluation's memory across problems (graph.memory), in its folder
 
 
 class EvalError(ValueError):
     """An evaluation that cannot start as asked; one-line message."""
+
+
+class RunNotStarted(Exception):
+    """A run that could not start (missing key, unknown tier, a problem whose setup fails): stored as
+    failed-to-start and retried on the next invocation."""
+
+
+NOT_STARTED_PREFIX = f"{RunNotStarted.__name__}: "  # how one_line_error names it across processes
+SETUP_FAILED = "setup failed"  # the graph's stop reason for a run that could not start
 
 
 class RunSpec(BaseModel):
@@ -49,23 +57,28 @@ class RunSpec(BaseModel):
     max_attempts: int
     backend: str
     run_dir: str
+    variant: str = DEFAULT_VARIANT
+    memory_path: str | None = None  # the evaluation's shared memory store; None: no memory
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.problem, self.tier, self.policy)
+    def key(self) -> tuple[str, str, str, str]:
+        """The store's key of the run: (problem, tier, policy, variant)."""
+        return (self.problem, self.tier, self.policy, self.variant)
 
     @property
     def label(self) -> str:
-        return f"{self.problem} [{self.tier}, {self.policy}]"
+        return f"{self.problem} [{self.tier}, {self.variant}, {self.policy}]"
 
 
 class EvalConfig(BaseModel):
     source: dict[str, Any]  # how the problems were chosen: {"suite": ...} or {"kernelbench": ..., "level": ..., "ids": ...}
     problems: list[str]  # problem keys, in order
     tiers: list[str]
+    variants: list[str] = Field(default_factory=lambda: [DEFAULT_VARIANT])
+    memory: bool = True  # notes carried across the problems of each (tier, variant)
     policies: list[str]
     policies_mode: Literal["replay", "run"] = "replay"
-    max_attempts: int = 40
+    max_attempts: int = MAX_ATTEMPTS
     backend: str = "auto"
     executor: str = "local"
 
@@ -96,20 +109,27 @@ def _safe(part: str) -> str:
 
 
 def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path) -> list[RunSpec]:
-    """Every run the evaluation needs, problem-major so one problem's tiers finish together."""
+    """Every run the evaluation needs, problem-major so one problem's tiers and variants finish together
+    (and the memory of each (tier, variant) holds the earlier problems' notes when the next one starts)."""
     specs = []
+    memory_path = str((out_dir / MEMORY_FILE).resolve()) if config.memory else None
     for key in config.problems:
         for tier in config.tiers:
-            for policy in config.policies_to_run():
-                specs.append(RunSpec(
-                    problem=key,
-                    problem_path=problem_paths[key],
-                    tier=tier,
-                    policy=policy,
-                    max_attempts=config.max_attempts,
-                    backend=config.backend,
-                    run_dir=str(out_dir / "runs" / _safe(key) / _safe(tier) / _safe(policy)),
-                ))
+            for variant in config.variants:
+                for policy in config.policies_to_run():
+                    # the default variant keeps the folder layout of evaluations made before variants existed
+                    parts = [_safe(key), _safe(tier)] + ([] if variant == DEFAULT_VARIANT else [_safe(variant)])
+                    specs.append(RunSpec(
+                        problem=key,
+                        problem_path=problem_paths[key],
+                        tier=tier,
+                        policy=policy,
+                        variant=variant,
+                        memory_path=memory_path,
+                        max_attempts=config.max_attempts,
+                        backend=config.backend,
+                        run_dir=str(out_dir.joinpath("runs", *parts, _safe(policy))),
+                    ))
     return specs
 
 
@@ -118,8 +138,11 @@ def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path) 
 
 
 class RunFn(Protocol):
-    def __call__(self, problem_path: str, ctx: Any, run_dir: str,
-                 on_event: Callable[[Any], None] | None = None) -> RunSummary: ...
+    """Runs one spec and returns its summary; ``on_event`` gets every finished attempt. The runner
+    knows no agent: the command line hands it the graph's run function (``graph.runner:run_spec``),
+    tests a fake."""
+
+    def __call__(self, spec: RunSpec, on_event: Callable[[Any], None] | None = None) -> RunSummary: ...
 
 
 def resolve_run_fn(run_fn: str | RunFn) -> RunFn:
@@ -128,44 +151,9 @@ def resolve_run_fn(run_fn: str | RunFn) -> RunFn:
         return run_fn
     module_name, _, attr = run_fn.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attr or "run_optimize")
-    except (ImportError, AttributeError) as exc:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise EvalError(f"cannot load the run function {run_fn!r}: {exc}") from None
-
-
-_SHARED_SERVICES: dict[str, Any] = {}
-
-
-def shared_services(gpu: str = "h200") -> Any:
-    """One set of graph services (and so one harness worker) per evaluation process, reused by every
-    run it executes: starting a worker costs seconds (torch import, CUDA context) per problem otherwise."""
-    if gpu not in _SHARED_SERVICES:
-        import atexit
-
-        from graph.context import Services
-
-        _SHARED_SERVICES[gpu] = services = Services(gpu=gpu)
-        atexit.register(services.close)
-    return _SHARED_SERVICES[gpu]
-
-
-def make_context(spec: RunSpec) -> Any:
-    """The graph's RunContext for this run, on this process's shared services."""
-    from graph.context import RunContext
-
-    return RunContext(tier=spec.tier, policy=spec.policy, max_attempts=spec.max_attempts, backend=spec.backend,
-                      services=shared_services())
-
-
-def optimize_or_resume(problem_path: str, ctx: Any, run_dir: str,
-                       on_event: Callable[[Any], None] | None = None) -> RunSummary:
-    """The graph on one problem; a run directory left by a killed run is resumed from its checkpoint,
-    so the attempts it finished are not redone."""
-    from graph.runner import RUN_FILE, resume_run, run_optimize
-
-    if (Path(run_dir) / RUN_FILE).is_file():
-        return resume_run(run_dir, on_event, services=ctx.services)
-    return run_optimize(problem_path, ctx, run_dir, on_event)
 
 
 def attempt_from_event(event: Any) -> AttemptRecord | None:
@@ -186,8 +174,7 @@ def attempt_from_event(event: Any) -> AttemptRecord | None:
     return None
 
 
-def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None],
-                context_factory: Callable[[RunSpec], Any] = make_context) -> RunSummary:
+def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None]) -> RunSummary:
     """Run one spec; every finished attempt is passed to ``emit_attempt`` as it arrives."""
     fn = resolve_run_fn(run_fn)
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
@@ -197,11 +184,16 @@ def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[Atte
         if attempt is not None:
             emit_attempt(attempt)
 
-    summary = fn(spec.problem_path, context_factory(spec), spec.run_dir, on_event=on_event)
+    summary = fn(spec, on_event=on_event)
     if not isinstance(summary, RunSummary):
         summary = RunSummary.model_validate(summary)
+    if summary.stop_reason.startswith(SETUP_FAILED):
+        if not summary.attempts:  # nothing to keep: the next invocation starts it afresh, not from this end
+            shutil.rmtree(spec.run_dir, ignore_errors=True)
+        raise RunNotStarted(summary.stop_reason)
     # The store keys runs by the evaluation's names, whatever the graph called them.
-    return summary.model_copy(update={"problem": spec.problem, "tier": spec.tier, "policy": spec.policy})
+    return summary.model_copy(update={"problem": spec.problem, "tier": spec.tier, "policy": spec.policy,
+                                      "variant": spec.variant})
 
 
 def one_line_error(exc: BaseException) -> str:
@@ -236,12 +228,12 @@ class StoreSink:
         self.progress = progress
 
     def started(self, spec: RunSpec) -> None:
-        self.store.start_run(*spec.key, run_dir=spec.run_dir)
+        self.store.start_run(spec.problem, spec.tier, spec.policy, run_dir=spec.run_dir, variant=spec.variant)
         if self.progress:
             self.progress.run_started(spec)
 
     def attempt(self, spec: RunSpec, attempt: AttemptRecord) -> None:
-        self.store.record_attempt(*spec.key, attempt)
+        self.store.record_attempt(spec.problem, spec.tier, spec.policy, attempt, variant=spec.variant)
         if self.progress:
             self.progress.run_attempt(spec, attempt)
 
@@ -251,7 +243,11 @@ class StoreSink:
             self.progress.run_finished(spec, ok=True)
 
     def failed(self, spec: RunSpec, error: str) -> None:
-        self.store.fail_run(*spec.key, error)
+        if error.startswith(NOT_STARTED_PREFIX):
+            self.store.fail_run(spec.problem, spec.tier, spec.policy, error.removeprefix(NOT_STARTED_PREFIX),
+                                variant=spec.variant, status="failed_to_start")
+        else:
+            self.store.fail_run(spec.problem, spec.tier, spec.policy, error, variant=spec.variant)
         if self.progress:
             self.progress.run_finished(spec, ok=False)
 
@@ -267,7 +263,7 @@ class EvalProgress:
             console=console, transient=False,
         )
         self._overall = self._progress.add_task("all runs", total=total_runs, completed=done_runs)
-        self._tasks: dict[tuple[str, str, str], Any] = {}
+        self._tasks: dict[tuple[str, ...], Any] = {}
 
     def __enter__(self):
         self._progress.__enter__()
@@ -293,49 +289,6 @@ class EvalProgress:
         self._progress.advance(self._overall)
 
 
-def collect_environment(backend: str | None = None) -> dict[str, Any]:
-    """What the numbers were measured on: GPU, driver-side versions, host. The one record of versions:
-    evaluations and the benchmark scripts all store it."""
-    def version(dist: str) -> str | None:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "host": platform.node(),
-        "cpu_count": os.cpu_count(),
-        "backend": backend,
-        "versions": {d: version(d) for d in ("mucutlass", "torch", "nvidia-cutlass", "langgraph", "pydantic", "ray")},
-    }
-    try:
-        import torch
-
-        env["torch_cuda"] = torch.version.cuda
-        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (cpu)"
-        env["gpu_count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        env["gpu"] = "unknown"
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        try:
-            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
-            m = re.search(r"release ([\d.]+)", out)
-            env["nvcc"] = m.group(1) if m else out.strip().splitlines()[-1]
-        except (OSError, subprocess.SubprocessError):
-            env["nvcc"] = None
-    return env
-
-
-def versions_text(env: dict[str, Any]) -> str:
-    """One line of an environment's versions: the known packages, then CUDA and nvcc where recorded."""
-    parts = [f"{k} {v}" for k, v in env.get("versions", {}).items() if v]
-    parts += [f"{label} {env[key]}" for key, label in (("torch_cuda", "CUDA"), ("nvcc", "nvcc")) if env.get(key)]
-    return ", ".join(parts)
-
-
 class EvalOutcome(BaseModel):
     out_dir: str
     resumed: bool
@@ -357,7 +310,9 @@ def derive_policies(store, config: EvalConfig) -> int:
         if log.policy != GENEROUS_POLICY:
             continue
         for policy in config.policies_to_derive():
-            store.finish_run(replay_run(log, policy, settings), status="derived", derived_from=GENEROUS_POLICY)
+            # a variant without SOL guidance replays the policy without its SOL test, as it would have run
+            cut = replay_run(log, stop_policy(policy, log.variant), settings).model_copy(update={"policy": policy})
+            store.finish_run(cut, status="derived", derived_from=GENEROUS_POLICY)
             derived += 1
     return derived
 
@@ -368,17 +323,31 @@ def run_evaluation(
     out_dir: str | Path,
     *,
     executor: Executor,
-    run_fn: str | RunFn = DEFAULT_RUN_FN,
+    run_fn: str | RunFn,
     environment: dict | None = None,
     show_progress: bool = True,
     write_outputs: bool = True,
+    wait: bool = False,
 ) -> EvalOutcome:
     """Run (or resume) an evaluation into ``out_dir/results.sqlite``; then derive policies and write
-    the results JSON and the report."""
-    from evals.store import ResultsStore
+    the results JSON and the report. The folder is held for this process: another one gets
+    ``FolderBusy`` naming the holder, or with ``wait`` blocks until it is free."""
+    from evals.locks import FolderLock
 
     check_policies(config.policies)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise EvalError(f"--out {out}: exists and is not a folder; choose another --out")
+    with FolderLock(out, wait=wait):
+        return _run_evaluation(config, problem_paths, out, executor, run_fn, environment, show_progress,
+                               write_outputs)
+
+
+def _run_evaluation(config: EvalConfig, problem_paths: dict[str, str], out: Path, executor: Executor,
+                    run_fn: str | RunFn, environment: dict | None, show_progress: bool,
+                    write_outputs: bool) -> EvalOutcome:
+    from evals.store import ResultsStore
+
     store = ResultsStore(out / "results.sqlite")
     try:
         resumed = store.init_evaluation(
@@ -425,6 +394,7 @@ def results_document(store) -> dict[str, Any]:
         g = metrics.group_metrics(rs)
         return {
             "tier": g.tier,
+            "variant": g.variant,
             "policy": g.policy,
             **{f"geomean_speedup_vs_{b}": g.geomean_speedup[b] for b in metrics.BASELINES},
             **{f"median_speedup_vs_{b}": g.median_speedup[b] for b in metrics.BASELINES},
@@ -440,6 +410,7 @@ def results_document(store) -> dict[str, Any]:
     all_groups = [group_summary(rs) for _, rs in sorted(groups.items())]
     headline = next(
         (s for s in all_groups if s["tier"] == (config.get("tiers") or [None])[0]
+         and s["variant"] == (config.get("variants") or [DEFAULT_VARIANT])[0]
          and s["policy"] == (config.get("policies") or [None])[0]),
         all_groups[0] if all_groups else None,
     )
@@ -448,7 +419,7 @@ def results_document(store) -> dict[str, Any]:
     for s, r in zip(summaries, results):
         best = s.best
         rows.append({
-            "problem": s.problem, "tier": s.tier, "policy": s.policy,
+            "problem": s.problem, "tier": s.tier, "variant": s.variant, "policy": s.policy,
             "correct": r.correct, "flags": r.flags,
             **{f"speedup_vs_{b}": r.speedups.get(b) for b in metrics.BASELINES},
             "sol_fraction": r.sol_fraction, "t_us": s.best_t_us, "t_sol_us": s.t_sol_us,
@@ -465,6 +436,7 @@ def results_document(store) -> dict[str, Any]:
         "timing_sources": timing_sources,
         "derived_policies": store.derived_policies(),
         "rows": rows,
+        "variants": [c.model_dump() for c in metrics.variant_cells(summaries)],
         "summary": headline,
         "groups": all_groups,
     }

@@ -1,7 +1,9 @@
 """The results store of one evaluation: a single SQLite file.
 
-Tables: ``evaluation`` (one row: config and environment), ``runs`` (one row per problem, tier and
-policy: status and the run's summary) and ``attempts`` (every field of every AttemptRecord).
+Tables: ``evaluation`` (one row: config and environment), ``runs`` (one row per problem, tier,
+policy and variant: status and the run's summary) and ``attempts`` (every field of every
+AttemptRecord). A store written before variants existed gains the ``variant`` column on opening
+(its runs were all of the default variant).
 Attempts are written as they arrive, so a killed evaluation keeps everything it finished; a run
 counts as done only once its summary is stored, which is what resume looks at.
 """
@@ -17,9 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
+from evals.variants import DEFAULT_VARIANT
 
-RunStatus = Literal["running", "done", "failed", "derived"]
+RunStatus = Literal["running", "done", "failed", "failed_to_start", "derived"]
 FINISHED: tuple[RunStatus, ...] = ("done", "derived")
 
 
@@ -57,6 +60,7 @@ CREATE TABLE IF NOT EXISTS runs (
   problem TEXT NOT NULL,
   tier TEXT NOT NULL,
   policy TEXT NOT NULL,
+  variant TEXT NOT NULL DEFAULT '{DEFAULT_VARIANT}',
   status TEXT NOT NULL,
   run_dir TEXT,
   derived_from TEXT,
@@ -64,20 +68,45 @@ CREATE TABLE IF NOT EXISTS runs (
   summary_json TEXT,
   started_at REAL,
   finished_at REAL,
-  PRIMARY KEY (problem, tier, policy)
+  PRIMARY KEY (problem, tier, policy, variant)
 );
 CREATE TABLE IF NOT EXISTS attempts (
   problem TEXT NOT NULL,
   tier TEXT NOT NULL,
   policy TEXT NOT NULL,
+  variant TEXT NOT NULL DEFAULT '{DEFAULT_VARIANT}',
   {", ".join(f'"{n}" {_column_type(AttemptRecord.model_fields[n].annotation)}' for n in _ATTEMPT_FIELDS)},
-  PRIMARY KEY (problem, tier, policy, "index")
+  PRIMARY KEY (problem, tier, policy, variant, "index")
 );
 """
 
 
+def _migrate_variant(db: sqlite3.Connection) -> None:
+    """Stores made before variants: rebuild runs and attempts with the variant in their key (a primary
+    key cannot be altered in place), every old row of the default variant; one transaction."""
+    cols = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
+    if not cols or "variant" in cols:
+        return
+    db.execute("BEGIN")
+    try:
+        for table in ("runs", "attempts"):
+            db.execute(f"ALTER TABLE {table} RENAME TO {table}_before_variants")
+        for statement in _SCHEMA.split(";"):
+            if "TABLE IF NOT EXISTS runs" in statement or "TABLE IF NOT EXISTS attempts" in statement:
+                db.execute(statement)
+        for table in ("runs", "attempts"):
+            names = ", ".join(f'"{r[1]}"' for r in db.execute(f"PRAGMA table_info({table}_before_variants)"))
+            db.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {table}_before_variants")
+            db.execute(f"DROP TABLE {table}_before_variants")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
 _ATTEMPT_COLUMNS = ", ".join(f'"{n}"' for n in _ATTEMPT_FIELDS)
-_INTO_ATTEMPTS = f"INTO attempts (problem, tier, policy, {_ATTEMPT_COLUMNS}) VALUES ({', '.join('?' * (3 + len(_ATTEMPT_FIELDS)))})"
+_INTO_ATTEMPTS = (f"INTO attempts (problem, tier, policy, variant, {_ATTEMPT_COLUMNS}) "
+                  f"VALUES ({', '.join('?' * (4 + len(_ATTEMPT_FIELDS)))})")
 
 
 def _attempt_row(record: AttemptRecord) -> list[Any]:
@@ -104,14 +133,25 @@ class ResultsStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        if self.path.exists() and not self.path.is_file():
+            raise StoreError(f"{self.path}: not a file")
+        existed = self.path.is_file() and self.path.stat().st_size > 0
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            # a damaged page is found here, in one line, not half-way through a report
+            problem = self._db.execute("PRAGMA quick_check(1)").fetchone()[0] if existed else "ok"
+            if problem == "ok":
+                _migrate_variant(self._db)
+                self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a results store ({exc})") from None
+        if problem != "ok":
+            self._db.close()
+            raise StoreError(f"{self.path}: damaged results store ({' '.join(str(problem).split())}); restore it "
+                             "from a copy, or start a new evaluation with another --out")
 
     @classmethod
     def open_existing(cls, path: str | Path) -> ResultsStore:
@@ -151,6 +191,7 @@ class ResultsStore:
                 )
                 return False
             stored = json.loads(row["config_json"])
+            stored.setdefault("variants", [DEFAULT_VARIANT])  # evaluations made before variants ran the default
             for key in resume_keys:
                 if stored.get(key) != config.get(key):
                     raise StoreError(
@@ -171,85 +212,97 @@ class ResultsStore:
         return json.loads(row["environment_json"]) if row else {}
 
     # runs ---------------------------------------------------------------------------------------
-    def start_run(self, problem: str, tier: str, policy: str, run_dir: str | None = None) -> None:
+    def start_run(self, problem: str, tier: str, policy: str, run_dir: str | None = None, *,
+                  variant: str = DEFAULT_VARIANT) -> None:
         with self._tx() as db:
             db.execute(
-                """INSERT INTO runs (problem, tier, policy, status, run_dir, started_at) VALUES (?, ?, ?, 'running', ?, ?)
-                   ON CONFLICT (problem, tier, policy) DO UPDATE SET status='running', run_dir=excluded.run_dir,
+                """INSERT INTO runs (problem, tier, policy, variant, status, run_dir, started_at)
+                   VALUES (?, ?, ?, ?, 'running', ?, ?)
+                   ON CONFLICT (problem, tier, policy, variant) DO UPDATE SET status='running', run_dir=excluded.run_dir,
                    error=NULL, started_at=excluded.started_at""",
-                (problem, tier, policy, run_dir, time.time()),
+                (problem, tier, policy, variant, run_dir, time.time()),
             )
 
-    def record_attempt(self, problem: str, tier: str, policy: str, attempt: AttemptRecord) -> None:
+    def record_attempt(self, problem: str, tier: str, policy: str, attempt: AttemptRecord, *,
+                       variant: str = DEFAULT_VARIANT) -> None:
         """Store one attempt as soon as it finishes; a repeat of the same index replaces it."""
         with self._tx() as db:
             db.execute(
                 f"INSERT OR REPLACE {_INTO_ATTEMPTS}",
-                [problem, tier, policy, *_attempt_row(attempt)],
+                [problem, tier, policy, variant, *_attempt_row(attempt)],
             )
 
     def finish_run(self, summary: RunSummary, *, status: RunStatus = "done", derived_from: str | None = None) -> None:
         """Store a run's summary and its attempts (the summary's list is authoritative)."""
-        key = (summary.problem, summary.tier, summary.policy)
+        key = (summary.problem, summary.tier, summary.policy, summary.variant)
         with self._tx() as db:
-            db.execute("DELETE FROM attempts WHERE problem = ? AND tier = ? AND policy = ?", key)
+            db.execute("DELETE FROM attempts WHERE problem = ? AND tier = ? AND policy = ? AND variant = ?", key)
             db.executemany(
                 f"INSERT {_INTO_ATTEMPTS}",
                 [[*key, *_attempt_row(a)] for a in summary.attempts],
             )
             db.execute(
-                """INSERT INTO runs (problem, tier, policy, status, derived_from, summary_json, started_at, finished_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (problem, tier, policy) DO UPDATE SET status=excluded.status,
+                """INSERT INTO runs (problem, tier, policy, variant, status, derived_from, summary_json, started_at,
+                   finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (problem, tier, policy, variant) DO UPDATE SET status=excluded.status,
                    derived_from=excluded.derived_from, summary_json=excluded.summary_json, error=NULL,
                    finished_at=excluded.finished_at""",
                 (*key, status, derived_from, summary.model_dump_json(exclude={"attempts"}), time.time(), time.time()),
             )
 
-    def fail_run(self, problem: str, tier: str, policy: str, error: str) -> None:
-        """A run that raised: kept as failed (retried on resume), its attempts so far kept."""
+    def fail_run(self, problem: str, tier: str, policy: str, error: str, *, variant: str = DEFAULT_VARIANT,
+                 status: Literal["failed", "failed_to_start"] = "failed") -> None:
+        """A run that raised (``failed``) or could not start (``failed_to_start``: no key, unknown tier,
+        a problem whose setup fails): retried on resume, its attempts so far kept."""
         with self._tx() as db:
             db.execute(
-                """INSERT INTO runs (problem, tier, policy, status, error, finished_at) VALUES (?, ?, ?, 'failed', ?, ?)
-                   ON CONFLICT (problem, tier, policy) DO UPDATE SET status='failed', error=excluded.error,
-                   finished_at=excluded.finished_at""",
-                (problem, tier, policy, error, time.time()),
+                """INSERT INTO runs (problem, tier, policy, variant, status, error, finished_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (problem, tier, policy, variant) DO UPDATE SET status=excluded.status,
+                   error=excluded.error, finished_at=excluded.finished_at""",
+                (problem, tier, policy, variant, status, error, time.time()),
             )
 
-    def run_status(self) -> dict[tuple[str, str, str], str]:
+    def run_status(self) -> dict[tuple[str, str, str, str], str]:
+        """(problem, tier, policy, variant) -> status."""
         with self._lock:
-            rows = self._db.execute("SELECT problem, tier, policy, status FROM runs").fetchall()
-        return {(r["problem"], r["tier"], r["policy"]): r["status"] for r in rows}
+            rows = self._db.execute("SELECT problem, tier, policy, variant, status FROM runs").fetchall()
+        return {(r["problem"], r["tier"], r["policy"], r["variant"]): r["status"] for r in rows}
 
-    def finished_keys(self) -> set[tuple[str, str, str]]:
+    def finished_keys(self) -> set[tuple[str, str, str, str]]:
         return {k for k, s in self.run_status().items() if s in FINISHED}
 
-    def failures(self) -> dict[tuple[str, str, str], str]:
-        with self._lock:
-            rows = self._db.execute("SELECT problem, tier, policy, error FROM runs WHERE status = 'failed'").fetchall()
-        return {(r["problem"], r["tier"], r["policy"]): r["error"] or "" for r in rows}
-
-    def attempts(self, problem: str, tier: str, policy: str) -> list[AttemptRecord]:
+    def failures(self) -> dict[tuple[str, str, str, str], str]:
+        """Runs that failed or could not start -> their one-line error."""
         with self._lock:
             rows = self._db.execute(
-                'SELECT * FROM attempts WHERE problem = ? AND tier = ? AND policy = ? ORDER BY "index"',
-                (problem, tier, policy),
+                "SELECT problem, tier, policy, variant, status, error FROM runs "
+                "WHERE status IN ('failed', 'failed_to_start')").fetchall()
+        return {(r["problem"], r["tier"], r["policy"], r["variant"]):
+                ("failed to start: " if r["status"] == "failed_to_start" else "") + (r["error"] or "") for r in rows}
+
+    def attempts(self, problem: str, tier: str, policy: str, variant: str = DEFAULT_VARIANT) -> list[AttemptRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                'SELECT * FROM attempts WHERE problem = ? AND tier = ? AND policy = ? AND variant = ? ORDER BY "index"',
+                (problem, tier, policy, variant),
             ).fetchall()
         return [_attempt_from_row(r) for r in rows]
 
     def summaries(self, *, statuses: tuple[str, ...] = FINISHED) -> list[RunSummary]:
-        """Finished runs with their attempts, ordered by problem, tier, policy."""
+        """Finished runs with their attempts, ordered by problem, tier, variant, policy."""
         marks = ", ".join("?" for _ in statuses)
         with self._lock:
             runs = self._db.execute(
-                f"SELECT problem, tier, policy, summary_json FROM runs WHERE status IN ({marks}) "
-                "ORDER BY problem, tier, policy",
+                f"SELECT problem, tier, policy, variant, summary_json FROM runs WHERE status IN ({marks}) "
+                "ORDER BY problem, tier, variant, policy",
                 statuses,
             ).fetchall()
         out = []
         for r in runs:
             summary = RunSummary.model_validate_json(r["summary_json"])
-            summary.attempts = self.attempts(r["problem"], r["tier"], r["policy"])
+            summary.variant = r["variant"]
+            summary.attempts = self.attempts(r["problem"], r["tier"], r["policy"], r["variant"])
             out.append(summary)
         return out
 

@@ -456,7 +456,7 @@ def ncu_counters(problem, candidate, settings, timeout_s: float = 600.0) -> dict
         spec.write_text(json.dumps({"problem": problem.to_spec(), "candidate": candidate.model_dump()}))
         cmd = ["ncu", "--csv", "--clock-control", "none", "--target-processes", "all",
                "--nvtx", "--nvtx-include", "mucutlass_candidate/", "--metrics", ",".join(NCU_METRICS),
-               sys.executable, "-m", "evals.timing", str(spec)]
+               sys.executable, "-m", "evals.ncu_target", str(spec)]
         env = dict(os.environ, PYTHONPATH=str(root))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=str(root), env=env)
@@ -485,34 +485,3 @@ def ncu_counters(problem, candidate, settings, timeout_s: float = 600.0) -> dict
         totals["sm_throughput_pct"] = weighted_sm / (totals["kernel_time_us"] * 1e3)
     totals["kernels"] = float(len(by_kernel))
     return totals
-
-
-def _ncu_target(spec_path: str) -> int:
-    """Runs one candidate call inside an NVTX range (what ``ncu_counters`` profiles)."""
-    import json
-
-    import torch
-
-    from evals.harness import Candidate
-    from evals.problems import Problem
-    from evals.worker import Worker
-
-    spec = json.loads(open(spec_path).read())
-    problem = Problem.from_spec(spec["problem"])
-    device = torch.device("cuda")
-    model = Worker().candidate_factory(problem, Candidate(**spec["candidate"]).worker_view(), device)(0)
-    inputs = problem.make_inputs(0, device)
-    with torch.no_grad():
-        model(*inputs)  # warm-up outside the range
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_push("mucutlass_candidate")
-        model(*inputs)
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(_ncu_target(sys.argv[1]))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from graph.policies import PolicySettings, should_stop
-from graph.records import AttemptRecord
+from evals.policies import PolicySettings, stop_reason
+from evals.records import AttemptRecord
 from graph.state import OptimizeState, history
 
 
@@ -45,9 +45,14 @@ def fail(
         advance(attempt, node_s, failure_reason=reason, diagnostics=diagnostics or [reason], **changes)
     )
     attempts = [*state.get("attempts", []), done.model_dump()]
-    stop, why = should_stop(policy, history({"attempts": attempts}), state.get("sol", {}).get("t_sol_us"),
-                            state.get("reference_us", {}), settings)
-    return {"current": None, "attempts": attempts, "diagnostics": done.diagnostics, "stop_reason": why if stop else ""}
+    why = stop_reason(policy, history({"attempts": attempts}), state.get("sol", {}).get("t_sol_us"),
+                      state.get("reference_us", {}), settings)
+    return {"current": None, "attempts": attempts, "diagnostics": done.diagnostics, "stop_reason": why}
+
+
+# Times equal to a part in 10^4 are a tie, not a new best: estimated times of equivalent programs differ in their last
+# bits, and no measured time is that precise.
+TIE_REL = 1e-4
 
 
 def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: list[str]) -> dict[str, Any]:
@@ -64,7 +69,7 @@ def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: li
             if refs.get(key):
                 changes[name] = refs[key] / t
     best = state.get("best_t_us")
-    improved = bool(attempt.correct and t is not None and not flags and (best is None or t < best))
+    improved = bool(attempt.correct and t is not None and not flags and (best is None or t < best * (1 - TIE_REL)))
     changes["improved"] = improved
     done = AttemptRecord.model_validate(advance(attempt, node_s, **changes))
     update: dict[str, Any] = {"current": None, "attempts": [*state.get("attempts", []), done.model_dump()],

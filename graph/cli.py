@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # graph.policies.POLICY_NAMES
+from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+
+POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # evals.policies.POLICY_NAMES
 
 
 def register(subparsers) -> None:
@@ -22,23 +24,32 @@ def register(subparsers) -> None:
     p.add_argument("--tier", default="offline",
                    help="model tier from the tiers file, or playback:DIR to replay .mcu files (default: offline)")
     p.add_argument("--tiers-file", default=None, help="extra tiers TOML (also MUCUTLASS_TIERS)")
+    p.add_argument("--variant", "--variants", default=None, dest="variant", metavar="VARIANT",
+                   help="dsl+sol (the default), dsl (no SOL guidance), cuda (a ModelNew with its own CUDA kernels) "
+                        "or cuda+sol")
+    p.add_argument("--memory", action="store_true",
+                   help="keep notes of each attempt in a memory the writer reads (in-process; eval keeps one per folder)")
     p.add_argument("--policy", default="sol+plateau", choices=POLICIES, help="when to stop (default: sol+plateau)")
-    p.add_argument("--max-attempts", type=int, default=40, help="attempt cap for every policy (default: 40)")
-    p.add_argument("--eps", type=float, default=2.5, help="sol policy: stop at t_best <= (1 + eps) t_SOL (default: 2.5)")
-    p.add_argument("--plateau", type=int, default=12, dest="plateau_window",
-                   help="plateau policy: attempts in a row without gain (default: 12)")
-    p.add_argument("--token-budget", type=int, default=400_000, help="tokens policy: budget (default: 400000)")
+    p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS,
+                   help=f"attempt cap for every policy (default: {MAX_ATTEMPTS})")
+    p.add_argument("--eps", type=float, default=SOL_EPS,
+                   help=f"sol policy: stop at t_best <= (1 + eps) t_SOL (default: {SOL_EPS:g})")
+    p.add_argument("--plateau", type=int, default=PLATEAU_WINDOW, dest="plateau_window",
+                   help=f"plateau policy: attempts in a row without gain (default: {PLATEAU_WINDOW})")
+    p.add_argument("--token-budget", type=int, default=TOKEN_BUDGET, help=f"tokens policy: budget (default: {TOKEN_BUDGET})")
     p.add_argument("--backend", default="auto", choices=("cutlass", "interpreter", "auto"),
                    help="auto: cutlass when a GPU and nvcc are present, else interpreter (default: auto)")
     p.add_argument("--gpu", default="h200", help="GPU of the SOL model (default: h200)")
     p.add_argument("--out", default=None, help="run directory (default: runs/<problem>-<time>)")
     p.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
+    p.add_argument("--wait", action="store_true", help="if another process holds --out, wait for it (default: exit 2)")
     p.set_defaults(func=optimize_command)
 
     r = subparsers.add_parser("resume", help="continue a killed optimize run from its last completed step",
                               description="Continue a run from RUN_DIR/checkpoints.sqlite; finished attempts are kept.")
     r.add_argument("run_dir", help="the run directory of `mucutlass optimize`")
     r.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
+    r.add_argument("--wait", action="store_true", help="if another process holds RUN_DIR, wait for it (default: exit 2)")
     r.set_defaults(func=resume_command)
 
 
@@ -61,7 +72,7 @@ DEFAULT_PROBLEM_CPU = ("smoke", "02_linear_relu_tiny.py")
 def default_problem() -> tuple[Path, str]:
     """The problem `mucutlass optimize` runs when none is named, and why that one."""
     from evals.problems import SUITES_DIR
-    from graph.context import resolve_backend
+    from dsl_compiler.backend import resolve_backend
 
     backend, reason = resolve_backend("auto")
     suite, name = DEFAULT_PROBLEM_GPU if backend == "cutlass" else DEFAULT_PROBLEM_CPU
@@ -79,8 +90,7 @@ def optimize_command(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         return _error("--max-attempts must be at least 1", 2)
     from graph.context import RunContext
-    from graph.runner import run_optimize
-    from nodes.tiers import TierError, make_tier
+    from graph.runner import TierError, make_tier, run_optimize
 
     if args.tier.startswith("playback:"):  # absolute, so `resume` finds the files from any directory
         args.tier = "playback:" + str(Path(args.tier.split(":", 1)[1]).resolve())
@@ -91,25 +101,63 @@ def optimize_command(args: argparse.Namespace) -> int:
     except TierError as exc:
         return _error(str(exc), 1)
     out = Path(args.out) if args.out else Path("runs") / f"{problem.stem}-{_stamp()}"
+    if out.exists() and not out.is_dir():
+        return _error(f"--out {out}: exists and is not a folder; choose another --out", 2)
     if (out / "run.json").exists():
         return _error(f"{out} already holds a run; continue it with `mucutlass resume {out}` or choose another --out", 2)
-    ctx = RunContext(tier=args.tier, policy=args.policy, max_attempts=args.max_attempts, eps=args.eps,
-                     plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
-                     gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
+    from evals.variants import DEFAULT_VARIANT, VariantError, get_variant
+
     try:
-        summary = run_optimize(problem, ctx, out, on_event=_sink(args.json))
+        variant = get_variant(args.variant or DEFAULT_VARIANT).name
+    except VariantError as exc:
+        return _error(str(exc), 2)
+    ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
+                     max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
+                     gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
+    from evals.locks import FolderBusy
+    from graph.runner import RunError
+
+    created = not out.exists()
+    try:
+        summary = run_optimize(problem, ctx, out, on_event=_sink(args.json), wait=args.wait)
+    except FolderBusy as exc:
+        return _error(str(exc), 2)
+    except RunError as exc:
+        return _error(str(exc), 1)
     except KeyboardInterrupt:
         print(f"interrupted: continue with `mucutlass resume {out}`", file=sys.stderr)
         raise
+    except BaseException:
+        _discard_unstarted(out, created)
+        raise
+    if not summary.attempts and summary.stop_reason.startswith("setup failed"):
+        _discard_unstarted(out, created)  # a run that never started leaves no folder behind
     return _outcome(summary)
 
 
+def _discard_unstarted(out: Path, created: bool) -> None:
+    """Remove a run directory this command created when no attempt was recorded in it."""
+    import json
+    import shutil
+
+    if not created or not out.is_dir():
+        return
+    try:
+        attempts = json.loads((out / "attempts.json").read_text())
+    except (OSError, ValueError):
+        attempts = []
+    if not attempts:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def resume_command(args: argparse.Namespace) -> int:
-    from graph.runner import RunError, resume_run
-    from nodes.tiers import TierError
+    from evals.locks import FolderBusy
+    from graph.runner import RunError, TierError, resume_run
 
     try:
-        summary = resume_run(args.run_dir, on_event=_sink(args.json))
+        summary = resume_run(args.run_dir, on_event=_sink(args.json), wait=args.wait)
+    except FolderBusy as exc:
+        return _error(str(exc), 2)
     except (RunError, TierError) as exc:
         return _error(str(exc), 1)
     return _outcome(summary)

@@ -10,14 +10,15 @@ fakes of the libraries; the graph's own logic is always the real one.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from graph.policies import POLICY_NAMES, PolicySettings
+from dsl_compiler.backend import BACKENDS
+from evals.policies import POLICY_NAMES, PolicySettings
+from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from evals.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
 
-BACKENDS = ("cutlass", "interpreter", "auto")
 
 
 class Services:
@@ -93,6 +94,23 @@ class Services:
 
         self._timed(export_model_new, program, artifacts or {}, path, problem_source=problem_source)
 
+    def export_model_interpreted(self, program: Any, path: str, problem_source: str | None = None) -> None:
+        from dsl_compiler.export import export_model_interpreted
+
+        self._timed(export_model_interpreted, program, path, problem_source=problem_source)
+
+    def build_model_new(self, text: str) -> tuple[str | None, Any]:
+        """A ModelNew module of the cuda variants checked and built (evals.cuda_candidates):
+        (the source the harness judges, or None; a BuildOutcome with the errors for the writer)."""
+        from evals import cuda_candidates as cc
+
+        errors = cc.check_source(text)
+        if errors:
+            return None, cc.BuildOutcome(ok=False, reason=errors[0].split(": ", 1)[-1], diagnostics=errors)
+        prepared = cc.prepare(text)
+        outcome = self._timed(cc.build, prepared)
+        return (prepared.source if outcome.ok else None), outcome
+
     # -- harness --------------------------------------------------------------------------
     def harness(self) -> Any:
         if self._harness is None:
@@ -105,6 +123,17 @@ class Services:
         from evals.harness import Candidate
 
         return Candidate.from_program(program, backend=backend, artifacts=artifacts or {})
+
+    def candidate_of(self, state: dict) -> Any:
+        """The candidate of the attempt in flight: its ModelNew source (cuda variants) or its program."""
+        if state.get("candidate_source"):
+            from evals.harness import Candidate
+
+            return Candidate.from_source(state["candidate_source"])
+        from dsl_compiler.ir import Program
+
+        return self.candidate(Program.model_validate_json(state["program_json"]), state["backend"],
+                              state.get("artifacts"))
 
     def validate(self, path: str, candidate: Any) -> dict[str, Any]:
         """-> {correct, max_abs_error, reason, flags}"""
@@ -142,32 +171,6 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
 
 
-def gpu_available() -> tuple[bool, str]:
-    """Whether a CUDA GPU and nvcc are present, without importing torch when nvcc is absent."""
-    try:
-        from dsl_compiler.build import ToolchainError, find_nvcc
-
-        find_nvcc()  # the same search the build uses: CUDA_HOME, PATH, /usr/local/cuda, the nvcc wheel
-    except ToolchainError:
-        return False, "nvcc not found (CUDA_HOME, PATH, /usr/local/cuda, nvidia-cuda-nvcc)"
-    except ImportError:
-        if shutil.which("nvcc") is None:
-            return False, "nvcc not found on PATH"
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "no CUDA GPU visible to PyTorch"
-    return True, f"GPU {torch.cuda.get_device_name()} and nvcc found"
-
-
-def resolve_backend(backend: str) -> tuple[str, str]:
-    """(backend, why): ``auto`` means cutlass when a GPU and nvcc are present, else interpreter."""
-    if backend != "auto":
-        return backend, "chosen with --backend"
-    ok, why = gpu_available()
-    return ("cutlass", why) if ok else ("interpreter", f"{why}: timings are model estimates")
-
-
 @dataclass
 class RunContext:
     """Settings of one run. Plain fields are saved to ``run.json`` and restored on resume;
@@ -175,14 +178,17 @@ class RunContext:
 
     tier: str = "offline"
     policy: str = "sol+plateau"
-    max_attempts: int = 40
-    eps: float = 2.5
-    plateau_window: int = 12
-    token_budget: int = 400_000
+    variant: str = DEFAULT_VARIANT  # evals.variants: what the writer answers with, and whether SOL guides it
+    max_attempts: int = MAX_ATTEMPTS
+    eps: float = SOL_EPS
+    plateau_window: int = PLATEAU_WINDOW
+    token_budget: int = TOKEN_BUDGET
     baseline: str = "best"
     backend: str = "interpreter"
     gpu: str = "h200"
     tiers_file: str | None = None
+    memory: bool = False  # notes of attempts kept across problems (graph.memory); eval turns it on
+    memory_path: str | None = None  # a SQLite store shared by an evaluation's runs; None: this process only
     run_id: str = ""
     tier_impl: Any = field(default=None, repr=False, compare=False)
     services: Any = field(default=None, repr=False, compare=False)
@@ -196,6 +202,7 @@ class RunContext:
             raise ValueError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        get_variant(self.variant)  # VariantError (a ValueError) for an unknown name
         # A run closes only the services it made: a caller that passes its own (an evaluation reusing
         # one harness worker across problems) keeps them open.
         self._owns_services = self.services is None
@@ -209,12 +216,14 @@ class RunContext:
             token_budget=self.token_budget, baseline=self.baseline,
         )
 
-    def get_tier(self) -> Any:
-        if self.tier_impl is None:
-            from nodes.tiers import make_tier
+    @property
+    def variant_spec(self) -> Variant:
+        return get_variant(self.variant)
 
-            self.tier_impl = make_tier(self.tier, self.tiers_file)
-        return self.tier_impl
+    @property
+    def stop_policy(self) -> str:
+        """The stop rule applied: ``policy`` without its SOL test in variants SOL does not guide."""
+        return stop_policy(self.policy, self.variant)
 
     def settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._LIVE}
@@ -229,8 +238,8 @@ class RunContext:
         LANGSMITH_TRACING is set."""
         return {
             "run_name": f"optimize {problem}",
-            "tags": [f"tier:{self.tier}", f"policy:{self.policy}", f"backend:{self.backend}"],
-            "metadata": {"tier": self.tier, "policy": self.policy, "problem": problem,
+            "tags": [f"tier:{self.tier}", f"variant:{self.variant}", f"policy:{self.policy}", f"backend:{self.backend}"],
+            "metadata": {"tier": self.tier, "variant": self.variant, "policy": self.policy, "problem": problem,
                          "backend": self.backend, "gpu": self.gpu, "run_id": self.run_id},
         }
 

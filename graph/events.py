@@ -7,9 +7,10 @@ import json
 import sys
 from typing import Any, Callable, TextIO
 
-from graph.policies import baseline_us
+from evals.policies import baseline_us
 
 EventSink = Callable[[dict[str, Any]], None]
+SETUP_FAILED = "setup failed"  # the stop reason of a run that never reached its first attempt
 
 
 class EventTracker:
@@ -75,7 +76,9 @@ def rich_printer(console: Any = None) -> EventSink:
     """One line per event on the terminal: attempt n of N, best speedup, headroom, tokens."""
     from rich.console import Console
 
-    console = console or Console(stderr=True, highlight=False)
+    # soft_wrap: a line longer than the terminal is the terminal's to wrap; rich would break it mid-token, and into a
+    # file or pipe (no width at all) at 80 columns
+    console = console or Console(stderr=True, highlight=False, soft_wrap=True)
 
     def emit(e: dict[str, Any]) -> None:
         kind = e["event"]
@@ -85,7 +88,8 @@ def rich_printer(console: Any = None) -> EventSink:
             if e.get("resumed"):
                 console.print(f"  resumed after {e.get('attempts_done', 0)} finished attempts")
         elif kind == "setup":
-            refs = ", ".join(f"{k} {v:.4g} us" for k, v in (e.get("reference_us") or {}).items()) or "none"
+            refs = (", ".join(f"{k} {v:.4g} us" for k, v in (e.get("reference_us") or {}).items())
+                    or "none timed (the interpreter backend times nothing)")
             console.print(f"  t_SOL {_fmt(e.get('t_sol_us'), '.4g', ' us')} ({e.get('bound')}-bound); reference: {refs}")
         elif kind == "plan":
             console.print(f"  [dim]plan:[/] {e['hypothesis']} (gain {_fmt(e.get('expected_gain'))}x, "
@@ -105,9 +109,13 @@ def rich_printer(console: Any = None) -> EventSink:
                 f"headroom {_fmt(e.get('headroom'), '.2f', 'x')} tokens {e.get('tokens', 0)} | "
                 f"[dim]{(e.get('hypothesis') or '')[:60]}[/]"
             )
+        elif kind == "stop" and e["reason"].startswith(SETUP_FAILED):
+            pass  # the command prints it once, as its error
         elif kind == "stop":
             console.print(f"  [bold]stop:[/] {e['reason']}")
-        elif kind == "done":
+        elif kind == "done" and not (e.get("stop_reason") or "").startswith(SETUP_FAILED):
+            if e.get("model_new_error"):
+                console.print(f"  no model_new.py: {e['model_new_error']}")
             console.print(f"[bold]done[/]: best {_fmt(e.get('best_t_us'), '.4g', ' us')} "
                           f"(attempt {e.get('best_index')}), {e.get('attempts')} attempts, "
                           f"{e.get('tokens')} tokens, ${e.get('cost_usd', 0):.4f}, overhead "

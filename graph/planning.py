@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from graph.policies import best_time_us
-from graph.records import AttemptRecord, Hypothesis
+from dsl_compiler.precision import kernel_maths
+from evals.policies import best_time_us
+from evals.records import AttemptRecord, Hypothesis
 
 
 def roi(gain: float, risk: float, gap: float | None) -> float:
@@ -36,7 +37,7 @@ class ProgramFeatures:
     n_kernels: int = 0
     n_torch_steps: int = 0
     torch_fns: tuple[str, ...] = ()
-    maths: tuple[str, ...] = ()  # per kernel, "f32" when unset
+    maths: tuple[str, ...] = ()  # per kernel: the math it runs (dsl_compiler.precision)
     tiles: tuple[tuple[int, int, int] | None, ...] = ()
     clusters: tuple[tuple[int, int, int], ...] = ()
     schedules: tuple[str, ...] = ()
@@ -52,7 +53,7 @@ class ProgramFeatures:
             n_kernels=len(kernels),
             n_torch_steps=len(program.torch_steps),
             torch_fns=tuple(s.fn for s in program.torch_steps),
-            maths=tuple(k.config.math or "f32" for k in kernels),
+            maths=tuple(kernel_maths(program)),
             tiles=tuple(k.config.tile for k in kernels),
             clusters=tuple(k.config.cluster for k in kernels),
             schedules=tuple(k.config.schedule for k in kernels),
@@ -151,3 +152,16 @@ def plan(
     gap = (t_best / t_sol) if (t_best is not None and t_sol) else None
     hyps = list(proposed) if proposed else nominate(sol, history, features, allowed_precisions)
     return rank(hyps, gap)
+
+
+def flat_plan(history: Sequence[AttemptRecord], proposed: Sequence[Hypothesis] | None = None) -> list[Hypothesis]:
+    """The paper's baseline loop, with no SOL report and no ROI: repair what failed, else make it faster.
+    A tier's own proposals are kept in the tier's order, unranked."""
+    if proposed:
+        return list(proposed)
+    last = history[-1] if history else None
+    if best_time_us(history) is None:
+        if last is not None and not last.correct:
+            return [Hypothesis(title="repair the last program", rationale=_why(last))]
+        return [Hypothesis(title="a first correct program", rationale="correctness first")]
+    return [Hypothesis(title="a faster program", rationale="change what you expect to make the best program faster")]

@@ -3,9 +3,9 @@
 RUN_DIR/
   run.json            settings of the run (restored by ``resume``)
   checkpoints.sqlite  LangGraph checkpoints (thread = run id)
-  best.mcu            the best program
+  best.mcu            the best program (model_new.py in the cuda variants)
   cutlass/            generated CUTLASS sources of the best program (cutlass backend)
-  model_new.py        a drop-in ModelNew module (cutlass backend)
+  model_new.py        a drop-in ModelNew module (on the built kernels; on the interpreter for that backend)
   attempts.csv, attempts.json, summary.json
 """
 
@@ -19,11 +19,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from graph.checkpoints import open_saver, thread_config
-from graph.context import RunContext, resolve_backend
+from evals.locks import FolderLock
+from graph.checkpoints import CheckpointError, open_saver, thread_config
+from dsl_compiler.backend import resolve_backend
+from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
 from graph.state import initial_state
+from nodes.tiers import TierError, make_tier  # noqa: F401 -- the command line makes its tier here
 
 RUN_FILE = "run.json"
 
@@ -32,49 +35,71 @@ class RunError(Exception):
     """A run cannot start or resume (missing run directory, unreadable run.json): one line."""
 
 
-def run_optimize(problem_path: str | Path, ctx: RunContext, run_dir: str | Path, on_event: EventSink | None = None) -> RunSummary:
-    """Optimize one problem; returns its summary and writes the run directory."""
+def run_optimize(problem_path: str | Path, ctx: RunContext, run_dir: str | Path, on_event: EventSink | None = None,
+                 *, wait: bool = False) -> RunSummary:
+    """Optimize one problem; returns its summary and writes the run directory. The directory is held
+    for this process (``FolderBusy`` names the holder; ``wait`` blocks until it is free)."""
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"{run_dir}: exists and is not a folder; choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
     problem_path = str(Path(problem_path).resolve())
     ctx.run_id = ctx.run_id or uuid.uuid4().hex[:12]
     backend, why = resolve_backend(ctx.backend)
     ctx.backend = backend
-    (run_dir / RUN_FILE).write_text(json.dumps(
-        {"problem_path": problem_path, "backend_reason": why, "settings": ctx.settings()}, indent=2))
-    return _drive(ctx, run_dir, problem_path, why, initial_state(problem_path, backend), on_event)
+    with FolderLock(run_dir, wait=wait):
+        (run_dir / RUN_FILE).write_text(json.dumps(
+            {"problem_path": problem_path, "backend_reason": why, "settings": ctx.settings()}, indent=2))
+        return _drive(ctx, run_dir, problem_path, why, initial_state(problem_path, backend), on_event)
 
 
-def resume_run(run_dir: str | Path, on_event: EventSink | None = None, **live: Any) -> RunSummary:
+def resume_run(run_dir: str | Path, on_event: EventSink | None = None, *, wait: bool = False,
+               **live: Any) -> RunSummary:
     """Continue a run from its last completed node (finished attempts are not redone). ``live``
     passes objects that run.json cannot hold (``tier_impl``, ``services``)."""
     run_dir = Path(run_dir)
     meta_path = run_dir / RUN_FILE
     if not meta_path.is_file():
         raise RunError(f"{run_dir}: not a run directory (no {RUN_FILE})")
-    try:
-        meta = json.loads(meta_path.read_text())
-        ctx = RunContext.from_settings(meta["settings"], **live)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise RunError(f"{meta_path}: unreadable run settings: {exc}") from None
-    return _drive(ctx, run_dir, meta["problem_path"], meta.get("backend_reason", ""), None, on_event)
+    with FolderLock(run_dir, wait=wait):
+        try:
+            meta = json.loads(meta_path.read_text())
+            ctx = RunContext.from_settings(meta["settings"], **live)
+            problem_path = meta["problem_path"]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RunError(f"{meta_path}: unreadable run settings ({type(exc).__name__}: {exc}); "
+                           "start the run again with `mucutlass optimize`") from None
+        return _drive(ctx, run_dir, problem_path, meta.get("backend_reason", ""), None, on_event)
 
 
 def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
            on_event: EventSink | None) -> RunSummary:
+    try:
+        return _drive_graph(ctx, run_dir, problem_path, backend_reason, start_state, on_event)
+    except CheckpointError as exc:  # refused or damaged: nothing of it is used
+        raise RunError(f"{exc}; nothing was resumed") from None
+
+
+def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
+                 on_event: EventSink | None) -> RunSummary:
     from graph.builder import build_graph
 
     emit = on_event or (lambda e: None)
     config = {**thread_config(ctx.run_id), **ctx.langsmith_config(Path(problem_path).stem),
               "recursion_limit": 8 * ctx.max_attempts + 50}
     with open_saver(run_dir) as saver:
-        graph = build_graph(checkpointer=saver)
+        store = None
+        if ctx.memory:
+            from graph.memory import open_store
+
+            store = open_store(ctx.memory_path)
+        graph = build_graph(checkpointer=saver, store=store)
         started = time.perf_counter()  # after imports: they are the process's start-up, not the graph's overhead
         prior = graph.get_state(config).values if start_state is None else {}
         if start_state is None and not prior:
             start_state = initial_state(problem_path, ctx.backend)  # killed before the first checkpoint
-        emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "policy": ctx.policy,
-              "backend": ctx.backend, "backend_reason": backend_reason, "run_dir": str(run_dir),
+        emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "variant": ctx.variant,
+              "policy": ctx.policy, "backend": ctx.backend, "backend_reason": backend_reason, "run_dir": str(run_dir),
               "resumed": bool(prior), "attempts_done": len(prior.get("attempts", []))})
         tracker = EventTracker(emit, ctx.max_attempts, prior)
         work_before = prior.get("work_s", 0.0)
@@ -90,21 +115,22 @@ def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: st
             # builds, validation, timing), plus writing the results
             overhead_s = max(0.0, loop_s - (final.get("work_s", 0.0) - work_before))
             summary = summarize(final, ctx, loop_s, overhead_s, backend_reason)
-            write_outputs(final, summary, ctx, run_dir)
+            written = write_outputs(final, summary, ctx, run_dir)
         finally:
             if ctx._owns_services:
                 ctx.services.close()  # stops the harness worker
     overhead_s = summary.graph_overhead_s
     emit({"event": "done", "run_dir": str(run_dir), "best_index": summary.best_index, "best_t_us": summary.best_t_us,
           "attempts": len(summary.attempts), "tokens": summary.tokens_in + summary.tokens_out,
-          "cost_usd": summary.cost_usd, "stop_reason": summary.stop_reason, "graph_overhead_s": overhead_s})
+          "cost_usd": summary.cost_usd, "stop_reason": summary.stop_reason, "graph_overhead_s": overhead_s,
+          "model_new_error": written.get("model_new_error")})
     return summary
 
 
 def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, backend_reason: str) -> RunSummary:
     return RunSummary(
         problem=state.get("problem_name") or Path(state.get("problem_path", "")).stem,
-        tier=ctx.tier, policy=ctx.policy, backend=ctx.backend, gpu=ctx.gpu,
+        tier=ctx.tier, policy=ctx.policy, variant=ctx.variant, backend=ctx.backend, gpu=ctx.gpu,
         attempts=[AttemptRecord.model_validate(a) for a in state.get("attempts", [])],
         best_index=state.get("best_index"), best_t_us=state.get("best_t_us"),
         t_sol_us=state.get("sol", {}).get("t_sol_us"), reference_us=state.get("reference_us", {}),
@@ -123,8 +149,9 @@ ATTEMPT_COLUMNS = [
 ]
 
 
-def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Path) -> None:
-    """Write the run directory; the time it takes is added to ``summary.graph_overhead_s``."""
+def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Path) -> dict[str, Any]:
+    """Write the run directory; the time it takes is added to ``summary.graph_overhead_s``. Returns summary.json's
+    data."""
     start = time.perf_counter()
     rows = [a.model_dump() for a in summary.attempts]
     (run_dir / "attempts.json").write_text(json.dumps(rows, indent=2))
@@ -137,27 +164,37 @@ def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Pa
     data["attempts"] = len(summary.attempts)
     data["headroom"] = (summary.best_t_us / summary.t_sol_us) if (summary.best_t_us and summary.t_sol_us) else None
     best_text = state.get("best_program_text")
+    python = ctx.variant_spec.language == "python"
     if best_text:
-        (run_dir / "best.mcu").write_text(best_text)
-        data["best_program"] = "best.mcu"
+        name = "model_new.py" if python else "best.mcu"  # a cuda variant's best is a drop-in ModelNew already
+        (run_dir / name).write_text(best_text)
+        data["best_program"] = name
     artifacts = state.get("best_artifacts") or {}
     sources = state.get("best_sources") or {}
     if sources:
         data["cutlass_sources"] = _copy_sources(sources, run_dir / "cutlass")
-    if best_text and ctx.backend == "cutlass" and state.get("best_program_json"):
+    if best_text and not python and state.get("best_program_json"):
         from dsl_compiler.ir import Program
 
         try:
             source = Path(state["problem_path"]).read_text() if Path(state["problem_path"]).is_file() else None
-            ctx.services.export_model_new(Program.model_validate_json(state["best_program_json"]), artifacts,
-                                          str(run_dir / "model_new.py"), problem_source=source)
+            program = Program.model_validate_json(state["best_program_json"])
+            if ctx.backend == "cutlass":
+                ctx.services.export_model_new(program, artifacts, str(run_dir / "model_new.py"), problem_source=source)
+            else:  # no kernels were built: the ModelNew runs the program on the interpreter
+                ctx.services.export_model_interpreted(program, str(run_dir / "model_new.py"), problem_source=source)
             data["model_new"] = "model_new.py"
         except Exception as exc:  # the run's results stand without the export; say why it is missing
             data["model_new_error"] = f"{type(exc).__name__}: {exc}"
+    elif python and best_text:
+        data["model_new"] = "model_new.py"
+    elif not best_text:
+        data["model_new_error"] = "no attempt was correct, so there is no program to export"
     summary.graph_overhead_s += time.perf_counter() - start
     summary.wall_s += time.perf_counter() - start
     data["graph_overhead_s"], data["wall_s"] = summary.graph_overhead_s, summary.wall_s
     (run_dir / "summary.json").write_text(json.dumps(data, indent=2, default=str))
+    return data
 
 
 def _copy_sources(sources: dict[str, str], dest: Path) -> list[str]:
@@ -171,3 +208,34 @@ def _copy_sources(sources: dict[str, str], dest: Path) -> list[str]:
             shutil.copy2(src_path, dest / name)
             copied.append(f"cutlass/{name}")
     return copied
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph as an evaluation's run function (the command line hands it to ``evals.runner``)
+
+_SHARED_SERVICES: dict[str, Any] = {}
+
+
+def shared_services(gpu: str = "h200") -> Services:
+    """One set of graph services (and so one harness worker) per evaluation process, reused by every
+    run it executes: starting a worker costs seconds (torch import, CUDA context) per problem otherwise."""
+    if gpu not in _SHARED_SERVICES:
+        import atexit
+
+        _SHARED_SERVICES[gpu] = services = Services(gpu=gpu)
+        atexit.register(services.close)
+    return _SHARED_SERVICES[gpu]
+
+
+def run_spec(spec: Any, on_event: EventSink | None = None) -> RunSummary:
+    """One evaluation run (an ``evals.runner.RunSpec``) through the graph; a run directory left by a
+    killed run is resumed from its checkpoint, so the attempts it finished are not redone."""
+    services = shared_services()
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    if (Path(spec.run_dir) / RUN_FILE).is_file():
+        return resume_run(spec.run_dir, on_event, services=services)
+    ctx = RunContext(tier=spec.tier, policy=spec.policy, variant=spec.variant, max_attempts=spec.max_attempts,
+                     backend=spec.backend, memory=spec.memory_path is not None, memory_path=spec.memory_path,
+                     services=services)
+    return run_optimize(spec.problem_path, ctx, spec.run_dir, on_event)
+

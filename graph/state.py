@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from graph.records import AttemptRecord, Hypothesis
+from evals.records import AttemptRecord, Hypothesis
 
 
 class OptimizeState(TypedDict, total=False):
@@ -22,6 +22,7 @@ class OptimizeState(TypedDict, total=False):
     # the attempt in flight
     current: dict | None  # AttemptRecord as it progresses
     program_json: str | None  # IR of the checked program
+    candidate_source: str | None  # the built ModelNew module (cuda variants), as the harness judges it
     artifacts: dict[str, str]  # kernel name -> shared library (cutlass backend)
     sources: dict[str, str]  # kernel name -> generated CUTLASS .cu (cutlass backend)
     diagnostics: list[str]  # errors of the last failed attempt, for the writer
@@ -40,6 +41,7 @@ class OptimizeState(TypedDict, total=False):
     tokens_by_model: dict[str, dict[str, float]]  # model -> {tokens_in, tokens_out, cost_usd}
     work_s: float  # seconds spent in library calls (model, compile, validate, profile)
     stop_reason: str
+    memory_noted: int  # attempts whose notes are in the memory store (graph.memory)
 
 
 def history(state: OptimizeState) -> list[AttemptRecord]:
@@ -59,8 +61,8 @@ def hypothesis(state: OptimizeState) -> Hypothesis | None:
 def initial_state(problem_path: str, backend: str) -> OptimizeState:
     return OptimizeState(
         problem_path=problem_path, problem_name="", sol={}, reference_us={}, backend=backend,
-        plan=[], hypothesis=None, current=None, program_json=None, artifacts={}, sources={}, diagnostics=[],
+        plan=[], hypothesis=None, current=None, program_json=None, candidate_source=None, artifacts={}, sources={}, diagnostics=[],
         attempts=[], best_index=None, best_t_us=None, best_program_text=None, best_program_json=None,
         best_artifacts={}, best_sources={}, tokens_in=0, tokens_out=0, cost_usd=0.0, tokens_by_model={}, work_s=0.0,
-        stop_reason="",
+        stop_reason="", memory_noted=0,
     )

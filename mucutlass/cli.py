@@ -12,13 +12,15 @@ from mucutlass import __version__
 # Modules that expose `register(subparsers)`. Each handler returns an exit code:
 # 0 ok, 1 the input has errors (program, problem, results), 2 usage errors.
 COMMAND_MODULES = (
-    "dsl_compiler.cli",   # check, fmt, interpret
+    "dsl_compiler.cli",   # check, fmt
+    "evals.interpret",    # interpret
     "sol_models.cli",     # sol, calibrate
     "evals.harness_cli",  # bench, suite
     "graph.cli",          # optimize, resume
     "evals.cli",          # eval, replay, report
     "mucutlass.wheelhouse",  # wheelhouse
 )
+EVAL_RUN_FN = "graph.runner:run_spec"  # what `eval` runs for each (problem, tier, policy)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    if "eval" in sub.choices:
+        # the evaluation runner knows no agent: this command hands it the graph's run function
+        sub.choices["eval"].set_defaults(run_fn=EVAL_RUN_FN)
     return parser
 
 

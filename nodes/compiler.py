@@ -1,4 +1,5 @@
-"""compiler: checks the program (and builds it for the cutlass backend). Any error ends the
+"""compiler: checks the program (and builds it for the cutlass backend); in the cuda variants,
+checks and builds the ModelNew module's extensions (evals.cuda_candidates). Any error ends the
 attempt and goes back to the writer with the diagnostics."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import time
 from langgraph.runtime import Runtime
 
 from dsl_compiler.diagnostics import has_errors
+from dsl_compiler.precision import kernel_maths
 from graph.attempts import advance, fail
 from graph.context import RunContext
 from graph.state import OptimizeState, current
@@ -20,9 +22,20 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
 
     def failed(reason: str, diagnostics: list[str], **changes) -> dict:
         node_s = time.perf_counter() - start
-        return {**fail(state, attempt, node_s, reason, diagnostics, ctx.policy_settings, ctx.policy, **changes),
+        return {**fail(state, attempt, node_s, reason, diagnostics, ctx.policy_settings, ctx.stop_policy, **changes),
                 "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
 
+    if ctx.variant_spec.language == "python":
+        try:
+            source, built = svc.build_model_new(attempt.program_text)
+        except Exception as exc:
+            return failed(f"build crashed: {type(exc).__name__}: {exc}", [])
+        if source is None:
+            return failed(f"build: {built.reason}", built.diagnostics or [built.reason], build_s=built.seconds)
+        return {"current": advance(attempt, time.perf_counter() - start, reached="compile", compile_ok=True,
+                                   build_s=built.seconds),
+                "candidate_source": source, "program_json": None, "artifacts": {}, "sources": {},
+                "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     try:
         program, diagnostics = svc.check_text(attempt.program_text)
     except Exception as exc:
@@ -31,7 +44,7 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if program is None or has_errors(diagnostics):
         first = next((d for d in diagnostics if d.severity == "error"), None)
         return failed(f"check: {first.message if first else 'no program'}", rendered)
-    precision = ",".join(sorted({k.config.math or "f32" for k in program.kernels})) or None
+    precision = ",".join(sorted(set(kernel_maths(program)))) or None
     artifacts: dict[str, str] = {}
     sources: dict[str, str] = {}
     build_s = 0.0

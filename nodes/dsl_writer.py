@@ -9,12 +9,14 @@ from langgraph.runtime import Runtime
 
 from graph.attempts import add_tokens, advance, fail, program_hash
 from graph.context import RunContext
-from graph.records import AttemptRecord
+from evals.records import AttemptRecord
+from graph.memory import recall_state
 from graph.state import OptimizeState, history, hypothesis
-from nodes.tiers import WriterReply, WriterRequest
+from nodes.tier_types import WriterReply, WriterRequest
+from nodes.tiers import tier_of
 
 
-def writer_request(state: OptimizeState, ctx: RunContext, index: int | None) -> WriterRequest:
+def writer_request(state: OptimizeState, ctx: RunContext, index: int | None, store=None) -> WriterRequest:
     problem = ctx.services.problem(state["problem_path"])
     past = history(state)
     return WriterRequest(
@@ -31,16 +33,18 @@ def writer_request(state: OptimizeState, ctx: RunContext, index: int | None) -> 
         tolerance=getattr(problem, "tolerance", None),
         problem=problem,
         gpu=ctx.gpu,
+        variant=ctx.variant,
+        memory=recall_state(store, ctx, state),
     )
 
 
 def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     index = len(state.get("attempts", [])) + 1
-    request = writer_request(state, ctx, index)
+    request = writer_request(state, ctx, index, runtime.store)
     start = time.perf_counter()
     try:
-        reply = ctx.get_tier().write(request)
+        reply = tier_of(ctx).write(request)
     except Exception as exc:  # any tier failure is this attempt's failure, never the run's
         reply = WriterReply("", error=f"tier failed: {type(exc).__name__}: {exc}")
     call_s = time.perf_counter() - start
@@ -57,7 +61,7 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if reply.error or not reply.program_text.strip():
         reason = reply.error or "the tier returned no program"
         update.update(fail({**state, **update}, attempt, call_s, f"write: {reason}", [reason],
-                           ctx.policy_settings, ctx.policy))
+                           ctx.policy_settings, ctx.stop_policy))
         return update
     update["current"] = advance(attempt, call_s)
     return update

@@ -6,11 +6,13 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from dsl_compiler.ir import Program
+from evals.policies import stop_reason
 from graph.context import RunContext
-from graph.planning import ProgramFeatures, plan
+from graph.planning import ProgramFeatures, flat_plan, plan
 from graph.state import OptimizeState, history, initial_state
 from nodes.dsl_writer import writer_request
-from nodes.tiers import ProposingTier
+from nodes.tier_types import ProposingTier
+from nodes.tiers import tier_of
 
 
 def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
@@ -35,21 +37,30 @@ def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     best_json = state.get("best_program_json")
     features = ProgramFeatures.of(Program.model_validate_json(best_json) if best_json else None)
     try:
-        tier = ctx.get_tier()
+        tier = tier_of(ctx)
     except Exception as exc:  # TierError: unknown tier, missing key, offline tier not installed
         return {**update, "stop_reason": f"setup failed: {exc}"}
+    variant = ctx.variant_spec
+    if variant.language not in getattr(tier, "languages", ("mcu",)):
+        return {**update, "stop_reason": f"setup failed: the {ctx.tier} tier cannot write the {variant.name} variant's "
+                                         f"answers ({variant.language}); use a model tier or playback of .py files"}
     proposed = None
     if isinstance(tier, ProposingTier):
         try:
-            proposed = tier.propose(writer_request(state, ctx, None))
+            proposed = tier.propose(writer_request(state, ctx, None, runtime.store))
         except Exception:  # the built-in nomination is always there to fall back on
             proposed = None
         if proposed is not None and not proposed and state.get("attempts"):
-            return {**update, "stop_reason": f"exhausted: the {tier.name} tier has nothing left to try",
+            return {**update, "stop_reason": stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
+                                                         state.get("reference_us", {}), ctx.policy_settings,
+                                                         nothing_left=tier.name),
                     "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     problem = svc.problem(state["problem_path"])
-    ranked = plan(state["sol"], history(state), features, getattr(problem, "allowed_precisions", ("f32", "tf32")),
-                  proposed or None)
+    if variant.sol_guided:
+        ranked = plan(state["sol"], history(state), features, getattr(problem, "allowed_precisions", ("f32", "tf32")),
+                      proposed or None)
+    else:
+        ranked = flat_plan(history(state), proposed or None)
     update.update(plan=[h.model_dump() for h in ranked], hypothesis=ranked[0].model_dump(), diagnostics=[])
     update["work_s"] = state.get("work_s", 0.0) + (svc.work_s - work0)
     return update

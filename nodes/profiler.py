@@ -7,7 +7,6 @@ import time
 
 from langgraph.runtime import Runtime
 
-from dsl_compiler.ir import Program
 from graph.attempts import advance, fail
 from graph.context import RunContext
 from graph.state import OptimizeState, current
@@ -18,8 +17,7 @@ def profiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     attempt = current(state)
     work0, start = svc.work_s, time.perf_counter()
     try:
-        program = Program.model_validate_json(state["program_json"])
-        timing = svc.profile(state["problem_path"], svc.candidate(program, state["backend"], state.get("artifacts")))
+        timing = svc.profile(state["problem_path"], svc.candidate_of(state))
         ok = timing.get("t_us") is not None and timing["t_us"] > 0
         reason = "" if ok else (timing.get("reason") or "the profiler returned no time")
     except Exception as exc:
@@ -27,7 +25,7 @@ def profiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     node_s = time.perf_counter() - start
     work_s = state.get("work_s", 0.0) + (svc.work_s - work0)
     if not ok:
-        return {**fail(state, attempt, node_s, f"profile: {reason}", [reason], ctx.policy_settings, ctx.policy),
+        return {**fail(state, attempt, node_s, f"profile: {reason}", [reason], ctx.policy_settings, ctx.stop_policy),
                 "work_s": work_s}
     return {"current": advance(attempt, node_s, reached="profile", t_us=float(timing["t_us"]),
                                t_spread_pct=timing.get("t_spread_pct"), timing_source=timing.get("timing_source"),

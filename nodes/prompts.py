@@ -1,7 +1,10 @@
 """Every prompt the graph sends to a model, in one place.
 
 The writer's system prompt carries the whole language reference (docs/language.md, read at run
-time so it never drifts from the language) and asks for exactly one program in a ```mcu block.
+time so it never drifts from the language) and asks for exactly one program in a ```mcu block. In
+the ``cuda`` variants it is KernelBench's (prompt_texts/cuda_writer.md, one worked example) and the
+answer is a ModelNew module in a ```python block. Variants without SOL guidance never see the SOL
+report (evals.variants).
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from nodes.tiers import WriterRequest
+from evals.variants import get_variant
+from nodes.tier_types import WriterRequest
 
 LANGUAGE_DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
+CUDA_WRITER = Path(__file__).resolve().parent / "prompt_texts" / "cuda_writer.md"
 
 WRITER_SYSTEM = """\
 You write μCUTLASS programs: a small language whose compiler emits CUTLASS 3.x kernels for NVIDIA \
@@ -41,12 +46,9 @@ Tolerance: {tolerance}. Allowed math precisions: {precisions}. Target GPU: {gpu}
 {problem_source}
 ```
 
-# Speed of light
-{sol_summary}
+{sol_section}{memory}# Attempt {attempt_index}: {plan}
 
-# Attempt {attempt_index}: {plan}
-
-{history}{current}{diagnostics}Write the program now: one ```mcu block."""
+{history}{current}{diagnostics}Write the {answer} now: one ```{fence} block."""
 
 
 @functools.cache
@@ -60,7 +62,9 @@ def language_reference(path: Path = LANGUAGE_DOC) -> str:
     return _language_reference_cached(str(path), path.stat().st_mtime)
 
 
-def writer_system_prompt() -> str:
+def writer_system_prompt(variant: str = "dsl+sol", gpu: str = "h200") -> str:
+    if get_variant(variant).language == "python":
+        return CUDA_WRITER.read_text().replace("{gpu}", gpu.upper())
     return WRITER_SYSTEM.format(language_reference=language_reference())
 
 
@@ -82,16 +86,27 @@ def history_table(request: WriterRequest, last_n: int = 8) -> str:
     rows = request.history[-last_n:]
     if not rows:
         return ""
-    lines = ["# Previous attempts (latest last)", "| # | change | result | time us | x SOL |", "|---|---|---|---|---|"]
+    with_sol = get_variant(request.variant).sol_guided
+    lines = ["# Previous attempts (latest last)", "| # | change | result | time us |" + (" x SOL |" if with_sol else ""),
+             "|---|---|---|---|" + ("---|" if with_sol else "")]
     for a in rows:
         result = "ok" if a.correct else (a.failure_reason or a.reached)
         t = f"{a.t_us:.4g}" if a.t_us is not None else "-"
-        gap = f"{a.t_us / a.t_sol_us:.2f}" if a.t_us and a.t_sol_us else "-"
-        lines.append(f"| {a.index} | {a.hypothesis[:60]} | {result[:80]} | {t} | {gap} |")
+        gap = f" {a.t_us / a.t_sol_us:.2f} |" if a.t_us and a.t_sol_us else " - |"
+        lines.append(f"| {a.index} | {a.hypothesis[:60]} | {result[:80]} | {t} |" + (gap if with_sol else ""))
     return "\n".join(lines) + "\n\n"
 
 
+def memory_section(request: WriterRequest) -> str:
+    if not request.memory:
+        return ""
+    return ("# Notes from attempts on earlier problems (same kind of problem)\n"
+            + "\n".join(f"- {m}" for m in request.memory) + "\n\n")
+
+
 def writer_user_prompt(request: WriterRequest) -> str:
+    variant = get_variant(request.variant)
+    fence = "mcu" if variant.language == "mcu" else "python"
     plan = request.plan.title if request.plan else "a first correct program"
     if request.plan and request.plan.rationale:
         plan += f"\n{request.plan.rationale}"
@@ -99,7 +114,7 @@ def writer_user_prompt(request: WriterRequest) -> str:
     base = request.best_program_text or request.last_program_text
     if base:
         which = "best program so far" if request.best_program_text else "last program"
-        current = f"# The {which}: edit it\n```mcu\n{base.strip()}\n```\n\n"
+        current = f"# The {which}: edit it\n```{fence}\n{base.strip()}\n```\n\n"
     diagnostics = ""
     if request.diagnostics:
         diagnostics = "# Errors of the last attempt: fix them\n" + "\n".join(request.diagnostics) + "\n\n"
@@ -109,7 +124,10 @@ def writer_user_prompt(request: WriterRequest) -> str:
         precisions=", ".join(request.allowed_precisions) or "f32, tf32",
         gpu=request.gpu,
         problem_source=request.problem_source.strip(),
-        sol_summary=sol_summary(request.sol),
+        sol_section=f"# Speed of light\n{sol_summary(request.sol)}\n\n" if variant.sol_guided else "",
+        memory=memory_section(request),
+        answer="program" if variant.language == "mcu" else "ModelNew module",
+        fence=fence,
         attempt_index=request.attempt_index,
         plan=plan,
         history=history_table(request),
@@ -119,4 +137,4 @@ def writer_user_prompt(request: WriterRequest) -> str:
 
 
 def writer_messages(request: WriterRequest) -> list[tuple[str, str]]:
-    return [("system", writer_system_prompt()), ("user", writer_user_prompt(request))]
+    return [("system", writer_system_prompt(request.variant, request.gpu)), ("user", writer_user_prompt(request))]

@@ -14,80 +14,14 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from graph.records import AttemptRecord, Hypothesis
+from nodes.tier_types import Tier, TierError, TierSpec, WriterReply, WriterRequest
 
 DEFAULT_TIERS_FILE = Path(__file__).with_name("tiers.toml")
-
-
-class TierError(Exception):
-    """A tier cannot be set up (unknown name, malformed file, missing key): one-line message."""
-
-
-class TierSpec(BaseModel):
-    name: str
-    kind: Literal["openai", "offline", "playback"] = "openai"
-    model: str = ""
-    base_url: str | None = None
-    api_key_env: str | None = None
-    price_in_per_mtok: float = 0.0
-    price_out_per_mtok: float = 0.0
-    temperature: float | None = None
-    max_tokens: int | None = None
-    timeout_s: float = 600.0
-    max_retries: int = 2
-
-    def cost_usd(self, tokens_in: int, tokens_out: int) -> float:
-        return (tokens_in * self.price_in_per_mtok + tokens_out * self.price_out_per_mtok) / 1e6
-
-
-@dataclass
-class WriterRequest:
-    """What a tier sees when asked for a program."""
-
-    problem_name: str
-    problem_source: str
-    sol: dict[str, Any]  # the SOL report (t_sol_us, bound, ...)
-    plan: Hypothesis | None
-    history: list[AttemptRecord]
-    diagnostics: list[str]  # of the previous attempt, when it failed
-    attempt_index: int  # 1-based index of the attempt being written
-    best_program_text: str | None = None
-    last_program_text: str | None = None
-    allowed_precisions: list[str] = field(default_factory=list)
-    tolerance: float | None = None
-    problem: Any = None  # the loaded Problem (module, tolerance), for tiers that trace the reference
-    gpu: str = "h200"
-
-
-@dataclass
-class WriterReply:
-    program_text: str
-    tokens_in: int = 0
-    tokens_out: int = 0
-    model: str = ""
-    cost_usd: float = 0.0
-    error: str | None = None  # why no program came back
-    hypothesis: Hypothesis | None = None  # what the tier actually did, when it chose itself
-
-
-@runtime_checkable
-class Tier(Protocol):
-    name: str
-
-    def write(self, request: WriterRequest) -> WriterReply: ...
-
-
-@runtime_checkable
-class ProposingTier(Tier, Protocol):
-    """A tier that nominates its own hypotheses (the offline policy does); others get the planner's."""
-
-    def propose(self, request: WriterRequest) -> list[Hypothesis]: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,6 +63,8 @@ def _content_text(content: Any) -> str:
 class ChatTier:
     """Any LangChain chat model (``ChatOpenAI`` for configured endpoints, fakes in tests)."""
 
+    languages = ("mcu", "python")  # writes μCUTLASS programs and ModelNew modules (evals.variants)
+
     def __init__(self, chat_model: Any, spec: TierSpec):
         self.chat_model = chat_model
         self.spec = spec
@@ -150,7 +86,11 @@ class ChatTier:
         usage = getattr(reply, "usage_metadata", None) or {}
         tokens_in, tokens_out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
         model = (getattr(reply, "response_metadata", None) or {}).get("model_name") or self.spec.model
-        text, error = extract_program(_content_text(getattr(reply, "content", "")))
+        from evals.cuda_candidates import extract_python
+        from evals.variants import get_variant
+
+        extract = extract_program if get_variant(request.variant).language == "mcu" else extract_python
+        text, error = extract(_content_text(getattr(reply, "content", "")))
         return WriterReply(
             text or "", tokens_in, tokens_out, model, self.spec.cost_usd(tokens_in, tokens_out), error=error
         )
@@ -182,9 +122,13 @@ def load_tiers(extra: str | Path | None = None) -> dict[str, TierSpec]:
         if not path.is_file():
             raise TierError(f"tiers file not found: {path}")
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise TierError(f"{path}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError:
+            raise TierError(f"{path}: not a text file (a tiers file is UTF-8 TOML)") from None
+        except OSError as exc:
+            raise TierError(f"{path}: cannot read: {exc.strerror or exc}") from None
         table = data.get("tiers", {})
         if not isinstance(table, dict):
             raise TierError(f"{path}: [tiers] must be a table of tier tables")
@@ -198,6 +142,13 @@ def load_tiers(extra: str | Path | None = None) -> dict[str, TierSpec]:
                 field_ = ".".join(str(x) for x in err["loc"])
                 raise TierError(f"{path}: tiers.{name}.{field_}: {err['msg']}") from None
     return specs
+
+
+def tier_of(ctx: Any) -> Tier:
+    """The run's tier: the one it was given (``ctx.tier_impl``), else the one its settings name."""
+    if ctx.tier_impl is None:
+        ctx.tier_impl = make_tier(ctx.tier, ctx.tiers_file)
+    return ctx.tier_impl
 
 
 def make_tier(name: str, tiers_file: str | Path | None = None, chat_model_factory: Any = None) -> Tier:

@@ -7,7 +7,6 @@ import time
 
 from langgraph.runtime import Runtime
 
-from dsl_compiler.ir import Program
 from graph.attempts import advance, fail
 from graph.context import RunContext
 from graph.state import OptimizeState, current
@@ -18,9 +17,7 @@ def validator(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     attempt = current(state)
     work0, start = svc.work_s, time.perf_counter()
     try:
-        program = Program.model_validate_json(state["program_json"])
-        candidate = svc.candidate(program, state["backend"], state.get("artifacts"))
-        result = svc.validate(state["problem_path"], candidate)
+        result = svc.validate(state["problem_path"], svc.candidate_of(state))
     except Exception as exc:
         result = {"correct": False, "max_abs_error": None, "reason": f"validation crashed: {type(exc).__name__}: {exc}"}
     node_s = time.perf_counter() - start
@@ -29,7 +26,7 @@ def validator(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if not result["correct"]:
         reason = result.get("reason") or "outputs differ from the reference"
         return {**fail(state, attempt, node_s, f"validate: {reason}", [f"wrong result: {reason}"],
-                       ctx.policy_settings, ctx.policy, reached="compile", max_abs_error=result.get("max_abs_error"),
+                       ctx.policy_settings, ctx.stop_policy, reached="compile", max_abs_error=result.get("max_abs_error"),
                        flags=flags),
                 "work_s": work_s}
     return {"current": advance(attempt, node_s, reached="validate", correct=True,

@@ -31,15 +31,22 @@ import traceback
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from dsl_compiler.limits import TimeLimitExceeded, time_limit
+from dsl_compiler.walk import epilogue_nodes, epilogue_refs
 
 OpKind = Literal["matmul", "elementwise", "reduction", "norm", "softmax", "pool", "data", "other"]
 
 
 class ProblemLoadError(Exception):
     """A problem file that cannot be imported, built or run; ``str()`` is one line naming the file."""
+
+
+class ProblemInputError(ProblemLoadError):
+    """get_inputs() returns something no kernel of the language takes (None, float64, complex)."""
 
 
 class OpRow(BaseModel):
@@ -389,7 +396,7 @@ def load_module(path: str | Path):
             spec.loader.exec_module(module)
         finally:
             sys.modules.pop(mod_name, None)
-    except ProblemLoadError:
+    except (ProblemLoadError, TimeLimitExceeded):
         raise
     except BaseException as exc:  # a problem file may raise anything, SystemExit included
         if isinstance(exc, KeyboardInterrupt):
@@ -477,7 +484,14 @@ def _construct(module: Any, seed: int) -> tuple[Any, list]:
     model = module.Model(*init_inputs)
     torch.manual_seed(seed)
     inputs = module.get_inputs()
+    if inputs is None:
+        raise ProblemInputError("get_inputs() returned None; it returns the list of forward arguments")
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and (x.is_complex() or x.dtype == torch.float64):
+            raise ProblemInputError(
+                f"get_inputs()[{i}] is {str(x.dtype).removeprefix('torch.')}; the bound and the kernels take "
+                "float32, float16 or bfloat16 tensors (and integer indices)")
     return model, inputs
 
 
@@ -491,7 +505,14 @@ def count_problem(problem: Any, seed: int = 0) -> WorkCount:
     with warnings.catch_warnings():
         # a problem's own warnings (deprecations, perf hints) are not about its work
         warnings.simplefilter("ignore")
-        return _count_problem(problem, seed)
+        path = _resolve(problem)[0]
+        import torch  # noqa: F401 - loaded before the clock starts: its import time is not the problem's
+
+        try:
+            with time_limit(f"{path}: building and running Model"):
+                return _count_problem(problem, seed)
+        except TimeLimitExceeded as exc:
+            raise ProblemLoadError(str(exc)) from None
 
 
 def _count_problem(problem: Any, seed: int) -> WorkCount:
@@ -503,8 +524,10 @@ def _count_problem(problem: Any, seed: int) -> WorkCount:
         info: dict[str, float] = {}
         counter, param_keys, input_bytes, outputs = _build_and_run(module, "meta", seed, info)
     except BaseException as meta_exc:  # noqa: BLE001 - a problem may raise anything
-        if isinstance(meta_exc, KeyboardInterrupt):
+        if isinstance(meta_exc, (KeyboardInterrupt, TimeLimitExceeded)):
             raise
+        if isinstance(meta_exc, ProblemInputError):
+            raise ProblemLoadError(f"{path}: {meta_exc}") from None
         footprint = info.get("footprint_bytes", 0.0)
         if footprint > CPU_FALLBACK_LIMIT_BYTES:
             raise ProblemLoadError(
@@ -515,7 +538,7 @@ def _count_problem(problem: Any, seed: int) -> WorkCount:
             counter, param_keys, input_bytes, outputs = _build_and_run(module, "cpu", seed)
             notes.append(f"counted on CPU tensors: the meta device failed ({type(meta_exc).__name__})")
         except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, KeyboardInterrupt):
+            if isinstance(exc, (KeyboardInterrupt, TimeLimitExceeded)):
                 raise
             raise ProblemLoadError(_one_line_error(path, exc, "running Model failed")) from None
     output_bytes = sum(_tensor_bytes(o) for o in outputs)
@@ -573,28 +596,6 @@ class StepTraffic(BaseModel):
     bytes_read: float = 0.0
     bytes_written: float = 0.0
     launches: int = 1
-
-
-def _expr_nodes(expr: Any):
-    yield expr
-    for child in ("arg", "lhs", "rhs"):
-        sub = getattr(expr, child, None)
-        if sub is not None:
-            yield from _expr_nodes(sub)
-
-
-def epilogue_nodes(kernel: Any) -> Iterator[Any]:
-    """Every node of a kernel's let and store expressions (``ir`` expression nodes), depth-first."""
-    for expr in [let.expr for let in kernel.lets] + [s.expr for s in kernel.stores]:
-        yield from _expr_nodes(expr)
-
-
-def epilogue_refs(kernel: Any) -> list[Any]:
-    """The ``ir.Ref`` nodes of a kernel's epilogue that read tensors (reads of its lets left out)."""
-    from dsl_compiler import ir
-
-    lets = {let.name for let in kernel.lets}
-    return [node for node in epilogue_nodes(kernel) if isinstance(node, ir.Ref) and node.name not in lets]
 
 
 def _epilogue_cost_per_element(kernel: Any) -> float:

@@ -59,5 +59,5 @@ def test_local_ray_run_streams_into_the_store(tmp_path):
         assert kinds.count("attempt") == 2 * 3 and kinds.count("finished") == 2
         assert kinds.index("started") < kinds.index("attempt") < kinds.index("finished")
     assert len(store.finished_keys()) == 4
-    assert set(store.failures()) == {("mini/gemm_a", "offline", "fixed"), ("mini/gemm_a", "other", "fixed")}
+    assert set(store.failures()) == {("mini/gemm_a", "offline", "fixed", "dsl+sol"), ("mini/gemm_a", "other", "fixed", "dsl+sol")}
     assert all(len(s.attempts) == 3 for s in store.summaries())

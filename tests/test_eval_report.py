@@ -14,8 +14,8 @@ import pytest
 from evals.replay import replay_run
 from evals.report import langsmith_configured, upload_to_langsmith, write_report
 from evals.store import ResultsStore
-from graph.policies import PolicySettings
-from graph.records import RunSummary
+from evals.policies import PolicySettings
+from evals.records import RunSummary
 from mucutlass.cli import main
 
 LOG = Path(__file__).parent / "data" / "eval" / "budget_log.json"
@@ -44,12 +44,12 @@ def test_report_tables_and_plots(store, tmp_path, monkeypatch):
     path = write_report(store, tmp_path / "out")
     text = path.read_text()
     # geomean over eager_fp32: fixed sqrt(100/12 * 50/6) = 8.333; sol eps=2.5 sqrt(100/30 * 50/12) = 3.727
-    assert "| mini | fixed | 2 | 2 | 0 | 8.333x |" in text
-    assert "| mini | sol | 2 | 2 | 0 | 3.727x |" in text
-    assert "| mini | flagged | 1 | 0 | 1 | - |" in text  # its one result is flagged: no headline number
+    assert "| mini | dsl+sol | fixed | 2 | 2 | 0 | 8.333x |" in text
+    assert "| mini | dsl+sol | sol | 2 | 2 | 0 | 3.727x |" in text
+    assert "| mini | dsl+sol | flagged | 1 | 0 | 1 | - |" in text  # its one result is flagged: no headline number
     assert "policy `sol` was derived by replaying the `fixed` logs" in text
-    assert "P1 [mini, flagged]: sol_ceiling: 1.3x faster than the bound" in text
-    assert "| mini | sol | 44.7% | 73.1% of tokens | 75.0% | 1.66x |" in text  # retention, saved, gain
+    assert "P1 [mini, dsl+sol, flagged]: sol_ceiling: 1.3x faster than the bound" in text
+    assert "| mini | dsl+sol | sol | 44.7% | 73.1% of tokens | 75.0% | 1.66x |" in text  # retention, saved, gain
     assert "## Budgeting study" in text and "sol+plateau eps=2.5 w=12" in text
     for png in ("fast_p.png", "speedup_vs_sol.png", "spend_vs_speedup.png", "attempt_curves.png"):
         data = (tmp_path / "out" / png).read_bytes()
@@ -62,7 +62,7 @@ def test_report_command(store, tmp_path, capsys, monkeypatch):
     assert main(["report", str(tmp_path / "ev")]) == 0
     assert (tmp_path / "ev" / "report" / "report.md").is_file()
     assert main(["replay", str(tmp_path / "ev"), "--policies", "sol", "--eps", "2.5"]) == 0
-    assert "| mini | sol eps=2.5 | 2/2 | 4/16 | 75.0% | 73.1% |" in capsys.readouterr().out
+    assert "| mini | dsl+sol | sol eps=2.5 | 2/2 | 4/16 | 75.0% | 73.1% |" in capsys.readouterr().out
 
 
 class _MockLangSmith(BaseHTTPRequestHandler):

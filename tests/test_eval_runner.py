@@ -179,3 +179,14 @@ def test_eval_command_end_to_end(tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "resumed evaluation" in printed and "0 run(s) now, 5 already finished" in printed
+
+
+def test_the_mucutlass_command_hands_the_runner_the_graphs_run_function():
+    from mucutlass.cli import build_parser
+
+    args = build_parser().parse_args(["eval", "--suite", "smoke"])
+    assert args.run_fn == "graph.runner:run_spec"
+    from evals.runner import resolve_run_fn
+    from graph.runner import run_spec
+
+    assert resolve_run_fn(args.run_fn) is run_spec

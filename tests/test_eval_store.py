@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 from evals.store import ResultsStore, StoreError
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
 
 
 def _attempt(i, **kw):
@@ -46,8 +46,8 @@ def test_runs_finish_fail_and_resume_keys(tmp_path):
     summary = RunSummary(problem="p", tier="offline", policy="fixed", backend="cutlass", gpu="h200",
                          attempts=[_attempt(1), _attempt(2, correct=False)], best_index=1)
     store.finish_run(summary)
-    assert store.finished_keys() == {("p", "offline", "fixed")}
-    assert store.failures() == {("q", "offline", "fixed"): "RuntimeError: boom"}
+    assert store.finished_keys() == {("p", "offline", "fixed", "dsl+sol")}
+    assert store.failures() == {("q", "offline", "fixed", "dsl+sol"): "RuntimeError: boom"}
     store.close()
 
     again = ResultsStore(path)

@@ -13,12 +13,17 @@ from test_graph_fakes import GOOD, SLOW, TextTrackingServices, write_problem
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_served_graph():
+def load_served_module():
     spec = json.loads((ROOT / "langgraph.json").read_text())
     file_, attr = spec["graphs"]["mucutlass"].split(":")
     mod_spec = importlib.util.spec_from_file_location("served_builder", ROOT / file_)
     module = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(module)
+    return module, attr
+
+
+def load_served_graph():
+    module, attr = load_served_module()
     return getattr(module, attr)
 
 
@@ -54,3 +59,16 @@ def test_broken_problem_ends_with_a_reason(tmp_path):
     summary = run_optimize(bad, ctx, tmp_path / "run")
     assert summary.stop_reason.startswith("setup failed: ProblemError") and summary.attempts == []
     assert "get_inputs" in summary.stop_reason
+
+
+def test_the_served_graph_runs_without_a_context(monkeypatch):
+    """`langgraph dev` invokes the graph with only an input: the run takes the command line's defaults."""
+    builder, attr = load_served_module()
+    graph = getattr(builder, attr)
+    default = builder.default_context()
+    assert (default.tier, default.policy, default.max_attempts) == ("offline", "sol+plateau", 40)
+    assert default.backend in ("cutlass", "interpreter") and builder.default_context() is default
+    monkeypatch.setattr(default, "max_attempts", 2)  # the defaults, but two attempts to keep the test short
+    problem = ROOT / "evals" / "suites" / "smoke" / "02_linear_relu_tiny.py"
+    final = graph.invoke({"problem_path": str(problem)}, {"recursion_limit": 100})
+    assert len(final["attempts"]) == 2 and final["attempts"][0]["correct"] and final["stop_reason"]

@@ -101,7 +101,7 @@ def test_cli_module_imports_nothing_heavy():
 
 
 def test_auto_backend_says_what_it_chose_and_why(monkeypatch):
-    import graph.context as context
+    import dsl_compiler.backend as context
 
     assert context.resolve_backend("interpreter") == ("interpreter", "chosen with --backend")
     monkeypatch.setattr(context, "gpu_available", lambda: (False, "no CUDA GPU visible to PyTorch"))
@@ -113,10 +113,10 @@ def test_auto_backend_says_what_it_chose_and_why(monkeypatch):
 def test_optimize_without_a_problem_picks_the_builtin_default(monkeypatch):
     from graph import cli
 
-    monkeypatch.setattr("graph.context.gpu_available", lambda: (False, "no CUDA GPU visible to PyTorch"))
+    monkeypatch.setattr("dsl_compiler.backend.gpu_available", lambda: (False, "no CUDA GPU visible to PyTorch"))
     path, why = cli.default_problem()
     assert path.is_file() and path.parent.name == "smoke"
     assert "no CUDA GPU" in why and "estimates" in why
-    monkeypatch.setattr("graph.context.gpu_available", lambda: (True, "GPU NVIDIA H200 and nvcc found"))
+    monkeypatch.setattr("dsl_compiler.backend.gpu_available", lambda: (True, "GPU NVIDIA H200 and nvcc found"))
     path, why = cli.default_problem()
     assert path.is_file() and path.parent.name == "builtin" and "H200" in why

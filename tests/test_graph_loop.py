@@ -158,7 +158,7 @@ def test_attempt_events_carry_the_full_record_and_render(tmp_path):
     from rich.console import Console
 
     from graph.events import rich_printer
-    from graph.records import AttemptRecord
+    from evals.records import AttemptRecord
 
     tier, _ = chat_tier(BROKEN, GOOD)
     summary, _, events = run(tmp_path, tier, max_attempts=2)

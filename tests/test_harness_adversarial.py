@@ -1,110 +1,116 @@
-"""The adversarial set: every known-bad candidate is caught, for the right reason, and a crash or
-a hang costs that one call (the next candidate runs normally). CPU cases run everywhere; the GPU
-block runs every case on an sm_90 GPU."""
+"""The adversarial set (tests/adversarial/cases.py): every cheating candidate is caught by the harness's
+public calls (validate, profile: what the graph's validator and profiler nodes call) FOR ITS RULE, the
+attempt after it starts clean, and the honest controls pass with no hard rule and no unexpected flag.
+
+CPU cases run everywhere through ``validate``; the GPU block runs every case at its stage on an sm_90
+GPU. Cases today's harness misses carry ``xfail(strict=False, reason="judge: <property>")`` so the
+suite stays green; the judge's work removes them."""
+
+from __future__ import annotations
 
 import pytest
 
-from evals.harness import Candidate, Harness, HarnessSettings
-from evals.problems import load_problem, load_suite
-from tests.adversarial.cases import CASES, HERE, Case
-from tests.adversarial.shared import shared_harness
-
-# Crash and hang cost a worker restart each (an import of torch): they run once, in one test below.
-CPU_CASES = [c for c in CASES if c.cpu and c.caught_by not in ("crash", "timeout")]
+from evals.harness import Harness, HarnessSettings
+from tests.adversarial.cases import CASES, CONTROLS, FLAG_RULES, HERE, PROPERTIES
+from tests.adversarial.runner import SECRET_VARS, Scratch, run_case, run_control
 
 
-def _problem(name: str, suite: str = "smoke"):
-    return next(p for p in load_suite(suite) if p.name == name)
+def _params(items, gpu: bool, ident):
+    out = []
+    for c in items:
+        marks = [pytest.mark.xfail(strict=False, reason=c.pending)] if c.pending else []
+        if gpu:
+            marks.append(pytest.mark.gpu)
+        out.append(pytest.param(c, marks=marks, id=ident(c)))
+    return out
+
+
+def _harness(**settings):
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in SECRET_VARS.items():
+            mp.setenv(k, v)  # every worker this harness starts inherits them
+        h = Harness(HarnessSettings(**settings))
+        yield h
+        h.close()
+
+
+def _check_case(harness, case, on_gpu: bool, tmp_path) -> None:
+    out = run_case(harness, case, on_gpu, Scratch(tmp_path, harness.settings))
+    assert out.caught, (f"{case.id} [{case.file}]: expected rule {case.rules}, got {out.rule!r} "
+                        f"(rejected={out.rejected}) {out.problems}: {out.reason!r}")
+    assert out.next_clean, f"the attempt after {case.id} did not start clean: {out.next_reason}"
+
+
+def _check_control(harness, control, on_gpu: bool, tmp_path) -> None:
+    out = run_control(harness, control, on_gpu, Scratch(tmp_path, harness.settings))
+    assert out.caught, f"{control.file}: {out.problems}"
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU
 
 
 @pytest.fixture(scope="module")
 def cpu_harness():
-    return shared_harness(device="cpu", watchdog_s=10, n_input_sets=3)
+    yield from _harness(device="cpu", watchdog_s=10, n_input_sets=3)
 
 
-@pytest.fixture(scope="module")
-def cpu_strict_harness():
-    return shared_harness(device="cpu", watchdog_s=10, n_input_sets=2, seed=123, tolerance=1e-4)
+@pytest.mark.parametrize("case", _params([c for c in CASES if c.cpu], False, lambda c: c.id))
+def test_cheat_caught_for_its_rule_on_cpu(cpu_harness, case, tmp_path):
+    _check_case(cpu_harness, case, False, tmp_path)
 
 
-def _judge(harness: Harness, problem, case: Case):
-    cand = Candidate.from_source(case.source(), name=case.file)
-    if case.stage == "profile":
-        return harness.profile(problem, cand)
-    return harness.validate(problem, cand)
+@pytest.mark.parametrize("control", _params([c for c in CONTROLS if c.cpu], False, lambda c: c.file))
+def test_honest_control_passes_on_cpu(cpu_harness, control, tmp_path):
+    _check_control(cpu_harness, control, False, tmp_path)
 
 
-def _assert_caught(result, case: Case, on_gpu: bool):
-    if case.caught_by in ("pytorch_only",):
-        # a flag for review, not a rejection: the candidate is right but only calls PyTorch
-        assert any(f.startswith("pytorch_only:") for f in result.flags), result
-        return
-    if case.stage == "profile":
-        assert not result.valid, result
-    else:
-        assert not result.correct, result
-    reason = result.reason
-    assert result.rule == case.caught_by, reason
-    if case.caught_by == "crash":
-        assert reason.startswith("crash: "), reason
-    elif case.caught_by == "timeout":
-        assert reason.startswith("timeout"), reason
-        assert result.crashed
-    else:
-        assert reason.startswith(case.caught_by + ":"), reason
-        assert any(f.startswith(case.caught_by + ":") for f in result.flags), result.flags
+def test_canary_is_a_real_check():
+    """The canary that proves the next attempt clean finds a changed default dtype and a replaced
+    comparison (here, in the test's own process), and nothing in a clean one."""
+    import torch
+
+    namespace: dict = {}
+    exec(compile((HERE / "canary.py").read_text(), "canary", "exec"), namespace)
+    assert namespace["_leftovers"]() == []
+    old_dtype, old_all = torch.get_default_dtype(), torch.Tensor.all
+    torch.set_default_dtype(torch.float64)
+    torch.Tensor.all = lambda self, *a, **k: old_all(self, *a, **k)
+    try:
+        assert namespace["_leftovers"]() == ["default dtype torch.float64", "Tensor.all replaced"]
+    finally:
+        torch.set_default_dtype(old_dtype)
+        torch.Tensor.all = old_all
+    assert namespace["_leftovers"]() == []
 
 
-def test_honest_control_passes_on_cpu(cpu_harness):
-    p = _problem("02_linear_relu_tiny")
-    v = cpu_harness.validate(p, Candidate.from_file(HERE / "honest.py"))
-    assert v.correct, v.reason
-    assert len(v.sets) == 3 and v.rule is None and v.device == "cpu"
-    assert v.flags and all(f.startswith("pytorch_only: ") for f in v.flags)  # it only calls PyTorch, measured
-
-
-@pytest.mark.parametrize("case", CPU_CASES, ids=[c.file for c in CPU_CASES])
-def test_adversarial_case_caught_on_cpu(cpu_harness, cpu_strict_harness, case):
-    p = _problem("02_linear_relu_tiny")
-    harness = cpu_strict_harness if case.strict else cpu_harness
-    result = _judge(harness, p, case)
-    _assert_caught(result, case, on_gpu=False)
-    # whatever happened, the next candidate runs normally
-    after = harness.validate(p, Candidate.from_file(HERE / "honest.py"))
-    assert after.correct, after.reason
-
-
-def test_crash_then_hang_then_normal(cpu_harness):
-    p = _problem("02_linear_relu_tiny")
-    before = cpu_harness.restarts
-    crash = cpu_harness.validate(p, Candidate.from_file(HERE / "illegal_address.py"))
-    assert crash.crashed and "SIGSEGV" in crash.reason and crash.rule == "crash"
-    hang = cpu_harness.validate(p, Candidate.from_file(HERE / "hang.py"))
-    assert hang.crashed and "watchdog" in hang.reason and hang.rule == "timeout"
-    assert cpu_harness.restarts == before  # the judge itself never ran the candidate: nothing to restart
-    ok = cpu_harness.validate(p, Candidate.from_file(HERE / "honest.py"))
-    assert ok.correct and not ok.crashed
+def test_set_covers_every_property_and_both_kinds():
+    assert len(CASES) >= 30
+    assert {c.prop for c in CASES} == set(PROPERTIES)
+    for prop in (2, 4, 5, 6, 7):
+        assert sum(c.prop == prop for c in CASES) >= 2, prop
+    assert {c.kind for c in CASES} == {"py", "mcu"}
+    assert {c.rule for c in CASES} - FLAG_RULES
+    assert len({c.id for c in CASES}) == len(CASES)
+    for c in CASES + CONTROLS:
+        assert (HERE / c.file).is_file(), c.file
+    assert all((HERE / c.then).is_file() for c in CASES if c.then)
 
 
 # ---------------------------------------------------------------------------------------------
-# GPU: all of them, on a problem large enough that hidden side-stream work shows
+# GPU: every case at its stage, on builtin problems large enough that hidden work shows
 
 
 @pytest.fixture(scope="module")
 def gpu_harness():
-    h = Harness(HarnessSettings(device="cuda", watchdog_s=60, n_input_sets=5))
-    yield h
-    h.close()
+    yield from _harness(device="cuda", watchdog_s=30, n_input_sets=5)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("case", CASES, ids=[c.file for c in CASES])
-def test_adversarial_case_caught_on_gpu(gpu_harness, case):
-    p = _problem("11_linear_relu", suite="builtin")
-    if case.strict:
-        p = load_problem(p.path)
-        p.tolerance, p.allowed_precisions = 1e-4, ("f32", "tf32")
-    result = _judge(gpu_harness, p, case)
-    _assert_caught(result, case, on_gpu=True)
-    after = gpu_harness.validate(p, Candidate.from_file(HERE / "honest.py"))
-    assert after.correct, after.reason
+@pytest.mark.parametrize("case", _params([c for c in CASES if c.gpu], True, lambda c: c.id))
+def test_cheat_caught_for_its_rule_on_gpu(gpu_harness, case, tmp_path):
+    _check_case(gpu_harness, case, True, tmp_path)
+
+
+@pytest.mark.parametrize("control", _params(CONTROLS, True, lambda c: c.file))
+def test_honest_control_passes_on_gpu(gpu_harness, control, tmp_path):
+    _check_control(gpu_harness, control, True, tmp_path)

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from dsl_compiler import check_text, interpreter, parse
 from dsl_compiler.interpreter import round_operand, round_tf32, run
-from dsl_compiler.runtime import BindError, bind_params, compare_with_problem, load
+from dsl_compiler.runtime import BindError, bind_params, load
+from evals.interpret import compare_with_problem
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -1,4 +1,4 @@
-"""The offline frontend: PyTorch reference -> μCUTLASS program, with coverage."""
+"""The torch.fx frontend (dsl_compiler.frontend): PyTorch reference -> μCUTLASS program, with coverage."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dsl_compiler.checks import check
 from dsl_compiler.ir import ConvOp, GemmOp, Reduce
 from dsl_compiler.parser import parse
 from dsl_compiler.printer import format_program
-from evals.problems import Problem, load_problem, load_suite
-from nodes.offline.frontend import TraceOptions, trace_problem
+from evals.problems import Problem, ProblemError, load_problem, load_suite
+from dsl_compiler.frontend import TraceOptions, trace_problem
 
 BUILTIN = load_suite("builtin")
 # Grouped and depthwise convolutions: the CUTLASS backend's sm_90 conv kernels take groups = 1 only.
@@ -108,7 +108,7 @@ def test_grouped_conv_epilogue_takes_one_tensor_and_leaves_the_rest_to_pytorch(t
         def get_init_inputs():
             return []
         """)
-    result = trace_problem(path)
+    result = trace_problem(load_problem(path))
     (kernel,) = result.program.kernels
     assert kernel.op.groups == 32 and "Unary" in repr(kernel.stores[0].expr) and "name='r'" not in repr(kernel.stores[0].expr)
     add = next(r for r in result.coverage if r.target.endswith("add") or r.op.startswith("add"))
@@ -130,7 +130,7 @@ def test_a_depthwise_conv_the_backend_cannot_build_is_demoted_with_the_reason(tm
         def get_init_inputs():
             return []
         """)
-    result = trace_problem(path)
+    result = trace_problem(load_problem(path))
     assert not result.program.kernels
     row = next(r for r in result.coverage if r.op == "conv")
     assert row.placement == "torch_step" and "channel multiplier" in row.reason
@@ -194,7 +194,7 @@ def test_reduction_with_keepdim_and_folded_scale(tmp_path):
         def get_init_inputs():
             return []
     """)
-    result = trace_problem(path)
+    result = trace_problem(load_problem(path))
     (kernel,) = result.program.kernels
     assert any(isinstance(s.expr, Reduce) and s.expr.fn == "row_sum" for s in kernel.stores)
     assert [s.fn for s in result.program.torch_steps] == ["unsqueeze"]
@@ -226,7 +226,7 @@ def test_fallbacks_are_torch_steps_with_reasons(tmp_path):
         def get_init_inputs():
             return []
     """)
-    result = trace_problem(path)
+    result = trace_problem(load_problem(path))
     assert result.program is not None, result.diagnostics
     rows = {r.op: r for r in result.coverage}
     assert rows["fc1"].placement == rows["fc2"].placement == "kernel"
@@ -255,7 +255,7 @@ def test_einsum_addmm_and_rank4_linear(tmp_path):
         def get_init_inputs():
             return []
     """)
-    result = trace_problem(path)
+    result = trace_problem(load_problem(path))
     assert result.program is not None, result.diagnostics
     ops = [r.target for r in result.coverage if r.placement == "kernel"]
     assert ops == ["torch.einsum", "torch.addmm", "nn.Linear"]
@@ -278,11 +278,15 @@ def test_fusion_options_and_demotion(tmp_path):
 
 
 def test_broken_and_untraceable_problems_give_diagnostics(tmp_path):
+    # the frontend traces loaded problems; a path is refused as a value, not loaded behind the caller's back
     missing = trace_problem(tmp_path / "nope.py")
-    assert missing.program is None and missing.diagnostics
+    assert missing.program is None and "loaded problem" in missing.diagnostics[0].message
     broken = write_problem(tmp_path, "this is not python\n", name="broken")
-    result = trace_problem(broken)
-    assert result.program is None and result.diagnostics[0].message
+    with pytest.raises(ProblemError):
+        load_problem(broken)
+    no_model = types.ModuleType("no_model")
+    result = trace_problem(no_model)
+    assert result.program is None and "defines no `Model`" in result.diagnostics[0].message
     dropout = write_problem(tmp_path, """
         class Model(nn.Module):
             def __init__(self):
@@ -296,7 +300,7 @@ def test_broken_and_untraceable_problems_give_diagnostics(tmp_path):
         def get_init_inputs():
             return []
     """, name="dropout")
-    result = trace_problem(dropout)
+    result = trace_problem(load_problem(dropout))
     assert result.program is None
     assert any("dropout" in d.message for d in result.diagnostics)
     assert any(r.placement == "unsupported" and "random" in r.reason for r in result.coverage)
@@ -324,7 +328,7 @@ def test_control_flow_falls_back_to_torch_export(tmp_path):
         def get_init_inputs():
             return []
     """)
-    result = trace_problem(path)
+    result = trace_problem(load_problem(path))
     assert result.program is not None, result.diagnostics
     (kernel,) = result.program.kernels
     assert result.program.decl(kernel.op.b.name).source == "fc.weight"
@@ -454,7 +458,7 @@ def get_init_inputs():
 @pytest.mark.parametrize("name", sorted(LEVEL2_LIKE))
 def test_level2_like_models_match_the_reference(tmp_path, name):
     path = write_problem(tmp_path, LEVEL2_LIKE[name], name=name)
-    result = trace_problem(path)
+    result = trace_problem(load_problem(path))
     assert result.program is not None, result.diagnostics
     assert check(result.program) == []
     assert "unsupported" not in {r.placement for r in result.coverage}

@@ -6,10 +6,10 @@ import pytest
 
 from dsl_compiler.parser import parse
 from evals.problems import load_suite
-from graph.records import AttemptRecord
-from nodes.offline import search
+from evals.records import AttemptRecord
+from sol_models import search
 from nodes.offline.policy import OfflineTier
-from nodes.tiers import ProposingTier, WriterRequest
+from nodes.tier_types import ProposingTier, WriterRequest
 
 BUILTIN = {p.name: p for p in load_suite("builtin")}
 SMOKE = {p.name: p for p in load_suite("smoke")}

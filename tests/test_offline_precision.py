@@ -9,9 +9,9 @@ from dsl_compiler import runtime
 from dsl_compiler.checks import check
 from dsl_compiler.parser import parse
 from evals.problems import load_suite
-from graph.records import AttemptRecord
-from nodes.offline import search
-from nodes.offline.frontend import TraceOptions, trace_problem
+from evals.records import AttemptRecord
+from sol_models import search
+from dsl_compiler.frontend import TraceOptions, trace_problem
 from nodes.offline.policy import OfflineTier, attempt_math, half_math
 from test_offline_frontend import run_both, shrunk
 from test_offline_policy import attempt, request
@@ -279,7 +279,7 @@ def test_the_eval_report_names_the_precision_of_each_kept_result(tmp_path, monke
     from evals.metrics import result_from_summary
     from evals.report import write_report
     from evals.store import ResultsStore
-    from graph.records import RunSummary
+    from evals.records import RunSummary
 
     monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
     store = ResultsStore(tmp_path / "results.sqlite")

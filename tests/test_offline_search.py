@@ -9,8 +9,8 @@ import pytest
 from dsl_compiler.checks import check
 from dsl_compiler.ir import KernelConfig
 from evals.problems import load_suite
-from nodes.offline import search
-from nodes.offline.frontend import trace_problem
+from sol_models import search
+from dsl_compiler.frontend import trace_problem
 from sol_models.estimate import estimate_program
 from sol_models.hardware import get_gpu
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from evals.replay import ReplayError, policy_grid, replay, replay_run, replay_table_markdown
-from graph.policies import PolicySettings
-from graph.records import RunSummary
+from evals.policies import PolicySettings
+from evals.records import RunSummary
 
 LOG = Path(__file__).parent / "data" / "eval" / "budget_log.json"
 
@@ -66,7 +66,7 @@ def test_replayed_run_is_the_cut_log(logs):
 
 def test_table_and_errors(logs):
     text = replay_table_markdown(replay(logs, policy_grid(["sol"], [2.5], [])))
-    assert "| mini | sol eps=2.5 | 2/2 | 4/16 | 75.0% | 73.1% |" in text
+    assert "| mini | dsl+sol | sol eps=2.5 | 2/2 | 4/16 | 75.0% | 73.1% |" in text
     with pytest.raises(ReplayError, match="unknown policy"):
         policy_grid(["soll"], [1.0], [4])
     with pytest.raises(ReplayError, match="token-budget"):

@@ -243,7 +243,7 @@ def test_pooling_counts_its_window(tmp_path):
 def test_epilogue_refs_are_tensor_reads_not_lets():
     from dsl_compiler import ir
     from dsl_compiler.parser import parse
-    from sol_models.counting import epilogue_nodes, epilogue_refs
+    from dsl_compiler.walk import epilogue_nodes, epilogue_refs
 
     program, diags = parse("""program p
 input x: f32[64, 32]

@@ -1,6 +1,6 @@
 """The built-in ``offline`` tier: no model endpoint, no tokens, deterministic.
 
-It traces the reference into a μCUTLASS program (``frontend``) and walks configurations in the
+It traces the reference into a μCUTLASS program (``dsl_compiler.frontend``) and walks configurations in the
 order of the config-aware estimate (``search``):
 
 1. attempt 1 is the traced program with every kernel's best estimated configuration (or the best
@@ -30,10 +30,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from graph.records import AttemptRecord, Hypothesis
-from nodes.offline import search
-from nodes.offline.frontend import TraceOptions, TraceResult, trace_problem
-from nodes.tiers import WriterReply, WriterRequest
+from evals.records import AttemptRecord, Hypothesis
+from sol_models import search
+from dsl_compiler.frontend import TraceOptions, TraceResult, trace_problem
+from nodes.tier_types import WriterReply, WriterRequest
 
 MODEL_NAME = "offline"
 CONFIGS_PER_KERNEL = 8

@@ -1,8 +1,9 @@
-"""Runs the adversarial set through the harness on this machine's GPU and writes what caught each
-case, then checks that an honest attempt after the illegal address runs normally.
+"""Runs the adversarial set and the honest controls through the harness on this machine (its GPU when
+there is one, else the CPU) and writes a table: candidate, kind, property, expected rule, got, caught,
+whether the next attempt started clean.
 
-    python -m tests.adversarial.report [--out benchmarks/results]
-    python -m tests.adversarial.report --suite smoke --problem 02_linear_relu_tiny --out /tmp  # a CPU dry run
+    python -m tests.adversarial.report [--out benchmarks/results]     # on the H200: every case at its stage
+    python -m tests.adversarial.report --device cpu --out /tmp        # a CPU run (validate only)
 """
 
 from __future__ import annotations
@@ -10,71 +11,89 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
-import time
+import tempfile
 from pathlib import Path
 
-from evals.harness import Candidate, Harness, HarnessSettings
-from evals.problems import load_suite
-from tests.adversarial.cases import CASES, HERE
-
-
-def caught(result, case, on_gpu: bool) -> bool:
-    if case.caught_by == "pytorch_only":
-        return any(f.startswith("pytorch_only:") for f in result.flags)
-    if case.stage == "profile":
-        bad = not result.valid
-    else:
-        bad = not result.correct
-    return bad and result.rule == case.caught_by and result.reason.startswith(case.caught_by + ":")
+from evals.harness import Harness, HarnessSettings
+from tests.adversarial.cases import CASES, CONTROLS, PROPERTIES
+from tests.adversarial.runner import SECRET_VARS, Scratch, run_case, run_control
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "benchmarks" / "results"))
-    ap.add_argument("--suite", default="builtin")
-    ap.add_argument("--problem", default="11_linear_relu", help="a Linear+ReLU problem of the suite")
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--watchdog-s", type=float, default=60.0)
+    ap.add_argument("--only", nargs="*", help="case files to run (default: all)")
     args = ap.parse_args(argv)
-    problem = next(p for p in load_suite(args.suite) if p.name == args.problem)
-    harness = Harness(HarnessSettings(watchdog_s=args.watchdog_s))
+    os.environ.update(SECRET_VARS)  # the judge's environment holds keys a candidate must not see
+    harness = Harness(HarnessSettings(device=args.device, watchdog_s=args.watchdog_s,
+                                      n_input_sets=3 if args.device == "cpu" else 5))
     info = harness.worker_info()
-    on_gpu = bool(info.get("cuda"))
+    on_gpu = args.device != "cpu" and bool(info.get("cuda"))
     rows = []
-    honest = Candidate.from_file(HERE / "honest.py")
-    for case in CASES:
-        p = problem
-        if case.strict:
-            from evals.problems import load_problem
-
-            p = load_problem(problem.path)
-            p.tolerance, p.allowed_precisions = 1e-4, ("f32", "tf32")
-        if not on_gpu and not case.cpu:
-            rows.append({"case": case.file, "skipped": "needs a GPU"})
-            continue
-        t0 = time.perf_counter()
-        cand = Candidate.from_source(case.source(), name=case.file)
-        res = harness.profile(p, cand) if case.stage == "profile" else harness.validate(p, cand)
-        wall = time.perf_counter() - t0
-        after = harness.validate(problem, honest)
-        after_t = harness.profile(problem, honest)
-        rows.append({
-            "case": case.file, "expected": case.caught_by, "caught": caught(res, case, on_gpu),
-            "reason": res.reason, "flags": res.flags, "crashed": res.crashed, "wall_s": round(wall, 3),
-            "next_attempt_correct": after.correct, "next_attempt_timed_us": after_t.median_us,
-        })
-        print(f"{case.file:<22} caught={rows[-1]['caught']} next_ok={after.correct} :: {res.reason[:100]}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="redteam-") as tmp:
+        for i, case in enumerate(CASES):
+            if args.only and case.file not in args.only:
+                continue
+            row = {"case": case.id, "kind": case.kind, "property": f"{case.prop} {PROPERTIES[case.prop]}",
+                   "expected": "/".join(case.rules), "stage": case.stage if on_gpu else "validate",
+                   "pending_today": bool(case.pending)}
+            if (on_gpu and not case.gpu) or (not on_gpu and not case.cpu):
+                rows.append(row | {"skipped": "not on this device"})
+                continue
+            try:
+                out = run_case(harness, case, on_gpu, Scratch(Path(tmp) / str(i), harness.settings))
+                row |= {"got": out.rule, "caught": out.caught, "reason": out.reason[:300], "problems": out.problems,
+                        "next_clean": out.next_clean, "wall_s": round(out.wall_s, 2)}
+            except Exception as exc:  # a harness crash is a finding too
+                row |= {"got": None, "caught": False, "reason": f"harness raised {type(exc).__name__}: {exc}"[:300]}
+            rows.append(row)
+            print(f"{case.id:<34} expected {row['expected']:<28} got {str(row.get('got')):<18} "
+                  f"caught={row.get('caught')} next_clean={row.get('next_clean')}", file=sys.stderr)
+        controls = []
+        for i, control in enumerate(CONTROLS):
+            if (args.only and control.file not in args.only) or (not on_gpu and not control.cpu):
+                continue
+            out = run_control(harness, control, on_gpu, Scratch(Path(tmp) / f"control{i}", harness.settings))
+            controls.append({"control": control.file, "passed": out.caught, "rule": out.rule, "flags": out.flags,
+                             "problems": out.problems})
+            print(f"control {control.file:<26} passed={out.caught} {out.problems}", file=sys.stderr)
     harness.close()
-    doc = {"date": dt.date.today().isoformat(), "gpu_name": info.get("gpu_name"), "torch": info.get("torch"),
-           "problem": problem.key, "restarts": harness.restarts, "rows": rows,
-           "all_caught": all(r.get("caught", True) for r in rows),
-           "all_next_attempts_ok": all(r.get("next_attempt_correct", True) for r in rows)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{doc['date']}-{'h200' if on_gpu else 'cpu'}-adversarial.json"
-    path.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {path}: all caught {doc['all_caught']}, next attempts ok {doc['all_next_attempts_ok']}", file=sys.stderr)
-    return 0 if doc["all_caught"] and doc["all_next_attempts_ok"] else 1
+    run = [r for r in rows if "skipped" not in r]
+    doc = {"date": dt.date.today().isoformat(), "device": "gpu" if on_gpu else "cpu", "gpu_name": info.get("gpu_name"),
+           "torch": info.get("torch"), "cases": len(run), "caught": sum(bool(r.get("caught")) for r in run),
+           "next_clean": sum(bool(r.get("next_clean")) for r in run), "controls_passed":
+           f"{sum(c['passed'] for c in controls)}/{len(controls)}", "rows": rows, "controls": controls}
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{doc['date']}-{'h200' if on_gpu else 'cpu'}-adversarial"
+    (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=2))
+    (out_dir / f"{stem}.md").write_text(_markdown(doc))
+    print(f"wrote {out_dir / stem}.{{json,md}}: caught {doc['caught']}/{doc['cases']}, next attempt clean "
+          f"{doc['next_clean']}/{doc['cases']}, controls {doc['controls_passed']}", file=sys.stderr)
+    return 0 if doc["caught"] == doc["cases"] and all(c["passed"] for c in controls) else 1
+
+
+def _markdown(doc: dict) -> str:
+    lines = [f"# Adversarial set on {doc['gpu_name'] or 'the CPU'} ({doc['date']}, torch {doc['torch']})", "",
+             f"Caught for their rule: {doc['caught']}/{doc['cases']}; next attempt clean: {doc['next_clean']}/"
+             f"{doc['cases']}; honest controls passed: {doc['controls_passed']}. "
+             "Run: `python -m tests.adversarial.report`.", "",
+             "| candidate | kind | property | stage | expected | got | caught | next clean |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in doc["rows"]:
+        if "skipped" in r:
+            continue
+        lines.append(f"| {r['case']} | {r['kind']} | {r['property']} | {r['stage']} | {r['expected']} | "
+                     f"{r.get('got') or '-'} | {'yes' if r.get('caught') else 'no'} | "
+                     f"{'yes' if r.get('next_clean') else 'no'} |")
+    lines += ["", "| control | passed | flags |", "| --- | --- | --- |"]
+    lines += [f"| {c['control']} | {'yes' if c['passed'] else 'no'} | {', '.join(c['flags']) or '-'} |"
+              for c in doc["controls"]]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

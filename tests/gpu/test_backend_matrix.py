@@ -129,7 +129,7 @@ def test_program_module_and_export_run_the_pipeline(tmp_path):
 
     from dsl_compiler import interpreter
     from dsl_compiler.build import build_program
-    from dsl_compiler.cutlass_runtime import CutlassProgramModule
+    from dsl_compiler.runtime import CutlassProgramModule
     from dsl_compiler.export import export_model_new
 
     prog = program("pipeline_mlp")

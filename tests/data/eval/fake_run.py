@@ -1,4 +1,4 @@
-"""A stand-in for graph.runner.run_optimize in evaluation tests: deterministic attempts per problem,
+"""A stand-in for graph.runner.run_spec in evaluation tests: deterministic attempts per problem,
 a checkpoint in run_dir (so a restarted run continues where it stopped), and a log of every attempt
 it actually executed, so tests can prove nothing finished was redone.
 
@@ -12,7 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from graph.records import AttemptRecord, RunSummary
+from evals.records import AttemptRecord, RunSummary
 
 EXECUTED_LOG = "FAKE_RUN_EXECUTED_LOG"  # file that gets one line per executed attempt
 DIE_AFTER = "FAKE_RUN_DIE_AFTER"
@@ -39,10 +39,12 @@ def fake_attempt(problem: str, index: int) -> AttemptRecord:
     )
 
 
-def run(problem_path: str, ctx, run_dir: str, on_event=None) -> RunSummary:
+def run(spec, on_event=None) -> RunSummary:
+    """An evaluation's run function: one ``RunSpec`` (problem_path, tier, policy, max_attempts, run_dir)."""
     global _executed_here
-    problem = Path(problem_path).stem
-    ckpt = Path(run_dir) / "fake_checkpoint.jsonl"
+    ctx = spec
+    problem = Path(spec.problem_path).stem
+    ckpt = Path(spec.run_dir) / "fake_checkpoint.jsonl"
     attempts = [AttemptRecord.model_validate_json(line) for line in ckpt.read_text().splitlines()] if ckpt.exists() else []
     die_after = int(os.environ.get(DIE_AFTER, "0") or 0)
     for index in range(len(attempts) + 1, ctx.max_attempts + 1):
@@ -68,8 +70,22 @@ def run(problem_path: str, ctx, run_dir: str, on_event=None) -> RunSummary:
     )
 
 
-def broken(problem_path: str, ctx, run_dir: str, on_event=None) -> RunSummary:
+def broken(spec, on_event=None) -> RunSummary:
     """A run function that fails on one problem: the evaluation must carry on."""
-    if "gemm" in Path(problem_path).stem:
+    if "gemm" in Path(spec.problem_path).stem:
         raise RuntimeError("boom in the graph")
-    return run(problem_path, ctx, run_dir, on_event)
+    return run(spec, on_event)
+
+
+NEEDS_KEY = "FAKE_RUN_API_KEY"
+
+
+def needs_key(spec, on_event=None) -> RunSummary:
+    """A run that cannot start without FAKE_RUN_API_KEY, the way the graph reports it (a summary whose
+    stop reason is "setup failed: ...", no attempts); with the key it runs like ``run``."""
+    if not os.environ.get(NEEDS_KEY):
+        (Path(spec.run_dir) / "run.json").write_text("{}")  # what a graph run leaves before its planner fails
+        return RunSummary(problem=Path(spec.problem_path).stem, tier=spec.tier, policy=spec.policy,
+                          backend="interpreter", gpu="none", attempts=[],
+                          stop_reason=f"setup failed: the environment variable {NEEDS_KEY} holding its API key is not set")
+    return run(spec, on_event)

@@ -1,36 +1,12 @@
-"""Trace a PyTorch reference ``Model`` into a μCUTLASS program.
-
-The reference is traced with ``torch.fx.symbolic_trace`` (``torch.export`` when symbolic tracing
-fails), shapes are propagated on meta tensors, and every op is mapped:
-
-- linear / matmul / mm / bmm / addmm / GEMM-form einsum / ``@``  -> a ``gemm`` kernel
-  (transposes folded into operands as ``^T``, nn.Linear's weight read as ``w^T``);
-- conv1d/2d/3d                                                   -> a ``conv`` kernel
-  (weights declared ``channels_last``, activations converted by a ``channels_last`` torch step);
-- the elementwise chain after a kernel                           -> that kernel's epilogue
-  (bias vectors as ``b[col]``, scalars as constants, same-shape tensors as residuals);
-- sums / max / min / mean over the last dim of a GEMM output     -> row reductions;
-- everything else                                                -> a named PyTorch step.
-
-Kernels over fp32 data compute in TF32, operands read as stored (a transposing copy only where the
-checks want K-major operands, or ``TraceOptions.kmajor`` asks for one), or in f16 / bf16 with
-``TraceOptions.math``: params declared in that type, other operands converted by a ``to`` step.
-
-Every op of the model gets a ``CoverageRow`` saying where it went and, for a fallback, why.
-Nothing here raises on a bad problem: failures come back as diagnostics.
-"""
+"""Lowering normalised ops into a μCUTLASS program: GEMM and conv anchors become kernels, the
+elementwise chains after them their epilogues, reductions row reductions, the rest PyTorch steps."""
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.ir import (
@@ -55,646 +31,10 @@ from dsl_compiler.ir import (
     TorchStep,
     Unary,
 )
-
-Placement = Literal["input", "param", "kernel", "epilogue", "reduction", "torch_step", "folded", "unsupported"]
-
-
-class CoverageRow(BaseModel):
-    """Where one op of the reference went. ``reason`` explains every fallback."""
-
-    model_config = ConfigDict(frozen=True)
-    op: str  # the traced node's name, e.g. "linear", "relu_1"
-    target: str  # what it calls, e.g. "nn.Linear", "torch.relu", "Tensor.sum"
-    placement: Placement
-    where: str = ""  # the kernel or tensor it became part of
-    reason: str = ""
-
-
-class TraceOptions(BaseModel):
-    """Knobs for fallbacks: ``fuse`` limits epilogue fusion ("all", "bias" keeps only the bias and
-    scalars of addmm, "none"); ``demote`` lists kernels (by name) to run as PyTorch steps instead;
-    ``unfuse`` lists kernels whose epilogue stays in PyTorch; ``kmajor`` lists tf32 kernels whose
-    operands get a transposing copy (the target reads them K-major only).
-
-    ``math`` picks the tensor-core math of kernels over fp32 data: None is the storage type's own
-    (tf32 over f32); "f16" / "bf16" compute in 16 bits: params read by a kernel are declared in
-    that type (cast once when bound), every other fp32 operand is cast by one ``to`` step per call,
-    accumulation and the epilogue stay fp32 and outputs keep the reference's element type."""
-
-    model_config = ConfigDict(frozen=True)
-    fuse: Literal["all", "bias", "none"] = "all"
-    reductions: bool = True
-    demote: tuple[str, ...] = ()
-    unfuse: tuple[str, ...] = ()
-    kmajor: tuple[str, ...] = ()
-    math: Literal["f16", "bf16"] | None = None
-
-
-class TraceResult(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-    program: Program | None
-    coverage: list[CoverageRow] = Field(default_factory=list)
-    diagnostics: list[Diagnostic] = Field(default_factory=list)
-
-    @property
-    def kernel_count(self) -> int:
-        return len(self.program.kernels) if self.program else 0
-
-    def summary(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for row in self.coverage:
-            counts[row.placement] = counts.get(row.placement, 0) + 1
-        return counts
-
-    def coverage_table(self) -> str:
-        lines = ["op | target | placement | where | reason", "--- | --- | --- | --- | ---"]
-        lines += [f"{r.op} | {r.target} | {r.placement} | {r.where} | {r.reason}" for r in self.coverage]
-        return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading a problem
-
-
-@dataclass
-class LoadedReference:
-    name: str
-    module: Any  # the Python module defining Model, get_inputs, get_init_inputs
-    tolerance: float = 1e-2
-    allowed_precisions: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
-
-
-def _load_reference(problem: Any) -> LoadedReference:
-    """``problem`` is an ``evals.problems.Problem``, a module, or a path to a problem file."""
-    if isinstance(problem, (str, Path)):
-        from evals.problems import load_problem  # ProblemError on a broken file: trace_problem reports it
-
-        problem = load_problem(problem)
-    module = getattr(problem, "module", problem)
-    if isinstance(module, str):
-        module = sys.modules.get(module) or importlib.import_module(module)
-    name = getattr(problem, "name", None) or getattr(module, "__name__", "problem")
-    tolerance = float(getattr(problem, "tolerance", 1e-2) or 1e-2)
-    for attr in ("Model", "get_inputs"):
-        if not hasattr(module, attr):
-            raise _TraceError("problem", f"{name} defines no `{attr}`", "a problem defines Model, get_inputs and get_init_inputs")
-    allowed = tuple(getattr(problem, "allowed_precisions", None) or LoadedReference.allowed_precisions)
-    return LoadedReference(str(name), module, tolerance, allowed)
-
-
-class _TraceError(Exception):
-    def __init__(self, code: str, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.diagnostic = Diagnostic(code=code, message=message, hint=hint)
-
-
-# ---------------------------------------------------------------------------------------------
-# Tracing
-
-
-@dataclass(frozen=True)
-class ParamRef:
-    """A model tensor by its state_dict key (a parameter or buffer of a called module)."""
-
-    key: str
-
-
-@dataclass
-class _Traced:
-    gm: Any  # torch.fx.GraphModule
-    state: dict[str, Any]  # state_dict key -> tensor (meta or real)
-    example_inputs: list[Any]
-
-
-def _build_and_trace(ref: LoadedReference) -> _Traced:
-    import torch
-    import torch.fx
-    from torch.fx.passes.shape_prop import ShapeProp
-
-    mod = ref.module
-    init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
-    model = inputs = None
-    # Shapes are all we need: build on the meta device (no memory, no time); some constructors
-    # need real values (`.item()`), so fall back to the CPU.
-    for device in ("meta", "cpu"):
-        try:
-            torch.manual_seed(0)
-            with torch.device(device):
-                model = mod.Model(*init)
-                inputs = list(mod.get_inputs())
-            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
-            break
-        except Exception as exc:
-            error = exc
-            model = None
-    if model is None:
-        raise _TraceError("problem", f"building Model(*get_init_inputs()) failed: {error}", "check get_init_inputs")
-
-    state = dict(model.state_dict(keep_vars=True))
-    try:
-        gm = torch.fx.symbolic_trace(model)
-    except Exception as fx_error:
-        try:
-            gm = torch.export.export(model, tuple(inputs), strict=False).module()
-            state = dict(gm.state_dict(keep_vars=True))
-        except Exception as export_error:
-            raise _TraceError(
-                "trace",
-                f"torch.fx could not trace the model ({fx_error}); torch.export failed too ({export_error})",
-                "data-dependent control flow in forward() cannot be traced; write the program by hand",
-            ) from None
-    class _Prop(ShapeProp):
-        """ShapeProp that also keeps non-tensor results (sizes), so `x.view(x.size(0), -1)` folds."""
-
-        def run_node(self, n):
-            result = super().run_node(n)
-            if isinstance(result, (int, float, bool)) or (
-                isinstance(result, (tuple, list, torch.Size)) and all(isinstance(v, int) for v in result)
-            ):
-                n.meta["const"] = tuple(result) if isinstance(result, (list, torch.Size)) else result
-            return result
-
-    try:
-        _Prop(gm).propagate(*inputs)
-    except Exception:
-        # meta kernels are missing for a few ops: propagate on small real tensors of the same shapes
-        real_inputs = [torch.rand(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
-        gm = gm.to_empty(device="cpu") if any(p.is_meta for p in gm.parameters()) else gm
-        try:
-            _Prop(gm).propagate(*real_inputs)
-        except Exception as exc:
-            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-            raise _TraceError("trace", f"shape propagation failed: {first}", "check get_inputs() against forward()") from None
-        state = dict(gm.state_dict(keep_vars=True))
-    return _Traced(gm, state, inputs)
-
-
-# ---------------------------------------------------------------------------------------------
-# Normalising nodes: every node becomes one _Op
-
-
-_DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16"}
-
-# name -> (IR form, fn, literal params)
-_UNARY = {
-    "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "silu": "silu", "mish": "mish", "exp": "exp",
-    "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "neg": "neg", "square": "square",
-    "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "negative": "neg",
-}
-_BINARY = {
-    "add": "add", "iadd": "add", "sub": "sub", "isub": "sub", "rsub": "rsub", "mul": "mul", "imul": "mul",
-    "truediv": "div", "itruediv": "div", "div": "div", "multiply": "mul", "subtract": "sub", "divide": "div",
-    "minimum": "min", "maximum": "max", "pow": "pow",
-}
-_ALIASES = {"clone", "detach", "contiguous", "identity", "alias", "_assert_tensor_metadata"}
-_TRANSPOSES = {"t", "transpose", "permute", "T", "mT", "swapaxes", "swapdims"}
-_REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min"}
-
-_MODULE_UNARY = {
-    "ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Mish": "mish",
-    "Hardswish": "hardswish", "Hardsigmoid": "hardsigmoid",
-}
-
-
-@dataclass
-class _Op:
-    node: Any
-    kind: str  # input param const alias gemm conv ew reduce getitem torch output unsupported
-    target: str  # readable, for coverage
-    name: str = ""  # canonical op name ("relu", "linear")
-    operands: list[Any] = field(default_factory=list)  # fx.Node | ParamRef | literal
-    torch_fn: str | None = None  # the PyTorch-step form of this op
-    torch_args: list[Any] = field(default_factory=list)
-    torch_kwargs: dict[str, Any] = field(default_factory=dict)
-    reason: str = ""
-    # gemm: operands [a, b]; conv: operands [x, w]
-    a_t: bool = False
-    b_t: bool = False
-    bias: Any = None
-    alpha: float = 1.0
-    beta: float = 1.0
-    conv: dict[str, Any] = field(default_factory=dict)
-    flatten_a: bool = False  # rank > 3 A: reshaped to 2-D around the kernel
-    # ew: fn and literal params
-    fn: str = ""
-    params: tuple[float, ...] = ()
-    # reduce
-    dim: int = -1
-    keepdim: bool = False
-    scale: float = 1.0  # folded scalar factor (mean, a later mul/div)
-    shift: float = 0.0  # folded additive constant (max/min)
-    index: int = 0  # getitem
-
-
-def _target_name(node) -> tuple[str, str]:
-    """(canonical op name, readable target) of a call_function / call_method node."""
-    t = node.target
-    if node.op == "call_method":
-        name = t
-        readable = f"Tensor.{t}"
-    else:
-        name = getattr(t, "__name__", str(t))
-        overload = getattr(t, "overloadpacket", None)
-        if overload is not None:  # aten op from torch.export
-            name = overload.__name__
-        mod = getattr(t, "__module__", "") or ""
-        prefix = "F" if mod.startswith("torch.nn.functional") else ("operator" if mod == "_operator" else "torch")
-        readable = f"{prefix}.{name}"
-        if name == "getattr":
-            name = str(node.args[1])
-            readable = f"Tensor.{name}"
-    name = name.lstrip("_")
-    if name.endswith("_"):
-        name = name.rstrip("_")  # in-place variants compute the same values here
-    return name, readable
-
-
-def _arg(node_args, node_kwargs, i, key, default=None):
-    if key in node_kwargs:
-        return node_kwargs[key]
-    if i is not None and i < len(node_args):
-        return node_args[i]
-    return default
-
-
-def _tuple(v, n):
-    if isinstance(v, (list, tuple)):
-        return tuple(int(x) for x in v)
-    return (int(v),) * n
-
-
-def _literal(v):
-    import torch
-
-    if isinstance(v, (bool, int, float, str)) or v is None:
-        return v
-    if isinstance(v, (list, tuple, torch.Size)):
-        items = tuple(_literal(x) for x in v)
-        if all(isinstance(x, (bool, int, float, str)) or x is None for x in items):
-            return items
-        raise ValueError(f"nested value {v!r}")
-    if isinstance(v, torch.dtype):
-        return str(v).replace("torch.", "")
-    if isinstance(v, torch.memory_format):
-        return str(v).replace("torch.", "")
-    raise ValueError(f"value {v!r} of type {type(v).__name__}")
-
-
-def _normalize(node, gm, state) -> _Op:
-    import torch.fx
-
-    if node.op == "placeholder":
-        return _Op(node, "input", "input", name=node.name)
-    if node.op == "output":
-        return _Op(node, "output", "output")
-    if node.op == "get_attr":
-        key = str(node.target)
-        if key in state:
-            return _Op(node, "param", f"self.{key}", operands=[ParamRef(key)])
-        return _Op(node, "unsupported", f"self.{key}", reason="a tensor attribute outside state_dict cannot be bound as a param")
-    if node.op == "call_module":
-        return _normalize_module(node, gm.get_submodule(node.target))
-    name, readable = _target_name(node)
-    args, kwargs = list(node.args), dict(node.kwargs)
-    op = _Op(node, "torch", readable, name=name, torch_fn=name, torch_args=args, torch_kwargs=kwargs)
-    if "const" in node.meta:
-        op.kind = "const"
-        return op
-    if node.op == "call_function" and node.target is getattr:
-        attr = str(args[1])
-        op.torch_args = [args[0]]
-        if attr == "T":
-            op.torch_fn = "t"
-        elif attr == "mT":
-            op.torch_fn, op.torch_args = "transpose", [args[0], -2, -1]
-        else:
-            op.kind, op.reason = "unsupported", f"attribute .{attr}"
-            return op
-    if name == "getitem":
-        op.kind, op.operands, op.index = "getitem", [args[0]], args[1] if isinstance(args[1], int) else -1
-        source_meta = args[0].meta.get("tensor_meta") if isinstance(args[0], torch.fx.Node) else None
-        if hasattr(source_meta, "shape"):
-            op.kind, op.reason = "unsupported", "indexing a tensor has no program form (no whitelisted step selects)"
-        elif op.index < 0:
-            op.kind, op.reason = "unsupported", "indexing by slices has no μCUTLASS form"
-        return op
-    if name in _ALIASES or (name == "dropout" and _dropout_is_identity(args, kwargs)):
-        op.kind, op.operands = "alias", [args[0]]
-        return op
-    if name == "to" and not kwargs and len(args) == 1:
-        op.kind, op.operands = "alias", [args[0]]
-        return op
-    if name in ("linear",):
-        op.kind, op.operands = "gemm", [args[0], _arg(args, kwargs, 1, "weight")]
-        op.b_t = True
-        op.bias = _arg(args, kwargs, 2, "bias")
-        return op
-    if name in ("matmul", "mm", "bmm"):
-        op.kind, op.operands = "gemm", [args[0], _arg(args, kwargs, 1, "other", _arg(args, kwargs, 1, "mat2"))]
-        return op
-    if name in ("addmm", "baddbmm"):
-        op.kind = "gemm"
-        op.operands = [_arg(args, kwargs, 1, "mat1", _arg(args, kwargs, 1, "batch1")), _arg(args, kwargs, 2, "mat2", _arg(args, kwargs, 2, "batch2"))]
-        op.bias = args[0]
-        op.beta = float(kwargs.get("beta", 1.0))
-        op.alpha = float(kwargs.get("alpha", 1.0))
-        return op
-    if name == "einsum":
-        return _normalize_einsum(op, args)
-    if name in ("conv1d", "conv2d", "conv3d"):
-        dims = int(name[4])
-        padding = _arg(args, kwargs, 4, "padding", 0)
-        op.kind = "conv"
-        op.operands = [args[0], _arg(args, kwargs, 1, "weight")]
-        op.bias = _arg(args, kwargs, 2, "bias")
-        op.conv = dict(
-            dims=dims,
-            stride=_tuple(_arg(args, kwargs, 3, "stride", 1), dims),
-            padding=padding if isinstance(padding, str) else _tuple(padding, dims),
-            dilation=_tuple(_arg(args, kwargs, 5, "dilation", 1), dims),
-            groups=int(_arg(args, kwargs, 6, "groups", 1)),
-        )
-        return op
-    if name in _UNARY:
-        op.kind, op.fn, op.operands = "ew", _UNARY[name], [args[0]]
-        return op
-    if name == "gelu":
-        approx = _arg(args, kwargs, 1, "approximate", "none")
-        op.kind, op.fn, op.operands = "ew", ("gelu_tanh" if approx == "tanh" else "gelu"), [args[0]]
-        return op
-    if name == "softplus":
-        beta, threshold = _arg(args, kwargs, 1, "beta", 1), _arg(args, kwargs, 2, "threshold", 20)
-        if beta == 1 and threshold == 20:
-            op.kind, op.fn, op.operands = "ew", "softplus", [args[0]]
-        else:
-            op.reason = "softplus with beta != 1 or threshold != 20"
-        return op
-    if name in ("leaky_relu",):
-        op.kind, op.fn, op.operands = "ew", "leaky_relu", [args[0]]
-        op.params = (float(_arg(args, kwargs, 1, "negative_slope", 0.01)),)
-        return op
-    if name == "elu":
-        op.kind, op.fn, op.operands = "ew", "elu", [args[0]]
-        op.params = (float(_arg(args, kwargs, 1, "alpha", 1.0)),)
-        return op
-    if name in ("hardtanh", "relu6"):
-        lo = -1.0 if name == "hardtanh" else 0.0
-        hi = 1.0 if name == "hardtanh" else 6.0
-        if name == "hardtanh":
-            lo, hi = float(_arg(args, kwargs, 1, "min_val", lo)), float(_arg(args, kwargs, 2, "max_val", hi))
-        op.kind, op.fn, op.operands, op.params = "ew", "hardtanh", [args[0]], (lo, hi)
-        return op
-    if name in ("clamp", "clip", "clamp_min", "clamp_max"):
-        lo = _arg(args, kwargs, 1, "min") if name != "clamp_max" else None
-        hi = _arg(args, kwargs, 2, "max") if name == "clamp" or name == "clip" else None
-        if name == "clamp_max":
-            hi = _arg(args, kwargs, 1, "max")
-        if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
-            op.reason = "clamp with tensor bounds"
-            return op
-        op.kind, op.operands = "ew", [args[0]]
-        if lo is not None and hi is not None:
-            op.fn, op.params = "clamp", (float(lo), float(hi))
-        elif lo is not None:
-            op.fn, op.operands = "max", [args[0], float(lo)]
-        elif hi is not None:
-            op.fn, op.operands = "min", [args[0], float(hi)]
-        else:
-            op.kind = "alias"
-        return op
-    if name in _BINARY or name in ("max", "min") and _is_binary_minmax(args, kwargs):
-        if name in ("add", "sub") and ("alpha" in kwargs or len(args) > 2):
-            op.reason = f"{name} with alpha"
-            return op
-        fn = _BINARY.get(name, name)
-        lhs, rhs = args[0], _arg(args, kwargs, 1, "other")
-        if fn == "rsub":
-            fn, lhs, rhs = "sub", rhs, lhs
-        if name == "div" and kwargs.get("rounding_mode") is not None:
-            op.reason = "division with a rounding mode"
-            return op
-        op.kind, op.fn, op.operands = "ew", fn, [lhs, rhs]
-        if not isinstance(lhs, torch.fx.Node) and isinstance(rhs, torch.fx.Node):
-            # PyTorch functions take the tensor first: 2 * x -> mul(x, 2), 1 - x -> rsub(x, 1)
-            swapped = {"add": "add", "mul": "mul", "sub": "rsub", "min": "clamp_max", "max": "clamp_min"}
-            if fn in swapped:
-                op.torch_fn, op.torch_args, op.torch_kwargs = swapped[fn], [rhs, lhs], {}
-        elif fn in ("min", "max") and not isinstance(rhs, torch.fx.Node):
-            op.torch_fn = "clamp_max" if fn == "min" else "clamp_min"
-        if fn == "pow" and rhs == 2:
-            op.fn, op.operands = "square", [lhs]
-        return op
-    if name in _REDUCTIONS:
-        dim = _arg(args, kwargs, 1, "dim")
-        keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
-        if isinstance(dim, (list, tuple)) and len(dim) == 1:
-            dim = dim[0]
-        if isinstance(dim, int) and not kwargs.get("dtype"):
-            op.kind, op.fn, op.operands, op.dim, op.keepdim = "reduce", _REDUCTIONS[name], [args[0]], dim, keepdim
-            op.index = 1 if name in ("max", "min") else 0  # torch.max(x, dim) returns (values, indices)
-        else:
-            op.reason = f"{name} over several dims or all elements"
-        return op
-    if name in _TRANSPOSES:
-        op.kind = "torch"
-        op.fn = "transpose"
-        op.operands = [args[0]]
-        return op
-    return op
-
-
-def _dropout_is_identity(args, kwargs) -> bool:
-    p = _arg(args, kwargs, 1, "p", 0.5)
-    training = _arg(args, kwargs, 2, "training", True)
-    return p == 0 or not training
-
-
-def _is_binary_minmax(args, kwargs) -> bool:
-    import torch.fx
-
-    other = _arg(args, kwargs, 1, "other")
-    if isinstance(other, (int, float)) and not isinstance(other, bool) and "dim" not in kwargs:
-        return False  # torch.max(x, 1) is a reduction
-    return isinstance(other, torch.fx.Node) and other.meta.get("tensor_meta") is not None and "dim" not in kwargs
-
-
-_EINSUM_TERM = re.compile(r"^[a-zA-Z]+$")
-
-
-def _normalize_einsum(op: _Op, args) -> _Op:
-    equation = args[0]
-    operands = list(args[1:])
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = list(operands[0])
-    try:
-        lhs, out = equation.replace(" ", "").split("->")
-        ta, tb = lhs.split(",")
-    except (ValueError, AttributeError):
-        op.reason = "einsum that is not a two-operand product with an explicit output"
-        return op
-    if len(operands) != 2 or not all(_EINSUM_TERM.match(t) for t in (ta, tb, out)):
-        op.reason = "einsum that is not a two-operand product"
-        return op
-    batch = [c for c in out if c in ta and c in tb]
-    m = [c for c in ta if c in out and c not in tb]
-    n = [c for c in tb if c in out and c not in ta]
-    k = [c for c in ta if c in tb and c not in out]
-    if len(k) != 1 or len(n) != 1 or not m or len(batch) > 1 or len(set(ta + tb)) != len(batch) + len(m) + len(n) + len(k):
-        op.reason = f"einsum {equation} is not of GEMM form (one contracted index, one column index)"
-        return op
-    (kk,), (nn_,) = k, n
-    if batch and not (ta[0] == batch[0] and tb[0] == batch[0] and out[0] == batch[0]):
-        op.reason = f"einsum {equation}: the batch index is not leading"
-        return op
-    ta_core, tb_core, out_core = ta[len(batch):], tb[len(batch):], out[len(batch):]
-    if len(m) > 1:
-        # several row indices: fine when they lead A and the output, in order, with K last in A
-        if batch or ta_core != "".join(m) + kk or out_core != "".join(m) + nn_:
-            op.reason = f"einsum {equation}: row indices are not contiguous"
-            return op
-        a_t = False
-    elif ta_core == m[0] + kk:
-        a_t = False
-    elif ta_core == kk + m[0]:
-        a_t = True
-    else:
-        op.reason = f"einsum {equation}: unexpected A indices"
-        return op
-    if tb_core == kk + nn_:
-        b_t = False
-    elif tb_core == nn_ + kk:
-        b_t = True
-    else:
-        op.reason = f"einsum {equation}: unexpected B indices"
-        return op
-    if out_core not in (m[0] + nn_ if len(m) == 1 else "".join(m) + nn_,):
-        op.reason = f"einsum {equation}: the output is transposed"
-        return op
-    op.kind, op.operands, op.a_t, op.b_t = "gemm", operands, a_t, b_t
-    return op
-
-
-def _normalize_module(node, module) -> _Op:
-    import torch.nn as nn
-
-    cls = type(module).__name__
-    prefix = str(node.target)
-    readable = f"nn.{cls}"
-    x = node.args[0] if node.args else None
-
-    def p(attr):
-        return ParamRef(f"{prefix}.{attr}") if getattr(module, attr, None) is not None else None
-
-    op = _Op(node, "torch", readable, name=cls.lower())
-    if isinstance(module, nn.Linear):
-        op.kind, op.name, op.operands, op.b_t, op.bias = "gemm", "linear", [x, p("weight")], True, p("bias")
-        op.torch_fn, op.torch_args = "linear", [x, p("weight"), p("bias")]
-        return op
-    if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
-        dims = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[type(module)]
-        op.name = f"conv{dims}d"
-        op.torch_fn, op.torch_args = op.name, [x, p("weight"), p("bias")]
-        op.torch_kwargs = dict(stride=tuple(module.stride), padding=module.padding if isinstance(module.padding, str) else tuple(module.padding), dilation=tuple(module.dilation), groups=module.groups)
-        if module.padding_mode != "zeros":
-            op.reason = f"padding_mode={module.padding_mode!r}"
-            return op
-        op.kind, op.operands, op.bias = "conv", [x, p("weight")], p("bias")
-        op.conv = dict(dims=dims, **op.torch_kwargs)
-        return op
-    if isinstance(module, (nn.Identity,)) or (isinstance(module, nn.Dropout) and (module.p == 0 or not module.training)):
-        op.kind, op.operands = "alias", [x]
-        return op
-    if cls in _MODULE_UNARY:
-        op.kind, op.fn, op.operands = "ew", _MODULE_UNARY[cls], [x]
-        op.name = op.torch_fn = _MODULE_UNARY[cls]
-        op.torch_args = [x]
-        return op
-    simple: dict[str, tuple[str, tuple[float, ...]]] = {}
-    if isinstance(module, nn.GELU):
-        simple[cls] = ("gelu_tanh" if module.approximate == "tanh" else "gelu", ())
-    elif isinstance(module, nn.LeakyReLU):
-        simple[cls] = ("leaky_relu", (float(module.negative_slope),))
-    elif isinstance(module, nn.Hardtanh):  # ReLU6 is a Hardtanh
-        simple[cls] = ("hardtanh", (float(module.min_val), float(module.max_val)))
-    elif isinstance(module, nn.ELU):
-        simple[cls] = ("elu", (float(module.alpha),))
-    elif isinstance(module, nn.Softplus) and module.beta == 1 and module.threshold == 20:
-        simple[cls] = ("softplus", ())
-    if cls in simple:
-        fn, params = simple[cls]
-        op.kind, op.fn, op.params, op.operands = "ew", fn, params, [x]
-        op.name = fn
-        op.torch_fn, op.torch_args = fn, [x]
-        if fn == "gelu_tanh":
-            op.torch_fn, op.torch_kwargs = "gelu", {"approximate": "tanh"}
-        elif fn == "leaky_relu":
-            op.torch_kwargs = {"negative_slope": params[0]}
-        elif fn == "hardtanh":
-            op.torch_kwargs = {"min_val": params[0], "max_val": params[1]}
-        elif fn == "elu":
-            op.torch_kwargs = {"alpha": params[0]}
-        return op
-    # no kernel form: the functional equivalent as a PyTorch step
-    op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p)
-    if isinstance(module, nn.Dropout):
-        op.kind, op.reason = "unsupported", "dropout with p > 0 in training mode is random: no program can match it"
-    elif op.torch_fn is None:
-        op.kind, op.reason = "unsupported", f"nn.{cls} has no μCUTLASS or PyTorch-step form"
-    else:
-        op.reason = f"nn.{cls} has no μCUTLASS kernel form"
-    return op
-
-
-def _module_functional(m, x, p):
-    import torch.nn as nn
-
-    if isinstance(m, nn.modules.batchnorm._BatchNorm):
-        if not (m.training or not m.track_running_stats):
-            return None, [], {}  # eval-mode statistics are not a whitelisted step
-        # the step normalises with the batch's statistics, as a module in training mode does
-        return "batch_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
-    if isinstance(m, nn.GroupNorm):
-        return "group_norm", [x, m.num_groups, p("weight"), p("bias")], dict(eps=float(m.eps))
-    if isinstance(m, nn.LayerNorm):
-        return "layer_norm", [x, tuple(m.normalized_shape), p("weight"), p("bias")], dict(eps=float(m.eps))
-    if isinstance(m, nn.modules.instancenorm._InstanceNorm):
-        if not (m.training or not m.track_running_stats):
-            return None, [], {}
-        return "instance_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
-    if isinstance(m, nn.Dropout):
-        return None, [], {}
-    if isinstance(m, (nn.Softmax, nn.LogSoftmax)):
-        return ("softmax" if isinstance(m, nn.Softmax) else "log_softmax"), [x], dict(dim=m.dim)
-    if isinstance(m, nn.Flatten):
-        return "flatten", [x], dict(start_dim=m.start_dim, end_dim=m.end_dim)
-    for cls, fn in ((nn.MaxPool1d, "max_pool1d"), (nn.MaxPool2d, "max_pool2d"), (nn.MaxPool3d, "max_pool3d")):
-        if isinstance(m, cls):
-            return fn, [x], dict(kernel_size=m.kernel_size, stride=m.stride, padding=m.padding, dilation=m.dilation, ceil_mode=m.ceil_mode)
-    for cls, fn in ((nn.AvgPool1d, "avg_pool1d"), (nn.AvgPool2d, "avg_pool2d"), (nn.AvgPool3d, "avg_pool3d")):
-        if isinstance(m, cls):
-            kw = dict(kernel_size=m.kernel_size, stride=m.stride, padding=m.padding, ceil_mode=m.ceil_mode, count_include_pad=m.count_include_pad)
-            if getattr(m, "divisor_override", None) is not None:
-                kw["divisor_override"] = m.divisor_override
-            return fn, [x], kw
-    for cls, fn in ((nn.AdaptiveAvgPool1d, "adaptive_avg_pool1d"), (nn.AdaptiveAvgPool2d, "adaptive_avg_pool2d"), (nn.AdaptiveAvgPool3d, "adaptive_avg_pool3d"),
-                    (nn.AdaptiveMaxPool2d, "adaptive_max_pool2d")):
-        if isinstance(m, cls):
-            return fn, [x], dict(output_size=m.output_size)
-    for cls, fn in ((nn.ConvTranspose1d, "conv_transpose1d"), (nn.ConvTranspose2d, "conv_transpose2d"), (nn.ConvTranspose3d, "conv_transpose3d")):
-        if isinstance(m, cls):
-            return fn, [x, p("weight"), p("bias")], dict(stride=tuple(m.stride), padding=tuple(m.padding), output_padding=tuple(m.output_padding),
-                                                          groups=m.groups, dilation=tuple(m.dilation))
-    if isinstance(m, nn.Softsign):
-        return "softsign", [x], {}
-    if isinstance(m, nn.SELU):
-        return "selu", [x], {}
-    if isinstance(m, nn.LogSigmoid):
-        return "logsigmoid", [x], {}
-    return None, [], {}
-
-
-# ---------------------------------------------------------------------------------------------
-# Lowering
+from dsl_compiler.frontend.results import CoverageRow, TraceOptions, TraceResult
+from dsl_compiler.frontend.reference import LoadedReference, ParamRef, Traced
+from dsl_compiler.frontend.normalize import DTYPES, Op, TRANSPOSES, literal, normalize
+from dsl_compiler.precision import default_math
 
 
 _RESERVED = {
@@ -736,8 +76,8 @@ class _Group:
     kernel_name: str = ""
 
 
-class _Lowering:
-    def __init__(self, traced: _Traced, options: TraceOptions, ref: LoadedReference, why: dict[str, str] | None = None):
+class Lowering:
+    def __init__(self, traced: Traced, options: TraceOptions, ref: LoadedReference, why: dict[str, str] | None = None):
         self.traced = traced
         self.options = options
         self.name = ref.name
@@ -748,7 +88,7 @@ class _Lowering:
         self.tuple_outputs: dict[Any, Any] = {}
         self.nodes = list(traced.gm.graph.nodes)
         self.order = {n: i for i, n in enumerate(self.nodes)}
-        self.ops: dict[Any, _Op] = {}
+        self.ops: dict[Any, Op] = {}
         self.coverage: dict[Any, CoverageRow] = {}
         self.diagnostics: list[Diagnostic] = []
         self.namer = _Namer()
@@ -790,7 +130,7 @@ class _Lowering:
 
     def dtype_of(self, x) -> str | None:
         found = self._tensor_meta(x)
-        return _DTYPES.get(str(found[1])) if found is not None else None
+        return DTYPES.get(str(found[1])) if found is not None else None
 
     def users(self, node) -> list[Any]:
         """Users of a value, looking through aliases."""
@@ -809,10 +149,10 @@ class _Lowering:
     # -- phase 1: normalise ----------------------------------------------------------------
     def normalise(self):
         for n in self.nodes:
-            self.ops[n] = _normalize(n, self.traced.gm, self.traced.state)
+            self.ops[n] = normalize(n, self.traced.gm, self.traced.state)
 
     # -- phase 2: kernels --------------------------------------------------------------------
-    def check_gemm(self, op: _Op) -> str:
+    def check_gemm(self, op: Op) -> str:
         """Why this gemm cannot be a kernel ('' when it can); folds transposes and layouts."""
         a, b = (self.resolve(x) for x in op.operands)
         # fold an explicit transpose of an operand into its ^T read
@@ -838,7 +178,7 @@ class _Lowering:
 
     def fold_transpose(self, x, transposed: bool):
         op = self.ops.get(x)
-        if op is None or op.name not in _TRANSPOSES:
+        if op is None or op.name not in TRANSPOSES:
             return x, transposed
         shape = self.shape_of(x)
         if shape is None or len(shape) < 2:
@@ -859,7 +199,7 @@ class _Lowering:
             return x, transposed
         return self.resolve(op.node.args[0]), not transposed
 
-    def check_conv(self, op: _Op) -> str:
+    def check_conv(self, op: Op) -> str:
         x, w = (self.resolve(v) for v in op.operands)
         sx, sw = self.shape_of(x), self.shape_of(w)
         if sx is None or sw is None:
@@ -1094,7 +434,7 @@ class _Lowering:
             self.ops[node].kind, self.ops[node].operands = "alias", [red]
         return self.emit()
 
-    def reduce_to_torch(self, node, op: _Op):
+    def reduce_to_torch(self, node, op: Op):
         """A reduction left to PyTorch, spelled as a whitelisted step."""
         if op.fn in ("max", "min"):
             getitems = [u for u in node.users if self.ops[u].kind == "getitem"]
@@ -1157,7 +497,7 @@ class _Lowering:
                 self.cover(n, "folded", where=self.tensor_name.get(self.resolve(n), ""), reason="identity (no data movement needed)")
             elif op.kind == "const":
                 self.cover(n, "folded", reason="a size or constant, folded at trace time")
-            elif op.name in _TRANSPOSES:
+            elif op.name in TRANSPOSES:
                 self.cover(n, "folded", reason="transpose read as a kernel operand ^T")
             elif n not in self.live:
                 self.cover(n, "folded", reason="its result is unused")
@@ -1189,7 +529,7 @@ class _Lowering:
             self.cover(n, "unsupported", reason="a non-tensor forward() argument")
             self.fail(f"forward() argument {n.name} is not a tensor")
             return
-        dtype = _DTYPES.get(str(tm.dtype))
+        dtype = DTYPES.get(str(tm.dtype))
         if dtype is None:
             self.cover(n, "unsupported", reason=f"element type {tm.dtype}")
             self.fail(f"input {n.name} has element type {tm.dtype}; the language has f32, bf16 and f16")
@@ -1209,7 +549,7 @@ class _Lowering:
         if not isinstance(t, torch.Tensor):
             self.fail(f"model tensor {key} is not in state_dict")
             return None
-        own = _DTYPES.get(str(t.dtype))
+        own = DTYPES.get(str(t.dtype))
         if own is None:
             self.fail(f"model tensor {key} has element type {t.dtype}")
             return None
@@ -1273,7 +613,7 @@ class _Lowering:
         self.emit_torch(n, op)
 
     # torch steps ------------------------------------------------------------------------------
-    def emit_torch(self, n, op: _Op):
+    def emit_torch(self, n, op: Op):
         import torch.fx
 
         fn = op.torch_fn
@@ -1286,7 +626,7 @@ class _Lowering:
             self.cover(n, "unsupported", reason=torch_args)
             self.fail(f"{op.target} ({n.name}): {torch_args}")
             return
-        op = _Op(op.node, op.kind, op.target, name=op.name, torch_fn=fn, torch_args=torch_args, torch_kwargs=torch_kwargs,
+        op = Op(op.node, op.kind, op.target, name=op.name, torch_fn=fn, torch_args=torch_args, torch_kwargs=torch_kwargs,
                  reason=op.reason, fn=op.fn)
         args, kwargs = [], []
         pre_neg = fn == "rsub"  # c - x runs as add(neg(x), c)
@@ -1303,7 +643,7 @@ class _Lowering:
                 self.fail(f"{op.target} ({n.name}) passes a tensor as keyword {k}")
                 return
             try:
-                kwargs.append(Kwarg(key=k, value=_literal(v)))
+                kwargs.append(Kwarg(key=k, value=literal(v)))
             except ValueError as exc:
                 self.cover(n, "unsupported", reason=f"argument {k}: {exc}")
                 self.fail(f"{op.target} ({n.name}): argument {k} is {exc}")
@@ -1339,7 +679,7 @@ class _Lowering:
         import torch.fx
 
         if isinstance(a, torch.fx.Node) and "const" in self.resolve(a).meta:
-            return LiteralArg(value=_literal(self.resolve(a).meta["const"]))
+            return LiteralArg(value=literal(self.resolve(a).meta["const"]))
         if isinstance(a, (list, tuple)) and any(isinstance(v, torch.fx.Node) for v in a):
             if all(not isinstance(v, torch.fx.Node) or "const" in v.meta for v in a):
                 a = tuple(v.meta["const"] if isinstance(v, torch.fx.Node) else v for v in a)
@@ -1351,7 +691,7 @@ class _Lowering:
                 return _BAD
             return TensorArg(name=name)
         try:
-            return LiteralArg(value=_literal(a))
+            return LiteralArg(value=literal(a))
         except ValueError as exc:
             self.cover(n, "unsupported", reason=f"argument {exc}")
             self.fail(f"{self.ops[n].target} ({n.name}): argument {exc} has no program form")
@@ -1367,7 +707,7 @@ class _Lowering:
             self.k_major[name] = copy
         return self.k_major[name]
 
-    def group_half_math(self, anchor_op: _Op) -> str | None:
+    def group_half_math(self, anchor_op: Op) -> str | None:
         """The 16-bit math of one kernel: the options', except for a depthwise conv (a memory-bound
         SIMT kernel: converting its input costs more traffic than 16-bit reads save)."""
         if anchor_op.kind == "conv" and self.is_depthwise(anchor_op):
@@ -1431,7 +771,7 @@ class _Lowering:
             self.channels_last[key] = cl
         return self.channels_last[key]
 
-    def is_depthwise(self, op: _Op) -> bool:
+    def is_depthwise(self, op: Op) -> bool:
         """groups == C: one filter per input channel (the CUTLASS backend's direct SIMT kernel)."""
         shape = self.shape_of(op.operands[0])
         return shape is not None and len(shape) > 1 and int(op.conv.get("groups", 1)) == shape[1] > 1
@@ -1601,7 +941,7 @@ class _Lowering:
                 self.cover(n_, "epilogue", where=kname, reason="")
         for x in self.nodes:
             xop = self.ops[x]
-            if xop.name in _TRANSPOSES and x not in self.coverage and all(
+            if xop.name in TRANSPOSES and x not in self.coverage and all(
                     self.member_of.get(u) is group and u is group.anchor for u in self.users(x)):
                 self.cover(x, "folded", where=kname, reason="transpose read as an operand ^T")
                 self.emitted.add(x)
@@ -1613,7 +953,7 @@ def _tensor_reads(step) -> list[str]:
     """Names of the tensors a step reads (operands, epilogue tensors, step arguments)."""
     if isinstance(step, TorchStep):
         return [a.name for a in step.args if isinstance(a, TensorArg)]
-    from sol_models.counting import epilogue_refs
+    from dsl_compiler.walk import epilogue_refs
 
     return [o.name for o in step.operands] + [r.name for r in epilogue_refs(step)]
 
@@ -1704,88 +1044,3 @@ def _torch_step_unknown(fn: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Entry point
-
-
-def default_math(dtype: str, allowed_precisions: tuple[str, ...]) -> str | None:
-    """The tensor-core math a kernel on ``dtype`` storage may use under the problem's precisions:
-    tf32 over f32, bf16 / f16 over themselves; None (exact f32) when none is allowed."""
-    wanted = {"f32": "tf32", "bf16": "bf16", "f16": "f16"}.get(dtype)
-    return wanted if wanted in allowed_precisions else None
-
-
-_KERNEL_IN_MESSAGE = re.compile(r"kernel '([A-Za-z0-9_]+)'")
-
-
-def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback: bool = True,
-                  target: str = "sm90a", backend: str | None = "cutlass") -> TraceResult:
-    """Trace the reference ``Model`` of ``problem`` into a μCUTLASS program, with coverage.
-
-    With ``fallback`` the program is checked for ``target`` / ``backend``, and a kernel the checks
-    reject first loses its epilogue to PyTorch steps, then runs as a PyTorch step itself; the
-    coverage rows say which diagnostic caused it."""
-    options = options or TraceOptions()
-    try:
-        ref = _load_reference(problem)
-    except _TraceError as exc:
-        return TraceResult(program=None, diagnostics=[exc.diagnostic])
-    except Exception as exc:  # evals.problems.ProblemError and friends
-        return TraceResult(program=None, diagnostics=[Diagnostic(code="problem", message=str(exc).splitlines()[0] if str(exc) else type(exc).__name__, hint="fix the problem file")])
-    try:
-        traced = _build_and_trace(ref)
-    except _TraceError as exc:
-        return TraceResult(program=None, diagnostics=[exc.diagnostic])
-    result = _lower(traced, options, ref)
-    if not fallback or result.program is None:
-        return result
-    from dsl_compiler.checks import check
-
-    why: dict[str, str] = {}
-    for _ in range(3 * len(result.program.kernels) + 1):
-        diags = [d for d in check(result.program, target, backend=backend) if d.severity == "error"]
-        if not diags:
-            break
-        # a target whose tf32 MMA reads K-major operands only: give those kernels transposing copies
-        kmajor = tuple(dict.fromkeys(m.group(1) for d in diags if d.code == "layout" and "K-major" in d.message
-                                     for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m and m.group(1) not in options.kmajor))
-        if kmajor:
-            options = options.model_copy(update={"kmajor": options.kmajor + kmajor})
-            result = _lower(traced, options, ref, why)
-            if result.program is None:
-                return result
-            continue
-        culprit = next((m.group(1) for d in diags for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m), None)
-        names = {k.name for k in result.program.kernels}
-        if culprit not in names:
-            culprit = result.program.kernels[-1].name if names else None
-        if culprit is None:
-            result.diagnostics.extend(diags)
-            return result
-        message = next((d.message for d in diags if culprit in d.message), diags[0].message)
-        has_epilogue = any(_has_epilogue(k) for k in result.program.kernels if k.name == culprit)
-        if culprit not in options.unfuse and has_epilogue:
-            options = options.model_copy(update={"unfuse": options.unfuse + (culprit,)})
-            why[culprit] = f"epilogue left to PyTorch: {message}"
-        else:
-            options = options.model_copy(update={"demote": options.demote + (culprit,)})
-            why[culprit] = f"demoted to PyTorch: {message}"
-        result = _lower(traced, options, ref, why)
-        if result.program is None:
-            return result
-    return result
-
-
-def _has_epilogue(kernel: Kernel) -> bool:
-    return bool(kernel.lets) or any(not isinstance(s.expr, Acc) for s in kernel.stores)
-
-
-def _lower(traced: _Traced, options: TraceOptions, ref: LoadedReference, why: dict[str, str] | None = None) -> TraceResult:
-    lowering = _Lowering(traced, options, ref, why)
-    try:
-        return lowering.run()
-    except Exception as exc:  # keep the promise: a value, never a traceback
-        return TraceResult(
-            program=None,
-            coverage=[lowering.coverage[n] for n in lowering.nodes if n in lowering.coverage],
-            diagnostics=[Diagnostic(code="trace", message=f"lowering failed: {type(exc).__name__}: {exc}", hint="write the program by hand")],
-        )

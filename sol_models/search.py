@@ -22,8 +22,7 @@ from typing import Any
 
 from dsl_compiler import ir
 from dsl_compiler.ir import KernelConfig, Program
-
-from nodes.offline.frontend import default_math
+from dsl_compiler.precision import default_math
 
 RECORD_ENV = "MUCUTLASS_RECORD"
 # Enumeration order breaks ties of the estimate: the shapes measured best on the H200 come first.
@@ -73,7 +72,7 @@ def _precisions(problem_info: Any) -> tuple[str, ...]:
 
 def epilogue_class(kernel: ir.Kernel) -> str:
     """What the epilogue costs in memory traffic: none < elementwise < bias < residual < reduction."""
-    from sol_models.counting import epilogue_nodes, epilogue_refs
+    from dsl_compiler.walk import epilogue_nodes, epilogue_refs
 
     rank = {"none": 0, "elementwise": 1, "bias": 2, "residual": 3, "reduction": 4}
     nodes = list(epilogue_nodes(kernel))

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from evals.variants import DEFAULT_VARIANT
+
 Stage = Literal["write", "compile", "validate", "profile", "done"]
 
 
@@ -57,6 +59,7 @@ class RunSummary(BaseModel):
     problem: str
     tier: str
     policy: str
+    variant: str = DEFAULT_VARIANT  # evals.variants: what the writer answered with, and whether SOL guided it
     backend: str
     gpu: str
     attempts: list[AttemptRecord] = Field(default_factory=list)

@@ -1,0 +1,316 @@
+"""What the three CUTLASS emitters share (``emit_cutlass`` for GEMM and sm_90 conv, ``emit_grouped``
+for grouped GEMM, ``emit_conv_grouped`` for grouped and depthwise conv): the emitted-kernel and ABI
+types, the C++ preamble and helpers, element types, the epilogue expression writer and the
+schedule, stage and alignment choices."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.precision import kernel_math
+from dsl_compiler.walk import expr_nodes
+from dsl_compiler.ir import (
+    Acc,
+    Binary,
+    Const,
+    Kernel,
+    ParamCall,
+    Reduce,
+    Ref,
+    Span,
+    Unary,
+)
+
+
+CPP_ELEMENT = {"f32": "float", "bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t"}
+ELEMENT_BITS = {"f32": 32, "bf16": 16, "f16": 16}
+
+
+class EmitError(Exception):
+    """A kernel the backend cannot build; carries the Diagnostic to return."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+@dataclass(frozen=True)
+class AbiTensor:
+    """One device pointer of the C ABI.
+
+    role: ``a``/``b`` (GEMM operands), ``x``/``w`` (conv), ``src`` (C, the first full-shape
+    epilogue input), ``aux`` (further full-shape inputs), ``col``/``row``/``scalar`` (broadcast
+    inputs), ``d`` (the main output), ``store`` (further full outputs), ``reduce`` (row_* / col_*).
+    """
+
+    name: str
+    role: str
+    dtype: str
+    reduce_fn: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelAbi:
+    op_kind: str  # gemm | conv
+    tensors: tuple[AbiTensor, ...]
+    ints: tuple[str, ...]
+    scalars: tuple[float, ...]
+    spatial_dims: int = 0
+
+    def index(self, role: str, name: str | None = None) -> int:
+        for i, t in enumerate(self.tensors):
+            if t.role == role and (name is None or t.name == name):
+                return i
+        raise KeyError(role)
+
+
+@dataclass
+class EmittedKernel:
+    kernel_name: str
+    namespace: str
+    source: str
+    abi: KernelAbi
+    # knob -> C++ fragment that carries it: maps an nvcc error back to the program's knob
+    knobs: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions
+
+
+def unsupported(kernel: Kernel, message: str, hint: str, span: Span | None = None, found: str | None = None):
+    return EmitError(
+        Diagnostic(code="unsupported", message=f"kernel '{kernel.name}': {message}", span=span or kernel.span,
+                   found=found, hint=hint)
+    )
+
+
+def inline_lets(expr, lets: dict):
+    """Substitute let bindings so every store is one expression over leaves."""
+    if isinstance(expr, Ref) and expr.index == "full" and expr.name in lets:
+        return inline_lets(lets[expr.name], lets)
+    if isinstance(expr, Unary):
+        return Unary(fn=expr.fn, arg=inline_lets(expr.arg, lets))
+    if isinstance(expr, Binary):
+        return Binary(fn=expr.fn, lhs=inline_lets(expr.lhs, lets), rhs=inline_lets(expr.rhs, lets))
+    if isinstance(expr, ParamCall):
+        return ParamCall(fn=expr.fn, arg=inline_lets(expr.arg, lets), params=expr.params)
+    if isinstance(expr, Reduce):
+        return Reduce(fn=expr.fn, arg=inline_lets(expr.arg, lets))
+    return expr
+
+
+def evt_leaves(expr, out: list):
+    """The EVT leaves an expression reads (the accumulator, tensor refs), added to ``out`` in first-use order."""
+    for node in expr_nodes(expr):
+        if isinstance(node, (Acc, Ref)):
+            key = ("acc",) if isinstance(node, Acc) else ("ref", node.name, node.index)
+            if key not in out:
+                out.append(key)
+    return out
+
+
+UNARY_CPP = {
+    "neg": "(-({0}))",
+    "abs": "fabsf({0})",
+    "relu": "fmaxf({0}, 0.f)",
+    "gelu": "mu_gelu({0})",
+    "gelu_tanh": "mu_gelu_tanh({0})",
+    "silu": "mu_silu({0})",
+    "sigmoid": "mu_sigmoid({0})",
+    "tanh": "tanhf({0})",
+    "mish": "mu_mish({0})",
+    "softplus": "mu_softplus({0})",
+    "exp": "expf({0})",
+    "log": "logf({0})",
+    "sqrt": "sqrtf({0})",
+    "rsqrt": "(1.f / sqrtf({0}))",
+    "square": "mu_square({0})",
+    "hardswish": "mu_hardswish({0})",
+    "hardsigmoid": "mu_hardsigmoid({0})",
+}
+BINARY_CPP = {
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "div": "({0} / {1})",
+    "min": "fminf({0}, {1})",
+    "max": "fmaxf({0}, {1})",
+    "pow": "powf({0}, {1})",
+}
+PARAM_CPP = {"clamp": "mu_clamp", "hardtanh": "mu_clamp", "leaky_relu": "mu_leaky_relu", "elu": "mu_elu"}
+
+HELPERS = r"""
+CUTLASS_HOST_DEVICE float mu_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+CUTLASS_HOST_DEVICE float mu_silu(float x) { return x / (1.f + expf(-x)); }
+CUTLASS_HOST_DEVICE float mu_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+CUTLASS_HOST_DEVICE float mu_gelu_tanh(float x) {
+  return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+// PyTorch's softplus: linear above threshold 20 to avoid overflow of exp.
+CUTLASS_HOST_DEVICE float mu_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+CUTLASS_HOST_DEVICE float mu_mish(float x) { return x * tanhf(mu_softplus(x)); }
+CUTLASS_HOST_DEVICE float mu_square(float x) { return x * x; }
+CUTLASS_HOST_DEVICE float mu_hardsigmoid(float x) { return fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
+CUTLASS_HOST_DEVICE float mu_hardswish(float x) { return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
+CUTLASS_HOST_DEVICE float mu_leaky_relu(float x, float s) { return x > 0.f ? x : x * s; }
+CUTLASS_HOST_DEVICE float mu_elu(float x, float a) { return x > 0.f ? x : a * (expf(x) - 1.f); }
+CUTLASS_HOST_DEVICE float mu_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+"""
+
+
+class ExprWriter:
+    """Writes one store expression as C++ over leaf variables v0..vn and runtime constants."""
+
+    def __init__(self, leaves: list, scalars: list[float]):
+        self.leaves = leaves
+        self.scalars = scalars
+        self.const_slots: list[int] = []
+
+    def const(self, value: float) -> str:
+        self.scalars.append(float(value))
+        self.const_slots.append(len(self.scalars) - 1)
+        return f"p.c[{len(self.const_slots) - 1}]"
+
+    def write(self, expr) -> str:
+        if isinstance(expr, Acc):
+            return f"v{self.leaves.index(('acc',))}"
+        if isinstance(expr, Ref):
+            return f"v{self.leaves.index(('ref', expr.name, expr.index))}"
+        if isinstance(expr, Const):
+            return self.const(expr.value)
+        if isinstance(expr, Unary):
+            return UNARY_CPP[expr.fn].format(self.write(expr.arg))
+        if isinstance(expr, Binary):
+            return BINARY_CPP[expr.fn].format(self.write(expr.lhs), self.write(expr.rhs))
+        if isinstance(expr, ParamCall):  # the parser and the frontend always give every parameter
+            arg = self.write(expr.arg)
+            return f"{PARAM_CPP[expr.fn]}({', '.join([arg, *(self.const(v) for v in expr.params)])})"
+        if isinstance(expr, Reduce):
+            return self.write(expr.arg)
+        raise TypeError(f"unknown expression node {type(expr).__name__}")
+
+
+def compute_functor(name: str, n_inputs: int, body: str | None, n_consts: int) -> str:
+    """An ``Sm90Compute`` functor over fragments: element-wise ``body`` (or take the first input)."""
+    params = ", ".join(f"T const& a{i}" for i in range(n_inputs))
+    loads = " ".join(f"float v{i} = float(a{i}[i]);" for i in range(n_inputs))
+    # Sm90Compute passes the Arguments of ComputeFn<float> to ComputeFn<Array<float, N>>: one type for all T.
+    args_struct = f"struct {name}Args {{ float c[{n_consts}]; }};\n" if n_consts else ""
+    args_decl = f"  using Arguments = {name}Args;\n" if n_consts else ""
+    p_param = ", Arguments const& p" if n_consts else ""
+    expr = body if body is not None else "v0"
+    return (
+        f"{args_struct}template <class T> struct {name} {{\n{args_decl}"
+        f"  CUTLASS_HOST_DEVICE T operator()({params}{p_param}) const {{\n"
+        f"    T r;\n    CUTLASS_PRAGMA_UNROLL\n"
+        f"    for (int i = 0; i < T::kElements; ++i) {{ {loads} r[i] = {expr}; }}\n"
+        f"    return r;\n  }}\n}};\n"
+    )
+
+
+def alignment(kernel: Kernel, dtype: str) -> int:
+    """Elements per 16-byte access unless the kernel asks for less."""
+    max_align = 128 // ELEMENT_BITS[dtype]
+    if kernel.config.alignment:
+        return min(kernel.config.alignment, max_align)
+    return max_align
+
+
+def math_for(kernel: Kernel, a_dtype: str, b_dtype: str) -> str:
+    if a_dtype != b_dtype:
+        raise unsupported(kernel, f"operands of different types ({a_dtype} and {b_dtype})",
+                           "convert one operand with a torch step (e.g. `torch b16 = to(b, dtype=\"bf16\")`) so both match",
+                           found=f"{a_dtype} x {b_dtype}")
+    math = kernel_math(kernel, a_dtype)  # unset: the operands' own type (f32 stays exact f32)
+    if a_dtype == "f32" and math == "f32":
+        raise unsupported(kernel, "math = f32 (exact fp32, also the default for f32 operands) has no Hopper tensor-core path",
+                           "use math = tf32 (fp32 storage, tensor-core math; about 3e-4 relative error)",
+                           found="math = f32")
+    if (a_dtype == "f32") != (math == "tf32") or (a_dtype != "f32" and math != a_dtype):
+        raise unsupported(kernel, f"math = {math} over {a_dtype} operands",
+                           f"use math = {'tf32' if a_dtype == 'f32' else a_dtype} for {a_dtype} storage",
+                           found=f"math = {math}")
+    if kernel.config.accum == "f16" and a_dtype != "f16":
+        raise unsupported(kernel, "accum = f16 needs f16 operands", "use accum = f32", found="accum = f16")
+    return math
+
+
+def cute_shape(dims) -> str:
+    return "cute::Shape<" + ", ".join(f"cute::_{d}" for d in dims) + ">"
+
+
+def namespace_for(source_body: str) -> str:
+    return "mu_" + hashlib.sha256(source_body.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+# The ints of every conv kernel's C ABI (the runtime's conv_call_args fills them in this order).
+CONV_INTS = ("n", "d", "h", "w", "c", "k", "t", "r", "s", "pad_d", "pad_h", "pad_w",
+             "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w")
+
+PREAMBLE = r"""// Generated by mucutlass from a μCUTLASS program. One kernel per translation unit.
+#include <cstdint>
+#include <cstdio>
+#include <cmath>
+#include <cuda_runtime.h>
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/numeric_types.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+"""
+
+# The GEMM device adapter also pulls in CUTLASS 2.x's GemmUniversal, whose partial
+# specialization is ambiguous with the sm_90 conv kernel's: a conv unit must not include it.
+GEMM_INCLUDES = r"""#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+"""
+
+# Reports a failed stage into the caller's message buffer; every kernel's C ABI returns through it.
+MU_FAIL = r"""static int mu_fail(char* msg, int msg_len, const char* stage, const char* text) {
+  if (msg && msg_len > 0) snprintf(msg, msg_len, "%s: %s", stage, text);
+  return 1;
+}
+"""
+
+
+def schedules(kernel: Kernel, tile, ptr_array: bool = False) -> tuple[str, str, str]:
+    """(schedule, kernel schedule, epilogue schedule); ``ptr_array``: those of the grouped (pointer-array) kernels."""
+    sched = kernel.config.schedule
+    if sched == "auto":
+        sched = "cooperative" if tile[0] >= 128 else "pingpong"
+    if sched == "cooperative" and tile[0] < 128:
+        raise unsupported(kernel, f"schedule = cooperative with tile M = {tile[0]}",
+                           "cooperative splits the tile's M over two warp groups: use tile M >= 128 or schedule = pingpong",
+                           span=kernel.config.span_of("schedule"), found=f"tile = {'x'.join(map(str, tile))}")
+    if ptr_array:
+        name = "Cooperative" if sched == "cooperative" else "Pingpong"
+        return sched, f"cutlass::gemm::KernelPtrArrayTmaWarpSpecialized{name}", f"cutlass::epilogue::PtrArrayTmaWarpSpecialized{name}"
+    if sched == "cooperative":
+        return sched, "cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"
+    return sched, "cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::TmaWarpSpecialized"
+
+
+def stage_count(kernel: Kernel, builder_ns: str) -> str:
+    if kernel.config.stages == "auto":
+        return f"{builder_ns}::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
+    return f"{builder_ns}::StageCount<{int(kernel.config.stages)}>"
+
+
+def acc_element(kernel: Kernel) -> str:
+    return "cutlass::half_t" if kernel.config.accum == "f16" else "float"
+
+
+def require_operands(kernel: Kernel, operands, dtypes: dict[str, str]) -> None:
+    for o in operands:
+        if o.name not in dtypes:
+            raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': operand '{o.name}' is not defined",
+                                       span=o.span or kernel.span, hint="declare it, or store it in an earlier kernel"))

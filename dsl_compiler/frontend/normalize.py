@@ -1,0 +1,473 @@
+"""Normalising traced nodes: every fx node (function, method or module call) becomes one ``Op``
+with a canonical name, its tensor arguments and its literal arguments."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsl_compiler.frontend.reference import ParamRef
+
+
+DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16"}
+
+# name -> (IR form, fn, literal params)
+_UNARY = {
+    "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "silu": "silu", "mish": "mish", "exp": "exp",
+    "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "neg": "neg", "square": "square",
+    "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "negative": "neg",
+}
+_BINARY = {
+    "add": "add", "iadd": "add", "sub": "sub", "isub": "sub", "rsub": "rsub", "mul": "mul", "imul": "mul",
+    "truediv": "div", "itruediv": "div", "div": "div", "multiply": "mul", "subtract": "sub", "divide": "div",
+    "minimum": "min", "maximum": "max", "pow": "pow",
+}
+_ALIASES = {"clone", "detach", "contiguous", "identity", "alias", "_assert_tensor_metadata"}
+TRANSPOSES = {"t", "transpose", "permute", "T", "mT", "swapaxes", "swapdims"}
+_REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min"}
+
+_MODULE_UNARY = {
+    "ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Mish": "mish",
+    "Hardswish": "hardswish", "Hardsigmoid": "hardsigmoid",
+}
+
+
+@dataclass
+class Op:
+    node: Any
+    kind: str  # input param const alias gemm conv ew reduce getitem torch output unsupported
+    target: str  # readable, for coverage
+    name: str = ""  # canonical op name ("relu", "linear")
+    operands: list[Any] = field(default_factory=list)  # fx.Node | ParamRef | literal
+    torch_fn: str | None = None  # the PyTorch-step form of this op
+    torch_args: list[Any] = field(default_factory=list)
+    torch_kwargs: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    # gemm: operands [a, b]; conv: operands [x, w]
+    a_t: bool = False
+    b_t: bool = False
+    bias: Any = None
+    alpha: float = 1.0
+    beta: float = 1.0
+    conv: dict[str, Any] = field(default_factory=dict)
+    flatten_a: bool = False  # rank > 3 A: reshaped to 2-D around the kernel
+    # ew: fn and literal params
+    fn: str = ""
+    params: tuple[float, ...] = ()
+    # reduce
+    dim: int = -1
+    keepdim: bool = False
+    scale: float = 1.0  # folded scalar factor (mean, a later mul/div)
+    shift: float = 0.0  # folded additive constant (max/min)
+    index: int = 0  # getitem
+
+
+def _target_name(node) -> tuple[str, str]:
+    """(canonical op name, readable target) of a call_function / call_method node."""
+    t = node.target
+    if node.op == "call_method":
+        name = t
+        readable = f"Tensor.{t}"
+    else:
+        name = getattr(t, "__name__", str(t))
+        overload = getattr(t, "overloadpacket", None)
+        if overload is not None:  # aten op from torch.export
+            name = overload.__name__
+        mod = getattr(t, "__module__", "") or ""
+        prefix = "F" if mod.startswith("torch.nn.functional") else ("operator" if mod == "_operator" else "torch")
+        readable = f"{prefix}.{name}"
+        if name == "getattr":
+            name = str(node.args[1])
+            readable = f"Tensor.{name}"
+    name = name.lstrip("_")
+    if name.endswith("_"):
+        name = name.rstrip("_")  # in-place variants compute the same values here
+    return name, readable
+
+
+def _arg(node_args, node_kwargs, i, key, default=None):
+    if key in node_kwargs:
+        return node_kwargs[key]
+    if i is not None and i < len(node_args):
+        return node_args[i]
+    return default
+
+
+def _tuple(v, n):
+    if isinstance(v, (list, tuple)):
+        return tuple(int(x) for x in v)
+    return (int(v),) * n
+
+
+def literal(v):
+    import torch
+
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, (list, tuple, torch.Size)):
+        items = tuple(literal(x) for x in v)
+        if all(isinstance(x, (bool, int, float, str)) or x is None for x in items):
+            return items
+        raise ValueError(f"nested value {v!r}")
+    if isinstance(v, torch.dtype):
+        return str(v).replace("torch.", "")
+    if isinstance(v, torch.memory_format):
+        return str(v).replace("torch.", "")
+    raise ValueError(f"value {v!r} of type {type(v).__name__}")
+
+
+def normalize(node, gm, state) -> Op:
+    import torch.fx
+
+    if node.op == "placeholder":
+        return Op(node, "input", "input", name=node.name)
+    if node.op == "output":
+        return Op(node, "output", "output")
+    if node.op == "get_attr":
+        key = str(node.target)
+        if key in state:
+            return Op(node, "param", f"self.{key}", operands=[ParamRef(key)])
+        return Op(node, "unsupported", f"self.{key}", reason="a tensor attribute outside state_dict cannot be bound as a param")
+    if node.op == "call_module":
+        return _normalize_module(node, gm.get_submodule(node.target))
+    name, readable = _target_name(node)
+    args, kwargs = list(node.args), dict(node.kwargs)
+    op = Op(node, "torch", readable, name=name, torch_fn=name, torch_args=args, torch_kwargs=kwargs)
+    if "const" in node.meta:
+        op.kind = "const"
+        return op
+    if node.op == "call_function" and node.target is getattr:
+        attr = str(args[1])
+        op.torch_args = [args[0]]
+        if attr == "T":
+            op.torch_fn = "t"
+        elif attr == "mT":
+            op.torch_fn, op.torch_args = "transpose", [args[0], -2, -1]
+        else:
+            op.kind, op.reason = "unsupported", f"attribute .{attr}"
+            return op
+    if name == "getitem":
+        op.kind, op.operands, op.index = "getitem", [args[0]], args[1] if isinstance(args[1], int) else -1
+        source_meta = args[0].meta.get("tensor_meta") if isinstance(args[0], torch.fx.Node) else None
+        if hasattr(source_meta, "shape"):
+            op.kind, op.reason = "unsupported", "indexing a tensor has no program form (no whitelisted step selects)"
+        elif op.index < 0:
+            op.kind, op.reason = "unsupported", "indexing by slices has no μCUTLASS form"
+        return op
+    if name in _ALIASES or (name == "dropout" and _dropout_is_identity(args, kwargs)):
+        op.kind, op.operands = "alias", [args[0]]
+        return op
+    if name == "to" and not kwargs and len(args) == 1:
+        op.kind, op.operands = "alias", [args[0]]
+        return op
+    if name in ("linear",):
+        op.kind, op.operands = "gemm", [args[0], _arg(args, kwargs, 1, "weight")]
+        op.b_t = True
+        op.bias = _arg(args, kwargs, 2, "bias")
+        return op
+    if name in ("matmul", "mm", "bmm"):
+        op.kind, op.operands = "gemm", [args[0], _arg(args, kwargs, 1, "other", _arg(args, kwargs, 1, "mat2"))]
+        return op
+    if name in ("addmm", "baddbmm"):
+        op.kind = "gemm"
+        op.operands = [_arg(args, kwargs, 1, "mat1", _arg(args, kwargs, 1, "batch1")), _arg(args, kwargs, 2, "mat2", _arg(args, kwargs, 2, "batch2"))]
+        op.bias = args[0]
+        op.beta = float(kwargs.get("beta", 1.0))
+        op.alpha = float(kwargs.get("alpha", 1.0))
+        return op
+    if name == "einsum":
+        return _normalize_einsum(op, args)
+    if name in ("conv1d", "conv2d", "conv3d"):
+        dims = int(name[4])
+        padding = _arg(args, kwargs, 4, "padding", 0)
+        op.kind = "conv"
+        op.operands = [args[0], _arg(args, kwargs, 1, "weight")]
+        op.bias = _arg(args, kwargs, 2, "bias")
+        op.conv = dict(
+            dims=dims,
+            stride=_tuple(_arg(args, kwargs, 3, "stride", 1), dims),
+            padding=padding if isinstance(padding, str) else _tuple(padding, dims),
+            dilation=_tuple(_arg(args, kwargs, 5, "dilation", 1), dims),
+            groups=int(_arg(args, kwargs, 6, "groups", 1)),
+        )
+        return op
+    if name in _UNARY:
+        op.kind, op.fn, op.operands = "ew", _UNARY[name], [args[0]]
+        return op
+    if name == "gelu":
+        approx = _arg(args, kwargs, 1, "approximate", "none")
+        op.kind, op.fn, op.operands = "ew", ("gelu_tanh" if approx == "tanh" else "gelu"), [args[0]]
+        return op
+    if name == "softplus":
+        beta, threshold = _arg(args, kwargs, 1, "beta", 1), _arg(args, kwargs, 2, "threshold", 20)
+        if beta == 1 and threshold == 20:
+            op.kind, op.fn, op.operands = "ew", "softplus", [args[0]]
+        else:
+            op.reason = "softplus with beta != 1 or threshold != 20"
+        return op
+    if name in ("leaky_relu",):
+        op.kind, op.fn, op.operands = "ew", "leaky_relu", [args[0]]
+        op.params = (float(_arg(args, kwargs, 1, "negative_slope", 0.01)),)
+        return op
+    if name == "elu":
+        op.kind, op.fn, op.operands = "ew", "elu", [args[0]]
+        op.params = (float(_arg(args, kwargs, 1, "alpha", 1.0)),)
+        return op
+    if name in ("hardtanh", "relu6"):
+        lo = -1.0 if name == "hardtanh" else 0.0
+        hi = 1.0 if name == "hardtanh" else 6.0
+        if name == "hardtanh":
+            lo, hi = float(_arg(args, kwargs, 1, "min_val", lo)), float(_arg(args, kwargs, 2, "max_val", hi))
+        op.kind, op.fn, op.operands, op.params = "ew", "hardtanh", [args[0]], (lo, hi)
+        return op
+    if name in ("clamp", "clip", "clamp_min", "clamp_max"):
+        lo = _arg(args, kwargs, 1, "min") if name != "clamp_max" else None
+        hi = _arg(args, kwargs, 2, "max") if name == "clamp" or name == "clip" else None
+        if name == "clamp_max":
+            hi = _arg(args, kwargs, 1, "max")
+        if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
+            op.reason = "clamp with tensor bounds"
+            return op
+        op.kind, op.operands = "ew", [args[0]]
+        if lo is not None and hi is not None:
+            op.fn, op.params = "clamp", (float(lo), float(hi))
+        elif lo is not None:
+            op.fn, op.operands = "max", [args[0], float(lo)]
+        elif hi is not None:
+            op.fn, op.operands = "min", [args[0], float(hi)]
+        else:
+            op.kind = "alias"
+        return op
+    if name in _BINARY or name in ("max", "min") and _is_binary_minmax(args, kwargs):
+        if name in ("add", "sub") and ("alpha" in kwargs or len(args) > 2):
+            op.reason = f"{name} with alpha"
+            return op
+        fn = _BINARY.get(name, name)
+        lhs, rhs = args[0], _arg(args, kwargs, 1, "other")
+        if fn == "rsub":
+            fn, lhs, rhs = "sub", rhs, lhs
+        if name == "div" and kwargs.get("rounding_mode") is not None:
+            op.reason = "division with a rounding mode"
+            return op
+        op.kind, op.fn, op.operands = "ew", fn, [lhs, rhs]
+        if not isinstance(lhs, torch.fx.Node) and isinstance(rhs, torch.fx.Node):
+            # PyTorch functions take the tensor first: 2 * x -> mul(x, 2), 1 - x -> rsub(x, 1)
+            swapped = {"add": "add", "mul": "mul", "sub": "rsub", "min": "clamp_max", "max": "clamp_min"}
+            if fn in swapped:
+                op.torch_fn, op.torch_args, op.torch_kwargs = swapped[fn], [rhs, lhs], {}
+        elif fn in ("min", "max") and not isinstance(rhs, torch.fx.Node):
+            op.torch_fn = "clamp_max" if fn == "min" else "clamp_min"
+        if fn == "pow" and rhs == 2:
+            op.fn, op.operands = "square", [lhs]
+        return op
+    if name in _REDUCTIONS:
+        dim = _arg(args, kwargs, 1, "dim")
+        keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
+        if isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        if isinstance(dim, int) and not kwargs.get("dtype"):
+            op.kind, op.fn, op.operands, op.dim, op.keepdim = "reduce", _REDUCTIONS[name], [args[0]], dim, keepdim
+            op.index = 1 if name in ("max", "min") else 0  # torch.max(x, dim) returns (values, indices)
+        else:
+            op.reason = f"{name} over several dims or all elements"
+        return op
+    if name in TRANSPOSES:
+        op.kind = "torch"
+        op.fn = "transpose"
+        op.operands = [args[0]]
+        return op
+    return op
+
+
+def _dropout_is_identity(args, kwargs) -> bool:
+    p = _arg(args, kwargs, 1, "p", 0.5)
+    training = _arg(args, kwargs, 2, "training", True)
+    return p == 0 or not training
+
+
+def _is_binary_minmax(args, kwargs) -> bool:
+    import torch.fx
+
+    other = _arg(args, kwargs, 1, "other")
+    if isinstance(other, (int, float)) and not isinstance(other, bool) and "dim" not in kwargs:
+        return False  # torch.max(x, 1) is a reduction
+    return isinstance(other, torch.fx.Node) and other.meta.get("tensor_meta") is not None and "dim" not in kwargs
+
+
+_EINSUM_TERM = re.compile(r"^[a-zA-Z]+$")
+
+
+def _normalize_einsum(op: Op, args) -> Op:
+    equation = args[0]
+    operands = list(args[1:])
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = list(operands[0])
+    try:
+        lhs, out = equation.replace(" ", "").split("->")
+        ta, tb = lhs.split(",")
+    except (ValueError, AttributeError):
+        op.reason = "einsum that is not a two-operand product with an explicit output"
+        return op
+    if len(operands) != 2 or not all(_EINSUM_TERM.match(t) for t in (ta, tb, out)):
+        op.reason = "einsum that is not a two-operand product"
+        return op
+    batch = [c for c in out if c in ta and c in tb]
+    m = [c for c in ta if c in out and c not in tb]
+    n = [c for c in tb if c in out and c not in ta]
+    k = [c for c in ta if c in tb and c not in out]
+    if len(k) != 1 or len(n) != 1 or not m or len(batch) > 1 or len(set(ta + tb)) != len(batch) + len(m) + len(n) + len(k):
+        op.reason = f"einsum {equation} is not of GEMM form (one contracted index, one column index)"
+        return op
+    (kk,), (nn_,) = k, n
+    if batch and not (ta[0] == batch[0] and tb[0] == batch[0] and out[0] == batch[0]):
+        op.reason = f"einsum {equation}: the batch index is not leading"
+        return op
+    ta_core, tb_core, out_core = ta[len(batch):], tb[len(batch):], out[len(batch):]
+    if len(m) > 1:
+        # several row indices: fine when they lead A and the output, in order, with K last in A
+        if batch or ta_core != "".join(m) + kk or out_core != "".join(m) + nn_:
+            op.reason = f"einsum {equation}: row indices are not contiguous"
+            return op
+        a_t = False
+    elif ta_core == m[0] + kk:
+        a_t = False
+    elif ta_core == kk + m[0]:
+        a_t = True
+    else:
+        op.reason = f"einsum {equation}: unexpected A indices"
+        return op
+    if tb_core == kk + nn_:
+        b_t = False
+    elif tb_core == nn_ + kk:
+        b_t = True
+    else:
+        op.reason = f"einsum {equation}: unexpected B indices"
+        return op
+    if out_core not in (m[0] + nn_ if len(m) == 1 else "".join(m) + nn_,):
+        op.reason = f"einsum {equation}: the output is transposed"
+        return op
+    op.kind, op.operands, op.a_t, op.b_t = "gemm", operands, a_t, b_t
+    return op
+
+
+def _normalize_module(node, module) -> Op:
+    import torch.nn as nn
+
+    cls = type(module).__name__
+    prefix = str(node.target)
+    readable = f"nn.{cls}"
+    x = node.args[0] if node.args else None
+
+    def p(attr):
+        return ParamRef(f"{prefix}.{attr}") if getattr(module, attr, None) is not None else None
+
+    op = Op(node, "torch", readable, name=cls.lower())
+    if isinstance(module, nn.Linear):
+        op.kind, op.name, op.operands, op.b_t, op.bias = "gemm", "linear", [x, p("weight")], True, p("bias")
+        op.torch_fn, op.torch_args = "linear", [x, p("weight"), p("bias")]
+        return op
+    if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+        dims = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[type(module)]
+        op.name = f"conv{dims}d"
+        op.torch_fn, op.torch_args = op.name, [x, p("weight"), p("bias")]
+        op.torch_kwargs = dict(stride=tuple(module.stride), padding=module.padding if isinstance(module.padding, str) else tuple(module.padding), dilation=tuple(module.dilation), groups=module.groups)
+        if module.padding_mode != "zeros":
+            op.reason = f"padding_mode={module.padding_mode!r}"
+            return op
+        op.kind, op.operands, op.bias = "conv", [x, p("weight")], p("bias")
+        op.conv = dict(dims=dims, **op.torch_kwargs)
+        return op
+    if isinstance(module, (nn.Identity,)) or (isinstance(module, nn.Dropout) and (module.p == 0 or not module.training)):
+        op.kind, op.operands = "alias", [x]
+        return op
+    if cls in _MODULE_UNARY:
+        op.kind, op.fn, op.operands = "ew", _MODULE_UNARY[cls], [x]
+        op.name = op.torch_fn = _MODULE_UNARY[cls]
+        op.torch_args = [x]
+        return op
+    simple: dict[str, tuple[str, tuple[float, ...]]] = {}
+    if isinstance(module, nn.GELU):
+        simple[cls] = ("gelu_tanh" if module.approximate == "tanh" else "gelu", ())
+    elif isinstance(module, nn.LeakyReLU):
+        simple[cls] = ("leaky_relu", (float(module.negative_slope),))
+    elif isinstance(module, nn.Hardtanh):  # ReLU6 is a Hardtanh
+        simple[cls] = ("hardtanh", (float(module.min_val), float(module.max_val)))
+    elif isinstance(module, nn.ELU):
+        simple[cls] = ("elu", (float(module.alpha),))
+    elif isinstance(module, nn.Softplus) and module.beta == 1 and module.threshold == 20:
+        simple[cls] = ("softplus", ())
+    if cls in simple:
+        fn, params = simple[cls]
+        op.kind, op.fn, op.params, op.operands = "ew", fn, params, [x]
+        op.name = fn
+        op.torch_fn, op.torch_args = fn, [x]
+        if fn == "gelu_tanh":
+            op.torch_fn, op.torch_kwargs = "gelu", {"approximate": "tanh"}
+        elif fn == "leaky_relu":
+            op.torch_kwargs = {"negative_slope": params[0]}
+        elif fn == "hardtanh":
+            op.torch_kwargs = {"min_val": params[0], "max_val": params[1]}
+        elif fn == "elu":
+            op.torch_kwargs = {"alpha": params[0]}
+        return op
+    # no kernel form: the functional equivalent as a PyTorch step
+    op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p)
+    if isinstance(module, nn.Dropout):
+        op.kind, op.reason = "unsupported", "dropout with p > 0 in training mode is random: no program can match it"
+    elif op.torch_fn is None:
+        op.kind, op.reason = "unsupported", f"nn.{cls} has no μCUTLASS or PyTorch-step form"
+    else:
+        op.reason = f"nn.{cls} has no μCUTLASS kernel form"
+    return op
+
+
+def _module_functional(m, x, p):
+    import torch.nn as nn
+
+    if isinstance(m, nn.modules.batchnorm._BatchNorm):
+        if not (m.training or not m.track_running_stats):
+            return None, [], {}  # eval-mode statistics are not a whitelisted step
+        # the step normalises with the batch's statistics, as a module in training mode does
+        return "batch_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, nn.GroupNorm):
+        return "group_norm", [x, m.num_groups, p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, nn.LayerNorm):
+        return "layer_norm", [x, tuple(m.normalized_shape), p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, nn.modules.instancenorm._InstanceNorm):
+        if not (m.training or not m.track_running_stats):
+            return None, [], {}
+        return "instance_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, nn.Dropout):
+        return None, [], {}
+    if isinstance(m, (nn.Softmax, nn.LogSoftmax)):
+        return ("softmax" if isinstance(m, nn.Softmax) else "log_softmax"), [x], dict(dim=m.dim)
+    if isinstance(m, nn.Flatten):
+        return "flatten", [x], dict(start_dim=m.start_dim, end_dim=m.end_dim)
+    for cls, fn in ((nn.MaxPool1d, "max_pool1d"), (nn.MaxPool2d, "max_pool2d"), (nn.MaxPool3d, "max_pool3d")):
+        if isinstance(m, cls):
+            return fn, [x], dict(kernel_size=m.kernel_size, stride=m.stride, padding=m.padding, dilation=m.dilation, ceil_mode=m.ceil_mode)
+    for cls, fn in ((nn.AvgPool1d, "avg_pool1d"), (nn.AvgPool2d, "avg_pool2d"), (nn.AvgPool3d, "avg_pool3d")):
+        if isinstance(m, cls):
+            kw = dict(kernel_size=m.kernel_size, stride=m.stride, padding=m.padding, ceil_mode=m.ceil_mode, count_include_pad=m.count_include_pad)
+            if getattr(m, "divisor_override", None) is not None:
+                kw["divisor_override"] = m.divisor_override
+            return fn, [x], kw
+    for cls, fn in ((nn.AdaptiveAvgPool1d, "adaptive_avg_pool1d"), (nn.AdaptiveAvgPool2d, "adaptive_avg_pool2d"), (nn.AdaptiveAvgPool3d, "adaptive_avg_pool3d"),
+                    (nn.AdaptiveMaxPool2d, "adaptive_max_pool2d")):
+        if isinstance(m, cls):
+            return fn, [x], dict(output_size=m.output_size)
+    for cls, fn in ((nn.ConvTranspose1d, "conv_transpose1d"), (nn.ConvTranspose2d, "conv_transpose2d"), (nn.ConvTranspose3d, "conv_transpose3d")):
+        if isinstance(m, cls):
+            return fn, [x, p("weight"), p("bias")], dict(stride=tuple(m.stride), padding=tuple(m.padding), output_padding=tuple(m.output_padding),
+                                                          groups=m.groups, dilation=tuple(m.dilation))
+    if isinstance(m, nn.Softsign):
+        return "softsign", [x], {}
+    if isinstance(m, nn.SELU):
+        return "selu", [x], {}
+    if isinstance(m, nn.LogSigmoid):
+        return "logsigmoid", [x], {}
+    return None, [], {}
+
+
+# ---------------------------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""Building the reference ``Model`` (on the meta device where it can) and tracing it with torch.fx
+(``torch.export`` when symbolic tracing fails). The reference is handed in as a value: a problem
+(anything with ``module``, ``name``, ``allowed_precisions``) or a Python module."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsl_compiler.diagnostics import Diagnostic
+
+
+@dataclass
+class LoadedReference:
+    name: str
+    module: Any  # the Python module defining Model, get_inputs, get_init_inputs
+    allowed_precisions: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
+
+
+def load_reference(problem: Any) -> LoadedReference:
+    """``problem`` is a loaded problem (``module``, ``name``, ``allowed_precisions``)
+    or a module; a file is loaded by its caller (``evals.problems.load_problem``)."""
+    if isinstance(problem, (str, Path)):
+        raise TraceError("problem", f"{problem}: the frontend traces a loaded problem, not a path",
+                         "load the file first (evals.problems.load_problem) and trace the problem it returns")
+    module = getattr(problem, "module", problem)
+    if isinstance(module, str):
+        module = sys.modules.get(module) or importlib.import_module(module)
+    name = getattr(problem, "name", None) or getattr(module, "__name__", "problem")
+    for attr in ("Model", "get_inputs"):
+        if not hasattr(module, attr):
+            raise TraceError("problem", f"{name} defines no `{attr}`", "a problem defines Model, get_inputs and get_init_inputs")
+    allowed = tuple(getattr(problem, "allowed_precisions", None) or LoadedReference.allowed_precisions)
+    return LoadedReference(str(name), module, allowed)
+
+
+class TraceError(Exception):
+    def __init__(self, code: str, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.diagnostic = Diagnostic(code=code, message=message, hint=hint)
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """A model tensor by its state_dict key (a parameter or buffer of a called module)."""
+
+    key: str
+
+
+@dataclass
+class Traced:
+    gm: Any  # torch.fx.GraphModule
+    state: dict[str, Any]  # state_dict key -> tensor (meta or real)
+    example_inputs: list[Any]
+
+
+def build_and_trace(ref: LoadedReference) -> Traced:
+    import torch
+    import torch.fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    mod = ref.module
+    init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
+    model = inputs = None
+    # Shapes are all we need: build on the meta device (no memory, no time); some constructors
+    # need real values (`.item()`), so fall back to the CPU.
+    for device in ("meta", "cpu"):
+        try:
+            torch.manual_seed(0)
+            with torch.device(device):
+                model = mod.Model(*init)
+                inputs = list(mod.get_inputs())
+            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+            break
+        except Exception as exc:
+            error = exc
+            model = None
+    if model is None:
+        raise TraceError("problem", f"building Model(*get_init_inputs()) failed: {error}", "check get_init_inputs")
+
+    state = dict(model.state_dict(keep_vars=True))
+    try:
+        gm = torch.fx.symbolic_trace(model)
+    except Exception as fx_error:
+        try:
+            gm = torch.export.export(model, tuple(inputs), strict=False).module()
+            state = dict(gm.state_dict(keep_vars=True))
+        except Exception as export_error:
+            raise TraceError(
+                "trace",
+                f"torch.fx could not trace the model ({fx_error}); torch.export failed too ({export_error})",
+                "data-dependent control flow in forward() cannot be traced; write the program by hand",
+            ) from None
+    class _Prop(ShapeProp):
+        """ShapeProp that also keeps non-tensor results (sizes), so `x.view(x.size(0), -1)` folds."""
+
+        def run_node(self, n):
+            result = super().run_node(n)
+            if isinstance(result, (int, float, bool)) or (
+                isinstance(result, (tuple, list, torch.Size)) and all(isinstance(v, int) for v in result)
+            ):
+                n.meta["const"] = tuple(result) if isinstance(result, (list, torch.Size)) else result
+            return result
+
+    try:
+        _Prop(gm).propagate(*inputs)
+    except Exception:
+        # meta kernels are missing for a few ops: propagate on small real tensors of the same shapes
+        real_inputs = [torch.rand(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
+        gm = gm.to_empty(device="cpu") if any(p.is_meta for p in gm.parameters()) else gm
+        try:
+            _Prop(gm).propagate(*real_inputs)
+        except Exception as exc:
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise TraceError("trace", f"shape propagation failed: {first}", "check get_inputs() against forward()") from None
+        state = dict(gm.state_dict(keep_vars=True))
+    return Traced(gm, state, inputs)
+
+
+# ---------------------------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""The frontend's entry point: trace, lower, and (with ``fallback``) re-lower until the checks pass."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.frontend.lower import Lowering
+from dsl_compiler.frontend.reference import LoadedReference, TraceError, Traced, build_and_trace, load_reference
+from dsl_compiler.frontend.results import TraceOptions, TraceResult
+from dsl_compiler.ir import Acc, Kernel
+
+
+_KERNEL_IN_MESSAGE = re.compile(r"kernel '([A-Za-z0-9_]+)'")
+
+
+def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback: bool = True,
+                  target: str = "sm90a", backend: str | None = "cutlass") -> TraceResult:
+    """Trace the reference ``Model`` of ``problem`` into a μCUTLASS program, with coverage.
+
+    With ``fallback`` the program is checked for ``target`` / ``backend``, and a kernel the checks
+    reject first loses its epilogue to PyTorch steps, then runs as a PyTorch step itself; the
+    coverage rows say which diagnostic caused it."""
+    options = options or TraceOptions()
+    try:
+        ref = load_reference(problem)
+    except TraceError as exc:
+        return TraceResult(program=None, diagnostics=[exc.diagnostic])
+    except Exception as exc:  # evals.problems.ProblemError and friends
+        return TraceResult(program=None, diagnostics=[Diagnostic(code="problem", message=str(exc).splitlines()[0] if str(exc) else type(exc).__name__, hint="fix the problem file")])
+    try:
+        traced = build_and_trace(ref)
+    except TraceError as exc:
+        return TraceResult(program=None, diagnostics=[exc.diagnostic])
+    result = lower(traced, options, ref)
+    if not fallback or result.program is None:
+        return result
+    from dsl_compiler.checks import check
+
+    why: dict[str, str] = {}
+    for _ in range(3 * len(result.program.kernels) + 1):
+        diags = [d for d in check(result.program, target, backend=backend) if d.severity == "error"]
+        if not diags:
+            break
+        # a target whose tf32 MMA reads K-major operands only: give those kernels transposing copies
+        kmajor = tuple(dict.fromkeys(m.group(1) for d in diags if d.code == "layout" and "K-major" in d.message
+                                     for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m and m.group(1) not in options.kmajor))
+        if kmajor:
+            options = options.model_copy(update={"kmajor": options.kmajor + kmajor})
+            result = lower(traced, options, ref, why)
+            if result.program is None:
+                return result
+            continue
+        culprit = next((m.group(1) for d in diags for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m), None)
+        names = {k.name for k in result.program.kernels}
+        if culprit not in names:
+            culprit = result.program.kernels[-1].name if names else None
+        if culprit is None:
+            result.diagnostics.extend(diags)
+            return result
+        message = next((d.message for d in diags if culprit in d.message), diags[0].message)
+        has_epilogue = any(_has_epilogue(k) for k in result.program.kernels if k.name == culprit)
+        if culprit not in options.unfuse and has_epilogue:
+            options = options.model_copy(update={"unfuse": options.unfuse + (culprit,)})
+            why[culprit] = f"epilogue left to PyTorch: {message}"
+        else:
+            options = options.model_copy(update={"demote": options.demote + (culprit,)})
+            why[culprit] = f"demoted to PyTorch: {message}"
+        result = lower(traced, options, ref, why)
+        if result.program is None:
+            return result
+    return result
+
+
+def _has_epilogue(kernel: Kernel) -> bool:
+    return bool(kernel.lets) or any(not isinstance(s.expr, Acc) for s in kernel.stores)
+
+
+def lower(traced: Traced, options: TraceOptions, ref: LoadedReference, why: dict[str, str] | None = None) -> TraceResult:
+    lowering = Lowering(traced, options, ref, why)
+    try:
+        return lowering.run()
+    except Exception as exc:  # keep the promise: a value, never a traceback
+        return TraceResult(
+            program=None,
+            coverage=[lowering.coverage[n] for n in lowering.nodes if n in lowering.coverage],
+            diagnostics=[Diagnostic(code="trace", message=f"lowering failed: {type(exc).__name__}: {exc}", hint="write the program by hand")],
+        )

@@ -1,0 +1,171 @@
+"""Runs one adversarial case or control through the harness's public calls and says what happened.
+Shared by tests/test_harness_adversarial.py (which asserts) and report.py (which writes a table)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.adversarial.cases import Case, Control, candidate_for, caught, problem_for, rejected, rule_of
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Fake keys in the judge's environment: a candidate must never see them.
+SECRET_VARS = {"OPENAI_API_KEY": "sk-redteam-canary-0000", "MUCUTLASS_TEST_TOKEN": "tok-redteam-canary-0000"}
+HOG_DEFAULT_BYTES = 4 << 30  # host memory the hog touches when the harness states no limit
+DAEMON_WAIT_S = 2.0  # the daemon case writes its marker 1.5 s after it starts
+
+
+def memory_limit_bytes(settings) -> int | None:
+    """The judge's memory limit for a candidate, under whichever name its settings give it."""
+    for name, scale in (("memory_limit_bytes", 1), ("memory_limit_mb", 1 << 20), ("memory_limit_gb", 1 << 30),
+                        ("host_memory_limit_bytes", 1), ("worker_memory_limit_mb", 1 << 20)):
+        value = getattr(settings, name, None)
+        if value:
+            return int(value * scale)
+    return None
+
+
+class Scratch:
+    """What one case may touch: a folder the caller owns, a unique token, and the places a containment
+    case plants things (removed by ``cleanup`` whatever happened)."""
+
+    def __init__(self, root: Path, settings):
+        self.dir = Path(root)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.token = uuid.uuid4().hex[:12]
+        limit = memory_limit_bytes(settings)
+        self.hog_bytes = limit + (1 << 30) if limit else HOG_DEFAULT_BYTES
+        self.project_marker = PROJECT_ROOT / f".planted-{self.token}"
+        from dsl_compiler.build import cache_dir
+
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        self.cache_entries = {cache_dir() / "kernels" / f"planted-{self.token}",
+                              Path(xdg) / "mucutlass" / "kernels" / f"planted-{self.token}"}
+
+    @property
+    def subs(self) -> dict[str, str]:
+        return {"__REDTEAM_DIR__": str(self.dir), "__REDTEAM_TOKEN__": self.token, "__HOG_BYTES__": str(self.hog_bytes)}
+
+    def daemon_pid(self) -> int | None:
+        try:
+            return int((self.dir / "daemon.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def planted(self) -> list[str]:
+        """What a containment case left where it must not write."""
+        out = [str(self.project_marker)] if self.project_marker.exists() else []
+        return out + [str(e) for e in self.cache_entries if e.exists()]
+
+    def cleanup(self) -> None:
+        pid = self.daemon_pid()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)  # the daemon this case's candidate started, by its id
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.project_marker.unlink(missing_ok=True)
+        for entry in self.cache_entries:
+            for f in entry.glob("*"):
+                f.unlink(missing_ok=True)
+            try:
+                entry.rmdir()
+            except OSError:
+                pass
+
+
+@dataclass
+class Outcome:
+    """What the harness said about a case (or a control) and what was seen around it."""
+
+    rule: str | None
+    rejected: bool
+    caught: bool
+    reason: str
+    flags: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # guarantees broken beside the verdict
+    next_clean: bool | None = None
+    next_reason: str = ""
+    wall_s: float = 0.0
+
+
+def judge_file(harness, file: str, problem, scratch: Scratch, stage: str):
+    cand = candidate_for(file, problem, scratch.subs)
+    return harness.profile(problem, cand) if stage == "profile" else harness.validate(problem, cand)
+
+
+def run_case(harness, case: Case, on_gpu: bool, scratch: Scratch, check_next: bool = True) -> Outcome:
+    """Judge the case (and its ``then`` partner) at its stage, check the guarantees around it, then
+    judge the canary to see whether the next attempt starts clean."""
+    problem = problem_for(case.problem, on_gpu)
+    stage = case.stage if on_gpu else "validate"
+    t0 = time.perf_counter()
+    try:
+        result = judge_file(harness, case.file, problem, scratch, stage)
+        if case.then:
+            result = judge_file(harness, case.then, problem, scratch, stage)
+        out = Outcome(rule=rule_of(result), rejected=rejected(result), caught=caught(result, case),
+                      reason=result.reason or "", flags=list(result.flags))
+        out.problems = _guarantees(case, scratch)
+        if case.guarantee:
+            # The harm must not happen (a read cannot be seen, a write can be refused, a daemon
+            # can be ended); a verdict, if there is one, must name the case's rule.
+            out.caught = not out.problems and (out.rule is None or out.rule in case.rules)
+        elif out.problems:
+            out.caught = False
+        out.wall_s = time.perf_counter() - t0
+        if check_next:
+            after = judge_file(harness, "canary.py", problem_for(case.problem, on_gpu), scratch, "validate")
+            out.next_clean = not rejected(after) and rule_of(after) in (None, "pytorch_only")
+            out.next_reason = after.reason or ""
+        return out
+    finally:
+        scratch.cleanup()
+        if case.taints:
+            harness.close()  # today's worker keeps what was planted: the next case starts a fresh one
+
+
+def _guarantees(case: Case, scratch: Scratch) -> list[str]:
+    problems = []
+    if case.file == "reads_secrets.py":
+        leaked = scratch.dir / "secrets.txt"
+        text = leaked.read_text() if leaked.exists() else ""
+        if any(v in text for v in SECRET_VARS.values()):
+            problems.append("the candidate read the judge's secrets")
+    if case.file == "daemon_child.py":
+        time.sleep(DAEMON_WAIT_S)
+        if (scratch.dir / "daemon.marker").exists():
+            problems.append("a process the candidate started outlived the attempt")
+    if case.file in ("writes_project.py", "writes_kernel_cache.py"):
+        left = scratch.planted()
+        if left:
+            problems.append(f"planted files remain: {', '.join(left)}")
+    return problems
+
+
+def run_control(harness, control: Control, on_gpu: bool, scratch: Scratch) -> Outcome:
+    """An honest control: correct, no hard rule, no flag beyond the ones its kind rightly carries;
+    on a GPU also a valid timing."""
+    p = problem_for(control.problem, on_gpu)
+    t0 = time.perf_counter()
+    v = judge_file(harness, control.file, p, scratch, "validate")
+    rule = rule_of(v)
+    problems = []
+    if rejected(v):
+        problems.append(f"rejected: {v.reason}")
+    if rule is not None and rule not in control.flags_ok:
+        problems.append(f"flagged {rule}")
+    problems += [f"flag {f}" for f in v.flags if f.split(":", 1)[0] not in control.flags_ok]
+    if on_gpu:
+        t = judge_file(harness, control.file, p, scratch, "profile")
+        if not t.valid or not t.median_us:
+            problems.append(f"timing: {t.reason}")
+        elif rule_of(t) not in (None, *control.flags_ok):
+            problems.append(f"timing flagged {rule_of(t)}")
+    scratch.cleanup()
+    return Outcome(rule=rule, rejected=rejected(v), caught=not problems, reason="; ".join(problems) or v.reason,
+                   flags=list(v.flags), problems=problems, wall_s=time.perf_counter() - t0)

@@ -1,0 +1,112 @@
+"""A checkpoint file is untrusted input: a crafted one naming a callable is refused with one line and
+a non-zero exit, and the callable never runs; damaged files are one line too."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import ormsgpack
+import pytest
+
+from graph.checkpoints import AllowListSerializer, CheckpointError
+from evals.records import AttemptRecord
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEM = ROOT / "evals" / "suites" / "smoke" / "01_gemm_tiny.py"
+EXT_CONSTRUCTOR_SINGLE_ARG, EXT_PYDANTIC_V2 = 0, 5
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "mucutlass", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def system_call(command: str) -> ormsgpack.Ext:
+    """LangGraph's extension record for ``os.system(command)``."""
+    return ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(["os", "system", command]))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("ckpt") / "run"
+    out = cli("optimize", str(PROBLEM), "--backend", "interpreter", "--max-attempts", "1", "--out", str(run))
+    assert out.returncode == 0, out.stderr
+    return run
+
+
+def plant(run_dir: Path, channel: str, value) -> None:
+    """Rewrite the latest checkpoint of ``run_dir`` with ``channel`` set to ``value``."""
+    db = sqlite3.connect(run_dir / "checkpoints.sqlite")
+    thread, ckpt_id, blob = db.execute(
+        "SELECT thread_id, checkpoint_id, checkpoint FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
+    checkpoint = ormsgpack.unpackb(blob, option=ormsgpack.OPT_NON_STR_KEYS)
+    checkpoint["channel_values"][channel] = value
+    db.execute("UPDATE checkpoints SET checkpoint = ? WHERE thread_id = ? AND checkpoint_id = ?",
+               (ormsgpack.packb(checkpoint), thread, ckpt_id))
+    db.commit()
+    db.close()
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dest)
+    return dest
+
+
+def test_resume_refuses_a_checkpoint_naming_os_system(finished_run, tmp_path):
+    run = copy_run(finished_run, tmp_path / "run")
+    marker = tmp_path / "pwned"
+    plant(run, "stop_reason", system_call(f"touch {marker}"))
+    out = cli("resume", str(run))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert not marker.exists(), "the crafted checkpoint ran its command"
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "os.system" in errors[0] and "checkpoints.sqlite" in errors[0]
+
+
+def test_a_callable_nested_in_an_allowed_record_is_refused(tmp_path):
+    marker = tmp_path / "nested"
+    record = ormsgpack.Ext(EXT_PYDANTIC_V2, ormsgpack.packb(
+        ["evals.records", "AttemptRecord", {"index": system_call(f"touch {marker}")}, "model_validate"]))
+    with pytest.raises(CheckpointError, match="os.system"):
+        AllowListSerializer().loads_typed(("msgpack", ormsgpack.packb({"attempt": record})))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("module, name", [("subprocess", "run"), ("builtins", "eval"), ("graph.runner", "resume_run"),
+                                          ("evals.store", "ResultsStore")])
+def test_only_records_of_the_project_are_revived(module, name):
+    ext = ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb([module, name, "x"]))
+    with pytest.raises(CheckpointError, match=f"{module}.{name}"):
+        AllowListSerializer().loads_typed(("msgpack", ormsgpack.packb([ext])))
+
+
+def test_plain_data_and_project_records_round_trip():
+    serde = AllowListSerializer()
+    value = {"attempts": [AttemptRecord(index=2, t_us=3.5)], "n": 1, "s": "x", "f": 0.5, "none": None}
+    assert serde.loads_typed(serde.dumps_typed(value)) == value
+
+
+def test_pickled_values_are_refused():
+    with pytest.raises(CheckpointError, match="pickle"):
+        AllowListSerializer().loads_typed(("pickle", b"cos\nsystem\n."))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_resume_of_a_damaged_checkpoint_file_is_one_line(finished_run, tmp_path, damage):
+    run = copy_run(finished_run, tmp_path / "run")
+    ckpt = run / "checkpoints.sqlite"
+    data = ckpt.read_bytes()
+    ckpt.write_bytes(os.urandom(8192) if damage == "garbage" else data[: len(data) // 3])
+    out = cli("resume", str(run))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "checkpoints.sqlite" in errors[0], out.stderr

@@ -1,0 +1,149 @@
+"""The import layering: no module imports itself back through others, dependencies between the
+packages point one way, and LangGraph stays in graph/ and nodes/.
+
+    {graph, nodes} -> {evals, dsl_compiler, sol_models};  evals -> {dsl_compiler, sol_models};
+    sol_models -> dsl_compiler;  dsl_compiler -> nothing of ours.
+
+graph/ and nodes/ form one layer: only the graph's builder and runner import nodes, and no node
+imports the builder or the runner. Every import counts, also one inside a function."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("dsl_compiler", "sol_models", "evals", "graph", "nodes", "mucutlass")
+ALLOWED = {
+    "dsl_compiler": set(),
+    "sol_models": {"dsl_compiler"},
+    "evals": {"dsl_compiler", "sol_models"},
+    "graph": {"nodes", "evals", "dsl_compiler", "sol_models"},
+    "nodes": {"graph", "evals", "dsl_compiler", "sol_models"},
+    "mucutlass": set(PACKAGES) - {"mucutlass"},
+}
+GRAPH_MODULES_IMPORTING_NODES = {"graph.builder", "graph.runner"}
+NODES_MAY_NOT_IMPORT = {"graph.builder", "graph.runner", "graph.cli"}
+LANGGRAPH = ("langgraph", "langchain", "langchain_core", "langchain_openai")
+
+
+def modules(root: Path = ROOT, packages=PACKAGES) -> dict[str, Path]:
+    found = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imported_names(path: Path) -> list[str]:
+    """Every module name an import statement of the file names (``from a import b`` gives a.b and a)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+    return names
+
+
+def import_graph(found: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the project's modules it imports (``from pkg import sub`` is an import of pkg.sub)."""
+    edges: dict[str, set[str]] = {}
+    for name, path in found.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                wanted = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in found else node.module
+                          for a in node.names]
+            else:
+                continue
+            for target in wanted:
+                while target and target not in found:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        edges[name] = targets
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def package_violations(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for source, targets in edges.items():
+        for target in targets:
+            src, dst = source.split(".")[0], target.split(".")[0]
+            if src != dst and dst not in ALLOWED[src]:
+                bad.append(f"{source} -> {target}")
+            if src == "graph" and dst == "nodes" and source not in GRAPH_MODULES_IMPORTING_NODES:
+                bad.append(f"{source} -> {target} (only the builder and the runner import nodes)")
+            if src == "nodes" and target in NODES_MAY_NOT_IMPORT:
+                bad.append(f"{source} -> {target} (nodes read the state and context, never the builder or runner)")
+    return sorted(bad)
+
+
+EDGES = import_graph(modules())
+
+
+def test_no_module_imports_itself_back():
+    assert cycles(EDGES) == []
+
+
+def test_packages_depend_one_way():
+    assert package_violations(EDGES) == []
+
+
+@pytest.mark.parametrize("package", ["dsl_compiler", "sol_models", "evals", "mucutlass"])
+def test_langgraph_is_imported_only_in_graph_and_nodes(package):
+    offenders = [f"{name}: {imported}" for name, path in modules(packages=(package,)).items()
+                 for imported in imported_names(path) if imported.split(".")[0] in LANGGRAPH]
+    assert offenders == []
+
+
+def test_the_checks_catch_a_cycle_and_a_wrong_direction(tmp_path):
+    for package in ("dsl_compiler", "evals"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "dsl_compiler" / "a.py").write_text("from evals import judge\n")
+    (tmp_path / "evals" / "judge.py").write_text("def f():\n    import dsl_compiler.a\n")
+    edges = import_graph(modules(tmp_path, ("dsl_compiler", "evals")))
+    assert cycles(edges) == [["dsl_compiler.a", "evals.judge"]]
+    assert package_violations(edges) == ["dsl_compiler.a -> evals.judge"]
