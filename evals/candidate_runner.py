@@ -138,8 +138,21 @@ def _storage_range(t) -> tuple[int, int]:
     return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
-def inspect_outputs(outs: list, inputs: list, device: str) -> tuple[list, list[str]]:
-    """Plain CPU copies of the outputs and, per output, what is wrong with it ("" when nothing)."""
+def _overlaps(o, others) -> bool:
+    if not o.untyped_storage().nbytes():
+        return False
+    lo, hi = _storage_range(o)
+    for x in others:
+        if _type(x) is _Tensor and x.device == o.device and x.untyped_storage().nbytes():
+            x_lo, x_hi = _storage_range(x)
+            if lo < x_hi and x_lo < hi:
+                return True
+    return False
+
+
+def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[list, list[str]]:
+    """Plain CPU copies of the outputs and, per output, what is wrong with it ("" when nothing).
+    ``others``: (what, tensors) an output must not share memory with, beside the inputs."""
     copies, problems = [], []
     ins = [x for x in inputs if _type(x) is _Tensor]
     for i, o in enumerate(outs):
@@ -158,6 +171,11 @@ def inspect_outputs(outs: list, inputs: list, device: str) -> tuple[list, list[s
                 problems.append(f"output {i} shares memory with an input (a view of it)")
                 copies.append(None)
                 continue
+        shared = next((what for what, ts in others if _overlaps(o, ts)), None)
+        if shared is not None:
+            problems.append(f"output {i} shares memory with {shared}; return a freshly written tensor")
+            copies.append(None)
+            continue
         problems.append("")
         copies.append(o.detach().to("cpu", copy=True))
     return copies, problems
@@ -218,6 +236,7 @@ class Runner:
         self.graphs: list = []
         self.flusher = None
         self.is_program = False
+        self.previous: dict[int, list] = {}  # per instance: the last call's outputs, held
 
     def dev(self, x):
         return x.to(self.device) if _type(x) is _Tensor else x
@@ -293,7 +312,13 @@ class Runner:
         wall_s = _perf() - t0
         changed = framework_changes()
         outs = _flatten(out)
-        copies, problems = inspect_outputs(outs, inputs, self.device.type)
+        # an output must be new memory: not an input, not the model's own state, not an earlier output
+        # (held here, so its memory cannot be handed out again by the allocator meanwhile)
+        held = [t for t in getattr(model, "parameters", lambda: [])()] + [t for t in getattr(model, "buffers", lambda: [])()]
+        earlier = self.previous.get(int(req["instance"]), [])
+        copies, problems = inspect_outputs(outs, inputs, self.device.type, others=(
+            ("the model's own parameters or buffers", held), ("an output of an earlier call", earlier)))
+        self.previous[int(req["instance"])] = [o for o in outs if _type(o) is _Tensor]
         inputs_after = [x.detach().to("cpu", copy=True) if _type(x) is _Tensor else None for x in inputs]
         return {"outputs": copies, "output_problems": problems, "n_outputs": len(outs), "inputs_after": inputs_after,
                 "framework": changed, "tampered": tampered(), "wall_s": wall_s}

@@ -63,7 +63,10 @@ def _read_exact(sock: socket.socket, n: int, deadline: float | None, alive=None)
                 if alive is not None and not alive():
                     raise ChannelError("crash", "the candidate process died")
                 continue
-        chunk = sock.recv(min(n - got, 1 << 22))
+        try:
+            chunk = sock.recv(min(n - got, 1 << 22))
+        except OSError:  # ConnectionResetError: the peer died with our request unread
+            chunk = b""
         if not chunk:
             raise ChannelError("crash", "the candidate process closed the channel (it died or exited)")
         chunks.append(chunk)

@@ -81,7 +81,9 @@ def snapshot(roots: list[tuple[Path, bool]]) -> dict[str, tuple[int, int, bool]]
             for e in entries:
                 try:
                     if e.is_dir(follow_symlinks=False):
-                        if e.name not in SNAPSHOT_SKIP:
+                        # hidden folders (.git, .cache with run outputs and checkpoints) are written by the
+                        # product beside the attempt; the code, the problems and __pycache__ are watched
+                        if e.name not in SNAPSHOT_SKIP and not e.name.startswith("."):
                             stack.append(e.path)
                     else:
                         st = e.stat(follow_symlinks=False)
@@ -102,6 +104,61 @@ def changed_paths(before: dict, after: dict) -> list[str]:
     changed = [p for p, v in after.items() if (p in before and before[p] != v and counts(p)) or (p not in before and v[2])]
     removed = [p for p in before if p not in after and counts(p)]
     return sorted(changed + removed)
+
+
+# What dsl_compiler.build names a cache entry, its failed builds and its temporary folders (".<key>.<random>"):
+# never touched here, since builds beside the attempt write them.
+KERNEL_ENTRY = re.compile(r"^\.?[0-9a-f]{32}([._-].*)?$")
+CONTENT_MAX_BYTES = 1 << 20
+
+
+class ProtectedTree:
+    """The protected folders, their snapshot, and the contents of the project's files (so that a
+    candidate's write can be undone, not only seen)."""
+
+    def __init__(self, roots: list[tuple[Path, bool]] | None = None):
+        self.roots = protected_roots() if roots is None else roots
+        self.contents: dict[str, tuple[tuple, bytes]] = {}
+
+    def snapshot(self) -> dict:
+        snap = snapshot(self.roots)
+        for path, (mtime, size, strict) in snap.items():
+            if strict and size <= CONTENT_MAX_BYTES and (path not in self.contents or self.contents[path][0] != (mtime, size)):
+                try:
+                    if os.path.isfile(path):
+                        self.contents[path] = ((mtime, size), Path(path).read_bytes())
+                except OSError:
+                    pass
+        return snap
+
+    def written(self, before: dict) -> list[str]:
+        """What was written since ``before``; planted kernel-cache entries included."""
+        after = snapshot(self.roots)
+        changed = changed_paths(before, after)
+        for kernels, strict in self.roots:  # the kernel cache (dsl_compiler.build.cache_dir) is the non-strict root
+            if strict or not kernels.is_dir():
+                continue
+            for entry in kernels.iterdir():
+                if str(entry) not in before and not KERNEL_ENTRY.match(entry.name):
+                    changed.append(str(entry))
+        return sorted(set(changed))
+
+    def undo(self, before: dict, written: list[str]) -> None:
+        """Remove what was planted, put back what was changed (files known to this tree)."""
+        for path in sorted(written, key=len, reverse=True):
+            p = Path(path)
+            try:
+                if path in before and path in self.contents and self.contents[path][0] == before[path][:2]:
+                    if not p.is_dir():
+                        p.write_bytes(self.contents[path][1])
+                        os.utime(p, ns=(before[path][0], before[path][0]))
+                elif path not in before:
+                    if p.is_dir() and not p.is_symlink():
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink(missing_ok=True)
+            except OSError:
+                continue
 
 
 @dataclass

@@ -328,9 +328,11 @@ def _eager_entries(fn, input_sets) -> list[dict]:
 
 
 def _replay_trials(entries, pairs, flusher, mids=None) -> list[float]:
-    """One call per event pair, enqueued back to back: the flush is enqueued before the start event,
-    so the GPU is busy flushing while the host launches the call (no host gap inside the window).
-    With ``mids`` (the eager fallback), the device is drained inside every window: the end event is
+    """One call per event pair. The flush is enqueued before the start event, so the GPU is busy
+    flushing (>= 50 us for 256 MB on an H200) while the host launches the call: no host gap inside
+    the window. The device is synchronized after each trial, outside the window (the host never runs
+    hundreds of trials ahead: on the H200 that made event times wander, see tests/test_harness_gpu.py).
+    With ``mids`` (the eager fallback), every stream is drained inside the window: the end event is
     recorded after a device-wide synchronize, so work on any stream is counted."""
     import torch
 
@@ -343,7 +345,7 @@ def _replay_trials(entries, pairs, flusher, mids=None) -> list[float]:
             mids[i].record()
             torch.cuda.synchronize()  # every stream drained inside the timed window
         end.record()
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
     return [start.elapsed_time(end) * 1e3 for start, end in pairs]
 
 

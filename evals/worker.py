@@ -31,7 +31,7 @@ import torch
 
 from evals import channel, probes, verdicts
 from evals.problems import Problem, ProblemError
-from evals.sandbox import CandidateProcess, changed_paths, protected_roots, snapshot
+from evals.sandbox import CandidateProcess, ProtectedTree
 from evals.timing import TimingMethod, make_flusher, time_candidate
 
 NAN_POISON = float("nan")
@@ -104,7 +104,7 @@ class Attempt:
         try:
             reply = self.proc.request(op, payload, timeout_s or self.watchdog_s)
         except channel.ChannelError as exc:
-            if exc.rule == "crash":
+            if exc.rule in ("crash", "timeout"):
                 state = self.proc.supervisor_report(timeout_s=2.0) or {}
                 if state.get("memory_limit_hit"):
                     raise Finding(verdicts.CONTAINMENT, "the candidate's processes passed the memory limit and were killed") from None
@@ -137,10 +137,17 @@ class Attempt:
                           f"were detached from it (a daemon); they were killed")
         if state.get("memory_limit_hit"):
             raise Finding(verdicts.CONTAINMENT, "the candidate's processes passed the memory limit")
-        changed = changed_paths(self.snapshot, self.judge.snapshot_now())
-        if changed:
-            raise Finding(verdicts.CONTAINMENT, f"wrote into a protected folder: {', '.join(changed[:3])}"
-                          + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
+
+    def writes(self) -> dict | None:
+        """Writes into the protected folders since the attempt began: undone, and the verdict."""
+        changed = self.judge.tree.written(self.snapshot)
+        if not changed:
+            return None
+        self.proc.finish()  # nothing of it may keep writing
+        self.judge.tree.undo(self.snapshot, changed)
+        text = (f"wrote into a protected folder (undone): {', '.join(changed[:3])}"
+                + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
+        return {"rule": verdicts.CONTAINMENT, "reason": verdicts.reason(verdicts.CONTAINMENT, text), "died": False}
 
 
 class Judge:
@@ -152,7 +159,7 @@ class Judge:
         self.settings: dict = {}
         self.spares: list[CandidateProcess] = []  # started ahead of need, oldest first
         self.current: Attempt | None = None
-        self.roots = protected_roots()
+        self.tree = ProtectedTree()
         self.ref_flops_cache: dict[tuple, int] = {}
 
     # -- candidate processes ------------------------------------------------------------------
@@ -162,12 +169,12 @@ class Judge:
             dead.finish()
             self.spares.remove(dead)
         want = int(self.settings.get("spare_processes") or (3 if self.cuda else 1))
-        rss = int(float(self.settings.get("candidate_rss_limit_gb", 0) or 0) * 1024**3)
+        rss = int(float(self.settings.get("memory_limit_gb", 0) or 0) * 1024**3)
         while len(self.spares) < want:
             self.spares.append(CandidateProcess.start(sys.executable, rss_limit_bytes=rss))
 
     def snapshot_now(self) -> dict:
-        return snapshot(self.roots)
+        return self.tree.snapshot()
 
     def end_current(self) -> None:
         if self.current is not None:
@@ -224,7 +231,7 @@ class Judge:
         if cand.get("program_json") is not None:
             ref = problem.make_model(model_seed, attempt.device)
             payload["state_dict"] = {k: v.detach().to("cpu", copy=True) for k, v in ref.state_dict().items()}
-        attempt.request("load", payload)
+        attempt.request("load", payload, timeout_s=2 * attempt.watchdog_s)  # the candidate's import runs here
         attempt.loaded = True
 
     def build(self, attempt: Attempt, model_seed: int) -> int:
@@ -327,6 +334,17 @@ class Judge:
                     raise Finding(rule, "wrong after new values were written into the same input buffers"
                                   + (" (right on fresh tensors): the result is cached by address" if sets[1]["correct"]
                                      else f": {cmp['text']}"))
+            # The same values in another order (first and last element, sum and shape unchanged): a cache
+            # keyed by a cheap digest of the content answers stale.
+            shuffled = _interior_permutation(ref_inputs[0])
+            if shuffled is not None:
+                ref_sh = self.reference(problem, model_seed, shuffled)
+                if not _close(ref_sh, refs[0], tol):
+                    _, cmp = self.call(attempt, inst, shuffled, ref_sh, tol)
+                    if not cmp["correct"]:
+                        raise Finding(verdicts.INPUT_INDEPENDENT, "wrong on input set 1 with its values reordered (first "
+                                      "and last values, sum and shape kept): the result is cached by a digest of the "
+                                      f"content; {cmp['text']}")
             # Precision, measured: an ordinary probe (mantissa) and a range probe (f16's range).
             info.update(self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[0], refs[0], outs[0]))
             # Work attribution: the share of the problem's FLOPs the candidate did outside ATen.
@@ -335,8 +353,12 @@ class Judge:
             verdict = None
         except Finding as f:
             verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
-            if f.rule in (verdicts.CRASH, verdicts.TIMEOUT, verdicts.CHANNEL, verdicts.CONTAINMENT):
-                self.end_current()
+        written = attempt.writes()
+        if written is not None and (verdict is None or verdict["rule"] not in (verdicts.CRASH, verdicts.TIMEOUT)):
+            verdict = written
+        if verdict is not None and verdict["rule"] in (verdicts.CRASH, verdicts.TIMEOUT, verdicts.CHANNEL,
+                                                       verdicts.CONTAINMENT):
+            self.end_current()
         if verdict is None and info.get("measured_precision"):
             verdict = {"rule": verdicts.PRECISION, "reason": verdicts.reason(verdicts.PRECISION, _precision_text(info, problem))}
         flags = []
@@ -451,9 +473,15 @@ class Judge:
         except Finding as f:
             verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
             res, work = locals().get("res") or {}, {}
+        written = attempt.writes()
+        if written is not None and (verdict is None or verdict["rule"] not in (verdicts.CRASH, verdicts.TIMEOUT)):
+            verdict = written
         self.end_current()  # the attempt is over: its process ends (the spare is already starting)
         flags = []
-        if work.get("candidate_time_share") is not None and work["candidate_time_share"] < 0.5:
+        # GPU time says who did the work where the candidate's kernels are real ones: Python candidates and
+        # built programs (a program on the interpreter runs its kernels as PyTorch operators by design)
+        timed_kernels = req["candidate"].get("source") is not None or req["candidate"].get("backend") == "cutlass"
+        if timed_kernels and work.get("candidate_time_share") is not None and work["candidate_time_share"] < 0.5:
             flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(
                 verdicts.PYTORCH_ONLY, f"{100 * (1 - work['candidate_time_share']):.0f}% of the GPU time ran in library "
                 f"kernels (ATen, cuBLAS, cuDNN); less than half is in kernels the candidate brought")})
@@ -552,6 +580,24 @@ def compare(outs: list, refs: list, tol: float) -> dict:
     return dict(correct=True, max_abs_error=max_abs, max_rel_error=max_rel, rule=None, text="")
 
 
+def _interior_permutation(inputs: list):
+    """The inputs with every float tensor's values reordered except its first and last (None when no
+    tensor is large enough)."""
+    out, changed = [], False
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() >= 4:
+            flat = x.reshape(-1).clone()
+            n = flat.numel()
+            g = torch.Generator().manual_seed(_seed())
+            perm = torch.randperm(n - 2, generator=g) + 1
+            flat[1:n - 1] = flat[perm.to(flat.device)]
+            out.append(flat.reshape(x.shape))
+            changed = True
+        else:
+            out.append(x)
+    return out if changed else None
+
+
 def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
 
@@ -604,7 +650,19 @@ def _rss_bytes() -> int | None:
 # main loop
 
 
+def _undumpable() -> None:
+    """Other processes of this user (a candidate) cannot read this one's memory through /proc/<pid>/mem
+    or attach to it: the expected outputs and the seeds live here."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
 def main() -> int:
+    _undumpable()
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

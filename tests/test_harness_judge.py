@@ -44,13 +44,13 @@ def problem():
 
 @pytest.fixture(scope="module")
 def harness():
-    return shared_harness(device="cpu", watchdog_s=10, n_input_sets=3)
+    return shared_harness(device="cpu", watchdog_s=30, n_input_sets=3)
 
 
 def judge(harness, problem, source):
     v = harness.validate(problem, Candidate.from_source(source))
     after = harness.validate(problem, Candidate.from_source(HONEST))
-    assert after.correct and after.rule is None, f"the next attempt was not clean: {after.reason}"
+    assert after.correct and after.rule in (None, "pytorch_only"), f"the next attempt was not clean: {after.reason}"
     return v
 
 
@@ -151,11 +151,11 @@ def test_prints_are_not_the_channel(harness, problem):
         return torch.relu(self.fc(x))
     """)
     v = harness.validate(problem, Candidate.from_source(src))
-    assert v.correct and v.rule is None, v.reason
+    assert v.correct and v.rule in (None, "pytorch_only"), v.reason
 
 
 def test_memory_limit_kills_the_tree(problem):
-    h = shared_harness(device="cpu", watchdog_s=20, n_input_sets=2, candidate_rss_limit_gb=0.8)
+    h = shared_harness(device="cpu", watchdog_s=20, n_input_sets=2, memory_limit_gb=0.8)
     src = body("""
         hog = bytearray(1200 * 1024 * 1024)
         for i in range(0, len(hog), 4096):
