@@ -3,13 +3,14 @@
 # 10-minute command on an H200 (run them back to back while the machine is warm: .cache/ lives between them).
 #   harness: the harness's own numbers (bench_harness.py: overhead, memory, timing spread), its GPU tests and the
 #            adversarial set, on a quiet host (nothing else running);
+#   variants: hand-written CUDA ModelNew modules through the cuda variant beside the offline tier (bench_variants.py);
 #   offline: build the offline tier's candidate kernels for the built-in suite (one nvcc per core), evaluate the
 #            suite (resumable: run the stage again to finish), write the offline benchmark table and the report.
 # Needs the wheels of `mucutlass wheelhouse` in .whl/; kernels built elsewhere with the same nvcc and CUTLASS may
 # come as .cache/kernels.tar.xz (same content hash, same cache entry). Results land in $OUT (at most 8 files).
 # Environment: ATTEMPTS (default 3), PREBUILD_S (default 300), EVAL_S (seconds left for the evaluation).
 set -uo pipefail
-stage=${1:?usage: h200_suite.sh harness|offline}
+stage=${1:?usage: h200_suite.sh harness|variants|offline}
 OUT=${OUT:-/tmp/mucutlass-out}
 ATTEMPTS=${ATTEMPTS:-3}
 mkdir -p "$OUT"
@@ -37,6 +38,12 @@ if [ "$stage" = harness ]; then
   say "pytest exit $?"
   timeout 100 python3 -m tests.adversarial.report --out "$OUT" --watchdog-s 15 >> "$log" 2>&1
   say "adversarial exit $?"
+fi
+
+if [ "$stage" = variants ]; then
+  say "bench_variants"
+  timeout 330 python3 benchmarks/bench_variants.py --out "$OUT" --ext-dir /tmp/mucutlass-cuda-ext >> "$log" 2>&1
+  say "bench_variants exit $?"
 fi
 
 if [ "$stage" = offline ]; then

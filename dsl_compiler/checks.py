@@ -12,11 +12,12 @@ import functools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from dsl_compiler import ir, shapes
 from dsl_compiler.diagnostics import Diagnostic, has_errors
 from dsl_compiler.parser import parse
+from dsl_compiler.walk import expr_nodes
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 
@@ -92,15 +93,6 @@ def _diag(code: str, message: str, span: ir.Span | None, found: Any = None, expe
                       hint=hint)
 
 
-def _walk(e: Any) -> Iterator[Any]:
-    yield e
-    if isinstance(e, ir.Unary | ir.ParamCall | ir.Reduce):
-        yield from _walk(e.arg)
-    elif isinstance(e, ir.Binary):
-        yield from _walk(e.lhs)
-        yield from _walk(e.rhs)
-
-
 def _dims_text(t: tuple[int, ...]) -> str:
     return "x".join(str(v) for v in t)
 
@@ -153,7 +145,7 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
                 use(o.name, o.span or step.op.span, f"kernel '{step.name}'")
             lets: set[str] = set()
             for let in step.lets:
-                for node in _walk(let.expr):
+                for node in expr_nodes(let.expr):
                     if isinstance(node, ir.Ref) and node.name not in lets:
                         use(node.name, node.span or let.span, f"kernel '{step.name}'")
                 if let.name in lets or let.name in defined:
@@ -161,7 +153,7 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
                                        found=let.name, expected="a new name", hint="choose a name not used above"))
                 lets.add(let.name)
             for store in step.stores:
-                for node in _walk(store.expr):
+                for node in expr_nodes(store.expr):
                     if isinstance(node, ir.Ref) and node.name not in lets:
                         use(node.name, node.span or store.span, f"kernel '{step.name}'")
             for store in step.stores:
@@ -226,7 +218,7 @@ class _KernelChecker:
         view = "output pixels N*P*Q" if self.is_conv else "output rows M"
         for owner, expr, top_reduce_ok in ([(let, let.expr, False) for let in self.k.lets]
                                            + [(s, s.expr, True) for s in self.k.stores]):
-            for node in _walk(expr):
+            for node in expr_nodes(expr):
                 if isinstance(node, ir.Reduce) and not (top_reduce_ok and node is expr):
                     self.err("reduction", f"{node.fn} inside an expression", node.span or owner.span,
                              found=f"{node.fn}(...) nested", expected="a reduction only at the top of a store",
@@ -257,13 +249,22 @@ class _KernelChecker:
                     self.err("shape-mismatch", f"'{node.name}[col]' needs one value per output "
                              f"{'channel' if self.is_conv else 'column'}", span,
                              found=f"{node.name} {list(t.shape)} ({t.numel} values)", expected=f"{n_cols} values",
-                             hint=f"use {node.name}[row] if it has one value per {row}"
-                             if t.numel == m_rows else "check which output dim the vector runs along")
+                             hint=(f"{node.name} has {m_rows} values, as many as the output {row}s: write "
+                                   f"{node.name}[row] if it holds one value per {row}; if it is per output "
+                                   f"{'channel' if self.is_conv else 'column'}, declare it with {n_cols} values")
+                             if t.numel == m_rows else
+                             f"declare {node.name} with {n_cols} values, one per output "
+                             f"{'channel' if self.is_conv else 'column'} ({t.numel} values fit neither the {n_cols} "
+                             f"{'channels' if self.is_conv else 'columns'} nor the {m_rows} {row}s)")
                 elif node.index == "row" and t.numel != m_rows:
                     self.err("shape-mismatch", f"'{node.name}[row]' needs one value per {view}", span,
                              found=f"{node.name} {list(t.shape)} ({t.numel} values)", expected=f"{m_rows} values",
-                             hint=f"use {node.name}[col] for one value per output column" if t.numel == n_cols
-                             else "check which output dim the vector runs along")
+                             hint=(f"{node.name} has {n_cols} values, as many as the output columns: write "
+                                   f"{node.name}[col] if it holds one value per column; if it is per {row}, "
+                                   f"declare it with {m_rows} values")
+                             if t.numel == n_cols else
+                             f"declare {node.name} with {m_rows} values, one per {row} ({t.numel} values fit neither "
+                             f"the {m_rows} {row}s nor the {n_cols} columns)")
                 elif node.index == "scalar" and t.numel != 1:
                     self.err("shape-mismatch", f"'{node.name}[scalar]' needs a one-element tensor", span,
                              found=f"{node.name} {list(t.shape)}", expected="a tensor of one element",
@@ -319,9 +320,11 @@ class _KernelChecker:
     # ---- layout and TMA alignment
     def check_layout_and_alignment(self) -> None:
         a, b = self.k.operands
+        nchw: set[str] = set()  # conv tensors already reported as NCHW: their alignment follows from the fix
         for o in (a, b):
             t = self.types[o.name]
             if self.is_conv and t.layout != "channels_last":
+                nchw.add(o.name)
                 what = "input" if o is a else "filter"
                 self.err("layout", f"conv {what} '{o.name}' is contiguous (NCHW); the kernel reads channels-last", o.span,
                          found=f"{o.name}: contiguous", expected="channels_last (NHWC / KRSC)",
@@ -336,14 +339,16 @@ class _KernelChecker:
         # kernel (emit_conv_grouped) whose vector widths follow the extents; that emitter states its own limits.
         tma_operands = not (self.is_conv and self.k.op.groups > 1)
         tensors: list[tuple[str, shapes.TensorType, ir.Span | None]] = [
-            (o.name, self.types[o.name], o.span) for o in (a, b) if tma_operands]
-        for s in self.k.stores if tma_operands else ():
+            (o.name, self.types[o.name], o.span) for o in (a, b) if tma_operands and o.name not in nchw]
+        # a conv's output takes its input's layout: an NCHW input's output is checked once the input is channels-last
+        outputs_follow_fix = a.name in nchw
+        for s in self.k.stores if tma_operands and not outputs_follow_fix else ():
             if not isinstance(s.expr, ir.Reduce):
                 tensors.append((s.name, shapes.TensorType(dtype=s.dtype, shape=self.out_shape, layout=self.out_layout),
                                 s.span))
         lets = {let.name for let in self.k.lets}
-        for owner in [*self.k.lets, *self.k.stores] if tma_operands else ():
-            for node in _walk(owner.expr):
+        for owner in [*self.k.lets, *self.k.stores] if tma_operands and not outputs_follow_fix else ():
+            for node in expr_nodes(owner.expr):
                 if isinstance(node, ir.Ref) and node.index == "full" and node.name not in lets and node.name in self.types:
                     tensors.append((node.name, self.types[node.name], node.span or owner.span))
         unit = self.t.tma_alignment_bytes
@@ -419,6 +424,7 @@ class _KernelChecker:
                          expected=f"tile M a multiple of {t.cooperative_m_multiple} for cooperative",
                          hint="cooperative splits M over two warpgroups: use tile M = 128 or 256, or schedule = pingpong")
             self.check_smem(cfg.tile)
+            self.check_conv_tile_k(tk, mma_k, span)
         cl = cfg.cluster
         span = cfg.span_of("cluster")
         size = cl[0] * cl[1] * cl[2]
@@ -447,6 +453,19 @@ class _KernelChecker:
         if isinstance(cfg.stages, int) and cfg.stages < t.min_stages:
             self.err("smem", f"stages = {cfg.stages}", cfg.span_of("stages"), found=f"stages = {cfg.stages}",
                      expected=f"at least {t.min_stages}", hint=f"use stages = {t.min_stages} or auto")
+
+    def check_conv_tile_k(self, tk: int, mma_k: int | None, span: ir.Span | None) -> None:
+        """A TMA conv's K tile runs over the channels of one filter tap; channels past C are zero fill."""
+        if not self.is_conv or self.k.op.groups != 1:
+            return
+        channels = self.types[self.k.operands[0].name].shape[1]
+        if tk > channels and tk > (mma_k or 0):
+            fit = max(mma_k or 8, -(-channels // (mma_k or 8)) * (mma_k or 8))
+            self.diags.append(_diag(
+                "tile", f"kernel '{self.k.name}': tile K = {tk} is larger than the {channels} input channels", span,
+                found=f"tile K = {tk}, C = {channels}", expected=f"tile K <= C, or the smallest legal K ({fit})",
+                hint=f"each K step reads {tk} channels of one filter tap, {tk - channels} of them zero fill: "
+                     f"use tile K = {fit}", severity="warning"))
 
     def check_smem(self, tile: tuple[int, int, int]) -> None:
         a, _ = self.k.operands

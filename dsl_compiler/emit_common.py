@@ -9,6 +9,8 @@ import hashlib
 from dataclasses import dataclass, field
 
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.precision import kernel_math
+from dsl_compiler.walk import expr_nodes
 from dsl_compiler.ir import (
     Acc,
     Binary,
@@ -101,17 +103,12 @@ def inline_lets(expr, lets: dict):
 
 
 def evt_leaves(expr, out: list):
-    if isinstance(expr, (Acc, Ref)):
-        key = ("acc",) if isinstance(expr, Acc) else ("ref", expr.name, expr.index)
-        if key not in out:
-            out.append(key)
-    elif isinstance(expr, Unary):
-        evt_leaves(expr.arg, out)
-    elif isinstance(expr, Binary):
-        evt_leaves(expr.lhs, out)
-        evt_leaves(expr.rhs, out)
-    elif isinstance(expr, (ParamCall, Reduce)):
-        evt_leaves(expr.arg, out)
+    """The EVT leaves an expression reads (the accumulator, tensor refs), added to ``out`` in first-use order."""
+    for node in expr_nodes(expr):
+        if isinstance(node, (Acc, Ref)):
+            key = ("acc",) if isinstance(node, Acc) else ("ref", node.name, node.index)
+            if key not in out:
+                out.append(key)
     return out
 
 
@@ -227,7 +224,7 @@ def math_for(kernel: Kernel, a_dtype: str, b_dtype: str) -> str:
         raise unsupported(kernel, f"operands of different types ({a_dtype} and {b_dtype})",
                            "convert one operand with a torch step (e.g. `torch b16 = to(b, dtype=\"bf16\")`) so both match",
                            found=f"{a_dtype} x {b_dtype}")
-    math = kernel.config.math or a_dtype  # unset: the operands' own type (f32 stays exact f32)
+    math = kernel_math(kernel, a_dtype)  # unset: the operands' own type (f32 stays exact f32)
     if a_dtype == "f32" and math == "f32":
         raise unsupported(kernel, "math = f32 (exact fp32, also the default for f32 operands) has no Hopper tensor-core path",
                            "use math = tf32 (fp32 storage, tensor-core math; about 3e-4 relative error)",

@@ -46,6 +46,7 @@ from dsl_compiler.emit_common import (
 )
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.ir import ConvOp, Kernel, Program, Reduce, Store
+from dsl_compiler.precision import kernel_math
 
 # Depthwise direct conv: (output rows, output cols, channels) per CTA, first that fits shared memory.
 DEPTHWISE_TILES = ((8, 8, 64), (8, 8, 32), (8, 8, 16), (4, 4, 64), (4, 4, 32), (4, 4, 16))
@@ -167,7 +168,7 @@ def _math(kernel: Kernel, dtype: str, w_dtype: str, depthwise: bool) -> str:
     if dtype != w_dtype:
         raise unsupported(kernel, f"operands of different types ({dtype} and {w_dtype})",
                            "convert one operand with a torch step so both match", found=f"{dtype} x {w_dtype}")
-    math = kernel.config.math or dtype
+    math = kernel_math(kernel, dtype)
     if dtype == "f32":
         if depthwise and math in ("f32", "tf32"):
             return "f32"  # SIMT fp32 multiply-add: exact f32, at least as precise as tf32

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from dsl_compiler import ir, torch_steps
+from dsl_compiler import ir, precision, torch_steps
 from dsl_compiler.torch_steps import channels_last
 
 Env = dict[str, torch.Tensor]
@@ -228,10 +228,10 @@ def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, to
 
 
 def kernel_math(kernel: ir.Kernel, env: Env) -> str:
-    """As ``shapes.effective_math``: the math knob, else the element type of operand A."""
+    """``precision.kernel_math`` over the element type operand A has in ``env``."""
     if kernel.config.math is not None:
         return kernel.config.math
-    return torch_steps.element_type(env[kernel.operands[0].name].dtype) or "f32"
+    return precision.kernel_math(kernel, torch_steps.element_type(env[kernel.operands[0].name].dtype) or "f32")
 
 
 class InterpreterExecutor:

@@ -531,7 +531,7 @@ def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
         ch = text[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(text) else "?"
         allowed = getattr(exc, "allowed", None) or set()
         return Diagnostic(code="syntax", message=f"unexpected character {ch!r}", span=span, found=repr(ch),
-                          expected=_words(allowed), hint=_hint_for_char(ch))
+                          expected=_words(allowed), hint=_hint_for_char(ch, text, exc.pos_in_stream))
     if at_end:
         expected = set(exc.expected) if isinstance(exc, UnexpectedEOF) else _accepted(exc)
         return Diagnostic(code="syntax", message="the program ends too early", span=span, found="the end of the program",
@@ -546,7 +546,18 @@ def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
     return Diagnostic(code="syntax", message="syntax error", span=span, hint="compare with the language reference")
 
 
-def _hint_for_char(ch: str) -> str:
+# `x.T` / `x.t()` / `x.mT` (PyTorch's spellings of a transpose) right after a name
+_TORCH_TRANSPOSE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.(T|mT|t\(\))")
+
+
+def _hint_for_char(ch: str, text: str = "", pos: int = -1) -> str:
+    if ch == "." and pos >= 0:
+        start = pos
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+            start -= 1
+        m = _TORCH_TRANSPOSE.match(text, start)
+        if m and m.start(2) == pos + 1:
+            return f"a transposed operand is written {m.group(1)}^T, not {m.group(0)}: use {m.group(1)}^T"
     if ch in "\"'":
         return 'quote state_dict keys with double quotes, like = "fc.weight"'
     if ch == "^":
@@ -571,9 +582,19 @@ _STATEMENT_KEYWORD = re.compile(r"\b(" + "|".join(_STATEMENT_FORMS) + r")\b")
 _RESERVED = {*_STATEMENT_FORMS, "acc", "True", "False", "None"}
 
 
+# a keyword argument inside an epilogue function call: `leaky_relu(acc, slope=0.1)`
+_EPILOGUE_KEYWORD = re.compile(r"\b(store|let)\b[^\n;{}]*\b([A-Za-z_][A-Za-z0-9_]*)\s*\([^\n;{}]*[(,]\s*"
+                               r"([A-Za-z_][A-Za-z0-9_]*)\s*$")
+
+
 def _hint_for_token(tok: str, expected: set[str] | frozenset[str], before: str = "") -> str:
     if tok in _RESERVED and "NAME" in expected:
         return f"'{tok}' is a reserved word; choose another name"
+    code = re.sub(r"#[^\n]*", "", before)
+    m = _EPILOGUE_KEYWORD.search(code) if tok == "=" else None
+    if m:
+        return (f"epilogue functions take positional numbers only: write {m.group(2)}(x, 0.1), not "
+                f"{m.group(2)}(x, {m.group(3)}=0.1)")
     keywords = _STATEMENT_KEYWORD.findall(re.sub(r"#[^\n]*", "", before))
     if keywords:
         return f"this {keywords[-1]} statement has the form: {_STATEMENT_FORMS[keywords[-1]]}"

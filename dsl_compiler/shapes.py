@@ -35,15 +35,6 @@ def operand_shape(t: TensorType, operand: ir.Operand) -> tuple[int, ...]:
     return shape
 
 
-def effective_math(program: ir.Program, kernel: ir.Kernel, types: dict[str, TensorType] | None = None) -> str:
-    """The math type a kernel runs: the knob, or else the element type of its A operand (f32 stays exact f32)."""
-    if kernel.config.math is not None:
-        return kernel.config.math
-    types = types if types is not None else infer(program)
-    t = types.get(kernel.operands[0].name)
-    return t.dtype if t is not None else "f32"
-
-
 def _need(types: dict[str, TensorType], operand: ir.Operand, kernel: ir.Kernel) -> TensorType:
     t = types.get(operand.name)
     if t is None:

@@ -116,13 +116,28 @@ def _fn(name: str) -> Callable[..., Any]:
     return _TABLE[name]
 
 
+# PyTorch functions a program reaches for that have a listed way to say the same
+_INSTEAD = {
+    "expand": "broadcasting happens inside add, mul, sub, div, minimum, maximum; in a kernel read a vector as v[row] "
+              "or v[col]",
+    "view": "use reshape",
+}
+_INSTEAD.update(expand_as=_INSTEAD["expand"], broadcast_to=_INSTEAD["expand"], repeat=_INSTEAD["expand"],
+                view_as=_INSTEAD["view"], t="transpose(x, 0, 1), or read the operand transposed in a kernel: x^T")
+
+
+def unknown_step_hint(fn: str) -> str:
+    return _INSTEAD.get(fn, "use a listed function, or express it in a kernel epilogue")
+
+
 class StepError(ValueError):
     """A torch step that cannot run: unknown function, bad arguments, or a PyTorch error."""
 
 
 def _call(step: ir.TorchStep, lookup: Callable[[str], Any]) -> list[Any]:
     if step.fn not in STEPS:
-        raise StepError(f"'{step.fn}' is not a whitelisted torch step")
+        raise StepError(f"'{step.fn}' is not a whitelisted torch step ({unknown_step_hint(step.fn)}); allowed: "
+                        + ", ".join(sorted(STEPS)))
     args = [lookup(a.name) if isinstance(a, ir.TensorArg) else _literal(a.value) for a in step.args]
     kwargs = {k.key: _literal(k.value) for k in step.kwargs}
     if step.fn in _LIST_FIRST:
@@ -231,7 +246,7 @@ def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
     if step.fn not in STEPS:
         raise ShapeError(f"'{step.fn}' is not a whitelisted torch step", step.span, found=step.fn,
                          expected="one of " + ", ".join(sorted(STEPS)),
-                         hint="use a whitelisted function, or express it in a kernel epilogue", code="unknown-function")
+                         hint=unknown_step_hint(step.fn), code="unknown-function")
     for a in step.args:
         if isinstance(a, ir.TensorArg) and a.name not in types:
             raise ShapeError(f"'{a.name}' is not defined before this torch step", a.span or step.span, found=a.name,

@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+from evals.settings import MAX_ATTEMPTS
+
 BASELINE_CHOICES = ("eager_fp32", "eager_tf32", "compile")
 
 
@@ -60,7 +62,7 @@ def register(subparsers) -> None:
                    help="no notes carried across problems (by default each tier and variant keeps one memory)")
     p.add_argument("--policies-mode", choices=("replay", "run"), default="replay",
                    help="replay: run fixed once and derive the others from its log (default); run: run each policy")
-    p.add_argument("--max-attempts", type=int, default=40, help="attempt budget per run (default: 40)")
+    p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS, help=f"attempt budget per run (default: {MAX_ATTEMPTS})")
     p.add_argument("--backend", default="auto", choices=("auto", "cutlass", "interpreter"),
                    help="auto: cutlass with a GPU, the interpreter without")
     p.add_argument("--out", default=None, help="evaluation folder (default: runs/eval-<suite or level>)")

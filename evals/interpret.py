@@ -84,10 +84,12 @@ def run_interpret(args: argparse.Namespace) -> int:
         for row in result["outputs"]:
             if row["shape"] is None or (row.get("reason") or "").startswith("shape"):
                 print(f"output {row['name']}: MISMATCH ({row['reason']})")
-                continue
-            print(f"output {row['name']}: shape {row['shape']}  max abs error {row['max_abs_error']:.3e}  "
-                  f"max rel error {row['max_rel_error']:.3e}  worst/allowed {row['worst_over_allowed']:.3f}  "
-                  f"{'ok' if row['ok'] else 'MISMATCH'}")
+            else:
+                print(f"output {row['name']}: shape {row['shape']}  max abs error {row['max_abs_error']:.3e}  "
+                      f"max rel error {row['max_rel_error']:.3e}  worst/allowed {row['worst_over_allowed']:.3f}  "
+                      f"{'ok' if row['ok'] else 'MISMATCH'}")
+            for line in row.get("pattern") or []:
+                print(f"  {line}")
         verdict = "PASS" if result["ok"] else "FAIL"
         print(f"{verdict} at tolerance {result['tolerance']:g} (atol = rtol; {result['device']}, seed {args.seed}, "
               f"interpreter with kernel precision: {', '.join(result['math']) or 'no kernels'})")
@@ -122,7 +124,8 @@ def compare_outputs(outputs: Any, references: Any, tolerance: float) -> list[dic
         if tuple(o.shape) != tuple(r.shape):
             rows.append({"name": name, "shape": list(o.shape), "max_abs_error": float("inf"),
                          "max_rel_error": float("inf"), "ok": False,
-                         "reason": f"shape {list(o.shape)} against the reference's {list(r.shape)}"})
+                         "reason": f"shape {list(o.shape)} against the reference's {list(r.shape)}",
+                         "pattern": mismatch_pattern(o, r, tolerance)})
             continue
         diff = (o - r).abs()
         finite = bool(torch.isfinite(o).all())
@@ -133,8 +136,64 @@ def compare_outputs(outputs: Any, references: Any, tolerance: float) -> list[dic
         ok = finite and bool(torch.allclose(o, r, atol=tolerance, rtol=tolerance))
         rows.append({"name": name, "shape": list(o.shape), "max_abs_error": max_abs, "max_rel_error": max_rel,
                      "worst_over_allowed": worst, "ok": ok,
-                     "reason": None if ok else ("non-finite values" if not finite else "values differ")})
+                     "reason": None if ok else ("non-finite values" if not finite else "values differ"),
+                     "pattern": [] if ok else mismatch_pattern(o, r, tolerance)})
     return rows
+
+
+def _ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8" (at most six runs, then "...")."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6])
+    return text + (", ..." if len(runs) > 6 else "")
+
+
+def mismatch_pattern(output: Any, reference: Any, tolerance: float) -> list[str]:
+    """What a wrong output looks like next to its reference, each a line that points to a fix: transposed, scaled by a
+    constant, offset by a constant, or wrong only in some rows or columns. Empty when no pattern fits."""
+    import torch
+
+    o, r = output.detach().double(), reference.detach().double().to(output.device)
+    if o.dim() >= 2 and tuple(o.shape) == (*r.shape[:-2], r.shape[-1], r.shape[-2]) and o.shape != r.shape:
+        return ["its shape is the reference's transposed: swap the operands (a^T, b^T) or the output's dims"]
+    if tuple(o.shape) != tuple(r.shape) or o.numel() == 0:
+        return []
+    if not bool(torch.isfinite(o).all()):
+        bad = (~torch.isfinite(o)).sum().item()
+        return [f"{bad} of {o.numel()} values are NaN or infinite"]
+
+    def close(a: Any) -> bool:
+        return bool(torch.allclose(a, r, atol=tolerance, rtol=tolerance))
+
+    found = []
+    if o.dim() >= 2 and o.shape[-1] == o.shape[-2] and close(o.transpose(-1, -2)):
+        found.append("it looks transposed: it equals the reference with its last two dims swapped (a^T / b^T "
+                     "swapped, or the operands in the wrong order)")
+    denominator = float((r * r).sum())
+    if denominator > 0:
+        scale = float((o * r).sum()) / denominator
+        if abs(scale - 1) > tolerance and abs(scale) > 1e-12 and close(o / scale):
+            found.append(f"it looks scaled: output = {scale:.4g} x reference (a constant factor is off)")
+    offset = float((o - r).mean())
+    if abs(offset) > tolerance and close(o - offset):
+        found.append(f"it looks offset: output = reference {'+' if offset > 0 else '-'} {abs(offset):.4g} "
+                     "(a constant term, or a bias read as [scalar], is off)")
+    if not found and o.dim() >= 2:
+        wrong = ~torch.isclose(o, r, atol=tolerance, rtol=tolerance)
+        grid = wrong.reshape(-1, o.shape[-1])  # rows (batch dims folded in) x columns
+        rows = grid.any(dim=1).nonzero().flatten().tolist()
+        cols = grid.any(dim=0).nonzero().flatten().tolist()
+        n_rows, n_cols = grid.shape
+        if rows and len(rows) <= n_rows // 2:
+            found.append(f"wrong only in rows {_ranges(rows)} ({len(rows)} of {n_rows}); the other rows match")
+        elif cols and len(cols) <= n_cols // 2:
+            found.append(f"wrong only in columns {_ranges(cols)} ({len(cols)} of {n_cols}); the other columns match")
+    return found
 
 
 def compare_with_problem(program: ir.Program, problem_path: str, seed: int = 0, device: str | None = None,
@@ -178,6 +237,7 @@ def compare_with_problem(program: ir.Program, problem_path: str, seed: int = 0, 
     for row, name in zip(rows, program.outputs):
         row["name"] = name
     from dsl_compiler import shapes
+    from dsl_compiler.precision import effective_math
 
     types = shapes.infer(program)
     return {
@@ -185,7 +245,7 @@ def compare_with_problem(program: ir.Program, problem_path: str, seed: int = 0, 
         "tolerance": tol,
         "device": str(device),
         "seed": seed,
-        "math": sorted({shapes.effective_math(program, k, types) for k in program.kernels}),
+        "math": sorted({effective_math(program, k, types) for k in program.kernels}),
         "outputs": rows,
         "ok": all(r["ok"] for r in rows),
     }

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from evals.records import AttemptRecord
+from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
 POLICY_NAMES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")
 
@@ -28,11 +29,11 @@ class PolicySettings:
     """Knobs of the stop rules. Defaults are the paper's best replayed setting (eps 250%, w 12)
     within its 40-attempt budget."""
 
-    max_attempts: int = 40
-    eps: float = 2.5  # SOL stop: t_best <= (1 + eps) * t_sol_us
-    plateau_window: int = 12  # attempts in a row without gain
+    max_attempts: int = MAX_ATTEMPTS
+    eps: float = SOL_EPS  # SOL stop: t_best <= (1 + eps) * t_sol_us
+    plateau_window: int = PLATEAU_WINDOW  # attempts in a row without gain
     min_gain: float = 0.0  # an attempt is a gain when it beats the best by more than this fraction
-    token_budget: int = 400_000
+    token_budget: int = TOKEN_BUDGET
     # Which reference time must be beaten: a key of reference_us ("eager_fp32", "eager_tf32",
     # "compile") or "best" (the fastest of those measured).
     baseline: str = "best"
@@ -161,6 +162,24 @@ def should_stop(
         if stop:
             return True, reason
     return False, ""
+
+
+def stop_reason(
+    policy: str,
+    history: Sequence[AttemptRecord],
+    t_sol_us: float | None,
+    reference_us: Mapping[str, float],
+    settings: PolicySettings = PolicySettings(),
+    *,
+    nothing_left: str | None = None,
+) -> str:
+    """The one stop decision of a run, after every finished attempt and before every plan: why it
+    ends now, or "" to go on. ``nothing_left`` names a writer with no candidate left to try, which
+    ends the run under every policy."""
+    if nothing_left:
+        return f"exhausted: the {nothing_left} tier has nothing left to try"
+    stop, reason = should_stop(policy, history, t_sol_us, reference_us, settings)
+    return reason if stop else ""
 
 
 def stop_index(

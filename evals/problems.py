@@ -23,9 +23,8 @@ from types import ModuleType
 from typing import Any, Iterable
 
 from dsl_compiler.limits import TimeLimitExceeded, time_limit
+from evals.settings import DEFAULT_TOLERANCE
 
-DEFAULT_TOLERANCE = 1e-2  # KernelBench v0 / v0.1 fp32 tolerance
-STRICT_TOLERANCE = 1e-4  # KernelBench since Nov 2025
 ALL_PRECISIONS: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
 STRICT_PRECISIONS: tuple[str, ...] = ("f32", "tf32")
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")

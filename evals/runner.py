@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from evals.environment import collect_environment
 from evals.policies import POLICY_NAMES, PolicySettings
 from evals.records import AttemptRecord, RunSummary
+from evals.settings import MAX_ATTEMPTS
 from evals.variants import DEFAULT_VARIANT, stop_policy
 
 GENEROUS_POLICY = "fixed"
@@ -77,7 +78,7 @@ class EvalConfig(BaseModel):
     memory: bool = True  # notes carried across the problems of each (tier, variant)
     policies: list[str]
     policies_mode: Literal["replay", "run"] = "replay"
-    max_attempts: int = 40
+    max_attempts: int = MAX_ATTEMPTS
     backend: str = "auto"
     executor: str = "local"
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+
 POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # evals.policies.POLICY_NAMES
 
 
@@ -28,11 +30,13 @@ def register(subparsers) -> None:
     p.add_argument("--memory", action="store_true",
                    help="keep notes of each attempt in a memory the writer reads (in-process; eval keeps one per folder)")
     p.add_argument("--policy", default="sol+plateau", choices=POLICIES, help="when to stop (default: sol+plateau)")
-    p.add_argument("--max-attempts", type=int, default=40, help="attempt cap for every policy (default: 40)")
-    p.add_argument("--eps", type=float, default=2.5, help="sol policy: stop at t_best <= (1 + eps) t_SOL (default: 2.5)")
-    p.add_argument("--plateau", type=int, default=12, dest="plateau_window",
-                   help="plateau policy: attempts in a row without gain (default: 12)")
-    p.add_argument("--token-budget", type=int, default=400_000, help="tokens policy: budget (default: 400000)")
+    p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS,
+                   help=f"attempt cap for every policy (default: {MAX_ATTEMPTS})")
+    p.add_argument("--eps", type=float, default=SOL_EPS,
+                   help=f"sol policy: stop at t_best <= (1 + eps) t_SOL (default: {SOL_EPS:g})")
+    p.add_argument("--plateau", type=int, default=PLATEAU_WINDOW, dest="plateau_window",
+                   help=f"plateau policy: attempts in a row without gain (default: {PLATEAU_WINDOW})")
+    p.add_argument("--token-budget", type=int, default=TOKEN_BUDGET, help=f"tokens policy: budget (default: {TOKEN_BUDGET})")
     p.add_argument("--backend", default="auto", choices=("cutlass", "interpreter", "auto"),
                    help="auto: cutlass when a GPU and nvcc are present, else interpreter (default: auto)")
     p.add_argument("--gpu", default="h200", help="GPU of the SOL model (default: h200)")

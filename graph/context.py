@@ -16,6 +16,7 @@ from typing import Any
 
 from dsl_compiler.backend import BACKENDS
 from evals.policies import POLICY_NAMES, PolicySettings
+from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 from evals.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
 
 
@@ -178,10 +179,10 @@ class RunContext:
     tier: str = "offline"
     policy: str = "sol+plateau"
     variant: str = DEFAULT_VARIANT  # evals.variants: what the writer answers with, and whether SOL guides it
-    max_attempts: int = 40
-    eps: float = 2.5
-    plateau_window: int = 12
-    token_budget: int = 400_000
+    max_attempts: int = MAX_ATTEMPTS
+    eps: float = SOL_EPS
+    plateau_window: int = PLATEAU_WINDOW
+    token_budget: int = TOKEN_BUDGET
     baseline: str = "best"
     backend: str = "interpreter"
     gpu: str = "h200"

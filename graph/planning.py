@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from dsl_compiler.precision import kernel_maths
 from evals.policies import best_time_us
 from evals.records import AttemptRecord, Hypothesis
 
@@ -36,7 +37,7 @@ class ProgramFeatures:
     n_kernels: int = 0
     n_torch_steps: int = 0
     torch_fns: tuple[str, ...] = ()
-    maths: tuple[str, ...] = ()  # per kernel, "f32" when unset
+    maths: tuple[str, ...] = ()  # per kernel: the math it runs (dsl_compiler.precision)
     tiles: tuple[tuple[int, int, int] | None, ...] = ()
     clusters: tuple[tuple[int, int, int], ...] = ()
     schedules: tuple[str, ...] = ()
@@ -52,7 +53,7 @@ class ProgramFeatures:
             n_kernels=len(kernels),
             n_torch_steps=len(program.torch_steps),
             torch_fns=tuple(s.fn for s in program.torch_steps),
-            maths=tuple(k.config.math or "f32" for k in kernels),
+            maths=tuple(kernel_maths(program)),
             tiles=tuple(k.config.tile for k in kernels),
             clusters=tuple(k.config.cluster for k in kernels),
             schedules=tuple(k.config.schedule for k in kernels),

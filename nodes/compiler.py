@@ -9,6 +9,7 @@ import time
 from langgraph.runtime import Runtime
 
 from dsl_compiler.diagnostics import has_errors
+from dsl_compiler.precision import kernel_maths
 from graph.attempts import advance, fail
 from graph.context import RunContext
 from graph.state import OptimizeState, current
@@ -43,7 +44,7 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if program is None or has_errors(diagnostics):
         first = next((d for d in diagnostics if d.severity == "error"), None)
         return failed(f"check: {first.message if first else 'no program'}", rendered)
-    precision = ",".join(sorted({k.config.math or "f32" for k in program.kernels})) or None
+    precision = ",".join(sorted(set(kernel_maths(program)))) or None
     artifacts: dict[str, str] = {}
     sources: dict[str, str] = {}
     build_s = 0.0

@@ -298,7 +298,8 @@ def estimate_program(program: Any, gpu: GpuSpec) -> ProgramEstimate:
     """Estimated time of a μCUTLASS program (an ``ir.Program``) on ``gpu``: kernels by the
     config-aware model above, torch steps at memory bandwidth. Raises counting.ProgramCountError
     when the program's shapes cannot be inferred."""
-    from dsl_compiler import ir, shapes
+    from dsl_compiler import ir
+    from dsl_compiler.precision import effective_math
     from dsl_compiler.ir import ELEMENT_BYTES
 
     from sol_models.counting import program_traffic
@@ -311,7 +312,7 @@ def estimate_program(program: Any, gpu: GpuSpec) -> ProgramEstimate:
     for step in program.steps:
         if isinstance(step, ir.Kernel):
             traffic = by_name[step.name]
-            math_mode = shapes.effective_math(program, step, types)
+            math_mode = effective_math(program, step, types)
             op = step.op
             a_name = op.x.name if isinstance(op, ir.ConvOp) else op.a.name
             es = ELEMENT_BYTES[types[a_name].dtype]  # operands move in their storage type

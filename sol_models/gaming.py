@@ -110,6 +110,7 @@ def program_precision(program: Any) -> str:
     """The math precision a μCUTLASS program runs at: its narrowest kernel's (torch steps run at
     PyTorch's precision and do not lower it). A program without kernels counts as tf32."""
     from dsl_compiler import shapes
+    from dsl_compiler.precision import effective_math
 
     types = shapes.infer(program)
-    return narrowest_precision([shapes.effective_math(program, k, types) for k in program.kernels])
+    return narrowest_precision([effective_math(program, k, types) for k in program.kernels])

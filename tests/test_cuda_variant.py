@@ -208,3 +208,22 @@ def test_playback_of_py_files_in_the_cuda_variant(tmp_path, ext_dir):
         services.close()
     assert [a.program_text for a in summary.attempts] == [WRONG, CHEATING, CHEATING]
     assert all(not a.correct for a in summary.attempts) and summary.best_index is None
+
+
+def test_the_benchmark_candidates_are_modules_with_cuda_kernels(tmp_path):
+    """benchmarks/cuda_candidates: each defines ModelNew, binds its load_inline by content hash, and on a
+    machine without a GPU stops at the build with the one-line reason (the benchmark runs on an H200)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("bench_variants", root / "benchmarks" / "bench_variants.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name, problem in bench.PLAYBACK:
+        source = (bench.CANDIDATES / name).read_text()
+        assert cc.check_source(source) == [] and cc.uses_cuda(source)
+        assert (SUITES_DIR / "builtin" / f"{problem}.py").is_file()
+        assert cc.prepare(source, tmp_path).extensions == 1
+    assert bench.main(["--out", str(tmp_path / "out")]) == 1  # no GPU here: one line, no files
+    assert not (tmp_path / "out").exists()

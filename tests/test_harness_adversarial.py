@@ -52,7 +52,7 @@ def _check_control(harness, control, on_gpu: bool, tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def cpu_harness():
-    yield from _harness(device="cpu", watchdog_s=20, n_input_sets=3)
+    yield from _harness(device="cpu", watchdog_s=10, n_input_sets=3)
 
 
 @pytest.mark.parametrize("case", _params([c for c in CASES if c.cpu], False, lambda c: c.id))
@@ -103,7 +103,7 @@ def test_set_covers_every_property_and_both_kinds():
 
 @pytest.fixture(scope="module")
 def gpu_harness():
-    yield from _harness(device="cuda", watchdog_s=60, n_input_sets=5)
+    yield from _harness(device="cuda", watchdog_s=30, n_input_sets=5)
 
 
 @pytest.mark.parametrize("case", _params([c for c in CASES if c.gpu], True, lambda c: c.id))

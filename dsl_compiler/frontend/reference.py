@@ -1,6 +1,6 @@
 """Building the reference ``Model`` (on the meta device where it can) and tracing it with torch.fx
 (``torch.export`` when symbolic tracing fails). The reference is handed in as a value: a problem
-(anything with ``module``, ``name``, ``tolerance``, ``allowed_precisions``) or a Python module."""
+(anything with ``module``, ``name``, ``allowed_precisions``) or a Python module."""
 
 from __future__ import annotations
 
@@ -17,12 +17,11 @@ from dsl_compiler.diagnostics import Diagnostic
 class LoadedReference:
     name: str
     module: Any  # the Python module defining Model, get_inputs, get_init_inputs
-    tolerance: float = 1e-2
     allowed_precisions: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
 
 
 def load_reference(problem: Any) -> LoadedReference:
-    """``problem`` is a loaded problem (``module``, ``name``, ``tolerance``, ``allowed_precisions``)
+    """``problem`` is a loaded problem (``module``, ``name``, ``allowed_precisions``)
     or a module; a file is loaded by its caller (``evals.problems.load_problem``)."""
     if isinstance(problem, (str, Path)):
         raise TraceError("problem", f"{problem}: the frontend traces a loaded problem, not a path",
@@ -31,12 +30,11 @@ def load_reference(problem: Any) -> LoadedReference:
     if isinstance(module, str):
         module = sys.modules.get(module) or importlib.import_module(module)
     name = getattr(problem, "name", None) or getattr(module, "__name__", "problem")
-    tolerance = float(getattr(problem, "tolerance", 1e-2) or 1e-2)
     for attr in ("Model", "get_inputs"):
         if not hasattr(module, attr):
             raise TraceError("problem", f"{name} defines no `{attr}`", "a problem defines Model, get_inputs and get_init_inputs")
     allowed = tuple(getattr(problem, "allowed_precisions", None) or LoadedReference.allowed_precisions)
-    return LoadedReference(str(name), module, tolerance, allowed)
+    return LoadedReference(str(name), module, allowed)
 
 
 class TraceError(Exception):
