@@ -12,11 +12,12 @@ import functools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from dsl_compiler import ir, shapes
 from dsl_compiler.diagnostics import Diagnostic, has_errors
 from dsl_compiler.parser import parse
+from dsl_compiler.walk import expr_nodes
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 
@@ -92,15 +93,6 @@ def _diag(code: str, message: str, span: ir.Span | None, found: Any = None, expe
                       hint=hint)
 
 
-def _walk(e: Any) -> Iterator[Any]:
-    yield e
-    if isinstance(e, ir.Unary | ir.ParamCall | ir.Reduce):
-        yield from _walk(e.arg)
-    elif isinstance(e, ir.Binary):
-        yield from _walk(e.lhs)
-        yield from _walk(e.rhs)
-
-
 def _dims_text(t: tuple[int, ...]) -> str:
     return "x".join(str(v) for v in t)
 
@@ -153,7 +145,7 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
                 use(o.name, o.span or step.op.span, f"kernel '{step.name}'")
             lets: set[str] = set()
             for let in step.lets:
-                for node in _walk(let.expr):
+                for node in expr_nodes(let.expr):
                     if isinstance(node, ir.Ref) and node.name not in lets:
                         use(node.name, node.span or let.span, f"kernel '{step.name}'")
                 if let.name in lets or let.name in defined:
@@ -161,7 +153,7 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
                                        found=let.name, expected="a new name", hint="choose a name not used above"))
                 lets.add(let.name)
             for store in step.stores:
-                for node in _walk(store.expr):
+                for node in expr_nodes(store.expr):
                     if isinstance(node, ir.Ref) and node.name not in lets:
                         use(node.name, node.span or store.span, f"kernel '{step.name}'")
             for store in step.stores:
@@ -226,7 +218,7 @@ class _KernelChecker:
         view = "output pixels N*P*Q" if self.is_conv else "output rows M"
         for owner, expr, top_reduce_ok in ([(let, let.expr, False) for let in self.k.lets]
                                            + [(s, s.expr, True) for s in self.k.stores]):
-            for node in _walk(expr):
+            for node in expr_nodes(expr):
                 if isinstance(node, ir.Reduce) and not (top_reduce_ok and node is expr):
                     self.err("reduction", f"{node.fn} inside an expression", node.span or owner.span,
                              found=f"{node.fn}(...) nested", expected="a reduction only at the top of a store",
@@ -356,7 +348,7 @@ class _KernelChecker:
                                 s.span))
         lets = {let.name for let in self.k.lets}
         for owner in [*self.k.lets, *self.k.stores] if tma_operands and not outputs_follow_fix else ():
-            for node in _walk(owner.expr):
+            for node in expr_nodes(owner.expr):
                 if isinstance(node, ir.Ref) and node.index == "full" and node.name not in lets and node.name in self.types:
                     tensors.append((node.name, self.types[node.name], node.span or owner.span))
         unit = self.t.tma_alignment_bytes

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.precision import kernel_math
+from dsl_compiler.walk import expr_nodes
 from dsl_compiler.ir import (
     Acc,
     Binary,
@@ -102,17 +103,12 @@ def inline_lets(expr, lets: dict):
 
 
 def evt_leaves(expr, out: list):
-    if isinstance(expr, (Acc, Ref)):
-        key = ("acc",) if isinstance(expr, Acc) else ("ref", expr.name, expr.index)
-        if key not in out:
-            out.append(key)
-    elif isinstance(expr, Unary):
-        evt_leaves(expr.arg, out)
-    elif isinstance(expr, Binary):
-        evt_leaves(expr.lhs, out)
-        evt_leaves(expr.rhs, out)
-    elif isinstance(expr, (ParamCall, Reduce)):
-        evt_leaves(expr.arg, out)
+    """The EVT leaves an expression reads (the accumulator, tensor refs), added to ``out`` in first-use order."""
+    for node in expr_nodes(expr):
+        if isinstance(node, (Acc, Ref)):
+            key = ("acc",) if isinstance(node, Acc) else ("ref", node.name, node.index)
+            if key not in out:
+                out.append(key)
     return out
 
 

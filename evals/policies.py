@@ -164,6 +164,24 @@ def should_stop(
     return False, ""
 
 
+def stop_reason(
+    policy: str,
+    history: Sequence[AttemptRecord],
+    t_sol_us: float | None,
+    reference_us: Mapping[str, float],
+    settings: PolicySettings = PolicySettings(),
+    *,
+    nothing_left: str | None = None,
+) -> str:
+    """The one stop decision of a run, after every finished attempt and before every plan: why it
+    ends now, or "" to go on. ``nothing_left`` names a writer with no candidate left to try, which
+    ends the run under every policy."""
+    if nothing_left:
+        return f"exhausted: the {nothing_left} tier has nothing left to try"
+    stop, reason = should_stop(policy, history, t_sol_us, reference_us, settings)
+    return reason if stop else ""
+
+
 def stop_index(
     policy: str,
     history: Sequence[AttemptRecord],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from evals.policies import PolicySettings, should_stop
+from evals.policies import PolicySettings, stop_reason
 from evals.records import AttemptRecord
 from graph.state import OptimizeState, history
 
@@ -45,9 +45,9 @@ def fail(
         advance(attempt, node_s, failure_reason=reason, diagnostics=diagnostics or [reason], **changes)
     )
     attempts = [*state.get("attempts", []), done.model_dump()]
-    stop, why = should_stop(policy, history({"attempts": attempts}), state.get("sol", {}).get("t_sol_us"),
-                            state.get("reference_us", {}), settings)
-    return {"current": None, "attempts": attempts, "diagnostics": done.diagnostics, "stop_reason": why if stop else ""}
+    why = stop_reason(policy, history({"attempts": attempts}), state.get("sol", {}).get("t_sol_us"),
+                      state.get("reference_us", {}), settings)
+    return {"current": None, "attempts": attempts, "diagnostics": done.diagnostics, "stop_reason": why}
 
 
 # Times equal to a part in 10^4 are a tie, not a new best: estimated times of equivalent programs differ in their last

@@ -6,6 +6,7 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from dsl_compiler.ir import Program
+from evals.policies import stop_reason
 from graph.context import RunContext
 from graph.planning import ProgramFeatures, flat_plan, plan
 from graph.state import OptimizeState, history, initial_state
@@ -50,7 +51,9 @@ def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         except Exception:  # the built-in nomination is always there to fall back on
             proposed = None
         if proposed is not None and not proposed and state.get("attempts"):
-            return {**update, "stop_reason": f"exhausted: the {tier.name} tier has nothing left to try",
+            return {**update, "stop_reason": stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
+                                                         state.get("reference_us", {}), ctx.policy_settings,
+                                                         nothing_left=tier.name),
                     "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     problem = svc.problem(state["problem_path"])
     if variant.sol_guided:

@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from graph.attempts import ceiling_bound_us, judge
 from graph.context import RunContext
-from evals.policies import should_stop
+from evals.policies import stop_reason
 from graph.memory import remember_state
 from graph.state import OptimizeState, current, history
 
@@ -31,7 +31,6 @@ def sol_judge(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     update.update(remember_state(runtime.store, ctx, state))  # every attempt finished so far, failed ones too
     if state.get("stop_reason"):
         return update
-    stop, reason = should_stop(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
-                               state.get("reference_us", {}), ctx.policy_settings)
-    update["stop_reason"] = reason if stop else ""
+    update["stop_reason"] = stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
+                                        state.get("reference_us", {}), ctx.policy_settings)
     return update

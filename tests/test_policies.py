@@ -126,3 +126,15 @@ def test_scheduler_gives_unmeasured_problems_a_first_attempt():
     assert math.isinf(probs[0].headroom)
     grants = schedule_attempts(probs, total_attempts=2, max_attempts_each=40)
     assert grants == {"new": 1, "far": 1}
+
+
+def test_stop_reason_is_the_one_decision_and_a_writer_with_nothing_left_ends_every_policy():
+    from evals.policies import stop_reason
+
+    settings = PolicySettings(max_attempts=3)
+    short = [attempt(1, 50.0)]
+    assert stop_reason("fixed", short, 10.0, {"eager_fp32": 100.0}, settings) == ""
+    assert stop_reason("fixed", short * 3, 10.0, {}, settings).startswith("fixed: 3 of 3")
+    for policy in ("fixed", "sol", "plateau", "sol+plateau", "tokens"):
+        assert stop_reason(policy, short, 10.0, {}, settings, nothing_left="offline") == \
+            "exhausted: the offline tier has nothing left to try"
