@@ -46,11 +46,17 @@ class Scratch:
         limit = memory_limit_bytes(settings)
         self.hog_bytes = limit + (1 << 30) if limit else HOG_DEFAULT_BYTES
         self.project_marker = PROJECT_ROOT / f".planted-{self.token}"
-        from dsl_compiler.build import cache_dir
-
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        self.cache_entries = {cache_dir() / "kernels" / f"planted-{self.token}",
-                              Path(xdg) / "mucutlass" / "kernels" / f"planted-{self.token}"}
+        roots = [Path(xdg) / "mucutlass"]
+        if os.environ.get("MUCUTLASS_CACHE_DIR"):
+            roots.append(Path(os.environ["MUCUTLASS_CACHE_DIR"]))
+        try:
+            import platformdirs
+
+            roots.append(Path(platformdirs.user_cache_dir("mucutlass")))
+        except ImportError:
+            pass
+        self.cache_entries = {r / "kernels" / f"planted-{self.token}" for r in roots}
 
     @property
     def subs(self) -> dict[str, str]:
