@@ -65,7 +65,7 @@ class Services:
         work = count_problem(problem)
         report = sol_report(work, get_gpu(gpu), precision="tf32")
         out = _as_dict(report)
-        for name in ("flops", "bytes_fused", "bytes_unfused"):
+        for name in ("flops", "bytes_fused", "bytes_unfused", "output_bytes"):
             if getattr(work, name, None) is not None:
                 out.setdefault(name, getattr(work, name))
         return out
@@ -78,10 +78,10 @@ class Services:
         return self._references[path]
 
     # -- programs -------------------------------------------------------------------------
-    def check_text(self, text: str) -> tuple[Any, list[Any]]:
-        from dsl_compiler import check_text
+    def check_text(self, text: str, max_output_bytes: float | None = None) -> tuple[Any, list[Any]]:
+        from dsl_compiler.checks import check_text
 
-        return self._timed(check_text, text)
+        return self._timed(check_text, text, max_output_bytes=max_output_bytes)
 
     def build(self, program: Any) -> Any:
         from dsl_compiler.build import build_program

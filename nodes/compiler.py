@@ -37,7 +37,9 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
                 "candidate_source": source, "program_json": None, "artifacts": {}, "sources": {},
                 "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     try:
-        program, diagnostics = svc.check_text(attempt.program_text)
+        # the problem's outputs bound the program's: an oversized output is refused before any worker runs it
+        program, diagnostics = svc.check_text(attempt.program_text,
+                                              max_output_bytes=(state.get("sol") or {}).get("output_bytes"))
     except Exception as exc:
         return failed(f"check crashed: {type(exc).__name__}: {exc}", [])
     rendered = [d.render("program.mcu") for d in diagnostics]
