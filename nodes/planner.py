@@ -7,7 +7,7 @@ from langgraph.runtime import Runtime
 
 from evals.policies import stop_reason
 from graph.context import RunContext
-from graph.planning import ProgramFeatures, flat_plan, plan
+from graph.planning import ProgramFeatures, flat_plan, nominate_source, plan
 from graph.state import OptimizeState, history, initial_state, program_of
 from nodes.dsl_writer import writer_request
 from nodes.tier_types import ProposingTier
@@ -55,6 +55,7 @@ def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
                     "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     problem = svc.problem(state["problem_path"])
     if variant.sol_guided:
+        proposed = proposed or (nominate_source(state["sol"], history(state)) if variant.language == "python" else None)
         ranked = plan(state["sol"], history(state), features, getattr(problem, "allowed_precisions", ("f32", "tf32")),
                       proposed or None)
     else:
