@@ -3,13 +3,21 @@
 One translation unit per kernel; nvcc runs in a thread pool sized to the cores (each nvcc is
 its own process and uses one core). A build is keyed by the source, the flags, nvcc's version and
 the CUTLASS version, and lives under ``$MUCUTLASS_CACHE_DIR`` (else the user cache directory):
-``<cache>/kernels/<key>/{kernel.cu, kernel.so, build.log, abi.json}``. nvcc's errors come back as
-one short Diagnostic naming the kernel and the knob; the raw log stays in the cache directory.
+``<cache>/kernels/<key>/{kernel.cu, kernel.so, build.log, abi.json, digest.json}``. nvcc's errors come
+back as one short Diagnostic naming the kernel and the knob; the raw log stays in the cache directory.
+
+The cache is trusted only as far as it checks out: ``digest.json`` records the SHA-256 of the library
+and its source when nvcc produced them, and an entry whose files do not match (a library planted or
+swapped at the content-hash path, a half-written entry) is moved aside and rebuilt; the runtime
+verifies the same digest before it loads a library. A build happens in a temporary folder and is
+moved into place whole, so a crashed build leaves no entry behind; builders of the same kernel take
+a file lock on it, so two processes build it once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import glob
 import hashlib
@@ -184,12 +192,73 @@ class _Job:
         return self.dir.parent / f"{self.key}.failed"
 
 
+DIGEST_FILE = "digest.json"
+
+
+class CacheIntegrityError(Exception):
+    """A cached kernel library does not match the digest recorded when it was built."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_library(so_path: str | Path) -> None:
+    """Raise ``CacheIntegrityError`` unless ``so_path`` matches the digest recorded next to it at build time."""
+    so = Path(so_path)
+    try:
+        recorded = json.loads((so.parent / DIGEST_FILE).read_text())[so.name]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CacheIntegrityError(f"{so}: no build digest recorded next to it; not loading it") from None
+    try:
+        actual = _sha256(so)
+    except OSError as exc:
+        raise CacheIntegrityError(f"{so}: unreadable ({exc.strerror or exc})") from None
+    if actual != recorded:
+        raise CacheIntegrityError(f"{so}: differs from the library built there (digest mismatch); not loading it")
+
+
+def _entry_valid(entry: Path, source: str) -> bool:
+    """The cache entry holds the library nvcc built from ``source``, untouched since."""
+    try:
+        verify_library(entry / "kernel.so")
+        recorded = json.loads((entry / DIGEST_FILE).read_text())
+        return recorded.get("source_sha256") == hashlib.sha256(source.encode()).hexdigest()
+    except (CacheIntegrityError, OSError, ValueError, AttributeError):
+        return False
+
+
+def _discard(entry: Path) -> None:
+    """Move a bad entry out of the way first (atomic), then delete it."""
+    if not entry.exists():
+        return
+    aside = entry.parent / f".{entry.name}.bad-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.replace(entry, aside)
+    except OSError:
+        aside = entry
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 def _compile(job: _Job, nvcc: str, flags: list[str]) -> tuple[bool, float, str]:
-    """Compile into a temporary folder, then move into place: concurrent builders never see half a build."""
-    so = job.dir / "kernel.so"
-    if so.exists():
-        return True, 0.0, ""
+    """Build one kernel under its file lock: a valid entry (another process may just have built it) is
+    used as is; otherwise build in a temporary folder and move it into place whole."""
     job.dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(job.dir.parent / f".{job.key}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed holder dies
+        if _entry_valid(job.dir, job.emitted.source):
+            return True, 0.0, ""
+        for left in job.dir.parent.glob(f".{job.key}.*"):  # a killed build's folder: nobody else builds it now
+            if left.is_dir():
+                shutil.rmtree(left, ignore_errors=True)
+        return _compile_locked(job, nvcc, flags)
+
+
+def _compile_locked(job: _Job, nvcc: str, flags: list[str]) -> tuple[bool, float, str]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{job.key}.", dir=job.dir.parent))
     (tmp / "kernel.cu").write_text(job.emitted.source)
     (tmp / "abi.json").write_text(json.dumps(dataclasses.asdict(job.emitted.abi), indent=1))
@@ -202,11 +271,14 @@ def _compile(job: _Job, nvcc: str, flags: list[str]) -> tuple[bool, float, str]:
         log, ok = f"nvcc timed out after {NVCC_TIMEOUT_S} s", False
     build_s = time.perf_counter() - t0
     (tmp / "build.log").write_text(log)
+    if ok and not (tmp / "kernel.so").is_file():
+        ok, log = False, log + "\nnvcc reported success but wrote no kernel.so"
     if ok:
-        try:
-            os.replace(tmp, job.dir)
-        except OSError:  # another process built the same kernel first
-            shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / DIGEST_FILE).write_text(json.dumps({
+            "kernel.so": _sha256(tmp / "kernel.so"),
+            "source_sha256": hashlib.sha256(job.emitted.source.encode()).hexdigest()}))
+        _discard(job.dir)  # whatever sat at the path failed verification (the lock keeps builders apart)
+        os.replace(tmp, job.dir)
     else:
         shutil.rmtree(job.failed_dir, ignore_errors=True)
         os.replace(tmp, job.failed_dir)
@@ -246,7 +318,7 @@ def build_program(program: Program, target: str = "sm90a", jobs: int | None = No
     for e in emitted:
         key = cache_key(e.source, flags, nvcc_ver, cut_ver)
         build_jobs.append(_Job(e, key, root / key))
-    todo = [j for j in build_jobs if not (j.dir / "kernel.so").exists()]
+    todo = [j for j in build_jobs if not _entry_valid(j.dir, j.emitted.source)]
     results: dict[str, tuple[bool, float, str]] = {}
     if todo:
         workers = max(1, min(len(todo), jobs or os.cpu_count() or 1))

@@ -9,6 +9,7 @@ Rule classes (the ``code`` of each diagnostic): ``undefined-name``, ``duplicate-
 from __future__ import annotations
 
 import functools
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ class Target:
     """A GPU description (data from targets/<name>.toml)."""
 
     name: str
+    max_memory_bytes: int
     max_smem_bytes: int
     min_stages: int
     max_cluster_size: int
@@ -64,6 +66,7 @@ def load_target(name: str = "sm90a") -> Target:
     d = tomllib.loads(path.read_text())
     return Target(
         name=d["name"],
+        max_memory_bytes=int(d["memory"]["max_bytes"]),
         max_smem_bytes=d["smem"]["max_bytes_per_block"],
         min_stages=d["smem"]["min_stages"],
         max_cluster_size=d["cluster"]["max_size"],
@@ -494,19 +497,64 @@ def _contiguous_extent(t: shapes.TensorType) -> int:
 # Program
 
 
-def check(program: ir.Program, target: str = "sm90a", backend: str | None = "cutlass") -> list[Diagnostic]:
+def check(program: ir.Program, target: str = "sm90a", backend: str | None = "cutlass",
+          max_output_bytes: float | None = None) -> list[Diagnostic]:
     """All static checks of ``program`` for ``target``. With ``backend="cutlass"`` (the default) what the
     CUTLASS backend cannot build is an error; with ``backend=None`` or ``"interpreter"`` only the language and
-    target rules apply (f32 math is then a warning). Never raises."""
+    target rules apply (f32 math is then a warning). Every tensor must fit the target's memory, and with
+    ``max_output_bytes`` (the problem's outputs) no program output may be larger. Never raises."""
     try:
-        diags = _check(program, target, backend)
+        diags = _check(program, target, backend, max_output_bytes)
         return sorted(diags, key=lambda d: (d.span.line, d.span.column) if d.span else (10**9, 0))
     except Exception as exc:  # noqa: BLE001 - checks report, they do not crash
         return [_diag("internal", f"the checker failed on this program ({type(exc).__name__}: {exc})", None,
                       hint="simplify the program around the last change; this is a checker fault")]
 
 
-def _check(program: ir.Program, target: str, backend: str | None) -> list[Diagnostic]:
+_DTYPE_BYTES = {"f32": 4, "tf32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "i8": 1, "u8": 1, "bool": 1}
+
+
+def _tensor_bytes(t: shapes.TensorType) -> int:
+    return math.prod(t.shape) * _DTYPE_BYTES.get(str(t.dtype), 4)
+
+
+def _gib(n: float) -> str:
+    """A byte count in the unit that reads best (B, KiB, MiB or GiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _size_bounds(names: list[str], types: dict[str, shapes.TensorType], span: ir.Span | None, tgt: Target,
+                 program: ir.Program, max_output_bytes: float | None) -> list[Diagnostic]:
+    """Every tensor fits the target's memory; a program output is no larger than the problem's outputs."""
+    diags = []
+    for name in names:
+        t = types.get(name)
+        if t is None:
+            continue
+        nbytes = _tensor_bytes(t)
+        where = span or (program.decl(name).span if program.decl(name) else None)
+        if any(d < 0 for d in t.shape):
+            diags.append(_diag("size", f"'{name}' has a negative dimension ({_dims_text(t.shape)})", where,
+                               found=_dims_text(t.shape), hint="dimensions are positive element counts"))
+        elif nbytes > tgt.max_memory_bytes:
+            diags.append(_diag("size", f"'{name}' ({_dims_text(t.shape)} {t.dtype}) needs {_gib(nbytes)}, more than "
+                               f"the {_gib(tgt.max_memory_bytes)} of device memory on {tgt.name}", where,
+                               found=_gib(nbytes), expected=f"at most {_gib(tgt.max_memory_bytes)}",
+                               hint="check the sizes: no tensor of a program may exceed the GPU's memory"))
+        elif max_output_bytes and name in program.outputs and nbytes > max_output_bytes:
+            diags.append(_diag("size", f"output '{name}' ({_dims_text(t.shape)} {t.dtype}) needs {_gib(nbytes)}, more "
+                               f"than all of the problem's outputs together ({_gib(max_output_bytes)})",
+                               where or program.outputs_span, found=_gib(nbytes),
+                               expected=f"at most {_gib(max_output_bytes)}",
+                               hint="the program's outputs must have the shapes of the problem's outputs"))
+    return diags
+
+
+def _check(program: ir.Program, target: str, backend: str | None,
+           max_output_bytes: float | None = None) -> list[Diagnostic]:
     try:
         tgt = load_target(target)
     except ValueError as exc:
@@ -516,6 +564,9 @@ def _check(program: ir.Program, target: str, backend: str | None) -> list[Diagno
     if has_errors(diags):
         return diags
     types = shapes.declared_types(program)
+    diags += _size_bounds(list(types), types, None, tgt, program, max_output_bytes)
+    if has_errors(diags):
+        return diags  # shape inference on such sizes would only overflow
     strict = backend == "cutlass"
     for step in program.steps:
         if isinstance(step, ir.Kernel):
@@ -526,12 +577,22 @@ def _check(program: ir.Program, target: str, backend: str | None) -> list[Diagno
                 return diags  # later steps would only repeat this cause
             for s in step.stores:
                 types[s.name] = shapes.store_type(step, s, checker.out_shape, checker.dims, checker.out_layout)
+            produced = [s.name for s in step.stores]
         else:
             try:
                 types.update(shapes.torch_step_types(step, types))
             except shapes.ShapeError as exc:
                 diags.append(_diag(exc.code, exc.message, exc.span or step.span, exc.found, exc.expected, exc.hint))
                 return diags
+            except (RuntimeError, OverflowError, MemoryError) as exc:  # torch on sizes it cannot represent
+                diags.append(_diag("size", f"torch {step.fn}: its result cannot be sized "
+                                   f"({' '.join(str(exc).split())[:160]})", step.span,
+                                   hint="check the sizes this step's arguments produce"))
+                return diags
+            produced = list(step.outputs)
+        sized = _size_bounds(produced, types, step.span, tgt, program, max_output_bytes)
+        if sized:
+            return diags + sized  # later steps would compute on it
     if strict and not has_errors(diags):
         diags += _backend_limits(program)
     return diags
@@ -551,9 +612,10 @@ def _backend_limits(program: ir.Program) -> list[Diagnostic]:
     return list(diags)
 
 
-def check_text(text: str, target: str = "sm90a", backend: str | None = "cutlass") -> tuple[ir.Program | None, list[Diagnostic]]:
+def check_text(text: str, target: str = "sm90a", backend: str | None = "cutlass",
+               max_output_bytes: float | None = None) -> tuple[ir.Program | None, list[Diagnostic]]:
     """Parse, then (when it parses) check."""
     program, diagnostics = parse(text)
     if program is None or has_errors(diagnostics):
         return program, diagnostics
-    return program, diagnostics + check(program, target, backend)
+    return program, diagnostics + check(program, target, backend, max_output_bytes)

@@ -34,7 +34,10 @@ def load_library(path):
     with _LIBS_LOCK:
         lib = _LIBS.get(path)
         if lib is None:
+            from dsl_compiler.build import verify_library
+
             t0 = time.perf_counter()
+            verify_library(path)  # a library swapped in the cache since its build is never loaded
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
             vpp, i64p, f32p = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_float)
             lib.mucutlass_workspace_size.argtypes = [vpp, i64p, f32p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_int]

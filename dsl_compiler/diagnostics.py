@@ -3,6 +3,7 @@ written so that a model can repair its program from the message alone."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -38,6 +39,15 @@ class Diagnostic(BaseModel):
         if self.hint is not None:
             lines.append(f"  hint:     {self.hint}")
         return "\n".join(lines)
+
+
+# every message about one kernel names it so ("kernel 'fc': ..."): checks, emitters and builds alike
+_KERNEL_IN_MESSAGE = re.compile(r"kernel '([A-Za-z0-9_]+)'")
+
+
+def kernels_named(text: str) -> list[str]:
+    """The kernels a diagnostic's message (or several, rendered and joined) names, in order, repeats kept."""
+    return _KERNEL_IN_MESSAGE.findall(text)
 
 
 def has_errors(diagnostics: list[Diagnostic]) -> bool:

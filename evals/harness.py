@@ -254,7 +254,9 @@ class WorkerProcess:
             env["CUDA_VISIBLE_DEVICES"] = outer[settings.gpu_index] if settings.gpu_index < len(outer) else str(settings.gpu_index)
         if settings.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-        self.log = tempfile.NamedTemporaryFile(prefix="mucutlass-worker-", suffix=".log", delete=False)
+        # the worker's stderr goes to an unnamed temporary file: nothing is left in the temp folder
+        # however this process ends (SIGKILL included); stderr_tail reads it through the descriptor
+        self.log = tempfile.TemporaryFile(prefix="mucutlass-worker-", suffix=".log")
         self.proc = subprocess.Popen(
             [settings.python, "-m", "evals.worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
@@ -321,9 +323,10 @@ class WorkerProcess:
         return f"crash: the worker died ({what}) {when}" + (f"; last output: {tail}" if tail else "")
 
     def stderr_tail(self, n_chars: int = 300) -> str:
-        try:
-            text = Path(self.log.name).read_text(errors="replace")
-        except OSError:
+        try:  # pread: the worker shares the file offset, which must stay at the end for its writes
+            fd = self.log.fileno()
+            text = os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+        except (OSError, ValueError):
             return ""
         lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
         return " | ".join(lines[-3:])[-n_chars:]
@@ -343,10 +346,7 @@ class WorkerProcess:
                 self.proc.wait(timeout=1)
             except (OSError, subprocess.TimeoutExpired):
                 self.kill()
-        try:
-            os.unlink(self.log.name)
-        except OSError:
-            pass
+        self.log.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 from dsl_compiler.backend import BACKENDS
 from evals.policies import POLICY_NAMES, PolicySettings
 from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from graph.state import program_of
 from evals.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
 
 
@@ -65,7 +66,7 @@ class Services:
         work = count_problem(problem)
         report = sol_report(work, get_gpu(gpu), precision="tf32")
         out = _as_dict(report)
-        for name in ("flops", "bytes_fused", "bytes_unfused"):
+        for name in ("flops", "bytes_fused", "bytes_unfused", "output_bytes"):
             if getattr(work, name, None) is not None:
                 out.setdefault(name, getattr(work, name))
         return out
@@ -78,10 +79,10 @@ class Services:
         return self._references[path]
 
     # -- programs -------------------------------------------------------------------------
-    def check_text(self, text: str) -> tuple[Any, list[Any]]:
-        from dsl_compiler import check_text
+    def check_text(self, text: str, max_output_bytes: float | None = None) -> tuple[Any, list[Any]]:
+        from dsl_compiler.checks import check_text
 
-        return self._timed(check_text, text)
+        return self._timed(check_text, text, max_output_bytes=max_output_bytes)
 
     def build(self, program: Any) -> Any:
         from dsl_compiler.build import build_program
@@ -130,10 +131,7 @@ class Services:
             from evals.harness import Candidate
 
             return Candidate.from_source(state["candidate_source"])
-        from dsl_compiler.ir import Program
-
-        return self.candidate(Program.model_validate_json(state["program_json"]), state["backend"],
-                              state.get("artifacts"))
+        return self.candidate(program_of(state), state["backend"], state.get("artifacts"))
 
     def validate(self, path: str, candidate: Any) -> dict[str, Any]:
         """-> {correct, max_abs_error, reason, flags}"""

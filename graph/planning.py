@@ -165,3 +165,22 @@ def flat_plan(history: Sequence[AttemptRecord], proposed: Sequence[Hypothesis] |
             return [Hypothesis(title="repair the last program", rationale=_why(last))]
         return [Hypothesis(title="a first correct program", rationale="correctness first")]
     return [Hypothesis(title="a faster program", rationale="change what you expect to make the best program faster")]
+
+
+def nominate_source(sol: dict[str, Any], history: Sequence[AttemptRecord]) -> list[Hypothesis]:
+    """Hypotheses for hand-written kernels (the cuda+sol variant), where no program features are known:
+    a bold restructuring and an incremental tuning step, each bounded by the gap to SOL, for ROI to rank
+    (a large gap favours the bold one)."""
+    t_best, t_sol = best_time_us(history), sol.get("t_sol_us") or 0.0
+    if t_best is None:
+        return flat_plan(history)
+    gap = t_best / t_sol if t_sol else 4.0
+    bound = sol.get("bound", "compute")
+    bold = ("tensor cores (TF32 or lower where the tolerance allows), larger tiles staged through shared memory"
+            if bound == "compute" else "one fused kernel: every intermediate kept on chip, each input read once")
+    return [
+        Hypothesis(title="restructure the kernel", rationale=f"{gap:.1f}x from the speed of light ({bound}-bound): {bold}",
+                   expected_gain=max(1.0, min(gap, 4.0)), risk=3.0),
+        Hypothesis(title="tune the kernel", rationale="launch configuration, vector loads, unrolling, occupancy",
+                   expected_gain=max(1.0, min(gap, 1.3)), risk=1.2),
+    ]

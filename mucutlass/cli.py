@@ -44,7 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cache_root() -> str:
+    import os
+
+    if os.environ.get("MUCUTLASS_CACHE_DIR"):
+        return os.environ["MUCUTLASS_CACHE_DIR"]
+    import platformdirs
+
+    return platformdirs.user_cache_dir("mucutlass")
+
+
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    # torch's compile cache beside the kernel cache (inherited by workers), not in the system temp folder
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_cache_root(), "inductor"))
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

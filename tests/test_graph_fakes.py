@@ -87,7 +87,7 @@ class FakeServices(Services):
             self._references[path] = dict(REFERENCE_US)
         return self._references[path]
 
-    def check_text(self, text):
+    def check_text(self, text, max_output_bytes=None):
         self._count("check")
         if "# broken" in text:
             return None, [Diagnostic(code="undefined-name", message="w is not declared", span=Span(line=3, column=21),
@@ -131,7 +131,7 @@ class FakeServices(Services):
 class TextTrackingServices(FakeServices):
     """The fake check remembers the text it last checked: the text validate/profile judge."""
 
-    def check_text(self, text):
+    def check_text(self, text, max_output_bytes=None):
         self.last_text = text
         return super().check_text(text)
 

@@ -8,6 +8,7 @@ import torch
 from dsl_compiler import runtime
 from dsl_compiler.checks import check
 from dsl_compiler.parser import parse
+from dsl_compiler.printer import format_program
 from evals.problems import load_suite
 from evals.records import AttemptRecord
 from sol_models import search
@@ -166,9 +167,13 @@ def test_a_16_bit_plan_that_would_demote_a_kernel_is_not_proposed(tier):
 
 
 def test_attempt_math_reads_the_program():
-    assert attempt_math(AttemptRecord(index=1, program_text="kernel k = gemm(a, b) {\n  math = tf32\n}")) is None
-    assert attempt_math(AttemptRecord(index=1, program_text="kernel k = gemm(a, b) {\n  math = bf16\n}")) == "bf16"
+    problem = BUILTIN["11_linear_relu"]
+    tf32 = format_program(trace_problem(problem).program)
+    bf16 = format_program(trace_problem(problem, TraceOptions(math="bf16")).program)
+    assert attempt_math(AttemptRecord(index=1, program_text=tf32)) is None
+    assert attempt_math(AttemptRecord(index=1, program_text=bf16)) == "bf16"
     assert attempt_math(AttemptRecord(index=1, program_text="")) is None
+    assert attempt_math(AttemptRecord(index=1, program_text="not a program: math = f16")) is None
 
 
 def test_the_sol_judge_holds_an_f16_result_to_the_f16_bound():
@@ -295,4 +300,4 @@ def test_the_eval_report_names_the_precision_of_each_kept_result(tmp_path, monke
     text = write_report(store, tmp_path / "out").read_text()
     store.close()
     assert "| % SOL (TF32) | precision |" in text
-    assert "| P1 | offline | fixed | yes |" in text and "| 120.0% | f16 |" in text
+    assert "| P1 | offline | dsl+sol | fixed | yes |" in text and "| 120.0% | f16 |" in text

@@ -121,3 +121,16 @@ def test_eval_cli_rejects_an_unknown_variant(tmp_path, capsys):
 
     assert main(["eval", "--suite", "smoke", "--variants", "cuda,fortran", "--out", str(tmp_path / "e")]) == 1
     assert "unknown variant 'fortran'" in capsys.readouterr().err
+
+
+def test_cuda_sol_plans_by_roi_against_the_gap():
+    from graph.planning import nominate_source, plan, ProgramFeatures
+
+    sol = {"t_sol_us": 10.0, "bound": "compute"}
+    far = [AttemptRecord(index=1, correct=True, t_us=100.0, reached="done")]  # 10x from SOL: the bold change
+    near = [AttemptRecord(index=1, correct=True, t_us=15.0, reached="done")]  # 1.5x: the safe one
+    titles = lambda hist: [h.title for h in plan(sol, hist, ProgramFeatures(), proposed=nominate_source(sol, hist))]
+    assert titles(far) == ["restructure the kernel", "tune the kernel"]
+    assert titles(near) == ["tune the kernel", "restructure the kernel"]
+    assert "10.0x from the speed of light (compute-bound)" in nominate_source(sol, far)[0].rationale
+    assert [h.title for h in nominate_source(sol, [])] == ["a first correct program"]

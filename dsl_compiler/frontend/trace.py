@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.diagnostics import Diagnostic, kernels_named
 from dsl_compiler.frontend.lower import Lowering
 from dsl_compiler.frontend.reference import LoadedReference, TraceError, Traced, build_and_trace, load_reference
 from dsl_compiler.frontend.results import TraceOptions, TraceResult
 from dsl_compiler.ir import Acc, Kernel
-
-
-_KERNEL_IN_MESSAGE = re.compile(r"kernel '([A-Za-z0-9_]+)'")
 
 
 def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback: bool = True,
@@ -44,15 +40,15 @@ def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback
         if not diags:
             break
         # a target whose tf32 MMA reads K-major operands only: give those kernels transposing copies
-        kmajor = tuple(dict.fromkeys(m.group(1) for d in diags if d.code == "layout" and "K-major" in d.message
-                                     for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m and m.group(1) not in options.kmajor))
+        kmajor = tuple(dict.fromkeys(names[0] for d in diags if d.code == "layout" and "K-major" in d.message
+                                     for names in [kernels_named(d.message)] if names and names[0] not in options.kmajor))
         if kmajor:
             options = options.model_copy(update={"kmajor": options.kmajor + kmajor})
             result = lower(traced, options, ref, why)
             if result.program is None:
                 return result
             continue
-        culprit = next((m.group(1) for d in diags for m in [_KERNEL_IN_MESSAGE.search(d.message)] if m), None)
+        culprit = next((names[0] for d in diags for names in [kernels_named(d.message)] if names), None)
         names = {k.name for k in result.program.kernels}
         if culprit not in names:
             culprit = result.program.kernels[-1].name if names else None

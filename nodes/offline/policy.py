@@ -25,15 +25,18 @@ profiler and judge as a model's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from evals.records import AttemptRecord, Hypothesis
-from sol_models import search
+from dsl_compiler.diagnostics import kernels_named
 from dsl_compiler.frontend import TraceOptions, TraceResult, trace_problem
+from dsl_compiler.ir import Program
+from dsl_compiler.parser import parse
+from evals.records import AttemptRecord, Hypothesis
 from nodes.tier_types import WriterReply, WriterRequest
+from sol_models import search
 
 MODEL_NAME = "offline"
 CONFIGS_PER_KERNEL = 8
@@ -41,7 +44,6 @@ MEASURED_MISS = 1.25  # re-rank when a measurement is this far (either way) from
 # 16-bit math over fp32 data: f16 first (10 mantissa bits, as TF32; bf16 has 7), at tolerances it meets
 HALF_MATHS = ("f16", "bf16")
 HALF_MIN_TOLERANCE = 1e-3
-_HALF_IN_TEXT = re.compile(r"^\s*math = (f16|bf16)\b", re.M)
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,18 @@ def half_math(allowed_precisions, tolerance) -> str | None:
 
 def attempt_math(a: AttemptRecord) -> str | None:
     """The 16-bit math an attempt's program computed in (None: TF32 / the storage types' own)."""
-    found = _HALF_IN_TEXT.search(a.program_text or "")
-    return found.group(1) if found else None
+    program = _program_of(a)
+    return next((k.config.math for k in program.kernels if k.config.math in HALF_MATHS), None) if program else None
+
+
+def _program_of(a: AttemptRecord) -> Program | None:
+    """The program an attempt ran, as IR (None for an attempt without one, or one that does not parse)."""
+    return _parsed(a.program_text) if a.program_text else None
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str) -> Program | None:
+    return parse(text)[0]  # the history is read on every write: each program is parsed once
 
 
 def _ms(t_us: float) -> str:
@@ -117,14 +129,12 @@ class OfflineTier:
     def fallback_options(history: list[AttemptRecord], kernel_names: set[str] | None = None) -> TraceOptions:
         """Fallbacks earned by failed attempts: a kernel named in a check/build error loses its
         epilogue, then its kernel; a wrong result drops all epilogues, then all kernels."""
-        import re
-
         unfuse: list[str] = []
         demote: list[str] = []
         fuse = "all"
         wrong = 0
-        compiled = {name for a in history if a.compile_ok
-                    for name in re.findall(r"^kernel ([A-Za-z0-9_]+) =", a.program_text, re.M)}
+        compiled = {k.name for a in history if a.compile_ok for program in [_program_of(a)] if program
+                    for k in program.kernels}
         for a in history:
             reason = a.failure_reason or ""
             if a.correct or not a.program_text or reason.startswith("write"):
@@ -133,7 +143,7 @@ class OfflineTier:
                 wrong += 1
             elif not a.compile_ok:
                 text = " ".join(a.diagnostics)
-                names = re.findall(r"kernel '([A-Za-z0-9_]+)'", text)
+                names = kernels_named(text)
                 for name in dict.fromkeys(names):
                     if name in demote:
                         continue

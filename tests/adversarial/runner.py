@@ -15,16 +15,22 @@ from tests.adversarial.cases import FLAG_RULES, Case, Control, candidate_for, ca
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Fake keys in the judge's environment: a candidate must never see them.
 SECRET_VARS = {"OPENAI_API_KEY": "sk-redteam-canary-0000", "MUCUTLASS_TEST_TOKEN": "tok-redteam-canary-0000"}
-HOG_DEFAULT_BYTES = 4 << 30  # host memory the hog touches when the harness states no limit
+HOG_DEFAULT_BYTES = 3 << 30  # host memory the hog touches when the harness states no limit
 DAEMON_WAIT_S = 2.0  # the daemon case writes its marker 1.5 s after it starts
 
 
 def memory_limit_bytes(settings) -> int | None:
-    """The judge's memory limit for a candidate, under whichever name its settings give it."""
-    for name, scale in (("memory_limit_bytes", 1), ("memory_limit_mb", 1 << 20), ("memory_limit_gb", 1 << 30),
-                        ("host_memory_limit_bytes", 1), ("worker_memory_limit_mb", 1 << 20)):
-        value = getattr(settings, name, None)
-        if value:
+    """The judge's host memory limit for a candidate, from whichever settings field states one (a name
+    with "mem" and "limit" or "max" in it; the unit from its suffix, bytes without one)."""
+    units = {"_bytes": 1, "_b": 1, "_kb": 1 << 10, "_kib": 1 << 10, "_mb": 1 << 20, "_mib": 1 << 20,
+             "_gb": 1 << 30, "_gib": 1 << 30}
+    fields = getattr(settings, "model_dump", lambda: {})()
+    for name, value in fields.items():
+        low = name.lower()
+        if "mem" not in low or not ("limit" in low or "max" in low) or "gpu" in low or "device" in low:
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            scale = next((u for suffix, u in units.items() if low.endswith(suffix)), 1)
             return int(value * scale)
     return None
 
@@ -40,11 +46,17 @@ class Scratch:
         limit = memory_limit_bytes(settings)
         self.hog_bytes = limit + (1 << 30) if limit else HOG_DEFAULT_BYTES
         self.project_marker = PROJECT_ROOT / f".planted-{self.token}"
-        from dsl_compiler.build import cache_dir
-
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        self.cache_entries = {cache_dir() / "kernels" / f"planted-{self.token}",
-                              Path(xdg) / "mucutlass" / "kernels" / f"planted-{self.token}"}
+        roots = [Path(xdg) / "mucutlass"]
+        if os.environ.get("MUCUTLASS_CACHE_DIR"):
+            roots.append(Path(os.environ["MUCUTLASS_CACHE_DIR"]))
+        try:
+            import platformdirs
+
+            roots.append(Path(platformdirs.user_cache_dir("mucutlass")))
+        except ImportError:
+            pass
+        self.cache_entries = {r / "kernels" / f"planted-{self.token}" for r in roots}
 
     @property
     def subs(self) -> dict[str, str]:

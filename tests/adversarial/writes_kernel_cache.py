@@ -1,5 +1,9 @@
 """Containment: plants an entry in the kernel cache (MUCUTLASS_CACHE_DIR, else the user cache
-directory), where a later build of any program would look for a finished kernel."""
+directory), where a later build of a program would look for a finished kernel: a library of its own
+and a digest.json that matches it (an unkeyed digest checks accidents, not a writer). This one
+plants a marker library under a name no build uses."""
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -19,7 +23,12 @@ for _root in _cache_roots():
     try:
         entry = _root / "kernels" / "planted-__REDTEAM_TOKEN__"
         entry.mkdir(parents=True, exist_ok=True)
-        (entry / "kernel.cu").write_text("// planted by a candidate\n")
+        source = "// planted by a candidate\n"
+        (entry / "kernel.cu").write_text(source)
+        (entry / "kernel.so").write_bytes(b"\x7fELF planted")
+        (entry / "digest.json").write_text(json.dumps({
+            "kernel.so": hashlib.sha256(b"\x7fELF planted").hexdigest(),
+            "source_sha256": hashlib.sha256(source.encode()).hexdigest()}))
     except OSError:
         pass
 
