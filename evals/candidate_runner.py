@@ -105,6 +105,8 @@ def framework_state() -> dict:
             state[f"autocast.{dev}"] = torch.is_autocast_enabled(dev)
         except (TypeError, RuntimeError):
             pass
+    for var in ("NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"):  # read by cuBLAS / ATen at start
+        state[f"env.{var}"] = os.environ.get(var)
     return state
 
 

@@ -46,6 +46,8 @@ def candidate_env(base: dict | None = None) -> dict:
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # a .pyc written from here could reach the judge's next import
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSTARTUP", None)
+    for var in ("NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"):  # numerics are the harness's to set
+        env.pop(var, None)
     env.pop("PYTHONHOME", None)
     return env
 
