@@ -346,7 +346,7 @@ class Runner:
         with counter:
             model(*inputs)
         kernels = []
-        if self.cuda:
+        if self.cuda and req.get("kernels"):
             _cuda_sync()
             from torch.autograd import DeviceType
             from torch.profiler import ProfilerActivity, profile
