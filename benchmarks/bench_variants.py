@@ -6,8 +6,9 @@ rows, summary).
 
     python3 benchmarks/bench_variants.py --out benchmarks/results/
 
-The three extensions build in parallel (about a minute each, nvcc) while the offline tier's CUTLASS kernels
-build and run; the build folder is ``--ext-dir`` (default: a temporary folder, never the repository).
+The three extensions (about a minute each, nvcc) and the offline tier's first CUTLASS kernels build at once,
+one nvcc per core; the extensions' build folder is ``--ext-dir`` (default: a temporary folder, never the
+repository).
 """
 
 from __future__ import annotations
@@ -75,20 +76,28 @@ def run(args, log=print) -> dict:
     services = shared_services(args.gpu)
     rows: list[dict] = []
     started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=1) as background:
-        builds_future = background.submit(build_all, args.jobs, log)  # nvcc for the extensions, meanwhile:
+    with ThreadPoolExecutor(max_workers=2) as background:
+        # every nvcc at once: the extensions, and the offline tier's first kernels (bench_offline's prebuild)
+        builds_future = background.submit(build_all, args.jobs, log)
+        from benchmarks.bench_offline import prebuild
+        from evals.problems import load_problem
+
+        if args.backend == "cutlass":
+            loaded = [load_problem(SUITES_DIR / args.suite / f"{p}.py") for p in problems]
+            background.submit(prebuild, loaded, args.gpu, args.offline_attempts,
+                              max(1, (os.cpu_count() or 4) - len(PLAYBACK)), log).result()
         for problem in problems:
             ctx = RunContext(tier="offline", variant="dsl+sol", policy="fixed", max_attempts=args.offline_attempts,
-                             backend="cutlass", gpu=args.gpu, services=services)
-            summary = run_optimize(SUITES_DIR / "builtin" / f"{problem}.py", ctx, Path(args.runs) / f"offline-{problem}")
+                             backend=args.backend, gpu=args.gpu, services=services)
+            summary = run_optimize(SUITES_DIR / args.suite / f"{problem}.py", ctx, Path(args.runs) / f"offline-{problem}")
             rows.append(row_of("offline tier (μCUTLASS)", "dsl+sol", problem, summary))
             log(f"offline {problem}: {summary.best_t_us} us, stop: {summary.stop_reason}")
         builds = builds_future.result()
     for name, problem in PLAYBACK:
         path = CANDIDATES / name
-        ctx = RunContext(tier=f"playback:{path}", variant="cuda", policy="fixed", max_attempts=1, backend="cutlass",
+        ctx = RunContext(tier=f"playback:{path}", variant="cuda", policy="fixed", max_attempts=1, backend=args.backend,
                          gpu=args.gpu, services=services, tier_impl=PlaybackTier(path))
-        summary = run_optimize(SUITES_DIR / "builtin" / f"{problem}.py", ctx, Path(args.runs) / f"cuda-{Path(name).stem}")
+        summary = run_optimize(SUITES_DIR / args.suite / f"{problem}.py", ctx, Path(args.runs) / f"cuda-{Path(name).stem}")
         rows.append(row_of(f"cuda: {Path(name).stem}", "cuda", problem, summary, builds.get(name)))
         log(f"cuda {name} on {problem}: {summary.best_t_us} us, flags {rows[-1]['flags']}, {rows[-1]['failure']}")
     return {"rows": rows, "builds": builds, "wall_s": round(time.perf_counter() - started, 1)}
@@ -147,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=3, help="extensions built at once")
     parser.add_argument("--ext-dir", default=None, help="load_inline build folder (default: a temporary folder)")
     parser.add_argument("--runs", default=None, help="run directories (default: a temporary folder)")
+    parser.add_argument("--backend", default="cutlass", help=argparse.SUPPRESS)  # interpreter: a CPU rehearsal
+    parser.add_argument("--suite", default="builtin", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="mucutlass-variants-"))
     os.environ["MUCUTLASS_CUDA_EXT_DIR"] = args.ext_dir or str(scratch / "ext")
@@ -155,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     from evals.environment import collect_environment, versions_text
 
     env = collect_environment("cutlass")
-    if not str(env.get("gpu", "")).startswith("NVIDIA"):
+    if args.backend == "cutlass" and not str(env.get("gpu", "")).startswith("NVIDIA"):
         print(f"error: no CUDA GPU here ({env.get('gpu')}); the cuda variant's timings need one", file=sys.stderr)
         return 1
     result = run(args)

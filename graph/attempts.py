@@ -8,7 +8,7 @@ from typing import Any
 
 from evals.policies import PolicySettings, stop_reason
 from evals.records import AttemptRecord
-from graph.state import OptimizeState, history
+from graph.state import OptimizeState, history, program_of
 
 
 def program_hash(text: str) -> str:
@@ -76,7 +76,7 @@ def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: li
                               "diagnostics": []}
     if improved:
         update.update(best_index=done.index, best_t_us=t, best_program_text=done.program_text,
-                      best_program_json=state.get("program_json"), best_artifacts=dict(state.get("artifacts") or {}),
+                      best_program=program_of(state), best_artifacts=dict(state.get("artifacts") or {}),
                       best_sources=dict(state.get("sources") or {}))
     return update
 

@@ -17,6 +17,7 @@ from typing import Any
 from dsl_compiler.backend import BACKENDS
 from evals.policies import POLICY_NAMES, PolicySettings
 from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from graph.state import program_of
 from evals.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
 
 
@@ -130,10 +131,7 @@ class Services:
             from evals.harness import Candidate
 
             return Candidate.from_source(state["candidate_source"])
-        from dsl_compiler.ir import Program
-
-        return self.candidate(Program.model_validate_json(state["program_json"]), state["backend"],
-                              state.get("artifacts"))
+        return self.candidate(program_of(state), state["backend"], state.get("artifacts"))
 
     def validate(self, path: str, candidate: Any) -> dict[str, Any]:
         """-> {correct, max_abs_error, reason, flags}"""

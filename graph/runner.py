@@ -25,7 +25,7 @@ from dsl_compiler.backend import resolve_backend
 from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
 from evals.records import AttemptRecord, RunSummary
-from graph.state import initial_state
+from graph.state import initial_state, program_of
 from nodes.tiers import TierError, make_tier  # noqa: F401 -- the command line makes its tier here
 
 RUN_FILE = "run.json"
@@ -173,12 +173,10 @@ def write_outputs(state: dict, summary: RunSummary, ctx: RunContext, run_dir: Pa
     sources = state.get("best_sources") or {}
     if sources:
         data["cutlass_sources"] = _copy_sources(sources, run_dir / "cutlass")
-    if best_text and not python and state.get("best_program_json"):
-        from dsl_compiler.ir import Program
-
+    program = program_of(state, "best_program")
+    if best_text and not python and program is not None:
         try:
             source = Path(state["problem_path"]).read_text() if Path(state["problem_path"]).is_file() else None
-            program = Program.model_validate_json(state["best_program_json"])
             if ctx.backend == "cutlass":
                 ctx.services.export_model_new(program, artifacts, str(run_dir / "model_new.py"), problem_source=source)
             else:  # no kernels were built: the ModelNew runs the program on the interpreter

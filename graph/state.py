@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from dsl_compiler.ir import Program
 from evals.records import AttemptRecord, Hypothesis
 
 
@@ -21,7 +22,7 @@ class OptimizeState(TypedDict, total=False):
     hypothesis: dict | None  # the one being implemented
     # the attempt in flight
     current: dict | None  # AttemptRecord as it progresses
-    program_json: str | None  # IR of the checked program
+    program: Program | None  # the checked program of the attempt in flight
     candidate_source: str | None  # the built ModelNew module (cuda variants), as the harness judges it
     artifacts: dict[str, str]  # kernel name -> shared library (cutlass backend)
     sources: dict[str, str]  # kernel name -> generated CUTLASS .cu (cutlass backend)
@@ -31,7 +32,7 @@ class OptimizeState(TypedDict, total=False):
     best_index: int | None
     best_t_us: float | None
     best_program_text: str | None
-    best_program_json: str | None
+    best_program: Program | None
     best_artifacts: dict[str, str]
     best_sources: dict[str, str]
     # budget counters
@@ -53,6 +54,15 @@ def current(state: OptimizeState) -> AttemptRecord | None:
     return AttemptRecord.model_validate(cur) if cur else None
 
 
+def program_of(state: OptimizeState, key: str = "program") -> Program | None:
+    """The state's program (``program`` or ``best_program``) as IR; checkpoints written before
+    programs travelled as values hold it as JSON under ``<key>_json``."""
+    value = state.get(key)
+    if value is None and state.get(f"{key}_json"):
+        return Program.model_validate_json(state[f"{key}_json"])
+    return value
+
+
 def hypothesis(state: OptimizeState) -> Hypothesis | None:
     h = state.get("hypothesis")
     return Hypothesis.model_validate(h) if h else None
@@ -61,8 +71,8 @@ def hypothesis(state: OptimizeState) -> Hypothesis | None:
 def initial_state(problem_path: str, backend: str) -> OptimizeState:
     return OptimizeState(
         problem_path=problem_path, problem_name="", sol={}, reference_us={}, backend=backend,
-        plan=[], hypothesis=None, current=None, program_json=None, candidate_source=None, artifacts={}, sources={}, diagnostics=[],
-        attempts=[], best_index=None, best_t_us=None, best_program_text=None, best_program_json=None,
+        plan=[], hypothesis=None, current=None, program=None, candidate_source=None, artifacts={}, sources={}, diagnostics=[],
+        attempts=[], best_index=None, best_t_us=None, best_program_text=None, best_program=None,
         best_artifacts={}, best_sources={}, tokens_in=0, tokens_out=0, cost_usd=0.0, tokens_by_model={}, work_s=0.0,
         stop_reason="", memory_noted=0,
     )

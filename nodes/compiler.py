@@ -34,7 +34,7 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
             return failed(f"build: {built.reason}", built.diagnostics or [built.reason], build_s=built.seconds)
         return {"current": advance(attempt, time.perf_counter() - start, reached="compile", compile_ok=True,
                                    build_s=built.seconds),
-                "candidate_source": source, "program_json": None, "artifacts": {}, "sources": {},
+                "candidate_source": source, "program": None, "artifacts": {}, "sources": {},
                 "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     try:
         # the problem's outputs bound the program's: an oversized output is refused before any worker runs it
@@ -65,7 +65,7 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     return {
         "current": advance(attempt, node_s, reached="compile", compile_ok=True, build_s=build_s, precision=precision,
                            diagnostics=rendered),
-        "program_json": program.model_dump_json(),
+        "program": program,
         "artifacts": artifacts,
         "sources": sources,
         "work_s": state.get("work_s", 0.0) + (svc.work_s - work0),

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from dsl_compiler.ir import Program
 from evals.policies import stop_reason
 from graph.context import RunContext
 from graph.planning import ProgramFeatures, flat_plan, nominate_source, plan
-from graph.state import OptimizeState, history, initial_state
+from graph.state import OptimizeState, history, initial_state, program_of
 from nodes.dsl_writer import writer_request
 from nodes.tier_types import ProposingTier
 from nodes.tiers import tier_of
@@ -34,8 +33,7 @@ def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         except Exception as exc:  # a broken problem or library failure ends the run with its reason
             return {**update, "stop_reason": f"setup failed: {type(exc).__name__}: {exc}"}
         state = {**state, **update}
-    best_json = state.get("best_program_json")
-    features = ProgramFeatures.of(Program.model_validate_json(best_json) if best_json else None)
+    features = ProgramFeatures.of(program_of(state, "best_program"))
     try:
         tier = tier_of(ctx)
     except Exception as exc:  # TierError: unknown tier, missing key, offline tier not installed

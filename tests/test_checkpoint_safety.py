@@ -44,7 +44,9 @@ def plant(run_dir: Path, channel: str, value) -> None:
     db = sqlite3.connect(run_dir / "checkpoints.sqlite")
     thread, ckpt_id, blob = db.execute(
         "SELECT thread_id, checkpoint_id, checkpoint FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
-    checkpoint = ormsgpack.unpackb(blob, option=ormsgpack.OPT_NON_STR_KEYS)
+    # extension records (the state's Program values) stay as they are: only ``channel`` changes
+    checkpoint = ormsgpack.unpackb(blob, ext_hook=lambda code, data: ormsgpack.Ext(code, data),
+                                   option=ormsgpack.OPT_NON_STR_KEYS)
     checkpoint["channel_values"][channel] = value
     db.execute("UPDATE checkpoints SET checkpoint = ? WHERE thread_id = ? AND checkpoint_id = ?",
                (ormsgpack.packb(checkpoint), thread, ckpt_id))

@@ -136,3 +136,13 @@ def test_sigkill_then_resume(tmp_path):
 
     attempts = json.loads((run_dir / "attempts.json").read_text())
     assert [a["program_text"] for a in attempts] == PROGRAMS
+
+
+def test_programs_travel_as_values_and_old_checkpoints_json_still_reads():
+    from dsl_compiler.parser import parse
+    from graph.state import program_of
+
+    program, _ = parse((Path(__file__).resolve().parent.parent / "examples" / "mlp.mcu").read_text())
+    assert program_of({"program": program}) is program
+    assert program_of({"best_program_json": program.model_dump_json()}, "best_program") == program
+    assert program_of({}) is None
