@@ -140,3 +140,22 @@ def test_time_cuda_logic_with_fake_events(monkeypatch):
     assert 1500 < sample.median_us < 20000 and sample.wall_median_us >= sample.median_us * 0.9
     assert set(sample.summary()) >= {"median_us", "spread_pct", "trials", "wall_median_us", "sync_overhead_us"}
     assert 0 <= sample.sync_overhead_us < 1000  # an empty call's own cost, not the 2 ms of fn (>= 0 by construction)
+
+
+def test_program_precision_follows_the_dataflow():
+    """A cast upstream of a kernel (a torch step to bf16 and back) makes the kernel bf16, whatever its
+    math knob and its declared types say; a torch step computing on bf16 is bf16 math too."""
+    from dsl_compiler.parser import parse
+
+    def precisions(body: str) -> list[str]:
+        program, diags = parse("program p\ninput x: f32[8, 16]\nparam w: f32[4, 16] = \"fc.weight\"\n" + body)
+        assert program is not None, [d.message for d in diags]
+        return integrity.program_precisions(program)
+
+    laundered = 'torch xl = to(x, dtype="bf16")\ntorch xr = to(xl, dtype="f32")\n' \
+                'kernel k = gemm(xr, w^T) {\n  math = tf32\n  store y: f32 = acc\n}\noutput y\n'
+    assert precisions(laundered) == ["tf32", "bf16"]
+    clean = 'kernel k = gemm(x, w^T) {\n  math = tf32\n  store y: f32 = acc\n}\ntorch z = relu(y)\noutput z\n'
+    assert precisions(clean) == ["tf32"]
+    ok, reason = integrity.precision_check(precisions(laundered), ("f32", "tf32"))
+    assert not ok and "bf16" in reason
