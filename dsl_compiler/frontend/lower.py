@@ -632,7 +632,13 @@ class Lowering:
         pre_neg = fn == "rsub"  # c - x runs as add(neg(x), c)
         if pre_neg:
             fn = "add"
-        for a in op.torch_args:
+        torch_args = list(op.torch_args)
+        if fn in ("cat", "stack") and torch_args and isinstance(torch_args[0], (list, tuple)):
+            # the step spells cat([a, b], 1) as cat(a, b, dim=1): tensors first, then literals
+            if len(torch_args) > 1:
+                op.torch_kwargs = {**op.torch_kwargs, "dim": torch_args[1]}
+            torch_args = list(torch_args[0])
+        for a in torch_args:
             arg = self.torch_arg(a, n)
             if arg is _BAD:
                 return
