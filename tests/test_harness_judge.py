@@ -230,3 +230,24 @@ def test_vocabulary_is_one_place():
     assert verdicts.FLAG_RULES == {"pytorch_only", "sol_ceiling"} and verdicts.FLAG_RULES < set(verdicts.RULES)
     with pytest.raises(ValueError):
         verdicts.reason("cuda_error", "x")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any process's memory (CAP_SYS_PTRACE): run the harness "
+                    "as an unprivileged user for this guarantee")
+def test_the_judge_process_cannot_be_read(harness, problem):
+    """The judge holds the expected outputs and the seeds: the candidate cannot open its memory or its
+    environment (it is undumpable), even as a process of the same user."""
+    src = body("""
+        sup = os.getppid()
+        judge = int(open(f'/proc/{sup}/stat').read().rsplit(')', 1)[1].split()[1])
+        for what in ('mem', 'environ'):
+            try:
+                with open(f'/proc/{judge}/{what}', 'rb') as f:
+                    f.read(1)
+                return torch.zeros(x.shape[0], self.fc.out_features)  # readable: fail the attempt
+            except OSError:
+                pass
+        return torch.relu(self.fc(x))
+    """)
+    v = harness.validate(problem, Candidate.from_source(src))
+    assert v.correct, v.reason
