@@ -27,6 +27,8 @@ import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PR_CAPBSET_DROP = 24
+CAP_SYS_PTRACE = 19
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -35,6 +37,13 @@ def _prctl(option: int, value: int) -> bool:
         return libc.prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _drop_ptrace() -> None:
+    """In the candidate before exec: CAP_SYS_PTRACE leaves the bounding set, so even as root it cannot
+    read an undumpable process (the judge) through /proc/<pid>/mem. Without CAP_SETPCAP this fails
+    quietly (docs/harness.md)."""
+    _prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -83,7 +92,8 @@ class Supervisor:
     def __init__(self, cmd: list[str], rss_limit_bytes: int, pass_fds: tuple[int, ...]):
         self.me = os.getpid()
         # stdout is the judge's status pipe: the candidate writes to the log (our stderr) instead
-        self.child = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno())
+        self.child = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+                                      preexec_fn=_drop_ptrace)
         self.child_sid = os.getsid(self.child.pid)
         self.rss_limit_bytes = rss_limit_bytes
         self.peak_rss_bytes = 0
