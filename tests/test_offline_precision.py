@@ -300,4 +300,4 @@ def test_the_eval_report_names_the_precision_of_each_kept_result(tmp_path, monke
     text = write_report(store, tmp_path / "out").read_text()
     store.close()
     assert "| % SOL (TF32) | precision |" in text
-    assert "| P1 | offline | fixed | yes |" in text and "| 120.0% | f16 |" in text
+    assert "| P1 | offline | dsl+sol | fixed | yes |" in text and "| 120.0% | f16 |" in text
