@@ -346,7 +346,7 @@ class Runner:
         with counter:
             model(*inputs)
         kernels = []
-        if self.cuda:
+        if self.cuda and req.get("kernels"):
             _cuda_sync()
             from torch.autograd import DeviceType
             from torch.profiler import ProfilerActivity, profile
@@ -357,6 +357,10 @@ class Runner:
             for e in prof.events():
                 if e.device_type == DeviceType.CUDA:
                     kernels.append([e.name, float(e.time_range.elapsed_us())])
+            if not kernels:  # profilers that only attach kernels to the CPU op that launched them
+                for e in prof.events():
+                    for k in getattr(e, "kernels", []) or []:
+                        kernels.append([k.name, float(getattr(k, "duration", 0.0))])
         if self.is_program and executor is not None:
             executor.run_kernel = run_kernel
         return {"aten_flops": int(counter.get_total_flops()), "kernels": kernels,

@@ -1,11 +1,18 @@
-"""GPU timing primitives, run inside the harness worker (they import torch).
+"""GPU timing primitives (they import torch), run where the kernels run: in the candidate process for
+a candidate, in the judge process for the reference.
 
-Every timed call: inputs rotated between several independent sets (nothing can be cached by
-pointer or content), the L2 cache flushed by writing a buffer larger than L2, a CUDA event pair
-on the current stream around the call, then a device-wide synchronize (all streams) before the
-end event is read. Next to the event time we record the fully synchronized wall time of the same
-call: work launched on a side stream that the current stream does not wait for shows up as wall
-time far above event time (see ``integrity.side_stream_check``). Clocks are never touched.
+The default method, ``time_candidate``: the harness captures the forward in one CUDA graph per input
+set and times graph replays with events it created before the candidate ran (``cuda_graph``); no
+candidate Python runs inside a timed window, and capture fails when work is left on a stream that
+the capturing stream does not join. When capture fails, eager calls are timed with a device-wide
+synchronize inside every window (``events_device_sync``). Every window is preceded by an L2 flush
+enqueued before its start event, so the GPU is busy while the host launches the call. The judge
+bounds the result with its own wall clock (``evals.worker``).
+
+``time_cuda`` is the earlier event method, kept for the benchmark's comparison of methods: inputs
+rotated between several sets, the L2 flushed, a CUDA event pair on the current stream around the
+call, then a device-wide synchronize before the end event is read, with the synchronized wall time
+of the same call recorded beside it. Clocks are never touched.
 
 How a measurement is taken is a ``TimingMethod`` (the harness's timing settings):
 - ``host_sync``: ``"before_and_after"`` waits for the flush before the start event, so the GPU is

@@ -400,8 +400,9 @@ class Judge:
             self.ref_flops_cache[key] = int(counter.get_total_flops())
         return self.ref_flops_cache[key]
 
-    def attribution(self, attempt, inst, problem, model_seed, inputs) -> dict:
-        res = attempt.request("work", {"instance": inst, "inputs": _cpu(inputs)})
+    def attribution(self, attempt, inst, problem, model_seed, inputs, kernels: bool = False) -> dict:
+        """FLOPs (and with ``kernels`` the GPU kernels that ran, from the profiler) of one forward."""
+        res = attempt.request("work", {"instance": inst, "inputs": _cpu(inputs), "kernels": kernels})
         ref_flops = self.reference_flops(problem, model_seed, inputs)
         out: dict[str, Any] = {"reference_flops": ref_flops, "aten_flops": res.get("aten_flops")}
         kernels = res.get("kernels") or []
@@ -467,7 +468,7 @@ class Judge:
             if cur is not None and res["median_us"] > 1.5 * cur + 50.0:
                 raise Finding(verdicts.TIMING_TAMPERED, f"the current stream's part of a call took {cur:.1f} us but all "
                               f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
-            work = self.attribution(attempt, inst, problem, model_seed, inputs[0])
+            work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=True)
             attempt.end_checks()
             verdict = None
         except Finding as f:
