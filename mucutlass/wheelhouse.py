@@ -104,7 +104,14 @@ def handle(args: argparse.Namespace) -> int:
     if args.have and not Path(args.have).is_file():
         print(f"error: --have {args.have}: no such file", file=sys.stderr)
         return 2
-    have = read_have(Path(args.have)) if args.have else set()
+    if out.exists() and not out.is_dir():
+        print(f"error: --out {out}: exists and is not a folder", file=sys.stderr)
+        return 2
+    try:
+        have = read_have(Path(args.have)) if args.have else set()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: --have {args.have}: not a readable text file ({type(exc).__name__})", file=sys.stderr)
+        return 2
     roots = tuple(args.package) if args.package else (WORKER_ROOTS if args.worker_only else product_roots())
     packages = resolve(roots, have)
     if not packages:

@@ -238,3 +238,30 @@ def test_a_results_store_with_a_damaged_page_is_one_line(tmp_path, command):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert "damaged results store" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+# -- an unreachable LangSmith endpoint -------------------------------------------------------------
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+@pytest.mark.parametrize("command", ["eval", "report"])
+def test_an_unreachable_langsmith_endpoint_warns_and_keeps_exit_0(tmp_path, command):
+    out = tmp_path / "ev"
+    evaluate(problems(tmp_path, 2), out, FAKE)
+    env = {"LANGSMITH_API_KEY": "lsv2-test-key", "LANGSMITH_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+           "LANGSMITH_TRACING": "false"}
+    args = {"eval": ("eval", "--suite", "smoke", "--out", str(tmp_path / "ev2"), "--run-fn", FAKE, "--no-progress",
+                     "--max-attempts", "1"),
+            "report": ("report", str(out))}[command]
+    done = cli(*args, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "warning: LangSmith upload" in done.stderr and "the report is written" in done.stderr
+    written = (tmp_path / "ev2" if command == "eval" else out) / "report" / "report.md"
+    assert written.is_file()

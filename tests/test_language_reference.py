@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dsl_compiler import check_text, interpreter, ir, parse, shapes, torch_steps
+from dsl_compiler import check_text, interpreter, parse, shapes, torch_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = re.sub(r"\s+", " ", (ROOT / "docs" / "language.md").read_text())
