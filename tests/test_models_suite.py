@@ -98,3 +98,18 @@ def test_coverage_is_the_kernels_share_of_the_problems_flops():
     assert flops > 0 and cov == pytest.approx(min(1.0, flops / 4e9))
     assert coverage_of(program, flops * 2)[0] == pytest.approx(0.5)
     assert coverage_of(program, flops / 2)[0] == 1.0  # clamped
+
+
+def test_attention_runs_as_two_batched_gemms_with_softmax_between():
+    """[B, H, S, D] products become batched GEMMs over B*H (reshape steps around them); the 1/sqrt(d)
+    scale is the first one's epilogue and the softmax a PyTorch step between them."""
+    from dsl_compiler.ir import Binary
+
+    small = reduced(next(p for p in MODELS if p.name == "13_transformer_encoder"))
+    program = trace_problem(small).program
+    kernels = {k.name: k for k in program.kernels}
+    scores, context = kernels["matmul"], kernels["matmul_1"]
+    assert scores.op.b.transpose and not context.op.b.transpose
+    assert isinstance(scores.stores[0].expr, Binary) and scores.stores[0].expr.fn == "div"
+    names = [getattr(s, "name", None) or getattr(s, "fn", None) for s in program.steps]
+    assert names.index("matmul") < names.index("softmax") < names.index("matmul_1")

@@ -52,6 +52,7 @@ class Op:
     beta: float = 1.0
     conv: dict[str, Any] = field(default_factory=dict)
     flatten_a: bool = False  # rank > 3 A: reshaped to 2-D around the kernel
+    flatten_batch: bool = False  # rank > 3 A and B with the same batch dims: one batched GEMM over all of them
     # ew: fn and literal params
     fn: str = ""
     params: tuple[float, ...] = ()
