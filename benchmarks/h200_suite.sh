@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The product's GPU checks beyond the backend's (benchmarks/gpu_check_backend.sh), as stages that each fit one
 # 10-minute command on an H200 (run them back to back while the machine is warm: .cache/ lives between them).
-#   harness: the harness's own numbers (bench_harness.py: overhead, memory, timing spread), its GPU tests and the
-#            adversarial set, on a quiet host (nothing else running);
+#   harness: the harness's own numbers (bench_harness.py: overhead per attempt, memory, timing spread of the default
+#            method, cuda_graph, beside the older ones), its GPU tests and the adversarial set, on a quiet host
+#            (nothing else running); under 8 minutes;
 #   variants: hand-written CUDA ModelNew modules through the cuda variant beside the offline tier (bench_variants.py);
 #   offline: build the offline tier's candidate kernels for the built-in suite (one nvcc per core), evaluate the
 #            suite (resumable: run the stage again to finish), write the offline benchmark table and the report.
@@ -31,12 +32,13 @@ python3 -c "import torch, platform; print('python', platform.python_version(), '
 
 if [ "$stage" = harness ]; then
   say "bench_harness"
-  timeout 270 python3 benchmarks/bench_harness.py --out "$OUT" >> "$log" 2>&1
+  timeout 170 python3 benchmarks/bench_harness.py --out "$OUT" --attempts 6 --memory-attempts 6 --repeats 3 \
+    --pause-s 1.5 --variants cuda_graph,current --budget-s 100 >> "$log" 2>&1
   say "bench_harness exit $?"
-  timeout 220 python3 -m pytest -q -m gpu tests/test_harness_gpu.py tests/test_harness_adversarial.py \
-    -p no:cacheprovider -rfE >> "$log" 2>&1
+  timeout 120 python3 -m pytest -q -m gpu tests/test_harness_gpu.py -p no:cacheprovider -rfE >> "$log" 2>&1
   say "pytest exit $?"
-  timeout 100 python3 -m tests.adversarial.report --out "$OUT" --watchdog-s 15 >> "$log" 2>&1
+  # the adversarial set on the GPU, every case at its stage, and the controls (writes <date>-h200-adversarial.*)
+  timeout 170 python3 -m tests.adversarial.report --out "$OUT" --watchdog-s 15 >> "$log" 2>&1
   say "adversarial exit $?"
 fi
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import select
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from evals import integrity
+from evals import integrity, verdicts
 from evals.integrity import CheckResult
 from evals.problems import Problem, default_precisions
 from evals.timing import SETTING_NAMES, TimingMethod
@@ -69,9 +68,17 @@ class HarnessSettings(BaseModel):
     compile_reference: bool = True
     ncu: bool = Field(False, description="collect Nsight Compute counters when `ncu` exists (slow)")
     python: str = Field(default_factory=lambda: sys.executable)
+    spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
+                                        "(each imports torch and starts CUDA; None: 3 with a GPU, 1 without)")
+    memory_limit_gb: float = Field(
+        default_factory=lambda: float(os.environ.get("MUCUTLASS_MEMORY_LIMIT_GB", 8.0)), ge=0,
+        description="resident host memory of a candidate's whole process tree before it is killed (0: no limit; "
+        "env MUCUTLASS_MEMORY_LIMIT_GB)")
 
     def worker_view(self) -> dict:
-        return self.model_dump(include={"device", "compile_reference", *TIMING_SETTINGS}) | {"compile": self.compile_reference}
+        return self.model_dump(include={"device", "compile_reference", "watchdog_s", "startup_timeout_s",
+                                        "timing_input_sets", "memory_limit_gb", "spare_processes", *TIMING_SETTINGS}) | {
+            "compile": self.compile_reference}
 
     @model_validator(mode="after")
     def _trials_in_order(self) -> "HarnessSettings":
@@ -122,6 +129,12 @@ class Candidate(BaseModel):
     def worker_view(self) -> dict:
         return self.model_dump()
 
+    @property
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:24]
+
 
 class SetResult(BaseModel):
     seed: int
@@ -129,17 +142,21 @@ class SetResult(BaseModel):
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     reason: str = ""
+    rule: str | None = None
 
 
 class Validation(BaseModel):
     correct: bool
     max_abs_error: float | None = None
     max_rel_error: float | None = None
-    reason: str = ""
+    reason: str = ""  # "rule: why" (evals.verdicts) when not correct
+    rule: str | None = None  # the verdict's rule (evals.verdicts.RULES); when correct, a flag's rule or None
     sets: list[SetResult] = Field(default_factory=list)
     checks: list[CheckResult] = Field(default_factory=list)
-    precision: str | None = None  # the lowest math precision the candidate uses
+    precision: str | None = None  # the lowest math precision the candidate uses (static, programs)
     precisions: list[str] = Field(default_factory=list)
+    measured_precision: str | None = None  # a disallowed precision the candidate's errors carry (None: none)
+    info: dict = Field(default_factory=dict)  # the judge's measurements: precision probes, work attribution
     tolerance: float | None = None
     device: str | None = None
     crashed: bool = False  # the worker died, hung or hit a fatal CUDA error
@@ -164,6 +181,10 @@ class Timing(BaseModel):
     timed_s: float | None = None  # the worker's time in the measurement (warm-up and timed calls)
     valid: bool = True  # False when a timing check failed (the number cannot be trusted)
     reason: str = ""
+    rule: str | None = None  # the verdict's rule when not valid (evals.verdicts.RULES)
+    method: str | None = None  # how the time was taken: cuda_graph, events_device_sync, estimate
+    wall_bound_us: float | None = None  # the judge's own clock over back-to-back timed calls, per call
+    work: dict = Field(default_factory=dict)  # kernels that ran and the candidate's share of GPU time
     checks: list[CheckResult] = Field(default_factory=list)
     counters: dict[str, float] = Field(default_factory=dict)
     crashed: bool = False
@@ -282,7 +303,7 @@ class WorkerProcess:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
-            raise WorkerFailure(f"cuda_error: {reply.get('error', 'fatal CUDA error')}; the worker was restarted")
+            raise WorkerFailure(f"crash: a fatal CUDA error in the judge ({reply.get('error', '')}); it was restarted")
         return reply
 
     def _death_reason(self, when: str) -> str:
@@ -350,7 +371,7 @@ class Harness:
             self._worker = WorkerProcess(self.settings)
         w = self._worker
         if w.info is None:
-            reply = w.request("ping", {}, self.settings.startup_timeout_s)
+            reply = w.request("ping", {"settings": self.settings.worker_view()}, self.settings.startup_timeout_s)
             w.info = reply.get("result", {})
         return w
 
@@ -405,102 +426,120 @@ class Harness:
             spec["allowed_precisions"] = [p for p in spec["allowed_precisions"] if p in allowed] or list(allowed)
         return spec
 
-    def _seeds(self, n: int) -> list[int]:
-        base = self.settings.seed if self.settings.seed is not None else secrets.randbelow(2**31 - 10_000_000)
-        return [base + 1_000_003 * i for i in range(n)]
-
     def static_checks(self, problem_view: dict, candidate: Candidate) -> tuple[list[CheckResult], list[str]]:
+        """What a μCUTLASS program says of itself is data, not code: its kernels' precisions and
+        whether it has a kernel at all are read from it. A Python source is judged by what it does."""
+        if candidate.kind != "program":
+            return [], []
         allowed = problem_view["allowed_precisions"]
-        if candidate.kind == "program":
-            try:
-                program = candidate.program()
-            except Exception as exc:  # pydantic ValidationError, ImportError
-                return [CheckResult(name="program", ok=False, reason=f"the program does not load: {exc}".splitlines()[0])], []
-            used = integrity.program_precisions(program)
-            checks = [integrity.result("pytorch_only", integrity.pytorch_only_program_check(program))]
-        else:
-            used = integrity.source_precisions(candidate.source or "")
-            checks = [
-                integrity.result("pytorch_only", integrity.pytorch_only_source_check(candidate.source or "")),
-                integrity.result("reaches_reference", integrity.reference_reach_source_check(candidate.source or "")),
-            ]
-        checks.append(integrity.result("precision", integrity.precision_check(used, allowed)))
+        try:
+            program = candidate.program()
+        except Exception as exc:  # pydantic ValidationError, ImportError
+            return [CheckResult(name=verdicts.CRASH, ok=False,
+                                reason=f"the program does not load: {exc}".splitlines()[0])], []
+        used = integrity.program_precisions(program)
+        checks = [integrity.result(verdicts.PYTORCH_ONLY, integrity.pytorch_only_program_check(program)),
+                  integrity.result(verdicts.PRECISION, integrity.precision_check(used, allowed))]
         return checks, used
+
+    def _payload(self, problem: Problem, candidate: Candidate | None) -> dict:
+        payload = {"problem": self._problem_view(problem), "settings": self.settings.worker_view()}
+        if candidate is not None:
+            payload.update(candidate=candidate.worker_view(), digest=candidate.digest)
+        return payload
 
     # -- the three calls ------------------------------------------------------------------
     def validate(self, problem: Problem, candidate: Candidate) -> Validation:
-        """Correctness on ``n_input_sets`` fresh input sets plus the integrity checks."""
+        """Correctness on ``n_input_sets`` fresh input sets, repeated and in-place calls, measured
+        precision and work attribution, judged in the judge process; the candidate runs in a fresh
+        candidate process. A rejected candidate's ``reason`` starts with its rule."""
         start = time.perf_counter()
         view = self._problem_view(problem)
         static, used = self.static_checks(view, candidate)
         base = dict(precisions=used, precision=integrity.lowest_precision(used) if used else None,
                     tolerance=view["tolerance"])
-        broken = [c for c in static if c.name == "program" and not c.ok]
+        broken = [c for c in static if c.hard and not c.ok]
         if broken:
-            return Validation(correct=False, reason=broken[0].reason, checks=static, **base)
-        payload = {"problem": view, "candidate": candidate.worker_view(), "settings": self.settings.worker_view(),
-                   "seeds": self._seeds(self.settings.n_input_sets)}
-        try:
-            reply = self._call("validate", payload, self.settings.watchdog_s)
-        except WorkerFailure as exc:
-            return Validation(correct=False, reason=exc.reason, checks=static, crashed=True,
+            c = broken[0]
+            return Validation(correct=False, reason=verdicts.reason(c.name, c.reason), rule=c.name, checks=static,
                               wall_s=time.perf_counter() - start, **base)
+        payload = self._payload(problem, candidate) | {"seed": self.settings.seed,
+                                                        "n_input_sets": self.settings.n_input_sets}
+        try:
+            reply = self._call("validate", payload, self.settings.watchdog_s * 4 + self.settings.startup_timeout_s)
+        except WorkerFailure as exc:
+            return Validation(correct=False, reason=exc.reason, rule=verdicts.rule_of(exc.reason), checks=static,
+                              crashed=True, wall_s=time.perf_counter() - start, **base)
         if not reply.get("ok"):
-            return Validation(correct=False, reason=reply.get("error", "the worker failed"), checks=static,
+            return Validation(correct=False, reason=reply.get("error", "the judge failed"), checks=static,
                               wall_s=time.perf_counter() - start, **base)
         res = reply["result"]
-        sets = [SetResult(**s) for s in res["sets"]]
-        checks = static + [CheckResult(**c) for c in res["checks"]]
-        hard = [c for c in checks if c.hard and not c.ok]
-        failed_set = next((s for s in sets if not s.correct), None)
-        correct = bool(sets) and len(sets) == self.settings.n_input_sets and failed_set is None and not hard
-        # An integrity finding explains a wrong output better than the mismatch it causes.
-        if hard:
-            reason = f"{hard[0].name}: {hard[0].reason}"
-        elif failed_set is not None:
-            reason = f"input set {sets.index(failed_set) + 1} (seed {failed_set.seed}): {failed_set.reason}"
-        else:
-            reason = ""
+        sets = [SetResult(**{k: v for k, v in s.items() if k in SetResult.model_fields}) for s in res["sets"]]
+        checks = list(static)
+        verdict = res.get("verdict")
+        if verdict:
+            checks.append(CheckResult(name=verdict["rule"], ok=False, reason=verdict["reason"].split(": ", 1)[-1]))
+        for f in res.get("flags", []):
+            checks.append(CheckResult(name=f["rule"], ok=False, reason=f["reason"].split(": ", 1)[-1]))
+        info = res.get("info") or {}
         errs_abs = [s.max_abs_error for s in sets if s.max_abs_error is not None]
         errs_rel = [s.max_rel_error for s in sets if s.max_rel_error is not None]
+        correct = verdict is None and len(sets) == self.settings.n_input_sets and all(s.correct for s in sets)
+        flag_rule = next((f["rule"] for f in res.get("flags", [])), None)
         return Validation(
-            correct=correct, reason=reason, sets=sets, checks=checks,
+            correct=correct, reason=verdict["reason"] if verdict else "",
+            rule=verdict["rule"] if verdict else flag_rule,
+            sets=sets, checks=checks, measured_precision=info.get("measured_precision"), info=info,
             max_abs_error=max(errs_abs) if errs_abs else None, max_rel_error=max(errs_rel) if errs_rel else None,
-            device=res.get("device"), wall_s=time.perf_counter() - start, **_memory_of(res), **base,
+            device=res.get("device"), crashed=bool(res.get("crashed")), wall_s=time.perf_counter() - start,
+            **_memory_of(res), **base,
         )
 
     def profile(self, problem: Problem, candidate: Candidate, t_sol_us: float | None = None) -> Timing:
-        """The candidate's time: measured on the GPU, or (no GPU) the SOL model's estimate for a
-        program and nothing for Python source. With ``t_sol_us`` the SOL ceiling is checked."""
+        """The candidate's time: measured on the GPU (the harness replays CUDA graphs it captured,
+        or eager calls with every stream drained; ``method`` says which), or (no GPU) the SOL
+        model's estimate for a program and nothing for Python source. Sampled timed calls are
+        checked against the reference. With ``t_sol_us`` the SOL ceiling is checked."""
         start = time.perf_counter()
         if self.settings.device == "cpu" or not self._gpu_or_none():
             timing = self._estimate(candidate)
         else:
-            payload = {"problem": self._problem_view(problem), "candidate": candidate.worker_view(),
-                       "settings": self.settings.worker_view(), "seeds": self._seeds(self.settings.timing_input_sets)}
             try:
-                reply = self._call("profile", payload, self.settings.watchdog_s)
+                reply = self._call("profile", self._payload(problem, candidate),
+                                   self.settings.watchdog_s * 6 + self.settings.startup_timeout_s)
             except WorkerFailure as exc:
-                return Timing(valid=False, reason=exc.reason, crashed=True, wall_s=time.perf_counter() - start)
-            if not reply.get("ok"):
-                return Timing(valid=False, reason=reply.get("error", "the worker failed"),
+                return Timing(valid=False, reason=exc.reason, rule=verdicts.rule_of(exc.reason), crashed=True,
                               wall_s=time.perf_counter() - start)
+            if not reply.get("ok"):
+                return Timing(valid=False, reason=reply.get("error", "the judge failed"), wall_s=time.perf_counter() - start)
             res = reply["result"]
-            checks = [CheckResult(**c) for c in res.get("checks", [])]
+            checks = []
+            verdict = res.get("verdict")
+            if verdict:
+                checks.append(CheckResult(name=verdict["rule"], ok=False, reason=verdict["reason"].split(": ", 1)[-1]))
+            for f in res.get("flags", []):
+                checks.append(CheckResult(name=f["rule"], ok=False, reason=f["reason"].split(": ", 1)[-1]))
             timing = Timing(
-                median_us=res.get("median_us"), spread_pct=res.get("spread_pct"), trials=res.get("trials", 0),
+                median_us=res.get("median_us"), spread_pct=res.get("spread_pct"), trials=res.get("trials") or 0,
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
-                wall_median_us=res.get("wall_median_us"), timed_s=res.get("timed_s"), checks=checks,
-                reason=res.get("reason", ""), **_memory_of(res),
+                timed_s=res.get("timed_s"), checks=checks, reason=res.get("reason") or "", method=res.get("method"),
+                wall_bound_us=res.get("wall_bound_us"), work=res.get("work") or {}, crashed=bool(res.get("crashed")),
+                **_memory_of(res),
             )
+            if verdict:
+                timing.valid, timing.reason, timing.rule = False, verdict["reason"], verdict["rule"]
             if self.settings.ncu:
                 timing.counters = self._ncu_counters(problem, candidate)
         if t_sol_us is not None and timing.median_us is not None:
-            timing.checks.append(integrity.result("sol_ceiling", integrity.sol_ceiling_check(timing.median_us, t_sol_us)))
-        bad = [c for c in timing.checks if not c.ok]
-        if bad:
+            timing.checks.append(integrity.result(verdicts.SOL_CEILING, integrity.sol_ceiling_check(timing.median_us, t_sol_us)))
+        bad = [c for c in timing.checks if not c.ok and c.hard]
+        if bad and timing.valid:
             timing.valid = False
-            timing.reason = timing.reason or f"{bad[0].name}: {bad[0].reason}"
+            timing.rule = bad[0].name
+            timing.reason = timing.reason or verdicts.reason(bad[0].name, bad[0].reason)
+        flagged = [c for c in timing.checks if not c.ok and not c.hard]
+        if timing.valid and flagged and timing.rule is None:
+            timing.rule = flagged[0].name  # a flag: the time stands, kept out of headline numbers
         timing.wall_s = time.perf_counter() - start
         return timing
 
@@ -522,7 +561,7 @@ class Harness:
         except Exception as exc:  # the estimate is best effort; say why it is missing
             return Timing(reason=f"no GPU and no estimate: {type(exc).__name__}: {exc}".splitlines()[0])
         return Timing(median_us=float(est.t_us), spread_pct=0.0, trials=0, timing_source="estimate",
-                      reason=f"no GPU: estimated by the SOL model for {self.settings.gpu}")
+                      method="estimate", reason=f"no GPU: estimated by the SOL model for {self.settings.gpu}")
 
     def reference_timings(self, problem: Problem) -> ReferenceTimings:
         """The reference timed the same way as candidates, in the same worker; cached per problem."""
@@ -531,10 +570,8 @@ class Harness:
             return self._reference_cache[key]
         if self.settings.device == "cpu" or not self._gpu_or_none():
             return ReferenceTimings(reason="no GPU: reference timings need one")
-        payload = {"problem": self._problem_view(problem), "settings": self.settings.worker_view(),
-                   "seeds": self._seeds(self.settings.timing_input_sets)}
         try:
-            reply = self._call("reference_timings", payload, self.settings.reference_watchdog_s)
+            reply = self._call("reference_timings", self._payload(problem, None), self.settings.reference_watchdog_s)
         except WorkerFailure as exc:
             return ReferenceTimings(reason=exc.reason, crashed=True)
         if not reply.get("ok"):

@@ -1,11 +1,18 @@
-"""GPU timing primitives, run inside the harness worker (they import torch).
+"""GPU timing primitives (they import torch), run where the kernels run: in the candidate process for
+a candidate, in the judge process for the reference.
 
-Every timed call: inputs rotated between several independent sets (nothing can be cached by
-pointer or content), the L2 cache flushed by writing a buffer larger than L2, a CUDA event pair
-on the current stream around the call, then a device-wide synchronize (all streams) before the
-end event is read. Next to the event time we record the fully synchronized wall time of the same
-call: work launched on a side stream that the current stream does not wait for shows up as wall
-time far above event time (see ``integrity.side_stream_check``). Clocks are never touched.
+The default method, ``time_candidate``: the harness captures the forward in one CUDA graph per input
+set and times graph replays with events it created before the candidate ran (``cuda_graph``); no
+candidate Python runs inside a timed window, and capture fails when work is left on a stream that
+the capturing stream does not join. When capture fails, eager calls are timed with a device-wide
+synchronize inside every window (``events_device_sync``). Every window is preceded by an L2 flush
+enqueued before its start event, so the GPU is busy while the host launches the call. The judge
+bounds the result with its own wall clock (``evals.worker``).
+
+``time_cuda`` is the earlier event method, kept for the benchmark's comparison of methods: inputs
+rotated between several sets, the L2 flushed, a CUDA event pair on the current stream around the
+call, then a device-wide synchronize before the end event is read, with the synchronized wall time
+of the same call recorded beside it. Clocks are never touched.
 
 How a measurement is taken is a ``TimingMethod`` (the harness's timing settings):
 - ``host_sync``: ``"before_and_after"`` waits for the flush before the start event, so the GPU is
@@ -284,6 +291,124 @@ def time_cuda(
             gc.enable()
     sample.elapsed_s = time.perf_counter() - started
     return sample
+
+
+# ---------------------------------------------------------------------------------------------
+# The default method: the harness captures the forward in CUDA graphs and times their replays
+
+TIMING_METHODS = ("cuda_graph", "events_device_sync")
+
+
+def _graph_entries(fn, input_sets) -> list[dict]:
+    """One CUDA graph per input set, captured by the harness around ``fn``: a replay runs exactly the
+    captured kernels (the candidate's Python does not run), and capture fails when work is left on a
+    stream that the capturing stream does not join, so no timed work can escape the graph."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+        for inputs in input_sets:
+            fn(inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    entries = []
+    for inputs in input_sets:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(inputs)
+        entries.append({"inputs": inputs, "run": graph.replay, "outputs": (lambda o=out: o), "graph": graph})
+    torch.cuda.synchronize()
+    return entries
+
+
+def _eager_entries(fn, input_sets) -> list[dict]:
+    entries = []
+    for inputs in input_sets:
+        box = {"out": None}
+
+        def run(inputs=inputs, box=box):
+            box["out"] = fn(inputs)
+
+        entries.append({"inputs": inputs, "run": run, "outputs": (lambda box=box: box["out"])})
+    return entries
+
+
+def _replay_trials(entries, pairs, flusher, mids=None) -> list[float]:
+    """One call per event pair. The flush is enqueued before the start event, so the GPU is busy
+    flushing (>= 50 us for 256 MB on an H200) while the host launches the call: no host gap inside
+    the window. The device is synchronized after each trial, outside the window (the host never runs
+    hundreds of trials ahead: on the H200 that made event times wander, see tests/test_harness_gpu.py).
+    With ``mids`` (the eager fallback), every stream is drained inside the window: the end event is
+    recorded after a device-wide synchronize, so work on any stream is counted."""
+    import torch
+
+    for i, (start, end) in enumerate(pairs):
+        if flusher is not None:
+            flusher.flush()
+        start.record()
+        entries[i % len(entries)]["run"]()
+        if mids is not None:
+            mids[i].record()
+            torch.cuda.synchronize()  # every stream drained inside the timed window
+        end.record()
+        torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1e3 for start, end in pairs]
+
+
+def time_candidate(model, input_sets, flusher, method: TimingMethod, graph: bool = True) -> dict:
+    """Times ``model(*inputs)`` over the rotated ``input_sets``: CUDA graphs captured and replayed by
+    the harness (``cuda_graph``); when capture fails, eager calls with every stream drained inside
+    each timed window (``events_device_sync``). Returns the per-trial times, the method, the capture
+    error if any, the entries (for sampled re-runs of timed calls) and each set's last outputs."""
+    import torch
+
+    def fn(inputs):
+        return model(*inputs)
+
+    started = time.perf_counter()
+    capture_error = ""
+    entries = None
+    if graph:
+        try:
+            entries = _graph_entries(fn, input_sets)
+        except Exception as exc:  # noqa: BLE001 - unjoined streams, host syncs, unsupported ops
+            capture_error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001
+                pass
+    name = "cuda_graph" if entries is not None else "events_device_sync"
+    if entries is None:
+        entries = _eager_entries(fn, input_sets)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        n_warm = max(method.warmup, len(entries))
+        mids = [torch.cuda.Event(enable_timing=True) for _ in range(n_warm)] if name != "cuda_graph" else None
+        warm_us = _replay_trials(entries, _event_pairs(n_warm), flusher, mids)
+        warmup_calls = n_warm
+        if method.warmup_s > 0:
+            warmup_calls += _warm_for(lambda i: entries[i % len(entries)]["run"](), list(range(len(entries))),
+                                      flusher, method.warmup_s)
+        trials = choose_trials(statistics.median(warm_us[-3:]), method.target_s, method.min_trials, method.max_trials)
+        pairs = _event_pairs(trials)
+        mids = [torch.cuda.Event(enable_timing=True) for _ in range(trials)] if name != "cuda_graph" else None
+        event_us = _replay_trials(entries, pairs, flusher, mids)
+        # the current stream's share of each window (eager fallback): work it does not wait for shows
+        # up as a window far longer than the current stream's part of it
+        current_us = [s.elapsed_time(m) * 1e3 for (s, _), m in zip(pairs, mids)] if mids is not None else None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    out = {
+        "method": name, "capture_error": capture_error, "event_us": event_us, "median_us": statistics.median(event_us),
+        "mean_us": statistics.fmean(event_us), "min_us": min(event_us), "spread_pct": spread_pct(event_us),
+        "trials": len(event_us), "warmup_calls": warmup_calls, "timed_s": time.perf_counter() - started,
+        "current_stream_median_us": statistics.median(current_us) if current_us else None,
+        "graphs": entries, "last_outputs": [e["outputs"]() for e in entries],
+    }
+    return out
 
 
 def time_cpu(fn: Callable[[list], object], input_sets: Sequence[list], *, warmup: int = 1, trials: int = 5) -> TimingSample:

@@ -1,12 +1,16 @@
-"""The harness worker: one process per GPU that validates and times candidates.
+"""The judge process: holds the reference, the expected outputs, the comparison and the verdict.
 
-It speaks JSON lines with the parent (``evals.harness``): one request per line on stdin, one
-answer per line on a private copy of stdout; the candidate's own prints go to stderr. The parent
-restarts the process when it dies, hangs past the watchdog, or reports a fatal CUDA error (an
-illegal address leaves the CUDA context unusable, so the worker answers and exits).
+It speaks JSON lines with the harness (``evals.harness``): one request per line on stdin, one
+answer per line on a private copy of stdout. It never runs candidate code: every attempt runs in a
+fresh candidate process (``evals.sandbox``, ``evals.candidate_runner``), started ahead of need so
+that its torch import and CUDA start overlap the previous attempt. The candidate process gets the
+constructor arguments, a parameter seed and input tensors; it returns output tensors. Everything it
+says is checked here: outputs against the reference, inputs against this process's own copies,
+output types, repeated and in-place calls, the precision its errors carry, its share of the work,
+its timing against this process's wall clock, and what it left behind (processes, files).
 
-Torch is imported once per process; problems are cached per process. Reference timings are cached
-by the parent (``Harness``), which outlives a restarted worker.
+Input seeds come from ``os.urandom`` here and never leave this process. Reference timings run here,
+in a process no candidate ever ran in.
 """
 
 from __future__ import annotations
@@ -25,452 +29,50 @@ from typing import Any
 
 import torch
 
-from evals import integrity
+from evals import channel, probes, verdicts
 from evals.problems import Problem, ProblemError
-from evals.timing import L2Flusher, TimingMethod, make_flusher, time_cuda
+from evals.sandbox import CandidateProcess, ProtectedTree
+from evals.timing import TimingMethod, make_flusher, time_candidate
 
-FATAL_CUDA = re.compile(
-    r"illegal memory access|illegal address|illegal instruction|unspecified launch failure|misaligned address|"
-    r"device-side assert|CUDA error|cudaError|an illegal|hardware exception",
+NAN_POISON = float("nan")
+VALUE_POISON = 1.0e4
+# Kernel names of libraries (ATen, cuBLAS, cuDNN, torch.compile's generated kernels): GPU time in
+# them is not work the candidate brought.
+LIBRARY_KERNEL = re.compile(
+    r"at::|at_cuda_detail|\bcublas|cudnn|cutlass_80|cutlass3x|sm\d+_xmma|\bxmma|nvjet|gemv|gemmk1|splitKreduce|"
+    r"ampere_|volta_|turing_|implicit_convolve|precomputed_convolve|winograd|\bfft|elementwise_kernel|"
+    r"reduce_kernel|triton_(poi|red|per|tem)_|Memcpy|Memset|memcpy|memset",
     re.IGNORECASE,
 )
-NAN_POISON = float("nan")
-VALUE_POISON = 1.0e4  # finite garbage: an unwritten element that happens to hold it differs from the NaN run
 
 
-def _guarded_functions() -> dict[tuple[object, str], object]:
-    """The functions judging and timing rely on; a candidate that replaces one is tampering."""
-    targets = [
-        (torch, "allclose"), (torch, "isclose"), (torch, "equal"), (torch, "isfinite"),
-        (torch.Tensor, "__eq__"), (time, "perf_counter"), (torch.cuda, "synchronize"), (torch.cuda, "Event"),
-        (torch.cuda.Event, "record"), (torch.cuda.Event, "elapsed_time"), (torch.cuda, "current_stream"),
-        (torch.nn.Module, "__call__"),
-    ]
-    return {(owner, name): getattr(owner, name) for owner, name in targets if hasattr(owner, name)}
+class Finding(Exception):
+    """A rule broken by the candidate; ends the attempt's checks."""
+
+    def __init__(self, rule: str, text: str, died: bool = False):
+        super().__init__(text)
+        self.rule = rule
+        self.text = text
+        self.died = died  # the candidate process died or hung (not merely raised)
 
 
-class CandidateError(Exception):
-    """The candidate could not be built or run; the message says why (one line)."""
-
-
-class Worker:
-    def __init__(self) -> None:
-        self.problems: dict[str, Problem] = {}
-        self.flusher: L2Flusher | None = None
-        self.cuda = torch.cuda.is_available()
-        self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
-        self.candidate_counter = 0
-        self.candidate_modules: list[str] = []
-        self.guarded = _guarded_functions()
-
-    def tampered(self) -> list[str]:
-        """Names of guarded functions a candidate replaced; they are put back."""
-        changed = []
-        for (owner, name), original in self.guarded.items():
-            if getattr(owner, name, None) is not original:
-                changed.append(f"{getattr(owner, '__name__', owner)}.{name}")
-                setattr(owner, name, original)
-        return changed
-
-    def forget_candidates(self) -> None:
-        """Drop the modules of this request's candidates (and whatever globals they hold)."""
-        for name in self.candidate_modules:
-            sys.modules.pop(name, None)
-        self.candidate_modules.clear()
-
-    # -- setup ------------------------------------------------------------------------------
-    def problem(self, spec: dict) -> Problem:
-        key = hashlib.sha256((spec["path"] + "\0" + spec["source"]).encode()).hexdigest()
-        if key not in self.problems:
-            self.problems[key] = Problem.from_spec(spec)
-        p = self.problems[key]
-        p.tolerance, p.allowed_precisions = float(spec["tolerance"]), tuple(spec["allowed_precisions"])
-        return p
-
-    def device_for(self, settings: dict) -> torch.device:
-        want = settings.get("device", "auto")
-        if want == "cpu" or not self.cuda:
-            return torch.device("cpu")
-        return self.device
-
-    def get_flusher(self, method: TimingMethod) -> L2Flusher | None:
-        """The L2 flusher of ``method``, kept between requests (its buffer is large); None for no flush."""
-        self.flusher = make_flusher(self.device, method, self.flusher)
-        return self.flusher
-
-    def time(self, fn, input_sets, settings: dict):
-        """``time_cuda`` under the request's timing settings."""
-        method = TimingMethod.from_settings(settings)
-        return time_cuda(fn, input_sets, flusher=self.get_flusher(method), **method.time_cuda_kwargs())
-
-    # -- candidates -------------------------------------------------------------------------
-    def candidate_factory(self, problem: Problem, cand: dict, device: torch.device):
-        """Returns ``build(seed) -> nn.Module``: ModelNew seeded like the reference, or a program
-        loaded with parameters bound from a reference model built with the same seed."""
-        if cand.get("source") is not None:
-            self.candidate_counter += 1
-            name = f"mucutlass_candidate_{os.getpid()}_{self.candidate_counter}"
-            module = type(sys)(name)
-            module.__file__ = f"<candidate {cand.get('name', 'ModelNew')}>"
-            sys.modules[name] = module  # dataclasses and pickling look a class's module up here
-            self.candidate_modules.append(name)
-            try:
-                exec(compile(cand["source"], module.__file__, "exec"), module.__dict__)
-            except Exception as exc:
-                raise CandidateError(f"the candidate source failed to import: {_one_line(exc)}") from None
-            cls = getattr(module, "ModelNew", None)
-            if not isinstance(cls, type):
-                raise CandidateError("the candidate source defines no class ModelNew")
-
-            def build(seed: int):
-                return problem.make_model_of(cls, seed, device)
-
-            return build
-
-        try:
-            from dsl_compiler import runtime
-            from dsl_compiler.ir import Program
-        except ImportError as exc:
-            raise CandidateError(f"the μCUTLASS runtime is not available: {_one_line(exc)}") from None
-        program = Program.model_validate_json(cand["program_json"])
-        backend = cand.get("backend", "interpreter")
-        artifacts = cand.get("artifacts") or None
-
-        def build(seed: int):
-            reference = problem.make_model(seed, device)
-            params = runtime.bind_params(program, reference)
-            module = runtime.load(program, backend, params, artifacts)
-            return module.to(device) if hasattr(module, "to") else module
-
-        return build
-
-    # -- operations ---------------------------------------------------------------------------
-    def op_ping(self, req: dict) -> dict:
-        return {
-            "pid": os.getpid(),
-            "cuda": self.cuda,
-            "gpu_name": torch.cuda.get_device_name() if self.cuda else None,
-            "torch": torch.__version__,
-            "memory_allocated_bytes": torch.cuda.memory_allocated() if self.cuda else 0,
-        }
-
-    def op_validate(self, req: dict) -> dict:
-        problem = self.problem(req["problem"])
-        settings = req["settings"]
-        device = self.device_for(settings)
-        tol = problem.tolerance
-        seeds = [int(s) for s in req["seeds"]]
-        build = self.candidate_factory(problem, req["candidate"], device)
-        sets: list[dict] = []
-        checks: list[integrity.CheckResult] = []
-        reached_reference = {"n": 0}
-        with torch.no_grad(), _count_reference_calls(problem, reached_reference):
-            for seed in seeds:
-                try:
-                    inputs = problem.make_inputs(seed, device)
-                    with _fp32_strict():
-                        ref_out = problem.make_model(seed, device)(*inputs)
-                    _sync(device)
-                except Exception as exc:
-                    if _is_fatal(exc):
-                        raise
-                    raise ProblemError(f"{problem.path}: the reference failed (seed {seed}): {_one_line(exc)}") from None
-                calls_before = reached_reference["n"]
-                reached_reference["active"] = True
-                out_sizes = [t.nbytes for t in _as_list(ref_out) if isinstance(t, torch.Tensor)]
-                try:
-                    model = build(seed)
-                    snapshot = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-                    _poison(device, NAN_POISON, out_sizes)
-                    out_a = model(*inputs)
-                    _sync(device)
-                    _poison(device, VALUE_POISON, out_sizes)
-                    out_b = model(*inputs)
-                    _sync(device)
-                except Exception as exc:
-                    if _is_fatal(exc):
-                        raise
-                    sets.append(_set(seed, False, None, None, f"the candidate raised {_one_line(exc)}"))
-                    sets[-1]["ran"] = False
-                    break
-                finally:
-                    reached_reference["active"] = False
-                if reached_reference["n"] > calls_before:
-                    checks.append(integrity.CheckResult(
-                        name="calls_reference", ok=False,
-                        reason="the candidate ran the reference Model's forward; compute the result itself"))
-                    sets.append(_set(seed, False, None, None, "calls the reference"))
-                    sets[-1]["ran"] = False
-                    break
-                verdict = self.compare(ref_out, out_a, out_b, inputs, tol)
-                # checks come back only where output count, type, shape, dtype and device were right
-                compared = verdict.pop("_checks", None)
-                sets.append(_set(seed, **verdict))
-                sets[-1]["ran"] = compared is not None
-                checks.extend(compared or [])
-                modified = [i for i, (x, s) in enumerate(zip(inputs, snapshot))
-                            if isinstance(x, torch.Tensor) and not torch.equal(x, s)]
-                if modified:
-                    checks.append(integrity.CheckResult(
-                        name="modifies_inputs", ok=False,
-                        reason=f"the candidate wrote into input(s) {modified}; inputs must be read-only"))
-                del model, out_a, out_b, ref_out, inputs, snapshot
-                if not sets[-1]["correct"]:
-                    break
-            # Input dependence: one model, new values written into the same buffers (a pointer
-            # cache sees the same addresses), then fresh tensors.
-            if sets and sets[-1].get("ran", True):
-                try:
-                    checks.append(self.input_dependence(problem, build, seeds[0], device, tol))
-                except Exception as exc:
-                    if _is_fatal(exc):
-                        raise
-                    checks.append(integrity.CheckResult(
-                        name="input_dependence", ok=False, reason=f"the candidate raised {_one_line(exc)}"))
-        for s in sets:
-            s.pop("ran", None)
-        return {
-            "sets": sets,
-            "checks": [c.model_dump() for c in _dedupe(checks)],
-            "device": str(device),
-        }
-
-    def compare(self, ref_out, out_a, out_b, inputs, tol: float) -> dict:
-        refs, outs_a, outs_b = _as_list(ref_out), _as_list(out_a), _as_list(out_b)
-        checks: list[integrity.CheckResult] = []
-        def wrong(reason: str) -> dict:  # not comparable at all: no errors, no checks
-            return dict(correct=False, max_abs_error=None, max_rel_error=None, reason=reason)
-
-        if len(outs_b) != len(refs):
-            return wrong(f"returns {len(outs_b)} output(s), the reference returns {len(refs)}")
-        for i, (r, o) in enumerate(zip(refs, outs_b)):
-            if not isinstance(o, torch.Tensor):
-                return wrong(f"output {i} is a {type(o).__name__}, not a tensor")
-            if tuple(o.shape) != tuple(r.shape):
-                return wrong(f"output {i} has shape {list(o.shape)}, expected {list(r.shape)}")
-            if o.dtype != r.dtype:
-                return wrong(f"output {i} has dtype {o.dtype}, expected {r.dtype}")
-            if o.device != r.device:
-                return wrong(f"output {i} is on {o.device}, expected {r.device}")
-        alias = integrity.result("output_aliases", integrity.alias_check(outs_b, inputs, refs))
-        unwritten = integrity.result("unwritten_output", integrity.unwritten_output_check(outs_a, outs_b, tol))
-        checks += [alias, unwritten]
-        max_abs = max_rel = 0.0
-        reason = ""
-        correct = alias.ok and unwritten.ok
-        if not alias.ok:
-            reason = alias.reason
-        elif not unwritten.ok:
-            reason = unwritten.reason
-        for i, (r, o) in enumerate(zip(refs, outs_b)):
-            finite = torch.isfinite(o)
-            if not bool(finite.all()):
-                n_bad = int((~finite).sum())
-                correct, reason = False, reason or f"output {i} has {n_bad} non-finite values (NaN or inf)"
-                continue
-            diff = (o.double() - r.double()).abs()
-            max_abs = max(max_abs, float(diff.max()) if diff.numel() else 0.0)
-            rel = diff / r.double().abs().clamp_min(1e-12)
-            max_rel = max(max_rel, float(rel.max()) if rel.numel() else 0.0)
-            close = torch.isclose(o, r, atol=tol, rtol=tol)
-            if not bool(close.all()):
-                n_bad = int((~close).sum())
-                correct = False
-                reason = reason or (
-                    f"output {i}: {n_bad} of {o.numel()} elements differ from the reference beyond "
-                    f"atol = rtol = {tol:g} (max abs error {max_abs:.3g})"
-                )
-        return dict(correct=correct, max_abs_error=max_abs, max_rel_error=max_rel, reason=reason, _checks=checks)
-
-    def input_dependence(self, problem: Problem, build, seed: int, device, tol: float) -> integrity.CheckResult:
-        other = seed + 7919
-        model = build(seed)
-        inputs = problem.make_inputs(seed, device)
-        new_inputs = problem.make_inputs(other, device)
-        with _fp32_strict():
-            ref = problem.make_model(seed, device)
-            ref_a, ref_b = _clone(ref(*inputs)), _clone(ref(*new_inputs))
-        cand_a = _clone(model(*inputs))
-        for x, y in zip(inputs, new_inputs):
-            if isinstance(x, torch.Tensor):
-                x.copy_(y)  # same addresses, new contents
-        cand_b_inplace = _clone(model(*inputs))
-        cand_c_fresh = _clone(model(*new_inputs))
-        _sync(device)
-        ok, reason = integrity.output_changes_check(ref_a, ref_b, cand_a, cand_b_inplace, tol)
-        if ok:
-            ok, reason = integrity.output_changes_check(ref_a, ref_b, cand_a, cand_c_fresh, tol)
-        if ok:
-            # Right on fresh tensors but wrong on the same buffers with new values: a cache keyed by address.
-            def right(outs):
-                return all(torch.allclose(c, r, atol=tol, rtol=tol) for c, r in zip(_as_list(outs), _as_list(ref_b)))
-
-            if right(cand_c_fresh) and not right(cand_b_inplace):
-                ok, reason = False, (
-                    "wrong output after new values were written into the same input buffers: "
-                    "the result is cached by address"
-                )
-        return integrity.CheckResult(name="input_dependence", ok=ok, reason=reason)
-
-    def op_profile(self, req: dict) -> dict:
-        problem = self.problem(req["problem"])
-        settings = req["settings"]
-        device = self.device_for(settings)
-        if device.type != "cuda":
-            return {"timing_source": None, "reason": "no GPU in this process: no measured timing"}
-        build = self.candidate_factory(problem, req["candidate"], device)
-        seeds = [int(s) for s in req["seeds"]]
-        model = build(seeds[0])
-        input_sets = [problem.make_inputs(s, device) for s in seeds]
-        with torch.no_grad():
-            sample = self.time(lambda inp: model(*inp), input_sets, settings)
-        del model, input_sets
-        out = sample.summary()
-        out["timing_source"] = "gpu"
-        out["checks"] = [integrity.result(
-            "side_stream", integrity.side_stream_check(out["median_us"], out["wall_median_us"], out["sync_overhead_us"])).model_dump()]
-        return out
-
-    def op_reference_timings(self, req: dict) -> dict:
-        problem = self.problem(req["problem"])
-        settings = req["settings"]
-        device = self.device_for(settings)
-        if device.type != "cuda":
-            return {"timing_source": None, "reason": "no GPU in this process: reference timings need one"}
-        seeds = [int(s) for s in req["seeds"]]
-        model = problem.make_model(seeds[0], device)
-        input_sets = [problem.make_inputs(s, device) for s in seeds]
-        out: dict[str, Any] = {"timing_source": "gpu"}
-        timed_s = 0.0
-        with torch.no_grad():
-            with tf32_mode(matmul=False, cudnn=True):  # PyTorch's defaults: what "eager" means in KernelBench
-                s = self.time(lambda inp: model(*inp), input_sets, settings)
-            out["eager_fp32_us"], out["eager_fp32_spread_pct"] = s.median_us, s.spread_pct
-            timed_s += s.elapsed_s
-            with tf32_mode(matmul=True, cudnn=True):
-                s = self.time(lambda inp: model(*inp), input_sets, settings)
-                out["eager_tf32_us"], out["eager_tf32_spread_pct"] = s.median_us, s.spread_pct
-                timed_s += s.elapsed_s
-                if settings.get("compile", True):
-                    try:
-                        compiled = torch.compile(model)
-                        t0 = time.perf_counter()
-                        compiled(*input_sets[0])
-                        torch.cuda.synchronize()
-                        out["compile_s"] = time.perf_counter() - t0
-                        s = self.time(lambda inp: compiled(*inp), input_sets, settings)
-                        out["compile_us"], out["compile_spread_pct"] = s.median_us, s.spread_pct
-                        timed_s += s.elapsed_s
-                        del compiled
-                        torch._dynamo.reset()  # compiled graphs hold the model's parameters
-                    except Exception as exc:  # a model torch.compile cannot handle still has eager timings
-                        if _is_fatal(exc):
-                            raise
-                        out["compile_us"] = None
-                        out["reason"] = f"torch.compile failed: {_one_line(exc)}"
-        out["timed_s"] = timed_s
-        del model, input_sets
-        return out
-
-    def op_memory(self, req: dict) -> dict:
-        return _memory(self.device)
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-def _set(seed, correct, max_abs_error, max_rel_error, reason="") -> dict:
-    return {"seed": seed, "correct": bool(correct), "max_abs_error": max_abs_error,
-            "max_rel_error": max_rel_error, "reason": reason or ""}
+def _seed() -> int:
+    return int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
 
 
 def _as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def _clone(x):
-    return [t.clone() if isinstance(t, torch.Tensor) else t for t in _as_list(x)]
-
-
-def _dedupe(checks: list[integrity.CheckResult]) -> list[integrity.CheckResult]:
-    """One verdict per check name: the first failure, else the first pass."""
-    by_name: dict[str, integrity.CheckResult] = {}
-    for c in checks:
-        if c.name not in by_name or (by_name[c.name].ok and not c.ok):
-            by_name[c.name] = c
-    return list(by_name.values())
+def _cpu(xs) -> list:
+    return [x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x for x in xs]
 
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
-    if len(text) > 400:
-        text = text[:400] + "..."
+    if len(text) > 300:
+        text = text[:300] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _is_fatal(exc: BaseException) -> bool:
-    if type(exc).__name__ == "AcceleratorError":
-        return True
-    return torch.cuda.is_available() and bool(FATAL_CUDA.search(str(exc)))
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _memory(device) -> dict:
-    """The level the next attempt starts from: torch's allocated and reserved device memory after
-    collecting garbage and emptying the allocator's cache, and the process's resident host memory."""
-    out = {"memory_allocated_bytes": 0, "memory_reserved_bytes": 0, "worker_rss_bytes": _rss_bytes()}
-    if device.type == "cuda":
-        gc.collect()  # cycles holding device tensors; cheap, since the startup heap is frozen
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        out["memory_allocated_bytes"] = torch.cuda.memory_allocated()
-        out["memory_reserved_bytes"] = torch.cuda.memory_reserved()
-    return out
-
-
-def _rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None  # not Linux
-
-
-def _poison(device, value: float, out_nbytes: list[int] = ()) -> None:
-    """Fill the allocator's free memory with ``value``, so that memory a candidate allocates but
-    never writes holds it. On CUDA: empty the cache, then allocate, fill and free one large block
-    (and a few small-pool blocks). On the CPU: allocate, fill and free blocks of the outputs' sizes,
-    which the C allocator hands out again (last freed, first reused)."""
-    if device.type != "cuda":
-        blocks = []
-        for nbytes in list(out_nbytes)[:8]:
-            for _ in range(4):
-                t = torch.empty(max(nbytes // 4, 1), dtype=torch.float32)
-                t.fill_(value)
-                blocks.append(t)
-        del blocks
-        return
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()  # the only cached free block is then the poisoned one
-    free_bytes, _ = torch.cuda.mem_get_info()
-    two_mb = 2 * 1024**2
-    # A multiple of 2 MB fills its segment exactly: no unpoisoned tail for a best fit to pick.
-    big_bytes = int(min(free_bytes * 0.5, 4 * 1024**3)) // two_mb * two_mb
-    if big_bytes > 0:
-        t = torch.empty(big_bytes // 4, dtype=torch.float32, device=device)
-        t.fill_(value)
-        del t
-    # The small pool (allocations up to 1 MB) lives in 2 MB segments: two 1 MB blocks fill one.
-    small = [torch.empty(1024**2 // 4, dtype=torch.float32, device=device) for _ in range(8)]
-    for s in small:
-        s.fill_(value)
-    del small
-    torch.cuda.synchronize()
 
 
 @contextmanager
@@ -489,78 +91,611 @@ def _fp32_strict():
     return tf32_mode(matmul=False, cudnn=False)
 
 
-@contextmanager
-def _count_reference_calls(problem: Problem, counter: dict):
-    """Counts calls of the reference ``Model.forward`` made while the candidate runs."""
-    cls = problem.module.Model
-    original = cls.forward
+class Attempt:
+    """One candidate in one candidate process, seen from the judge."""
 
-    def forward(self, *args, **kwargs):
-        if counter.get("active"):
-            counter["n"] += 1
-        return original(self, *args, **kwargs)
+    def __init__(self, judge: "Judge", proc: CandidateProcess, digest: str, device: torch.device, watchdog_s: float):
+        self.judge, self.proc, self.digest, self.device, self.watchdog_s = judge, proc, digest, device, watchdog_s
+        self.loaded = False
+        self.snapshot = judge.snapshot_now()
+        self.instances = 0
 
-    cls.forward = forward
+    def request(self, op: str, payload: dict, timeout_s: float | None = None) -> dict:
+        try:
+            reply = self.proc.request(op, payload, timeout_s or self.watchdog_s)
+        except channel.ChannelError as exc:
+            if exc.rule in ("crash", "timeout"):
+                state = self.proc.supervisor_report(timeout_s=2.0) or {}
+                if state.get("memory_limit_hit"):
+                    raise Finding(verdicts.CONTAINMENT, "the candidate's processes passed the memory limit and were killed") from None
+            raise Finding(exc.rule, exc.text, died=exc.rule in (verdicts.CRASH, verdicts.TIMEOUT)) from None
+        tampered = reply.get("tampered") or (reply.get("result") or {}).get("tampered") or []
+        if tampered:
+            raise Finding(verdicts.TIMING_TAMPERED,
+                          f"the candidate replaced {', '.join(tampered)}, which the harness times and checks with")
+        if not reply.get("ok"):
+            kind = reply.get("kind")
+            text = reply.get("error", "the candidate failed")
+            if kind == "cuda":
+                self.proc.finish()
+                raise Finding(verdicts.CRASH, f"a fatal CUDA error ({text}); the candidate process was ended", died=True)
+            raise Finding(verdicts.CRASH, f"the candidate raised {text}" if kind == "exception" else text)
+        result = reply.get("result") or {}
+        changed = result.get("framework") or []
+        if changed:
+            raise Finding(verdicts.FRAMEWORK_STATE,
+                          f"the candidate changed framework settings the harness set: {'; '.join(changed[:3])}")
+        return result
+
+    def end_checks(self) -> None:
+        """After the attempt's last call: the process must still answer (one that exits right after
+        answering is a crash), no process may have left its session, nothing protected was written."""
+        self.request("ping", {}, timeout_s=10.0)
+        state = self.proc.supervisor_report() or {}
+        if state.get("escaped"):
+            raise Finding(verdicts.CONTAINMENT, f"{state['escaped']} process(es) left the candidate's session or "
+                          f"were detached from it (a daemon); they were killed")
+        if state.get("memory_limit_hit"):
+            raise Finding(verdicts.CONTAINMENT, "the candidate's processes passed the memory limit")
+
+    def writes(self) -> dict | None:
+        """Writes into the protected folders since the attempt began: undone, and the verdict."""
+        changed = self.judge.tree.written(self.snapshot)
+        if not changed:
+            return None
+        self.proc.finish()  # nothing of it may keep writing
+        self.judge.tree.undo(self.snapshot, changed)
+        text = (f"wrote into a protected folder (undone): {', '.join(changed[:3])}"
+                + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
+        return {"rule": verdicts.CONTAINMENT, "reason": verdicts.reason(verdicts.CONTAINMENT, text), "died": False}
+
+
+class Judge:
+    def __init__(self) -> None:
+        self.problems: dict[str, Problem] = {}
+        self.cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
+        self.flusher = None
+        self.settings: dict = {}
+        self.spares: list[CandidateProcess] = []  # started ahead of need, oldest first
+        self.current: Attempt | None = None
+        self.tree = ProtectedTree()
+        self.ref_flops_cache: dict[tuple, int] = {}
+
+    # -- candidate processes ------------------------------------------------------------------
+    def start_spares(self) -> None:
+        """Keep ``spare_processes`` candidate processes starting or ready (a dead one is replaced)."""
+        for dead in [p for p in self.spares if not p.alive()]:
+            dead.finish()
+            self.spares.remove(dead)
+        want = int(self.settings.get("spare_processes") or (3 if self.cuda else 1))
+        rss = int(float(self.settings.get("memory_limit_gb", 0) or 0) * 1024**3)
+        while len(self.spares) < want:
+            self.spares.append(CandidateProcess.start(sys.executable, rss_limit_bytes=rss))
+
+    def snapshot_now(self) -> dict:
+        return self.tree.snapshot()
+
+    def end_current(self) -> None:
+        if self.current is not None:
+            self.current.proc.finish()
+            self.current = None
+
+    def attempt_for(self, digest: str, device: torch.device, watchdog_s: float, fresh: bool) -> Attempt:
+        cur = self.current
+        if not fresh and cur is not None and cur.digest == digest and cur.proc.alive() and cur.device == device:
+            return cur
+        self.end_current()
+        self.start_spares()
+        proc = self.spares.pop(0)
+        self.start_spares()  # the next attempts' processes import torch while this one runs
+        self.current = Attempt(self, proc, digest, device, watchdog_s)
+        return self.current
+
+    def close(self) -> None:
+        self.end_current()
+        for p in self.spares:
+            p.finish()
+        self.spares = []
+
+    # -- setup ------------------------------------------------------------------------------
+    def problem(self, spec: dict) -> Problem:
+        key = hashlib.sha256((spec["path"] + "\0" + spec["source"]).encode()).hexdigest()
+        if key not in self.problems:
+            self.problems[key] = Problem.from_spec(spec)
+        p = self.problems[key]
+        p.tolerance, p.allowed_precisions = float(spec["tolerance"]), tuple(spec["allowed_precisions"])
+        return p
+
+    def device_for(self, settings: dict) -> torch.device:
+        if settings.get("device", "auto") == "cpu" or not self.cuda:
+            return torch.device("cpu")
+        return self.device
+
+    def reference(self, problem: Problem, seed: int, inputs: list):
+        """The reference's outputs (true fp32) for ``inputs``, detached."""
+        try:
+            with torch.no_grad(), _fp32_strict():
+                out = problem.make_model(seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
+                                         else self.device)(*inputs)
+        except Exception as exc:
+            raise ProblemError(f"{problem.path}: the reference failed: {_one_line(exc)}") from None
+        return [o.detach() if isinstance(o, torch.Tensor) else o for o in _as_list(out)]
+
+    def load(self, attempt: Attempt, problem: Problem, cand: dict, model_seed: int, boot_timeout_s: float) -> None:
+        info = attempt.request("ping", {}, timeout_s=boot_timeout_s)
+        attempt.proc.info = info
+        payload: dict[str, Any] = {"candidate": {k: cand.get(k) for k in ("source", "program_json", "backend", "name")},
+                                   "init_args": list(problem.module.get_init_inputs()), "device": str(attempt.device)}
+        payload["candidate"]["artifacts"] = dict(cand.get("artifacts") or {})
+        if cand.get("program_json") is not None:
+            ref = problem.make_model(model_seed, attempt.device)
+            payload["state_dict"] = {k: v.detach().to("cpu", copy=True) for k, v in ref.state_dict().items()}
+        attempt.request("load", payload, timeout_s=2 * attempt.watchdog_s)  # the candidate's import runs here
+        attempt.loaded = True
+
+    def build(self, attempt: Attempt, model_seed: int) -> int:
+        attempt.instances += 1
+        attempt.request("build", {"instance": attempt.instances, "model_seed": model_seed})
+        return attempt.instances
+
+    # -- one call, judged -----------------------------------------------------------------------
+    def call(self, attempt: Attempt, instance: int, inputs: list, refs: list, tol: float, *, poison=None,
+             keep: str | None = None, inplace: str | None = None) -> tuple[list, dict]:
+        """The candidate's outputs for ``inputs`` (checked: types, inputs unchanged) and the
+        comparison with ``refs``: ``{"correct", "max_abs_error", "max_rel_error", "rule", "text"}``."""
+        out_nbytes = [r.nbytes for r in refs if isinstance(r, torch.Tensor)]
+        res = attempt.request("call", {"instance": instance, "inputs": _cpu(inputs), "poison": poison,
+                                       "keep": keep, "inplace": inplace, "out_nbytes": out_nbytes})
+        outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), refs)
+        after = res.get("inputs_after") or []
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor):
+                y = after[i] if i < len(after) else None
+                if not isinstance(y, torch.Tensor) or y.shape != x.shape or not torch.equal(y, x.detach().cpu()):
+                    raise Finding(verdicts.INPUTS_MUTATED, f"input {i} differs from the judge's copy after the call: "
+                                  f"inputs are read-only")
+        return outs, compare(outs, refs, tol)
+
+    def check_outputs(self, outs, problems, n_outputs, refs) -> list:
+        if n_outputs != len(refs) or not isinstance(outs, list):
+            raise Finding(verdicts.OUTPUT_TYPE, f"returns {n_outputs} output(s), the reference returns {len(refs)}")
+        for i, text in enumerate(problems or []):
+            if text:
+                raise Finding(verdicts.OUTPUT_TYPE, text)
+        for i, (o, r) in enumerate(zip(outs, refs)):
+            if type(o) is not torch.Tensor:
+                raise Finding(verdicts.OUTPUT_TYPE, f"output {i} is not a plain tensor ({type(o).__name__})")
+            if o.dtype != r.dtype:
+                raise Finding(verdicts.OUTPUT_TYPE, f"output {i} has dtype {o.dtype}, expected {r.dtype}")
+            if tuple(o.shape) != tuple(r.shape):
+                raise Finding(verdicts.OUTPUT_TYPE, f"output {i} has shape {list(o.shape)}, expected {list(r.shape)}")
+        return outs
+
+    # -- operations ---------------------------------------------------------------------------
+    def op_ping(self, req: dict) -> dict:
+        self.settings = req.get("settings") or self.settings
+        self.start_spares()
+        return {"pid": os.getpid(), "cuda": self.cuda, "gpu_name": torch.cuda.get_device_name() if self.cuda else None,
+                "torch": torch.__version__, "memory_allocated_bytes": torch.cuda.memory_allocated() if self.cuda else 0}
+
+    def op_validate(self, req: dict) -> dict:
+        problem = self.problem(req["problem"])
+        settings = self.settings = req["settings"]
+        device = self.device_for(settings)
+        tol = problem.tolerance
+        cand = req["candidate"]
+        fixed = req.get("seed")
+        n_sets = int(req.get("n_input_sets", 5))
+        seeds = [fixed + 1_000_003 * i for i in range(n_sets)] if fixed is not None else [_seed() for _ in range(n_sets)]
+        model_seed = fixed if fixed is not None else _seed()
+        attempt = self.attempt_for(req["digest"], device, float(settings.get("watchdog_s", 120)), fresh=True)
+        sets: list[dict] = []
+        info: dict[str, Any] = {"device": str(device)}
+        try:
+            ref_inputs = [problem.make_inputs(s, device) for s in seeds]
+            refs = [self.reference(problem, model_seed, x) for x in ref_inputs]
+            self.load(attempt, problem, cand, model_seed, float(settings.get("startup_timeout_s", 300)))
+            inst = self.build(attempt, model_seed)
+            outs = []
+            for i, (seed, inputs, ref) in enumerate(zip(seeds, ref_inputs, refs)):
+                o, cmp = self.call(attempt, inst, inputs, ref, tol, poison=NAN_POISON if i == 0 else None, keep=f"set{i}")
+                outs.append(o)
+                sets.append({"seed": seed, **{k: cmp[k] for k in ("correct", "max_abs_error", "max_rel_error")},
+                             "reason": cmp["text"], "rule": cmp["rule"]})
+            # Output must follow the input: the same output for different inputs (the reference's differ).
+            for i in range(1, len(outs)):
+                if _same(outs[0], outs[i]) and not _close(refs[0], refs[i], tol):
+                    raise Finding(verdicts.INPUT_INDEPENDENT, f"input sets 1 and {i + 1} give the same output (the "
+                                  f"reference's differ): the result does not follow the input")
+            # Repeated call on the same instance, other poison: every element must be written, and right.
+            again, cmp_again = self.call(attempt, inst, ref_inputs[0], refs[0], tol, poison=VALUE_POISON)
+            if not _same_or_both_nan(outs[0], again) and not _close(outs[0], again, tol):
+                raise Finding(verdicts.MISMATCH, "a repeated call on the same inputs differs from the first: part of "
+                              "the output depends on memory's previous contents (never written) or on earlier calls")
+            bad = next((s for s in sets if not s["correct"]), None)
+            if bad is not None:
+                k = sets.index(bad)
+                if _same(outs[k], outs[k - 1] if k else outs[-1]) and len(outs) > 1:
+                    raise Finding(verdicts.INPUT_INDEPENDENT, f"input set {k + 1}: the output did not change with the input")
+                if bad["rule"] == verdicts.MISMATCH:  # a lower precision explains a mismatch better than itself
+                    measured = self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[k], refs[k], outs[k])
+                    if measured.get("measured_precision"):
+                        info.update(measured)
+                        raise Finding(verdicts.PRECISION, _precision_text(info, problem))
+                raise Finding(bad["rule"], f"input set {k + 1}: {bad['reason']}")
+            if not cmp_again["correct"]:
+                raise Finding(cmp_again["rule"], f"repeated call on input set 1: {cmp_again['text']}")
+            # New values in the same buffers (a cache keyed by address sees no change).
+            if len(ref_inputs) > 1:
+                _, cmp = self.call(attempt, inst, ref_inputs[1], refs[1], tol, inplace="set0")
+                if not cmp["correct"]:
+                    rule = verdicts.INPUT_INDEPENDENT if sets[1]["correct"] else cmp["rule"]
+                    raise Finding(rule, "wrong after new values were written into the same input buffers"
+                                  + (" (right on fresh tensors): the result is cached by address" if sets[1]["correct"]
+                                     else f": {cmp['text']}"))
+            # The same values in another order (first and last element, sum and shape unchanged): a cache
+            # keyed by a cheap digest of the content answers stale.
+            shuffled = _interior_permutation(ref_inputs[0])
+            if shuffled is not None:
+                ref_sh = self.reference(problem, model_seed, shuffled)
+                if not _close(ref_sh, refs[0], tol):
+                    _, cmp = self.call(attempt, inst, shuffled, ref_sh, tol)
+                    if not cmp["correct"]:
+                        raise Finding(verdicts.INPUT_INDEPENDENT, "wrong on input set 1 with its values reordered (first "
+                                      "and last values, sum and shape kept): the result is cached by a digest of the "
+                                      f"content; {cmp['text']}")
+            # Precision, measured: an ordinary probe (mantissa) and a range probe (f16's range).
+            info.update(self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[0], refs[0], outs[0]))
+            # Work attribution: the share of the problem's FLOPs the candidate did outside ATen.
+            info.update(self.attribution(attempt, inst, problem, model_seed, ref_inputs[0]))
+            attempt.end_checks()
+            verdict = None
+        except Finding as f:
+            verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
+        written = attempt.writes()
+        if written is not None and (verdict is None or verdict["rule"] not in (verdicts.CRASH, verdicts.TIMEOUT)):
+            verdict = written
+        if verdict is not None and verdict["rule"] in (verdicts.CRASH, verdicts.TIMEOUT, verdicts.CHANNEL,
+                                                       verdicts.CONTAINMENT):
+            self.end_current()
+        if verdict is None and info.get("measured_precision"):
+            verdict = {"rule": verdicts.PRECISION, "reason": verdicts.reason(verdicts.PRECISION, _precision_text(info, problem))}
+        flags = []
+        if info.get("candidate_work_share") is not None and info["candidate_work_share"] < 0.5:
+            flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(
+                verdicts.PYTORCH_ONLY, f"{100 * (1 - info['candidate_work_share']):.0f}% of the problem's FLOPs ran in "
+                f"PyTorch's own operators; less than half of the work is in kernels the candidate brought")})
+        return {"sets": sets, "verdict": verdict, "flags": flags, "info": _plain(info), "device": str(device),
+                "crashed": bool(verdict and verdict.get("died"))}
+
+    def measure_precision(self, attempt, inst, problem, model_seed, inputs, ref, out) -> dict:
+        allowed = tuple(problem.allowed_precisions)
+        if all(level in allowed for level in probes.LEVELS):
+            return {}
+        model = problem.make_model(model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor) else None)
+        found, numbers = None, {}
+        probe = probes.signatures(model, inputs, ref)
+        if probe is not None:
+            found, numbers = probes.judge(out, probe, allowed)
+        if found is None:
+            scaled = probes.range_probe(inputs)
+            ref_scaled = self.reference(problem, model_seed, scaled)
+            probe = probes.signatures(model, scaled, ref_scaled)
+            if probe is not None:
+                res = attempt.request("call", {"instance": inst, "inputs": _cpu(scaled), "poison": None,
+                                               "keep": None, "inplace": None, "out_nbytes": []})
+                outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), ref_scaled)
+                found, numbers = probes.judge(outs, probe, allowed)
+        return {"measured_precision": found, "probe": numbers}
+
+    def reference_flops(self, problem: Problem, model_seed: int, inputs: list) -> int:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        key = (problem.path, problem.source_hash, tuple(tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)))
+        if key not in self.ref_flops_cache:
+            counter = FlopCounterMode(display=False)
+            with torch.no_grad(), counter:
+                problem.make_model(model_seed, self.device if inputs and inputs[0].is_cuda else None)(*inputs)
+            self.ref_flops_cache[key] = int(counter.get_total_flops())
+        return self.ref_flops_cache[key]
+
+    def attribution(self, attempt, inst, problem, model_seed, inputs, kernels: bool = False) -> dict:
+        """FLOPs (and with ``kernels`` the GPU kernels that ran, from the profiler) of one forward."""
+        res = attempt.request("work", {"instance": inst, "inputs": _cpu(inputs), "kernels": kernels})
+        ref_flops = self.reference_flops(problem, model_seed, inputs)
+        out: dict[str, Any] = {"reference_flops": ref_flops, "aten_flops": res.get("aten_flops")}
+        kernels = res.get("kernels") or []
+        if kernels:
+            lib_us = sum(t for name, t in kernels if LIBRARY_KERNEL.search(name))
+            total_us = sum(t for _, t in kernels)
+            out["kernels"] = [[n[:120], t] for n, t in kernels[:40]]
+            out["candidate_time_share"] = 1.0 - lib_us / total_us if total_us > 0 else None
+        if ref_flops > 0:
+            out["candidate_work_share"] = max(0.0, 1.0 - float(res.get("aten_flops") or 0) / ref_flops)
+        elif out.get("candidate_time_share") is not None:
+            out["candidate_work_share"] = out["candidate_time_share"]
+        return out
+
+    def op_profile(self, req: dict) -> dict:
+        problem = self.problem(req["problem"])
+        settings = self.settings = req["settings"]
+        device = self.device_for(settings)
+        if device.type != "cuda":
+            return {"timing_source": None, "reason": "no GPU in this process: no measured timing"}
+        tol = problem.tolerance
+        model_seed = _seed()
+        attempt = self.attempt_for(req["digest"], device, float(settings.get("watchdog_s", 120)), fresh=False)
+        k = int(settings.get("timing_input_sets", 3))
+        seeds = [_seed() for _ in range(k + 2)]
+        try:
+            inputs = [problem.make_inputs(s, device) for s in seeds]
+            refs = [self.reference(problem, model_seed, x) for x in inputs]
+            if not attempt.loaded:
+                self.load(attempt, problem, req["candidate"], model_seed, float(settings.get("startup_timeout_s", 300)))
+            inst = self.build(attempt, model_seed)
+            t_req = time.perf_counter()
+            res = attempt.request("time", {"instance": inst, "input_sets": [_cpu(x) for x in inputs[:k]],
+                                           "settings": settings, "graph": True})
+            request_s = time.perf_counter() - t_req
+            # every input set's last timed call, then timed calls re-run on new values in the same buffers
+            for i, last in enumerate(res["last_outputs"]):
+                outs = self.check_outputs(last["outputs"], last["output_problems"], len(last["outputs"]), refs[i])
+                cmp = compare(outs, refs[i], tol)
+                if not cmp["correct"]:
+                    raise Finding(verdicts.TIMED_CALL_WRONG, f"timed call on input set {i + 1}: {cmp['text']}")
+            for j, (x, ref) in enumerate(zip(inputs[k:], refs[k:])):
+                s = attempt.request("timed_sample", {"index": j % k, "inputs": _cpu(x)})
+                outs = self.check_outputs(s["outputs"], s["output_problems"], len(s["outputs"]), ref)
+                cmp = compare(outs, ref, tol)
+                if not cmp["correct"]:
+                    raise Finding(verdicts.TIMED_CALL_WRONG, f"a timed call re-run on new inputs in the same buffers: "
+                                  f"{cmp['text']}")
+            # The judge's own clock: back-to-back timed calls cannot take less wall time than their GPU time.
+            t0 = time.perf_counter()
+            attempt.request("ping", {})
+            ping_s = time.perf_counter() - t0
+            n_wall = max(10, min(int(res["trials"]), 100))
+            t0 = time.perf_counter()
+            attempt.request("wall", {"n": n_wall})
+            wall_us = max(0.0, time.perf_counter() - t0 - ping_s) * 1e6 / n_wall
+            res["wall_bound_us"] = wall_us
+            res["request_s"] = request_s
+            if res["median_us"] < 0.5 * wall_us - 20.0:
+                raise Finding(verdicts.TIMING_TAMPERED, f"reported GPU time {res['median_us']:.1f} us per call, but the "
+                              f"judge's clock saw {wall_us:.1f} us per call back to back")
+            cur = res.get("current_stream_median_us")
+            if cur is not None and res["median_us"] > 1.5 * cur + 50.0:
+                raise Finding(verdicts.TIMING_TAMPERED, f"the current stream's part of a call took {cur:.1f} us but all "
+                              f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
+            work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=True)
+            attempt.end_checks()
+            verdict = None
+        except Finding as f:
+            verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
+            res, work = locals().get("res") or {}, {}
+        written = attempt.writes()
+        if written is not None and (verdict is None or verdict["rule"] not in (verdicts.CRASH, verdicts.TIMEOUT)):
+            verdict = written
+        self.end_current()  # the attempt is over: its process ends (the spare is already starting)
+        flags = []
+        # GPU time says who did the work where the candidate's kernels are real ones: Python candidates and
+        # built programs (a program on the interpreter runs its kernels as PyTorch operators by design)
+        timed_kernels = req["candidate"].get("source") is not None or req["candidate"].get("backend") == "cutlass"
+        if timed_kernels and work.get("candidate_time_share") is not None and work["candidate_time_share"] < 0.5:
+            flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(
+                verdicts.PYTORCH_ONLY, f"{100 * (1 - work['candidate_time_share']):.0f}% of the GPU time ran in library "
+                f"kernels (ATen, cuBLAS, cuDNN); less than half is in kernels the candidate brought")})
+        keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
+                "wall_bound_us", "warmup_calls", "request_s")
+        out = {k2: res.get(k2) for k2 in keep}
+        out.update(timing_source="gpu", verdict=verdict, flags=flags, work=_plain(work),
+                   crashed=bool(verdict and verdict.get("died")))
+        return out
+
+    def op_end_attempt(self, req: dict) -> dict:
+        self.end_current()
+        return {}
+
+    def op_reference_timings(self, req: dict) -> dict:
+        problem = self.problem(req["problem"])
+        settings = req["settings"]
+        device = self.device_for(settings)
+        if device.type != "cuda":
+            return {"timing_source": None, "reason": "no GPU in this process: reference timings need one"}
+        seeds = [_seed() for _ in range(int(settings.get("timing_input_sets", 3)))]
+        model = problem.make_model(seeds[0], device)
+        input_sets = [problem.make_inputs(s, device) for s in seeds]
+        method = TimingMethod.from_settings(settings)
+        self.flusher = make_flusher(device, method, self.flusher)
+        out: dict[str, Any] = {"timing_source": "gpu"}
+        timed_s = 0.0
+
+        def timed(fn):
+            r = time_candidate(fn, input_sets, self.flusher, method)
+            r.pop("graphs"), r.pop("last_outputs")
+            return r
+
+        with torch.no_grad():
+            with tf32_mode(matmul=False, cudnn=True):  # PyTorch's defaults: what "eager" means in KernelBench
+                s = timed(model)
+            out["eager_fp32_us"], out["eager_fp32_spread_pct"], out["method"] = s["median_us"], s["spread_pct"], s["method"]
+            timed_s += s["timed_s"]
+            with tf32_mode(matmul=True, cudnn=True):
+                s = timed(model)
+                out["eager_tf32_us"], out["eager_tf32_spread_pct"] = s["median_us"], s["spread_pct"]
+                timed_s += s["timed_s"]
+                if settings.get("compile", True):
+                    try:
+                        compiled = torch.compile(model)
+                        t0 = time.perf_counter()
+                        compiled(*input_sets[0])
+                        torch.cuda.synchronize()
+                        out["compile_s"] = time.perf_counter() - t0
+                        s = timed(compiled)
+                        out["compile_us"], out["compile_spread_pct"] = s["median_us"], s["spread_pct"]
+                        timed_s += s["timed_s"]
+                        del compiled
+                        torch._dynamo.reset()
+                    except Exception as exc:  # a model torch.compile cannot handle still has eager timings
+                        out["compile_us"] = None
+                        out["reason"] = f"torch.compile failed: {_one_line(exc)}"
+        out["timed_s"] = timed_s
+        return out
+
+    def op_memory(self, req: dict) -> dict:
+        return _memory(self.device)
+
+
+# ---------------------------------------------------------------------------------------------
+# comparisons
+
+
+def _precision_text(info: dict, problem: Problem) -> str:
+    err = (info.get("probe") or {}).get("candidate_error")
+    return (f"its errors carry {info['measured_precision']} rounding (relative error "
+            f"{'inf' if err is None else f'{err:.2e}'} on a probe); this problem allows only "
+            f"{', '.join(problem.allowed_precisions)}")
+
+
+def compare(outs: list, refs: list, tol: float) -> dict:
+    max_abs = max_rel = 0.0
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        o = o.to(r.device)
+        finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
+        bad = finite_r & ~finite_o
+        if bool(bad.any()):
+            return dict(correct=False, max_abs_error=None, max_rel_error=None, rule=verdicts.NONFINITE,
+                        text=f"output {i} has {int(bad.sum())} non-finite values where the reference is finite")
+        diff = (o.double() - r.double()).abs()
+        diff = torch.where(finite_r, diff, torch.zeros_like(diff))
+        if diff.numel():
+            max_abs = max(max_abs, float(diff.max()))
+            max_rel = max(max_rel, float((diff / r.double().abs().clamp_min(1e-12)).max()))
+        close = torch.isclose(o, r, atol=tol, rtol=tol, equal_nan=True)
+        if not bool(close.all()):
+            n_bad = int((~close).sum())
+            return dict(correct=False, max_abs_error=max_abs, max_rel_error=max_rel, rule=verdicts.MISMATCH,
+                        text=f"output {i}: {n_bad} of {o.numel()} elements differ from the reference beyond "
+                             f"atol = rtol = {tol:g} (max abs error {max_abs:.3g})")
+    return dict(correct=True, max_abs_error=max_abs, max_rel_error=max_rel, rule=None, text="")
+
+
+def _interior_permutation(inputs: list):
+    """The inputs with every float tensor's values reordered except its first and last (None when no
+    tensor is large enough)."""
+    out, changed = [], False
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() >= 4:
+            flat = x.reshape(-1).clone()
+            n = flat.numel()
+            g = torch.Generator().manual_seed(_seed())
+            perm = torch.randperm(n - 2, generator=g) + 1
+            flat[1:n - 1] = flat[perm.to(flat.device)]
+            out.append(flat.reshape(x.shape))
+            changed = True
+        else:
+            out.append(x)
+    return out if changed else None
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _same_or_both_nan(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and bool(((x == y) | (x.isnan() & y.isnan())).all())
+                                    for x, y in zip(a, b))
+
+
+def _close(a: list, b: list, tol: float) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and torch.allclose(x.double().cpu(), y.double().cpu(), atol=tol,
+                                                                          rtol=tol) for x, y in zip(a, b))
+
+
+def _finite(t) -> bool:
+    return bool(torch.isfinite(t).all())
+
+
+def _plain(x):
+    """JSON-able: floats (NaN/inf as None), ints, strings, lists, dicts."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    return x
+
+
+def _memory(device) -> dict:
+    out = {"memory_allocated_bytes": 0, "memory_reserved_bytes": 0, "worker_rss_bytes": _rss_bytes()}
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        out["memory_allocated_bytes"] = torch.cuda.memory_allocated()
+        out["memory_reserved_bytes"] = torch.cuda.memory_reserved()
+    return out
+
+
+def _rss_bytes() -> int | None:
     try:
-        yield
-    finally:
-        cls.forward = original
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
 # main loop
 
 
+def _undumpable() -> None:
+    """Other processes of this user (a candidate) cannot read this one's memory through /proc/<pid>/mem
+    or attach to it: the expected outputs and the seeds live here."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
 def main() -> int:
+    _undumpable()
     proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # the candidate's prints must not corrupt the protocol
+    os.dup2(2, 1)
     sys.stdout = sys.stderr
-    worker = Worker()
-    gc.freeze()  # torch's own objects never need collecting: keeps each gc.collect() short
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-        except json.JSONDecodeError as exc:
-            proto.write(json.dumps({"id": None, "ok": False, "error": f"bad request: {exc}", "fatal": False}) + "\n")
-            continue
-        op = req.get("op", "")
-        handler = getattr(worker, f"op_{op}", None)
-        fatal = False
-        try:
-            if handler is None:
-                raise ProblemError(f"unknown operation {op!r}")
-            reply = {"id": req.get("id"), "ok": True, "result": handler(req)}
-        except (ProblemError, CandidateError) as exc:
-            reply = {"id": req.get("id"), "ok": False, "error": str(exc), "kind": "input", "fatal": False}
-        except BaseException as exc:  # noqa: BLE001 - a candidate may raise anything
-            if isinstance(exc, KeyboardInterrupt):
-                return 130
-            fatal = _is_fatal(exc)
-            kind = "cuda" if fatal else "exception"
-            traceback.print_exc(file=sys.stderr)
-            reply = {"id": req.get("id"), "ok": False, "error": _one_line(exc), "kind": kind, "fatal": fatal}
-        worker.forget_candidates()
-        changed = worker.tampered()
-        if changed and reply.get("ok") and isinstance(reply.get("result"), dict):
-            check = integrity.CheckResult(name="tampering", ok=False, reason=(
-                f"the candidate replaced {', '.join(changed)}, which the harness uses to judge and time it"))
-            reply["result"].setdefault("checks", []).append(check.model_dump())
-        if reply.get("ok") and isinstance(reply.get("result"), dict) and not fatal:
-            # after the candidate's module is gone: the level the next attempt starts from
-            reply["result"].update(_memory(worker.device))
-        proto.write(json.dumps(reply, default=_json_default, allow_nan=True) + "\n")
-        proto.flush()
-        if fatal:
-            os._exit(3)  # a CUDA error leaves the context unusable: the parent starts a fresh worker
+    judge = Judge()
+    gc.freeze()
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                req = json.loads(line)
+            except json.JSONDecodeError as exc:
+                proto.write(json.dumps({"id": None, "ok": False, "error": f"bad request: {exc}"}) + "\n")
+                continue
+            op = req.get("op", "")
+            handler = getattr(judge, f"op_{op}", None)
+            try:
+                if handler is None:
+                    raise ProblemError(f"unknown operation {op!r}")
+                reply = {"id": req.get("id"), "ok": True, "result": handler(req)}
+            except ProblemError as exc:
+                reply = {"id": req.get("id"), "ok": False, "error": str(exc), "kind": "input"}
+            except Exception as exc:  # noqa: BLE001 - a judge bug must not look like a verdict
+                traceback.print_exc(file=sys.stderr)
+                reply = {"id": req.get("id"), "ok": False, "error": f"the judge failed: {_one_line(exc)}", "kind": "judge"}
+            if reply.get("ok") and isinstance(reply.get("result"), dict) and op in ("validate", "profile"):
+                reply["result"].update(_memory(judge.device))
+            proto.write(json.dumps(_plain(reply), default=str, allow_nan=False) + "\n")
+            proto.flush()
+    finally:
+        judge.close()
     return 0
-
-
-def _json_default(x):
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    return str(x)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from mucutlass import __version__
 COMMAND_MODULES = (
     "dsl_compiler.cli",   # check, fmt
     "evals.interpret",    # interpret
-    "sol_models.cli",     # sol, calibrate
+    "sol_models.cli",     # sol, trace, calibrate
     "evals.harness_cli",  # bench, suite
     "graph.cli",          # optimize, resume
     "evals.cli",          # eval, replay, report

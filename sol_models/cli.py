@@ -29,6 +29,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ops", action="store_true", help="also list the counted ops of a single problem")
     p.set_defaults(func=run_sol)
 
+    t = subparsers.add_parser(
+        "trace",
+        help="the program the offline tier starts from for a problem, and its coverage",
+        description="Trace a KernelBench-format problem with the frontend: the μCUTLASS program, its coverage "
+        "(the share of the problem's FLOPs that run in CUTLASS kernels), the ops left to PyTorch steps with "
+        "their reasons, and the program's estimate. Exit 1 when the problem cannot be traced.",
+    )
+    t.add_argument("path", help="a problem file (.py)")
+    t.add_argument("--gpu", default="h200", help="GPU of the estimate (default: h200)")
+    t.add_argument("--json", action="store_true", help="print JSON (top-level keys: coverage, program, torch_ops, estimate, ...)")
+    t.set_defaults(func=run_trace)
+
     c = subparsers.add_parser(
         "calibrate",
         help="measure this GPU's copy bandwidth and matmul rates and save a profile the bounds then use",
@@ -274,6 +286,43 @@ def _sol_folder(folder: Path, gpu: Any, args: argparse.Namespace) -> int:
         f"t_SOL total {_us(summary['t_sol_us_total'])}, geomean {_us(geo) if geo else '-'}"
     )
     return 1 if errors else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# trace
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    if not path.is_file():
+        _err(f"error: {path}: no such problem file")
+        return 2
+    gpu = _gpu_or_none(args.gpu, False)
+    if gpu is None:
+        return 2
+    from sol_models.trace import TraceFailed, trace_report
+
+    try:
+        report = trace_report(path, gpu)
+    except TraceFailed as exc:
+        _err(f"error: {exc}")
+        return 1
+    if not report.traced:
+        _err(f"error: {path}: cannot trace: {report.error}")
+        return 1
+    if args.json:
+        print(json.dumps(report.model_dump(mode="json"), indent=2))
+        return 0
+    print(report.program)
+    print(f"coverage {report.coverage:.1%} of {_si(report.flops_problem, 'FLOP')} in {report.kernels} CUTLASS "
+          f"kernel(s); {report.torch_steps} PyTorch step(s)")
+    for op in report.torch_ops:
+        print(f"  {op.op} ({op.target}): {op.placement}: {op.reason}")
+    if report.estimate is not None:
+        print(f"estimate on {report.estimate.gpu}: {_us(report.estimate.t_us)}")
+    else:
+        print(f"no estimate: {report.estimate_error}")
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -168,9 +168,12 @@ class Lowering:
         if len(sa) < 2:
             return "a matrix-vector product with a 1-D operand"
         if len(sa) > 3:
-            if len(sb) != 2 or a_t:
+            if len(sb) == len(sa) and sa[:-2] == sb[:-2]:
+                op.flatten_batch = True  # attention's [B, H, S, D] products: a batched GEMM over B*H
+            elif len(sb) != 2 or a_t:
                 return f"a rank-{len(sa)} batched product"
-            op.flatten_a = True
+            else:
+                op.flatten_a = True
         if len(sa) == 3 and len(sb) == 3 and sa[0] != sb[0]:
             return "batched operands with broadcast batch dims"
         op.operands, op.a_t, op.b_t = [a, b], a_t, b_t
@@ -303,7 +306,7 @@ class Lowering:
             index = self.bias_index(group, o)
             if index is None:
                 return f"operand {getattr(o, 'name', o)} of shape {list(self.shape_of(o) or ())} does not broadcast as a row, column, scalar or same-shape tensor"
-            if index in ("full", "row") and self.ops[group.anchor].flatten_a:
+            if index in ("full", "row") and (self.ops[group.anchor].flatten_a or self.ops[group.anchor].flatten_batch):
                 return "the kernel reads a flattened view of its input; only row-broadcast operands fuse"
             if self.depends_on(o, group):
                 return f"operand {o.name} is computed from this kernel's output"
@@ -632,7 +635,13 @@ class Lowering:
         pre_neg = fn == "rsub"  # c - x runs as add(neg(x), c)
         if pre_neg:
             fn = "add"
-        for a in op.torch_args:
+        torch_args = list(op.torch_args)
+        if fn in ("cat", "stack") and torch_args and isinstance(torch_args[0], (list, tuple)):
+            # the step spells cat([a, b], 1) as cat(a, b, dim=1): tensors first, then literals
+            if len(torch_args) > 1:
+                op.torch_kwargs = {**op.torch_kwargs, "dim": torch_args[1]}
+            torch_args = list(torch_args[0])
+        for a in torch_args:
             arg = self.torch_arg(a, n)
             if arg is _BAD:
                 return
@@ -706,6 +715,12 @@ class Lowering:
             self.steps.append(TorchStep(outputs=(copy,), fn="contiguous", args=(TensorArg(name=view),)))
             self.k_major[name] = copy
         return self.k_major[name]
+
+    def batch_flat(self, name: str, shape: tuple[int, ...]) -> str:
+        """A rank > 3 operand as [batch, rows, cols]: its leading dims merged by a reshape step."""
+        flat = self.namer(f"{name}_3d")
+        self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=name), LiteralArg(value=(-1,) + tuple(shape[-2:])))))
+        return flat
 
     def group_half_math(self, anchor_op: Op) -> str | None:
         """The 16-bit math of one kernel: the options', except for a depthwise conv (a memory-bound
@@ -796,6 +811,9 @@ class Lowering:
                 flat = self.namer(f"{a_name}_2d")
                 self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=a_name), LiteralArg(value=(-1, sa[-1])))))
                 a_name = flat
+            if anchor_op.flatten_batch and a_name and b_name:
+                a_name = self.batch_flat(a_name, self.shape_of(a))
+                b_name = self.batch_flat(b_name, self.shape_of(b))
             a_t, b_t = anchor_op.a_t, anchor_op.b_t
             if group.kernel_name in self.options.kmajor and self.kernel_math(self.dtype_of(a) or "", half) == "tf32":
                 # the target's tf32 wgmma reads both operands K-major: A as [M, K], B as [N, K] (written b^T)
@@ -921,7 +939,7 @@ class Lowering:
         if anchor_op.kind == "conv":
             self.cl_tensors.update(s.name for s in stores if not isinstance(s.expr, Reduce))
         out_shape = self.shape_of(group.anchor)
-        if anchor_op.flatten_a:
+        if anchor_op.flatten_a or anchor_op.flatten_batch:
             for s in stores:
                 v = next(k for k, nm in self.tensor_name.items() if nm == s.name)
                 shaped = self.namer(f"{s.name}_nd")

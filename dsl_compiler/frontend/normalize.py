@@ -52,6 +52,7 @@ class Op:
     beta: float = 1.0
     conv: dict[str, Any] = field(default_factory=dict)
     flatten_a: bool = False  # rank > 3 A: reshaped to 2-D around the kernel
+    flatten_batch: bool = False  # rank > 3 A and B with the same batch dims: one batched GEMM over all of them
     # ew: fn and literal params
     fn: str = ""
     params: tuple[float, ...] = ()
@@ -117,6 +118,15 @@ def literal(v):
     raise ValueError(f"value {v!r} of type {type(v).__name__}")
 
 
+def _select_index(index) -> tuple[int, int] | None:
+    """(dim, i) when ``index`` picks one integer of one dim, all dims before it whole: x[i], x[:, i]."""
+    index = index if isinstance(index, tuple) else (index,)
+    *whole, last = index
+    if isinstance(last, int) and not isinstance(last, bool) and all(s == slice(None) for s in whole):
+        return len(whole), last
+    return None
+
+
 def normalize(node, gm, state) -> Op:
     import torch.fx
 
@@ -151,7 +161,11 @@ def normalize(node, gm, state) -> Op:
         op.kind, op.operands, op.index = "getitem", [args[0]], args[1] if isinstance(args[1], int) else -1
         source_meta = args[0].meta.get("tensor_meta") if isinstance(args[0], torch.fx.Node) else None
         if hasattr(source_meta, "shape"):
-            op.kind, op.reason = "unsupported", "indexing a tensor has no program form (no whitelisted step selects)"
+            picked = _select_index(args[1])
+            if picked is not None:  # x[:, t]: one index of one dim
+                op.kind, op.torch_fn, op.torch_args, op.torch_kwargs = "torch", "select", [args[0], *picked], {}
+                return op
+            op.kind, op.reason = "unsupported", "indexing a tensor other than x[..., i] (one integer index of one dim) has no program form"
         elif op.index < 0:
             op.kind, op.reason = "unsupported", "indexing by slices has no μCUTLASS form"
         return op

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.adversarial.cases import Case, Control, candidate_for, caught, problem_for, rejected, rule_of
+from tests.adversarial.cases import FLAG_RULES, Case, Control, candidate_for, caught, problem_for, rejected, rule_of
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Fake keys in the judge's environment: a candidate must never see them.
@@ -126,7 +126,8 @@ def run_case(harness, case: Case, on_gpu: bool, scratch: Scratch, check_next: bo
         if case.guarantee:
             # The harm must not happen (a read cannot be seen, a write can be refused, a daemon
             # can be ended); a verdict, if there is one, must name the case's rule.
-            out.caught = not out.problems and (out.rule is None or out.rule in case.rules)
+            # (a flag such as pytorch_only is no verdict on the harm: a PyTorch-only candidate is rightly flagged)
+            out.caught = not out.problems and (out.rule is None or out.rule in case.rules or out.rule in FLAG_RULES)
         elif out.problems:
             out.caught = False
         out.wall_s = time.perf_counter() - t0

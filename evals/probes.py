@@ -1,0 +1,153 @@
+"""Precision measured, not read: what rounding a candidate's outputs carry.
+
+For a probe input set, the judge computes the problem's reference exactly (float64) and once per
+rounding level with the inputs and parameters rounded to that level (TF32: 10 mantissa bits and
+fp32's range; f16: 10 bits and a range up to 65504; bf16: 7 bits; fp8 e4m3: 3 bits). Each level
+leaves its own error against the exact result: its signature. A candidate's error is compared with
+the signatures: one that is at least half of a disallowed level's signature (and not far beyond it,
+which would be plain garbage) computes in that level.
+
+Two probe sets: an ordinary input set (the mantissa: tf32/f16 < bf16 < fp8) and the same set scaled
+so that its largest value is 2**17 (f16's range: its inputs overflow to inf, fp32 and TF32 carry
+them exactly). A level is judged on a probe only where its signature stands clear of every allowed
+level's (4x) and of fp32's own rounding (16x), so an honest fp32 or TF32 candidate with another
+summation order is never taken for a lower precision.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+LEVELS = ("tf32", "f16", "bf16", "fp8")  # from fine to coarse
+RANGE_PROBE_MAX = 2.0**17  # above f16's largest finite value (65504), far inside fp32's
+SIGNATURE_OVER_ALLOWED = 4.0
+SIGNATURE_OVER_FP32 = 16.0
+NOISE_ALIGNMENT = 0.3  # rounding noise is nearly orthogonal to the result; a scaled result is parallel to it
+
+
+def round_to(x, level: str):
+    """``x`` (a float tensor) rounded to ``level`` and returned as float32."""
+    import torch
+
+    x = x.float()
+    if level == "tf32":
+        bits = x.contiguous().view(torch.int32)
+        rounded = (bits + 0x1000) & ~0x1FFF  # round to nearest on the 13 dropped mantissa bits
+        return torch.where(torch.isfinite(x), rounded.view(torch.float32), x)
+    if level == "f16":
+        return x.half().float()
+    if level == "bf16":
+        return x.bfloat16().float()
+    if level == "fp8":
+        return x.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+    if level == "f32":
+        return x
+    raise ValueError(f"unknown level {level!r}")
+
+
+def _as_list(x) -> list:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def run_at(model, inputs, level: str | None):
+    """The model's outputs in float64, inputs and parameters first rounded to ``level`` (None: exact)."""
+    import torch
+
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in list(m.parameters()) + list(m.buffers()):
+            if p.is_floating_point():
+                p.data = (round_to(p.data, level) if level else p.data).double()
+        xs = [(round_to(x, level) if level else x).double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+              else x for x in inputs]
+        return [o.double() for o in _as_list(m(*xs)) if isinstance(o, torch.Tensor)]
+
+
+def rel_error(outs, exact) -> float:
+    """||outs - exact|| / ||exact|| over all outputs (inf when an output is not finite)."""
+    import torch
+
+    num = den = 0.0
+    for o, e in zip(outs, exact):
+        o = o.double().to(e.device)
+        if not bool(torch.isfinite(o).all()):
+            return math.inf
+        num += float(((o - e) ** 2).sum())
+        den += float((e**2).sum())
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return math.sqrt(num / den)
+
+
+def range_probe(inputs):
+    """The input set scaled so that its largest magnitude is ``RANGE_PROBE_MAX``."""
+    import torch
+
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+            peak = float(x.abs().max())
+            out.append(x * (RANGE_PROBE_MAX / peak) if peak > 0 else x.clone())
+        else:
+            out.append(x)
+    return out
+
+
+def signatures(model, inputs, ref32) -> dict | None:
+    """The exact outputs and each level's error on one probe set; None where the probe says nothing
+    (fp32's own result is not finite or not close to exact there)."""
+    try:
+        exact = run_at(model, inputs, None)
+        errors = {"f32": rel_error(ref32, exact)}
+        emulated = {}
+        for level in LEVELS:
+            emulated[level] = run_at(model, inputs, level)
+            errors[level] = rel_error(emulated[level], exact)
+    except Exception:  # noqa: BLE001 - a reference that will not run in float64 gets no probe
+        return None
+    if not math.isfinite(errors["f32"]) or errors["f32"] > 1e-3:
+        return None
+    return {"exact": exact, "errors": errors, "emulated": emulated}
+
+
+def error_alignment(outs, exact) -> float:
+    """|cos| between the candidate's error and the exact output: near 1 for a scaled or biased result
+    (a wrong answer), near 0 for rounding noise."""
+    import torch
+
+    dot = nd = ne = 0.0
+    for o, e in zip(outs, exact):
+        d = o.double().to(e.device) - e
+        dot += float((d * e).sum())
+        nd += float((d * d).sum())
+        ne += float((e * e).sum())
+    return abs(dot) / math.sqrt(nd * ne) if nd > 0 and ne > 0 else 0.0
+
+
+def judge(candidate_outs, probe: dict, allowed) -> tuple[str | None, dict]:
+    """The disallowed level whose signature the candidate's error carries (None: none), and the numbers."""
+    errors = probe["errors"]
+    e_c = rel_error(candidate_outs, probe["exact"])
+    allowed_errs = [errors[a] for a in allowed if a in errors and a != "f32"]
+    found = None
+    for level in LEVELS:
+        if level in allowed:
+            continue
+        e_l = errors[level]
+        clear_of_allowed = all(e_l >= SIGNATURE_OVER_ALLOWED * a for a in allowed_errs)
+        clear_of_fp32 = e_l >= SIGNATURE_OVER_FP32 * max(errors["f32"], 1e-300)
+        if not (clear_of_allowed and clear_of_fp32):
+            continue
+        if math.isinf(e_l):
+            matches = math.isinf(e_c)
+        else:
+            # the size of this level's rounding, and its shape: noise (or the emulation itself), not a
+            # scaled or shifted result, which is a wrong answer of the same size
+            matches = 0.5 * e_l <= e_c <= 4.0 * e_l and (
+                error_alignment(candidate_outs, probe["exact"]) < NOISE_ALIGNMENT
+                or rel_error(candidate_outs, probe["emulated"][level]) < 0.5 * e_l)
+        if matches:
+            found = level
+            break
+    return found, {"candidate_error": e_c, **{f"{k}_error": v for k, v in errors.items()}}

@@ -1,0 +1,340 @@
+"""The judge's side of a candidate process: start (ahead of need), request, contain, end.
+
+    proc = CandidateProcess.start(settings)        # returns at once; torch imports in the background
+    reply = proc.request("call", {...}, timeout_s)  # -> dict, or raises channel.ChannelError(rule, text)
+    findings = proc.finish()                        # kills the tree; containment findings
+
+The process runs ``evals.candidate_runner`` under ``evals.supervisor`` (a child subreaper that kills
+every descendant with it and polls the tree's memory), in an empty temporary directory that is not
+on its import path, with keys and tokens removed from its environment and no descriptor but its
+end of a dedicated socket. Its stdout and stderr go to a log. Writes into the project, the kernel
+cache or the harness's folders are found by comparing snapshots (mtime, size) taken before and
+after the attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evals import channel
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|^LANGSMITH_|^LANGCHAIN_"
+                        r"|^OPENAI_|^ANTHROPIC_|^AWS_|^AZURE_|^GOOGLE_|^GCP_|^HF_|^HUGGING|^GH_|^GITHUB_|^WANDB_",
+                        re.IGNORECASE)
+SNAPSHOT_SKIP = {".git", "node_modules", ".venv", "venv"}
+SNAPSHOT_MAX_FILES = 50_000
+SETTLED_S = 300  # a kernel-cache file this old belongs to no build running beside the attempt
+
+
+def candidate_env(base: dict | None = None) -> dict:
+    """The environment a candidate gets: without secrets, with the project importable."""
+    env = {k: v for k, v in (base if base is not None else os.environ).items() if not SECRET_ENV.search(k)}
+    env["PYTHONPATH"] = str(PROJECT_ROOT)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a .pyc written from here could reach the judge's next import
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTHONSTARTUP", None)
+    for var in ("NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"):  # numerics are the harness's to set
+        env.pop(var, None)
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def protected_roots() -> list[tuple[Path, bool]]:
+    """Folders a candidate must not write into, each with whether new entries count: the project
+    (the harness's own code, the problems; any change counts) and the kernel cache (builds running
+    beside the attempt add entries, so only a changed or removed existing file counts)."""
+    roots = [(PROJECT_ROOT, True)]
+    try:
+        from dsl_compiler.build import cache_dir
+
+        roots.append((Path(cache_dir()), False))
+    except Exception:  # noqa: BLE001 - no cache configured: nothing to protect there
+        pass
+    return [(r, strict) for r, strict in roots if r.exists()]
+
+
+def snapshot(roots: list[tuple[Path, bool]]) -> dict[str, tuple[int, int, bool]]:
+    """path -> (mtime_ns, size, strict) of every file under ``roots``, and of every folder under a
+    strict root (a folder's mtime shows a file created and removed again)."""
+    out: dict[str, tuple[int, int, bool]] = {}
+    for root, strict in roots:
+        stack = [str(root)]
+        while stack and len(out) < SNAPSHOT_MAX_FILES:
+            top = stack.pop()
+            try:
+                if strict:
+                    out[top] = (os.stat(top).st_mtime_ns, 0, strict)
+                entries = list(os.scandir(top))
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        # hidden folders (.git, .cache with run outputs and checkpoints) are written by the
+                        # product beside the attempt; the code, the problems and __pycache__ are watched
+                        if e.name not in SNAPSHOT_SKIP and not e.name.startswith("."):
+                            stack.append(e.path)
+                    else:
+                        st = e.stat(follow_symlinks=False)
+                        out[e.path] = (st.st_mtime_ns, st.st_size, strict)
+                except OSError:
+                    continue
+    return out
+
+
+def changed_paths(before: dict, after: dict) -> list[str]:
+    """Paths written between two snapshots: changed or removed entries, and new ones under strict roots."""
+    settled_ns = time.time_ns() - SETTLED_S * 10**9
+
+    def counts(p: str) -> bool:  # under a shared root, only files older than any build running beside us
+        v = before[p]
+        return v[2] or v[0] < settled_ns
+
+    changed = [p for p, v in after.items() if (p in before and before[p] != v and counts(p)) or (p not in before and v[2])]
+    removed = [p for p in before if p not in after and counts(p)]
+    return sorted(changed + removed)
+
+
+# What dsl_compiler.build names a cache entry, its failed builds and its temporary folders (".<key>.<random>"):
+# never touched here, since builds beside the attempt write them.
+KERNEL_ENTRY = re.compile(r"^\.?[0-9a-f]{32}([._-].*)?$")
+CONTENT_MAX_BYTES = 1 << 20
+
+
+class ProtectedTree:
+    """The protected folders, their snapshot, and the contents of the project's files (so that a
+    candidate's write can be undone, not only seen)."""
+
+    def __init__(self, roots: list[tuple[Path, bool]] | None = None):
+        self.roots = protected_roots() if roots is None else roots
+        self.contents: dict[str, tuple[tuple, bytes]] = {}
+
+    def snapshot(self) -> dict:
+        snap = snapshot(self.roots)
+        for path, (mtime, size, strict) in snap.items():
+            if strict and size <= CONTENT_MAX_BYTES and (path not in self.contents or self.contents[path][0] != (mtime, size)):
+                try:
+                    if os.path.isfile(path):
+                        self.contents[path] = ((mtime, size), Path(path).read_bytes())
+                except OSError:
+                    pass
+        return snap
+
+    def written(self, before: dict) -> list[str]:
+        """What was written since ``before``; planted kernel-cache entries included."""
+        after = snapshot(self.roots)
+        changed = changed_paths(before, after)
+        for kernels, strict in self.roots:  # the kernel cache (dsl_compiler.build.cache_dir) is the non-strict root
+            if strict or not kernels.is_dir():
+                continue
+            for entry in kernels.iterdir():
+                if str(entry) not in before and not KERNEL_ENTRY.match(entry.name):
+                    changed.append(str(entry))
+        return sorted(set(changed))
+
+    def undo(self, before: dict, written: list[str]) -> None:
+        """Remove what was planted, put back what was changed (files known to this tree)."""
+        for path in sorted(written, key=len, reverse=True):
+            p = Path(path)
+            try:
+                if path in before and path in self.contents and self.contents[path][0] == before[path][:2]:
+                    if not p.is_dir():
+                        p.write_bytes(self.contents[path][1])
+                        os.utime(p, ns=(before[path][0], before[path][0]))
+                elif path not in before:
+                    if p.is_dir() and not p.is_symlink():
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink(missing_ok=True)
+            except OSError:
+                continue
+
+
+@dataclass
+class Finding:
+    rule: str
+    text: str
+
+
+@dataclass
+class CandidateProcess:
+    proc: subprocess.Popen
+    sock: socket.socket
+    workdir: str
+    log_path: str
+    started_s: float
+    seq: int = 0
+    info: dict | None = None
+    exit_state: dict | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, python: str = sys.executable, cuda_visible: str | None = None,
+              rss_limit_bytes: int = 0) -> "CandidateProcess":
+        judge_end, cand_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        workdir = tempfile.mkdtemp(prefix="mucutlass-cand-")
+        log_dir = Path(tempfile.gettempdir()) / "mucutlass-harness"
+        log_dir.mkdir(exist_ok=True)
+        log = tempfile.NamedTemporaryFile(prefix="candidate-", suffix=".log", dir=log_dir, delete=False)
+        env = candidate_env()
+        if cuda_visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+        fd = cand_end.fileno()
+        cmd = [python, "-P", "-m", "evals.supervisor", "--rss-limit-bytes", str(int(rss_limit_bytes)),
+               "--pass-fd", str(fd), "--", python, "-P", "-m", "evals.candidate_runner", "--fd", str(fd)]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,
+                                env=env, pass_fds=(fd,), start_new_session=True)
+        cand_end.close()
+        log.close()
+        return cls(proc=proc, sock=judge_end, workdir=workdir, log_path=log.name, started_s=time.monotonic())
+
+    # -- requests ---------------------------------------------------------------------------
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, op: str, payload: dict, timeout_s: float) -> dict:
+        """The reply to one request; ``ChannelError`` when the process died, hung, or answered
+        anything but the reply bound to this request."""
+        self.seq += 1
+        nonce = channel.new_nonce()
+        try:
+            channel.send(self.sock, {"op": op, "nonce": nonce, "seq": self.seq, **payload})
+        except OSError:
+            raise channel.ChannelError("crash", f"the candidate process was gone before '{op}'{self._tail()}") from None
+        deadline = time.monotonic() + timeout_s
+        try:
+            reply = channel.recv(self.sock, deadline, alive=self._runner_alive)
+        except channel.ChannelError as exc:
+            if exc.rule == "timeout":
+                raise channel.ChannelError("timeout", f"no answer to '{op}' within the {timeout_s:g} s watchdog (a hang)") from None
+            if exc.rule == "crash":
+                self._await_exit(2.0)
+                raise channel.ChannelError("crash", f"the candidate process died during '{op}'{self._tail()}") from None
+            raise
+        if not isinstance(reply, dict) or reply.get("nonce") != nonce or reply.get("seq") != self.seq:
+            raise channel.ChannelError("channel", f"a reply to '{op}' not bound to its request (wrong nonce or sequence)")
+        if channel.pending_bytes(self.sock):
+            raise channel.ChannelError("channel", f"more bytes after the reply to '{op}': a second reply was written")
+        return reply
+
+    def _await_exit(self, timeout_s: float) -> None:
+        """The supervisor's exit report (it follows the candidate's death within a poll)."""
+        deadline = time.monotonic() + timeout_s
+        while self.exit_state is None and time.monotonic() < deadline:
+            if not self._exit_reported():
+                if self.proc.poll() is not None:
+                    return
+                time.sleep(0.02)
+
+    def _runner_alive(self) -> bool:
+        # the supervisor exits (after killing the tree) when the runner does
+        return self.proc.poll() is None and not self._exit_reported()
+
+    def _exit_reported(self) -> bool:
+        ready, _, _ = select.select([self.proc.stdout], [], [], 0)
+        if ready:
+            line = self.proc.stdout.readline()
+            if line:
+                try:
+                    state = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                if state.get("event") == "exit":
+                    self.exit_state = state
+                    return True
+        return False
+
+    def supervisor_report(self, timeout_s: float = 5.0) -> dict | None:
+        """The supervisor's view of the tree now (escaped processes, peak RSS, memory limit)."""
+        if self.proc.poll() is not None or self.exit_state is not None:
+            return self.exit_state
+        try:
+            self.proc.stdin.write(b"report\n")
+            self.proc.stdin.flush()
+        except OSError:
+            return self.exit_state
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            try:
+                state = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if state.get("event") == "exit":
+                self.exit_state = state
+                return state
+            if state.get("event") == "report":
+                return state
+        return None
+
+    def _tail(self) -> str:
+        try:
+            text = Path(self.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+        tail = " | ".join(lines[-2:])[-240:]
+        code = self.proc.poll()
+        what = ""
+        if self.exit_state and self.exit_state.get("code") is not None:
+            c = self.exit_state["code"]
+            try:
+                what = f" (signal {signal.Signals(-c).name})" if c < 0 else f" (exit code {c})"
+            except ValueError:
+                what = f" (signal {-c})"
+        elif code is not None:
+            what = f" (supervisor exit {code})"
+        return what + (f"; last output: {tail}" if tail else "")
+
+    # -- the end ------------------------------------------------------------------------------
+    def finish(self, timeout_s: float = 10.0) -> dict:
+        """Kill the candidate and every descendant; the supervisor's exit report."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b"kill\n")
+                self.proc.stdin.flush()
+            except OSError:
+                pass
+            try:
+                out, _ = self.proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                out, _ = self.proc.communicate()
+            for line in (out or b"").decode(errors="replace").splitlines():
+                try:
+                    state = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if state.get("event") == "exit":
+                    self.exit_state = state
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+        return self.exit_state or {}

@@ -1,0 +1,36 @@
+"""LeNet-5 on 32x32 grey images: conv 5x5 (6), max pool, conv 5x5 (16), max pool, Linear 400 -> 120 -> 84 -> 10; batch 8."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOLERANCE = 1e-2
+ALLOWED_PRECISIONS = ("f32", "tf32", "bf16", "f16")
+
+batch_size, num_classes = 8, 10
+
+
+class Model(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, kernel_size=5)
+        self.conv2 = nn.Conv2d(6, 16, kernel_size=5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), kernel_size=2, stride=2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), kernel_size=2, stride=2)
+        x = x.view(-1, 16 * 5 * 5)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, 1, 32, 32)]
+
+
+def get_init_inputs():
+    return [num_classes]

@@ -1,0 +1,115 @@
+"""The `models` suite (whole models in the ground of KernelBench Level 3): every problem traces, its program
+matches the reference on the interpreter, and its kernels cover the share of FLOPs the targets ask for.
+Reduced sizes: batch 2, 64x64 images, sequences of 16; channel and feature widths as in the files."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from dsl_compiler import interpreter, runtime
+from dsl_compiler.frontend import trace_problem
+from evals.problems import Problem, load_suite
+from sol_models.trace import coverage_of, trace_report
+
+MODELS = load_suite("models")
+REDUCED = {"batch_size": 2, "image_size": 64, "seq_len": 16}
+SEQUENCE_MODELS = {"13_transformer_encoder", "14_lstm_layer"}  # target 0.8; CNNs and MLPs 0.9
+# Misses, each bounded where it stands today so a regression still fails:
+KNOWN_MISSES = {
+    # 1 and 6 input channels, 6 output channels: rows of 4 and 24 bytes, under TMA's 16-byte alignment,
+    # so both convs and the 10-class head run in PyTorch; only fc1 and fc2 are kernels
+    "02_lenet5": 0.13,
+    # BatchNorm in training mode (3 of them, over the 6x expanded channels) and ReLU6 stay PyTorch steps
+    "11_mobilenetv2_inverted_residual": 0.85,
+    # as MobileNetV2, plus SiLU and the squeeze-excitation's tiny 1x1 convs on a 1x1 map (NCHW == NHWC)
+    "12_efficientnet_mbconv_se": 0.8,
+}
+
+
+def reduced(problem: Problem) -> Problem:
+    module = types.ModuleType(problem.module.__name__ + "_reduced")
+    exec(compile(problem.source, problem.path, "exec"), module.__dict__)
+    for key, size in REDUCED.items():
+        if type(getattr(module, key, None)) is int:
+            setattr(module, key, min(getattr(module, key), size))
+    return Problem(name=problem.name, path=problem.path, source=problem.source, module=module,
+                   tolerance=problem.tolerance, allowed_precisions=problem.allowed_precisions)
+
+
+def test_the_suite_has_the_models_the_issue_lists():
+    assert len(MODELS) >= 14
+    names = " ".join(p.name for p in MODELS)
+    for part in ("mlp", "lenet", "alexnet", "vgg", "basic_block", "bottleneck", "resnet18", "dense", "fire",
+                 "inception", "inverted_residual", "mbconv_se", "transformer", "lstm"):
+        assert part in names
+
+
+@pytest.mark.parametrize("problem", MODELS, ids=[p.name for p in MODELS])
+def test_model_traces_with_coverage_and_matches_the_reference(problem):
+    small = reduced(problem)
+    result = trace_problem(small)
+    assert result.program is not None, result.diagnostics
+    report = trace_report(small)
+    assert report.traced and report.kernels >= 1
+    target = KNOWN_MISSES.get(problem.name, 0.8 if problem.name in SEQUENCE_MODELS else 0.9)
+    assert report.coverage >= target, (report.coverage, [o.op for o in report.torch_ops])
+    model = small.make_model(seed=0)
+    inputs = small.make_inputs(seed=1)
+    with torch.no_grad():
+        ref = model(*inputs)
+    (out,) = interpreter.run(result.program, inputs, runtime.bind_params(result.program, model))
+    assert out.shape == ref.shape
+    assert torch.allclose(out, ref, atol=problem.tolerance, rtol=problem.tolerance), (out - ref).abs().max()
+
+
+def test_concatenated_branches_stay_kernels():
+    """The fire module's two expands are kernels whose outputs a `cat` step joins along channels."""
+    small = reduced(next(p for p in MODELS if p.name == "09_squeezenet_fire"))
+    program = trace_problem(small).program
+    assert len(program.kernels) == 3
+    cats = [s for s in program.steps if getattr(s, "fn", None) == "cat"]
+    assert len(cats) == 1 and len(cats[0].args) == 2 and {k.key: k.value for k in cats[0].kwargs} == {"dim": 1}
+
+
+def test_lstm_projects_every_step_at_once_and_fuses_the_input_gates_into_each_recurrent_gemm():
+    small = reduced(next(p for p in MODELS if p.name == "14_lstm_layer"))
+    program = trace_problem(small).program
+    steps = small.module.seq_len
+    assert len(program.kernels) == steps + 1  # one input projection, one recurrent GEMM per step
+    selects = [s for s in program.steps if getattr(s, "fn", None) == "select"]
+    assert len(selects) == steps
+    recurrent = program.kernels[1:]
+    assert all(any(ref.index == "full" for ref in _refs(k)) for k in recurrent)
+
+
+def _refs(kernel):
+    from dsl_compiler.walk import epilogue_refs
+
+    return list(epilogue_refs(kernel))
+
+
+def test_coverage_is_the_kernels_share_of_the_problems_flops():
+    small = reduced(next(p for p in MODELS if p.name == "01_mlp"))
+    program = trace_problem(small).program
+    cov, flops = coverage_of(program, 4 * 10**9)
+    assert flops > 0 and cov == pytest.approx(min(1.0, flops / 4e9))
+    assert coverage_of(program, flops * 2)[0] == pytest.approx(0.5)
+    assert coverage_of(program, flops / 2)[0] == 1.0  # clamped
+
+
+def test_attention_runs_as_two_batched_gemms_with_softmax_between():
+    """[B, H, S, D] products become batched GEMMs over B*H (reshape steps around them); the 1/sqrt(d)
+    scale is the first one's epilogue and the softmax a PyTorch step between them."""
+    from dsl_compiler.ir import Binary
+
+    small = reduced(next(p for p in MODELS if p.name == "13_transformer_encoder"))
+    program = trace_problem(small).program
+    kernels = {k.name: k for k in program.kernels}
+    scores, context = kernels["matmul"], kernels["matmul_1"]
+    assert scores.op.b.transpose and not context.op.b.transpose
+    assert isinstance(scores.stores[0].expr, Binary) and scores.stores[0].expr.fn == "div"
+    names = [getattr(s, "name", None) or getattr(s, "fn", None) for s in program.steps]
+    assert names.index("matmul") < names.index("softmax") < names.index("matmul_1")
