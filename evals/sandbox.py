@@ -108,9 +108,10 @@ def changed_paths(before: dict, after: dict) -> list[str]:
     return sorted(changed + removed)
 
 
-# What dsl_compiler.build names a cache entry, its failed builds and its temporary folders (".<key>.<random>"):
-# never touched here, since builds beside the attempt write them.
-KERNEL_ENTRY = re.compile(r"^\.?[0-9a-f]{32}([._-].*)?$")
+# What dsl_compiler.build names a cache entry, its failed builds, locks and temporary folders (".<key>.<random>")
+# and its toolchain memo: never touched here, since builds beside the attempt write them (and a cached library
+# is checked against the digest recorded at build time before it is loaded).
+KERNEL_ENTRY = re.compile(r"^(\.?[0-9a-f]{32}([._-].*)?|toolchain\.json(\..*)?)$")
 CONTENT_MAX_BYTES = 1 << 20
 
 
