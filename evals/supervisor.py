@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -152,10 +153,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rss-limit-bytes", type=int, default=0)
     ap.add_argument("--poll-s", type=float, default=0.05)
     ap.add_argument("--pass-fd", type=int, action="append", default=[])
+    ap.add_argument("--workdir", default="", help="the candidate's folder, removed when it ends")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # the judge gone (killed too): end the tree and remove the candidate's folder, then exit
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() == 1:  # the judge died before the death signal was set
         return 1
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -166,6 +171,9 @@ def main(argv=None) -> int:
     stdin_open = True
     reason = "exited"
     while True:
+        if stop["now"]:
+            reason = "judge_gone"
+            break
         sup.reap()
         if sup.child.poll() is not None:
             break
@@ -193,8 +201,13 @@ def main(argv=None) -> int:
     left = len(descendants(sup.me)) - (1 if sup.child.poll() is None else 0)
     killed = sup.kill_tree()
     code = sup.child.poll()
-    out.write(json.dumps(sup.state("exit", reason=reason, code=code, left_alive=max(left, 0), killed=killed)) + "\n")
-    out.flush()
+    if args.workdir:
+        shutil.rmtree(args.workdir, ignore_errors=True)
+    try:
+        out.write(json.dumps(sup.state("exit", reason=reason, code=code, left_alive=max(left, 0), killed=killed)) + "\n")
+        out.flush()
+    except OSError:  # the judge is gone
+        pass
     return 0
 
 
