@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import hashlib
+import json
+import os
 import threading
 import time
 
@@ -29,15 +32,35 @@ class CutlassError(RuntimeError):
     """A CUTLASS kernel refused or failed to run; the message carries CUTLASS's status text."""
 
 
+class LibraryDigestError(RuntimeError):
+    """A kernel library that differs from the one its build recorded next to it; it is never loaded."""
+
+
+def check_library_digest(path):
+    """Compare ``path`` with the SHA-256 its build recorded in ``digest.json`` beside it (the kernel cache
+    writes one per entry); a library without a record there (an exported copy) has nothing to compare."""
+    try:
+        with open(os.path.join(os.path.dirname(path), "digest.json")) as fh:
+            recorded = json.load(fh).get(os.path.basename(path))
+    except (OSError, ValueError, AttributeError):
+        return
+    if recorded is None:
+        return
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != recorded:
+        raise LibraryDigestError(f"{path}: differs from the library built there (digest mismatch); not loading it")
+
+
 def load_library(path):
     """dlopen a kernel library once per process and declare its C ABI."""
     with _LIBS_LOCK:
         lib = _LIBS.get(path)
         if lib is None:
-            from dsl_compiler.build import verify_library
-
             t0 = time.perf_counter()
-            verify_library(path)  # a library swapped in the cache since its build is never loaded
+            check_library_digest(path)  # a library swapped in the cache since its build is never loaded
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
             vpp, i64p, f32p = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_float)
             lib.mucutlass_workspace_size.argtypes = [vpp, i64p, f32p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_int]

@@ -108,9 +108,10 @@ def changed_paths(before: dict, after: dict) -> list[str]:
     return sorted(changed + removed)
 
 
-# What dsl_compiler.build names a cache entry, its failed builds and its temporary folders (".<key>.<random>"):
-# never touched here, since builds beside the attempt write them.
-KERNEL_ENTRY = re.compile(r"^\.?[0-9a-f]{32}([._-].*)?$")
+# What dsl_compiler.build names a cache entry, its failed builds, locks and temporary folders (".<key>.<random>")
+# and its toolchain memo: never touched here, since builds beside the attempt write them (and a cached library
+# is checked against the digest recorded at build time before it is loaded).
+KERNEL_ENTRY = re.compile(r"^(\.?[0-9a-f]{32}([._-].*)?|toolchain\.json(\..*)?)$")
 CONTENT_MAX_BYTES = 1 << 20
 
 
@@ -174,7 +175,7 @@ class CandidateProcess:
     proc: subprocess.Popen
     sock: socket.socket
     workdir: str
-    log_path: str
+    log: object  # an unnamed temporary file: the candidate's stdout and stderr
     started_s: float
     seq: int = 0
     info: dict | None = None
@@ -186,20 +187,17 @@ class CandidateProcess:
               rss_limit_bytes: int = 0) -> "CandidateProcess":
         judge_end, cand_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         workdir = tempfile.mkdtemp(prefix="mucutlass-cand-")
-        log_dir = Path(tempfile.gettempdir()) / "mucutlass-harness"
-        log_dir.mkdir(exist_ok=True)
-        log = tempfile.NamedTemporaryFile(prefix="candidate-", suffix=".log", dir=log_dir, delete=False)
+        log = tempfile.TemporaryFile(prefix="mucutlass-candidate-", suffix=".log")  # unnamed: nothing left behind
         env = candidate_env()
         if cuda_visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible
         fd = cand_end.fileno()
         cmd = [python, "-P", "-m", "evals.supervisor", "--rss-limit-bytes", str(int(rss_limit_bytes)),
-               "--pass-fd", str(fd), "--", python, "-P", "-m", "evals.candidate_runner", "--fd", str(fd)]
+               "--pass-fd", str(fd), "--workdir", workdir, "--", python, "-P", "-m", "evals.candidate_runner", "--fd", str(fd)]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,
                                 env=env, pass_fds=(fd,), start_new_session=True)
         cand_end.close()
-        log.close()
-        return cls(proc=proc, sock=judge_end, workdir=workdir, log_path=log.name, started_s=time.monotonic())
+        return cls(proc=proc, sock=judge_end, workdir=workdir, log=log, started_s=time.monotonic())
 
     # -- requests ---------------------------------------------------------------------------
     def alive(self) -> bool:
@@ -286,9 +284,11 @@ class CandidateProcess:
         return None
 
     def _tail(self) -> str:
-        try:
-            text = Path(self.log_path).read_text(errors="replace")
-        except OSError:
+        try:  # pread: the candidate shares the file offset
+            fd = self.log.fileno()
+            text = os.pread(fd, min(os.fstat(fd).st_size, 1 << 20), max(0, os.fstat(fd).st_size - (1 << 20))).decode(
+                errors="replace")
+        except (OSError, ValueError):
             return ""
         lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
         tail = " | ".join(lines[-2:])[-240:]
@@ -334,7 +334,7 @@ class CandidateProcess:
                     self.exit_state = state
         shutil.rmtree(self.workdir, ignore_errors=True)
         try:
-            os.unlink(self.log_path)
+            self.log.close()
         except OSError:
             pass
         return self.exit_state or {}

@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,8 @@ import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PR_CAPBSET_DROP = 24
+CAP_SYS_PTRACE = 19
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -35,6 +38,13 @@ def _prctl(option: int, value: int) -> bool:
         return libc.prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _drop_ptrace() -> None:
+    """In the candidate before exec: CAP_SYS_PTRACE leaves the bounding set, so even as root it cannot
+    read an undumpable process (the judge) through /proc/<pid>/mem. Without CAP_SETPCAP this fails
+    quietly (docs/harness.md)."""
+    _prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -83,7 +93,8 @@ class Supervisor:
     def __init__(self, cmd: list[str], rss_limit_bytes: int, pass_fds: tuple[int, ...]):
         self.me = os.getpid()
         # stdout is the judge's status pipe: the candidate writes to the log (our stderr) instead
-        self.child = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno())
+        self.child = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+                                      preexec_fn=_drop_ptrace)
         self.child_sid = os.getsid(self.child.pid)
         self.rss_limit_bytes = rss_limit_bytes
         self.peak_rss_bytes = 0
@@ -142,10 +153,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rss-limit-bytes", type=int, default=0)
     ap.add_argument("--poll-s", type=float, default=0.05)
     ap.add_argument("--pass-fd", type=int, action="append", default=[])
+    ap.add_argument("--workdir", default="", help="the candidate's folder, removed when it ends")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # the judge gone (killed too): end the tree and remove the candidate's folder, then exit
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() == 1:  # the judge died before the death signal was set
         return 1
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -156,6 +171,9 @@ def main(argv=None) -> int:
     stdin_open = True
     reason = "exited"
     while True:
+        if stop["now"]:
+            reason = "judge_gone"
+            break
         sup.reap()
         if sup.child.poll() is not None:
             break
@@ -183,8 +201,13 @@ def main(argv=None) -> int:
     left = len(descendants(sup.me)) - (1 if sup.child.poll() is None else 0)
     killed = sup.kill_tree()
     code = sup.child.poll()
-    out.write(json.dumps(sup.state("exit", reason=reason, code=code, left_alive=max(left, 0), killed=killed)) + "\n")
-    out.flush()
+    if args.workdir:
+        shutil.rmtree(args.workdir, ignore_errors=True)
+    try:
+        out.write(json.dumps(sup.state("exit", reason=reason, code=code, left_alive=max(left, 0), killed=killed)) + "\n")
+        out.flush()
+    except OSError:  # the judge is gone
+        pass
     return 0
 
 

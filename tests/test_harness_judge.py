@@ -230,3 +230,22 @@ def test_vocabulary_is_one_place():
     assert verdicts.FLAG_RULES == {"pytorch_only", "sol_ceiling"} and verdicts.FLAG_RULES < set(verdicts.RULES)
     with pytest.raises(ValueError):
         verdicts.reason("cuda_error", "x")
+
+
+def test_the_judge_process_cannot_be_read(harness, problem):
+    """The judge holds the expected outputs and the seeds: the candidate cannot read its memory (the judge
+    is undumpable, and the candidate has no CAP_SYS_PTRACE even as root)."""
+    src = body("""
+        sup = os.getppid()
+        judge = int(open(f'/proc/{sup}/stat').read().rsplit(')', 1)[1].split()[1])
+        for what in ('mem',):
+            try:
+                with open(f'/proc/{judge}/{what}', 'rb') as f:
+                    f.read(1)
+                return torch.zeros(x.shape[0], self.fc.out_features)  # readable: fail the attempt
+            except OSError:
+                pass
+        return torch.relu(self.fc(x))
+    """)
+    v = harness.validate(problem, Candidate.from_source(src))
+    assert v.correct, v.reason
