@@ -295,7 +295,7 @@ def _sol_folder(folder: Path, gpu: Any, args: argparse.Namespace) -> int:
 def run_trace(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.is_file():
-        _err(f"error: {path}: no such problem file")
+        _err(f"error: {path}: " + ("a folder; trace takes one problem file" if path.is_dir() else "no such problem file"))
         return 2
     gpu = _gpu_or_none(args.gpu, False)
     if gpu is None:

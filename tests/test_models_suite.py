@@ -72,6 +72,8 @@ def test_concatenated_branches_stay_kernels():
     assert len(program.kernels) == 3
     cats = [s for s in program.steps if getattr(s, "fn", None) == "cat"]
     assert len(cats) == 1 and len(cats[0].args) == 2 and {k.key: k.value for k in cats[0].kwargs} == {"dim": 1}
+    (row,) = [r for r in trace_problem(small).coverage if r.target == "torch.cat"]
+    assert row.placement == "torch_step" and "slice store" in row.reason
 
 
 def test_lstm_projects_every_step_at_once_and_fuses_the_input_gates_into_each_recurrent_gemm():

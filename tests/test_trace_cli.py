@@ -78,6 +78,8 @@ def test_an_untraceable_model_gets_one_line_naming_the_construct(tmp_path):
 
 def test_missing_and_broken_files(tmp_path):
     assert trace(str(tmp_path / "nope.py")).returncode == 2
+    folder = trace(str(tmp_path))
+    assert folder.returncode == 2 and "one problem file" in folder.stderr
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nraise RuntimeError('boom')\n")
     done = trace(str(broken))

@@ -680,6 +680,8 @@ class Lowering:
             args[0] = TensorArg(name=negated)
         self.steps.append(TorchStep(outputs=outs, fn=fn, args=tuple(args), kwargs=tuple(kwargs)))
         reason = op.reason or ("no μCUTLASS form" if op.kind == "torch" else "")
+        if fn in ("cat", "stack") and not op.reason:
+            reason = "a store has no channel offset (no slice store): the step copies the kernels' outputs together"
         if op.kind in ("ew", "torch") and not op.reason and op.fn:
             reason = "its input does not come from a kernel"
         self.cover(n, "torch_step", where=outs[0], reason=reason or f"{op.target} has no μCUTLASS kernel form")
