@@ -216,6 +216,12 @@ def format_program(program: ir.Program, comments: Comments | None = None) -> str
     return "\n\n".join(parts) + "\n"
 
 
+def program_key(program: ir.Program) -> str:
+    """The key of a program's value (an immutable string): equal for programs that differ only in how
+    their text was written (layout, comments, spans), different for any change of meaning."""
+    return format_program(program)
+
+
 def format_source(text: str) -> tuple[str | None, list]:
     """Canonical text of a program's source, its comments kept: (text, []) or (None, diagnostics)."""
     from dsl_compiler.parser import collect_comments, parse

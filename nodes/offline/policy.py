@@ -34,6 +34,7 @@ from dsl_compiler.diagnostics import kernels_named
 from dsl_compiler.frontend import TraceOptions, TraceResult, trace_problem
 from dsl_compiler.ir import Program
 from dsl_compiler.parser import parse
+from dsl_compiler.printer import program_key
 from evals.records import AttemptRecord, Hypothesis
 from nodes.tier_types import WriterReply, WriterRequest
 from sol_models import search
@@ -49,11 +50,21 @@ HALF_MIN_TOLERANCE = 1e-3
 @dataclass(frozen=True)
 class Candidate:
     title: str
-    program_text: str
+    program: Program
     t_est_us: float
     configs: tuple[tuple[str, Any], ...]  # (kernel name, KernelConfig) of every kernel
     varied: str | None = None  # the kernel whose configuration differs from the base
     math: str | None = None  # the 16-bit math of the program (None: each storage type's own, tf32 over f32)
+
+    @functools.cached_property
+    def key(self) -> str:
+        """The program's key (``dsl_compiler.printer.program_key``): candidates and attempts are matched by it."""
+        return program_key(self.program)
+
+    @property
+    def program_text(self) -> str:
+        """The canonical text of the program, as the tier answers with it."""
+        return self.key
 
 
 @dataclass
@@ -61,12 +72,6 @@ class _Plan:
     trace: TraceResult
     options: TraceOptions
     candidates: list[Candidate] = field(default_factory=list)
-
-
-def _text(program) -> str:
-    from dsl_compiler.printer import format_program
-
-    return format_program(program)
 
 
 def _problem_key(problem: Any) -> str:
@@ -98,6 +103,17 @@ def _program_of(a: AttemptRecord) -> Program | None:
 @functools.lru_cache(maxsize=512)
 def _parsed(text: str) -> Program | None:
     return parse(text)[0]  # the history is read on every write: each program is parsed once
+
+
+def _key_of(a: AttemptRecord) -> str | None:
+    """The key of the program an attempt ran (None when it has none that parses)."""
+    return _key_of_text(a.program_text) if a.program_text else None
+
+
+@functools.lru_cache(maxsize=512)
+def _key_of_text(text: str) -> str | None:
+    program = _parsed(text)
+    return program_key(program) if program is not None else None
 
 
 def _ms(t_us: float) -> str:
@@ -176,7 +192,7 @@ class OfflineTier:
         if not program.kernels:
             plan.candidates.append(Candidate(
                 title=f"traced program: no kernel ({len(program.torch_steps)} PyTorch steps)",
-                program_text=_text(program), t_est_us=0.0, configs=()))
+                program=program, t_est_us=0.0, configs=()))
             return plan
         ranked = {k.name: search.rank_configs(program, k.name, problem, gpu, self.record, self.configs_per_kernel)
                   for k in program.kernels}
@@ -191,7 +207,7 @@ class OfflineTier:
         plan.candidates.append(Candidate(
             title=f"traced program ({len(base.kernels)} kernel(s), {len(base.torch_steps)} PyTorch step(s)): "
                   f"{what}: est {_ms(t_base)}",
-            program_text=_text(base), t_est_us=t_base, configs=configs, math=math))
+            program=base, t_est_us=t_base, configs=configs, math=math))
         alternatives: list[Candidate] = []
         for name, options_ in ranked.items():
             for alt in options_[1:]:
@@ -200,13 +216,13 @@ class OfflineTier:
                 prefix = f"{name}: " if len(ranked) > 1 else ""
                 alternatives.append(Candidate(
                     title=f"{prefix}{search.describe(alt.config)}: est {_ms(t)}",
-                    program_text=_text(program_alt), t_est_us=t,
+                    program=program_alt, t_est_us=t,
                     configs=tuple((k.name, k.config) for k in program_alt.kernels), varied=name, math=math))
         alternatives.sort(key=lambda c: c.t_est_us)  # stable: ties keep the ranking's order
-        seen = {plan.candidates[0].program_text}
+        seen = {plan.candidates[0].key}
         for c in alternatives:
-            if c.program_text not in seen:
-                seen.add(c.program_text)
+            if c.key not in seen:
+                seen.add(c.key)
                 plan.candidates.append(c)
         return plan
 
@@ -254,27 +270,27 @@ class OfflineTier:
             raise ValueError("the offline tier needs the loaded problem in the request")
         history = list(request.history)
         plans = self.plans(problem, request.gpu, history, request.allowed_precisions or None, request.tolerance)
-        tried = {a.program_text: a for a in history if a.program_text}
+        tried = {key: a for a in history for key in [_key_of(a)] if key is not None}
         for plan in plans:
             self._learn(plan, history, request.gpu)
         candidates = _merged(plans)
-        untried = [c for c in candidates if c.program_text not in tried]
+        untried = [c for c in candidates if c.key not in tried]
         return plans[0], self._rerank(candidates, untried, history), tried
 
     def candidates(self, problem: Any, gpu: str, history: list[AttemptRecord] | None = None) -> list[Candidate]:
         """Every untried candidate in the order the tier would write them (no measurements: the estimate's)."""
         history = list(history or [])
-        tried = {a.program_text for a in history if a.program_text}
-        return [c for c in _merged(self.plans(problem, gpu, history)) if c.program_text not in tried]
+        tried = {_key_of(a) for a in history} - {None}
+        return [c for c in _merged(self.plans(problem, gpu, history)) if c.key not in tried]
 
     def _learn(self, plan: _Plan, history: list[AttemptRecord], gpu: str) -> None:
         """Measured GPU times of single-kernel programs go into the per-shape record."""
         record = self.record
         if record is None or plan.trace.program is None:
             return
-        by_text = {c.program_text: c for c in plan.candidates}
+        by_key = {c.key: c for c in plan.candidates}
         for a in history:
-            c = by_text.get(a.program_text)
+            c = by_key.get(_key_of(a))
             if c is None or not a.correct or a.flags or a.timing_source != "gpu" or not a.t_us or len(c.configs) != 1:
                 continue
             name, config = c.configs[0]
@@ -286,9 +302,9 @@ class OfflineTier:
 
     @staticmethod
     def _rerank(candidates: list[Candidate], untried: list[Candidate], history: list[AttemptRecord]) -> list[tuple[Candidate, float]]:
-        by_text = {c.program_text: c for c in candidates}
-        measured = [(by_text[a.program_text], a.t_us) for a in history
-                    if a.program_text in by_text and a.correct and a.t_us and by_text[a.program_text].t_est_us > 0]
+        by_key = {c.key: c for c in candidates}
+        measured = [(by_key[key], a.t_us) for a in history for key in [_key_of(a)]
+                    if key in by_key and a.correct and a.t_us and by_key[key].t_est_us > 0]
         ratios = [(c, t / c.t_est_us) for c, t in measured]
         if all(1 / MEASURED_MISS <= r <= MEASURED_MISS for _, r in ratios):
             return [(c, c.t_est_us) for c in untried]
@@ -363,8 +379,8 @@ def _merged(plans: list[_Plan]) -> list[Candidate]:
     out = []
     firsts = sorted((p.candidates[0] for p in plans if p.candidates), key=lambda c: c.t_est_us)
     for c in [*firsts, *heapq.merge(*(p.candidates[1:] for p in plans), key=lambda c: c.t_est_us)]:
-        if c.program_text not in seen:
-            seen.add(c.program_text)
+        if c.key not in seen:
+            seen.add(c.key)
             out.append(c)
     return out
 
