@@ -17,10 +17,9 @@ from pydantic import BaseModel
 
 CheckVerdict = tuple[bool, str]
 
+# the precision rules are the language's (one home); the harness reads them through this module
+from dsl_compiler.precision import PRECISION_BITS, lowest_precision, program_precisions  # noqa: F401
 from evals.verdicts import HARD_RULES
-
-# Precisions by mantissa bits: lower means less precise.
-PRECISION_BITS = {"f32": 23, "tf32": 10, "f16": 10, "bf16": 7}
 
 
 class CheckResult(BaseModel):
@@ -68,54 +67,6 @@ def pytorch_only_program_check(program) -> CheckVerdict:
             f"express the GEMM or convolution as a `kernel`"
         )
     return True, ""
-
-
-def program_precisions(program) -> list[str]:
-    """Math precisions a program really uses, following the dataflow: every tensor carries the
-    lowest precision on any path into it (a torch step that casts to bf16 and back leaves bf16 in
-    its output's lineage), and a kernel computes at the lowest of its math
-    (``dsl_compiler.precision.effective_math``) and its operands' lineage."""
-    from dsl_compiler import ir
-    from dsl_compiler.precision import effective_math
-
-    try:
-        from dsl_compiler import shapes
-
-        types = shapes.infer(program)
-    except Exception:  # noqa: BLE001 - a program whose shapes do not infer: declared types only
-        types = None
-    lineage: dict[str, set[str]] = {d.name: {d.dtype} for d in program.decls}
-
-    def of(name: str) -> set[str]:
-        return lineage.get(name, {"f32"})
-
-    used: set[str] = set()
-    for step in program.steps:
-        if isinstance(step, ir.TorchStep):
-            seen: set[str] = set()
-            for arg in step.args:
-                if isinstance(arg, ir.TensorArg):
-                    seen |= of(arg.name)
-            seen |= {str(kw.value) for kw in step.kwargs if kw.key == "dtype" and str(kw.value) in PRECISION_BITS}
-            for out in step.outputs:
-                t = types.get(out) if types else None
-                lineage[out] = seen | ({t.dtype} if t is not None else set())
-            used |= seen  # a torch step computes at what reaches it (a bf16 linear is bf16 math)
-            continue
-        reach = set().union(*(of(o.name) for o in step.operands))
-        math = effective_math(program, step, types) if types is not None else (step.config.math or "f32")
-        at = {math} | reach
-        used |= at
-        for store in step.stores:
-            lineage[store.name] = at | {store.dtype}
-            used.add(store.dtype)
-    used.update(d.dtype for d in program.decls)
-    used = {u for u in used if u in PRECISION_BITS and u != "f32"}
-    return sorted(used or {"f32"}, key=lambda p: -PRECISION_BITS[p])
-
-
-def lowest_precision(precisions: Sequence[str]) -> str:
-    return min(precisions, key=lambda p: PRECISION_BITS[p]) if precisions else "f32"
 
 
 def precision_check(used: Sequence[str], allowed: Sequence[str]) -> CheckVerdict:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from dsl_compiler.diagnostics import Diagnostic, as_diagnostic
 
 from evals.variants import DEFAULT_VARIANT
 
@@ -27,11 +29,13 @@ class AttemptRecord(BaseModel):
 
     index: int  # 1-based within the run
     hypothesis: str = ""
+    # the text the writer answered with, as written: an answer that does not parse (or a ModelNew module of the
+    # cuda variants) is still the attempt's program, and replay re-judges exactly this text
     program_text: str = ""
     program_hash: str = ""
     reached: Stage = "write"  # the last stage this attempt got through
     compile_ok: bool = False
-    diagnostics: list[str] = Field(default_factory=list)  # rendered, model-readable
+    diagnostics: list[Diagnostic] = Field(default_factory=list)  # why it failed; rendered only into prompts
     correct: bool = False
     max_abs_error: float | None = None
     failure_reason: str | None = None
@@ -51,6 +55,12 @@ class AttemptRecord(BaseModel):
     build_s: float = 0.0
     wall_s: float = 0.0
     improved: bool = False  # a new best when it finished
+
+    @field_validator("diagnostics", mode="before")
+    @classmethod
+    def _diagnostic_values(cls, value):
+        # records stored before diagnostics travelled as values hold them rendered
+        return [as_diagnostic(d) for d in value] if isinstance(value, list) else value
 
 
 class RunSummary(BaseModel):

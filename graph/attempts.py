@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from dsl_compiler.diagnostics import Diagnostic, failure
 from evals.policies import PolicySettings, stop_reason
 from evals.records import AttemptRecord
 from graph.state import OptimizeState, history, program_of
@@ -36,13 +37,13 @@ def advance(attempt: AttemptRecord, node_s: float, **changes: Any) -> dict:
 
 
 def fail(
-    state: OptimizeState, attempt: AttemptRecord, node_s: float, reason: str, diagnostics: list[str],
+    state: OptimizeState, attempt: AttemptRecord, node_s: float, reason: str, diagnostics: list[Diagnostic],
     settings: PolicySettings, policy: str, **changes: Any,
 ) -> dict[str, Any]:
     """Finish a failed attempt: it joins the history, its messages go back to the writer, and the
     budget is checked (a failure counts as an attempt)."""
     done = AttemptRecord.model_validate(
-        advance(attempt, node_s, failure_reason=reason, diagnostics=diagnostics or [reason], **changes)
+        advance(attempt, node_s, failure_reason=reason, diagnostics=diagnostics or [failure(reason)], **changes)
     )
     attempts = [*state.get("attempts", []), done.model_dump()]
     why = stop_reason(policy, history({"attempts": attempts}), state.get("sol", {}).get("t_sol_us"),

@@ -17,6 +17,7 @@ from typing import Any
 
 from langgraph.store.base import BaseStore
 
+from dsl_compiler.diagnostics import model_text
 from evals.records import AttemptRecord
 
 RECALL_LIMIT = 6  # notes per prompt: enough to carry lessons, few enough to stay short
@@ -67,7 +68,7 @@ def note_of(attempt: AttemptRecord, problem: str, family: str, bound: str, plan:
             f"; flagged: {attempt.flags[0]}" if attempt.flags else "")
     else:
         result = f"failed at {attempt.reached}" if attempt.reached != "done" else "failed"
-        first = (attempt.diagnostics or [attempt.failure_reason or ""])[0].splitlines()
+        first = (model_text(attempt.diagnostics[0]) if attempt.diagnostics else attempt.failure_reason or "").splitlines()
         why = (first[0] if first else "")[:160]
     return {"problem": problem, "op_family": family, "bound": bound, "hypothesis": attempt.hypothesis[:100],
             "expected_gain": expected, "result": result, "why": why, "correct": attempt.correct,

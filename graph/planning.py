@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from dsl_compiler.diagnostics import model_text
 from dsl_compiler.precision import kernel_maths
 from evals.policies import best_time_us
 from evals.records import AttemptRecord, Hypothesis
@@ -136,7 +137,7 @@ def nominate(
 
 def _why(attempt: AttemptRecord) -> str:
     if attempt.diagnostics:
-        return "errors: " + " | ".join(d.splitlines()[0] for d in attempt.diagnostics[:3])
+        return "errors: " + " | ".join(model_text(d).splitlines()[0] for d in attempt.diagnostics[:3])
     return attempt.failure_reason or f"stopped at {attempt.reached}"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from dsl_compiler.diagnostics import Diagnostic, as_diagnostic
 from dsl_compiler.ir import Program
 from evals.records import AttemptRecord, Hypothesis
 
@@ -26,7 +27,7 @@ class OptimizeState(TypedDict, total=False):
     candidate_source: str | None  # the built ModelNew module (cuda variants), as the harness judges it
     artifacts: dict[str, str]  # kernel name -> shared library (cutlass backend)
     sources: dict[str, str]  # kernel name -> generated CUTLASS .cu (cutlass backend)
-    diagnostics: list[str]  # errors of the last failed attempt, for the writer
+    diagnostics: list[Diagnostic]  # errors of the last failed attempt, for the writer
     # history and the best so far
     attempts: list[dict]  # finished AttemptRecords
     best_index: int | None
@@ -61,6 +62,11 @@ def program_of(state: OptimizeState, key: str = "program") -> Program | None:
     if value is None and state.get(f"{key}_json"):
         return Program.model_validate_json(state[f"{key}_json"])
     return value
+
+
+def diagnostics_of(state: OptimizeState) -> list[Diagnostic]:
+    """The last failed attempt's diagnostics (checkpoints written before they travelled as values hold text)."""
+    return [as_diagnostic(d) for d in state.get("diagnostics") or []]
 
 
 def hypothesis(state: OptimizeState) -> Hypothesis | None:

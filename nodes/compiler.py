@@ -8,7 +8,7 @@ import time
 
 from langgraph.runtime import Runtime
 
-from dsl_compiler.diagnostics import has_errors
+from dsl_compiler.diagnostics import Diagnostic, failure, has_errors, model_text
 from dsl_compiler.precision import kernel_maths
 from graph.attempts import advance, fail
 from graph.context import RunContext
@@ -20,7 +20,7 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     attempt = current(state)
     work0, start = svc.work_s, time.perf_counter()
 
-    def failed(reason: str, diagnostics: list[str], **changes) -> dict:
+    def failed(reason: str, diagnostics: list[Diagnostic], **changes) -> dict:
         node_s = time.perf_counter() - start
         return {**fail(state, attempt, node_s, reason, diagnostics, ctx.policy_settings, ctx.stop_policy, **changes),
                 "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
@@ -31,7 +31,8 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         except Exception as exc:
             return failed(f"build crashed: {type(exc).__name__}: {exc}", [])
         if source is None:
-            return failed(f"build: {built.reason}", built.diagnostics or [built.reason], build_s=built.seconds)
+            return failed(f"build: {built.reason}", [failure(e) for e in built.diagnostics or [built.reason]],
+                          build_s=built.seconds)
         return {"current": advance(attempt, time.perf_counter() - start, reached="compile", compile_ok=True,
                                    build_s=built.seconds),
                 "candidate_source": source, "program": None, "artifacts": {}, "sources": {},
@@ -42,10 +43,9 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
                                               max_output_bytes=(state.get("sol") or {}).get("output_bytes"))
     except Exception as exc:
         return failed(f"check crashed: {type(exc).__name__}: {exc}", [])
-    rendered = [d.render("program.mcu") for d in diagnostics]
     if program is None or has_errors(diagnostics):
         first = next((d for d in diagnostics if d.severity == "error"), None)
-        return failed(f"check: {first.message if first else 'no program'}", rendered)
+        return failed(f"check: {first.message if first else 'no program'}", diagnostics)
     precision = ",".join(sorted(set(kernel_maths(program)))) or None
     artifacts: dict[str, str] = {}
     sources: dict[str, str] = {}
@@ -57,14 +57,14 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
             return failed(f"build crashed: {type(exc).__name__}: {exc}", [], precision=precision)
         build_s = float(getattr(built, "seconds", 0.0))
         if not built.ok:
-            msgs = [d.render("program.mcu") for d in built.diagnostics] or ["build failed without diagnostics"]
-            return failed(f"build: {msgs[0].splitlines()[0]}", msgs, build_s=build_s, precision=precision)
+            found = list(built.diagnostics) or [failure("build failed without diagnostics")]
+            return failed(f"build: {model_text(found[0]).splitlines()[0]}", found, build_s=build_s, precision=precision)
         artifacts = {k: str(v) for k, v in built.artifacts.items()}
         sources = {k: str(v) for k, v in (getattr(built, "sources", None) or {}).items()}
     node_s = time.perf_counter() - start
     return {
         "current": advance(attempt, node_s, reached="compile", compile_ok=True, build_s=build_s, precision=precision,
-                           diagnostics=rendered),
+                           diagnostics=diagnostics),
         "program": program,
         "artifacts": artifacts,
         "sources": sources,

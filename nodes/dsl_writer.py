@@ -7,11 +7,12 @@ import time
 
 from langgraph.runtime import Runtime
 
+from dsl_compiler.diagnostics import failure
 from graph.attempts import add_tokens, advance, fail, program_hash
 from graph.context import RunContext
 from evals.records import AttemptRecord
 from graph.memory import recall_state
-from graph.state import OptimizeState, history, hypothesis
+from graph.state import OptimizeState, diagnostics_of, history, hypothesis
 from nodes.tier_types import WriterReply, WriterRequest
 from nodes.tiers import tier_of
 
@@ -25,7 +26,7 @@ def writer_request(state: OptimizeState, ctx: RunContext, index: int | None, sto
         sol=state.get("sol", {}),
         plan=hypothesis(state),
         history=past,
-        diagnostics=list(state.get("diagnostics", [])),
+        diagnostics=diagnostics_of(state),
         attempt_index=index if index is not None else len(past) + 1,
         best_program_text=state.get("best_program_text"),
         last_program_text=past[-1].program_text if past else None,
@@ -60,7 +61,7 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     update["work_s"] = state.get("work_s", 0.0) + call_s
     if reply.error or not reply.program_text.strip():
         reason = reply.error or "the tier returned no program"
-        update.update(fail({**state, **update}, attempt, call_s, f"write: {reason}", [reason],
+        update.update(fail({**state, **update}, attempt, call_s, f"write: {reason}", [failure(reason)],
                            ctx.policy_settings, ctx.stop_policy))
         return update
     update["current"] = advance(attempt, call_s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from dsl_compiler.diagnostics import PROGRAM_FILE, model_text
 from evals.variants import get_variant
 from nodes.tier_types import WriterRequest
 
@@ -116,8 +117,9 @@ def writer_user_prompt(request: WriterRequest) -> str:
         which = "best program so far" if request.best_program_text else "last program"
         current = f"# The {which}: edit it\n```{fence}\n{base.strip()}\n```\n\n"
     diagnostics = ""
+    filename = PROGRAM_FILE if variant.language == "mcu" else "model_new.py"
     if request.diagnostics:
-        diagnostics = "# Errors of the last attempt: fix them\n" + "\n".join(request.diagnostics) + "\n\n"
+        diagnostics = "# Errors of the last attempt: fix them\n" + "\n".join(model_text(d, filename) for d in request.diagnostics) + "\n\n"
     return WRITER_USER.format(
         problem_name=request.problem_name,
         tolerance=request.tolerance if request.tolerance is not None else "default",

@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from dsl_compiler.diagnostics import Diagnostic
 from evals.records import AttemptRecord, Hypothesis
 
 
@@ -41,7 +42,7 @@ class WriterRequest:
     sol: dict[str, Any]  # the SOL report (t_sol_us, bound, ...)
     plan: Hypothesis | None
     history: list[AttemptRecord]
-    diagnostics: list[str]  # of the previous attempt, when it failed
+    diagnostics: list[Diagnostic]  # of the previous attempt, when it failed
     attempt_index: int  # 1-based index of the attempt being written
     best_program_text: str | None = None
     last_program_text: str | None = None

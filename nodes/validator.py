@@ -7,6 +7,7 @@ import time
 
 from langgraph.runtime import Runtime
 
+from dsl_compiler.diagnostics import failure
 from graph.attempts import advance, fail
 from graph.context import RunContext
 from graph.state import OptimizeState, current
@@ -25,7 +26,7 @@ def validator(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     flags = [*attempt.flags, *result.get("flags", [])]
     if not result["correct"]:
         reason = result.get("reason") or "outputs differ from the reference"
-        return {**fail(state, attempt, node_s, f"validate: {reason}", [f"wrong result: {reason}"],
+        return {**fail(state, attempt, node_s, f"validate: {reason}", [failure(f"wrong result: {reason}")],
                        ctx.policy_settings, ctx.stop_policy, reached="compile", max_abs_error=result.get("max_abs_error"),
                        flags=flags),
                 "work_s": work_s}

@@ -96,6 +96,22 @@ def test_plain_data_and_project_records_round_trip():
     assert serde.loads_typed(serde.dumps_typed(value)) == value
 
 
+def test_diagnostic_values_round_trip_and_older_rendered_ones_still_read():
+    from dsl_compiler.diagnostics import Diagnostic
+    from dsl_compiler.ir import Span
+    from graph.state import diagnostics_of
+
+    serde = AllowListSerializer()
+    d = Diagnostic(code="tile", message="bad tile", span=Span(line=3, column=7), hint="use 64")
+    value = {"diagnostics": [d], "attempts": [AttemptRecord(index=1, diagnostics=[d]).model_dump()]}
+    back = serde.loads_typed(serde.dumps_typed(value))
+    assert back == value and diagnostics_of(back) == [d]
+    # a checkpoint written when the state held rendered text
+    older = serde.loads_typed(serde.dumps_typed({"diagnostics": [d.render("program.mcu")]}))
+    assert [x.model_dump(exclude={"span"}) for x in diagnostics_of(older)] == [d.model_dump(exclude={"span"})]
+    assert diagnostics_of(older)[0].render("program.mcu") == d.render("program.mcu")
+
+
 def test_pickled_values_are_refused():
     with pytest.raises(CheckpointError, match="pickle"):
         AllowListSerializer().loads_typed(("pickle", b"cos\nsystem\n."))

@@ -175,7 +175,7 @@ def test_cuda_variant_through_the_graph_on_the_cpu(tmp_path, ext_dir):
     assert "Speed of light" not in user and "t_SOL" not in user
     # 1: the compiler's error reaches the model, located in its source
     assert not a[0].compile_ok and a[0].failure_reason.startswith("build: main.cpp:")
-    assert any("error: expected" in d for d in a[0].diagnostics)
+    assert any("error: expected" in d.message for d in a[0].diagnostics)
     assert "error: expected" in chat.seen[1][1] and "Errors of the last attempt" in chat.seen[1][1]
     # 2: a wrong module is caught by the judge, and the reason goes back
     assert a[1].compile_ok and not a[1].correct and a[1].failure_reason.startswith("validate:")

@@ -19,6 +19,18 @@ def _attempt(i, **kw):
     return AttemptRecord(**base)
 
 
+def test_attempts_stored_with_rendered_diagnostics_read_back_as_values():
+    """Records stored before diagnostics travelled as values hold them rendered: they read back field by field."""
+    row = _attempt(1).model_dump(mode="json")
+    row["diagnostics"] = ["program.mcu:3:7: error[tile]: bad tile\n  found:    7\n  hint:     use 64",
+                          "build crashed: OSError: disk full"]
+    tile, crashed = AttemptRecord.model_validate(row).diagnostics
+    assert (tile.code, tile.message, tile.span.line, tile.span.column, tile.found, tile.hint) == \
+        ("tile", "bad tile", 3, 7, "7", "use 64")
+    assert tile.render("program.mcu") == row["diagnostics"][0]
+    assert crashed.span is None and crashed.message == "build crashed: OSError: disk full"
+
+
 def test_attempts_round_trip_every_field(tmp_path):
     store = ResultsStore(tmp_path / "r.sqlite")
     store.init_evaluation({"problems": ["p"]}, {"gpu": "H200"})

@@ -68,7 +68,8 @@ def test_optimize_end_to_end_on_the_interpreter(tmp_path, capsys, monkeypatch):
     assert rows[0]["timing_source"] == "estimate" and rows[0]["max_abs_error"] is not None
     # the fused program moves fewer bytes: the SOL model's estimate says it is faster
     assert rows[2]["t_us"] < rows[0]["t_us"] and summary["best_index"] == 3
-    assert rows[1]["diagnostics"][0].startswith("program.mcu:4:21: error[undefined-name]")
+    first = rows[1]["diagnostics"][0]  # a Diagnostic's JSON form: code and location, not rendered text
+    assert first["code"] == "undefined-name" and (first["span"]["line"], first["span"]["column"]) == (4, 21)
     assert summary["tokens_in"] == 6000 and summary["tokens_out"] == 1200
     assert abs(summary["cost_usd"] - (6000 * 1.0 + 1200 * 5.0) / 1e6) < 1e-12
     assert 0 < summary["graph_overhead_s"] < summary["wall_s"]

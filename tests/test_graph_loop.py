@@ -44,7 +44,9 @@ def test_loop_error_round_trip_best_and_tokens(tmp_path):
     a = summary.attempts
     assert [x.reached for x in a] == ["write", "done", "done"]
     assert not a[0].compile_ok and a[0].failure_reason.startswith("check: w is not declared")
-    assert "program.mcu:3:21: error[undefined-name]" in a[0].diagnostics[0]
+    d = a[0].diagnostics[0]  # a value with its location, rendered only into the prompt
+    assert d.code == "undefined-name" and (d.span.line, d.span.column) == (3, 21)
+    assert "program.mcu:3:21: error[undefined-name]" in chat.seen[1][1]
     # the writer's next prompt carries the diagnostic and its fix hint
     assert "error[undefined-name]" in chat.seen[1][1] and "declare it" in chat.seen[1][1]
     assert "error[undefined-name]" not in chat.seen[0][1]

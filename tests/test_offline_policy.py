@@ -10,6 +10,8 @@ from evals.records import AttemptRecord
 from sol_models import search
 from nodes.offline.policy import OfflineTier
 from nodes.tier_types import ProposingTier, WriterRequest
+from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ir import Span
 
 BUILTIN = {p.name: p for p in load_suite("builtin")}
 SMOKE = {p.name: p for p in load_suite("smoke")}
@@ -79,12 +81,12 @@ def test_check_or_build_errors_unfuse_then_demote_the_named_kernel(tier):
     problem = BUILTIN["11_linear_relu"]
     first = tier.write(tf32_request(problem))
     failed = attempt(1, first.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
-                     failure_reason="compile: build failed", diagnostics=["<program>:5:3: error[build]: kernel 'fc': nvcc failed"])
+                     failure_reason="compile: build failed", diagnostics=[Diagnostic(code="build", message="kernel 'fc': nvcc failed", span=Span(line=5, column=3))])
     second = tier.write(tf32_request(problem, [failed], diagnostics=failed.diagnostics))
     program, _ = parse(second.program_text)
     assert len(program.kernels) == 1 and [s.fn for s in program.torch_steps] == ["relu"]
     failed2 = attempt(2, second.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
-                      failure_reason="compile: build failed", diagnostics=["error[build]: kernel 'fc': nvcc failed"])
+                      failure_reason="compile: build failed", diagnostics=[Diagnostic(code="build", message="kernel 'fc': nvcc failed")])
     third = tier.write(tf32_request(problem, [failed, failed2]))
     program, _ = parse(third.program_text)
     assert not program.kernels and [s.fn for s in program.torch_steps] == ["linear", "relu"]
@@ -184,7 +186,7 @@ def test_a_config_nvcc_rejects_does_not_unfuse_a_kernel_that_built_before(tier):
     second = tier.write(tf32_request(problem, [ok]))
     rejected = attempt(2, second.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
                        failure_reason="compile: build failed",
-                       diagnostics=["error[build]: kernel 'fc': nvcc rejected the CUTLASS kernel (tile): ..."])
+                       diagnostics=[Diagnostic(code="build", message="kernel 'fc': nvcc rejected the CUTLASS kernel (tile): ...")])
     third = tier.write(tf32_request(problem, [ok, rejected]))
     program, _ = parse(third.program_text)
     assert not program.torch_steps  # still fused: only the next configuration

@@ -16,6 +16,7 @@ from dsl_compiler.frontend import TraceOptions, trace_problem
 from nodes.offline.policy import OfflineTier, attempt_math, half_math
 from test_offline_frontend import run_both, shrunk
 from test_offline_policy import attempt, request
+from dsl_compiler.diagnostics import Diagnostic
 
 BUILTIN = {p.name: p for p in load_suite("builtin")}
 SMOKE = {p.name: p for p in load_suite("smoke")}
@@ -152,7 +153,7 @@ def test_an_f16_build_failure_is_the_f16_plan_fallback_only(tier):
     problem = BUILTIN["11_linear_relu"]
     first = tier.write(request(problem))
     failed = attempt(1, first.program_text, reached="compile", compile_ok=False, correct=False, t_us=None,
-                     failure_reason="compile: build failed", diagnostics=["error[build]: kernel 'fc': nvcc failed"])
+                     failure_reason="compile: build failed", diagnostics=[Diagnostic(code="build", message="kernel 'fc': nvcc failed")])
     plans = tier.plans(problem, "h200", [failed])
     tf32, f16 = plans
     assert tf32.options.math is None and not tf32.options.unfuse

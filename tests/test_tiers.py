@@ -13,6 +13,8 @@ from mock_servers import MockOpenAI
 from nodes import prompts
 from nodes.tiers import ChatTier, TierError, TierSpec, WriterRequest, chat_openai, extract_program, load_tiers, make_tier
 from test_graph_fakes import BROKEN, GOOD, SLOW, TextTrackingServices, write_problem
+from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ir import Span
 
 
 def test_builtin_tiers_file():
@@ -77,10 +79,10 @@ def test_writer_prompt_carries_the_language_reference(tmp_path, monkeypatch):
     system = prompts.WRITER_SYSTEM.format(language_reference=prompts.language_reference(doc))
     assert "UNIQUE-MARKER-123" in system and "exactly one complete program in a single ```mcu" in system
     req = WriterRequest(problem_name="p", problem_source="class Model: ...", sol={"t_sol_us": 12.5, "bound": "compute"},
-                        plan=None, history=[], diagnostics=["program.mcu:3:1: error[x]: bad"], attempt_index=2,
+                        plan=None, history=[], diagnostics=[Diagnostic(code="x", message="bad", span=Span(line=3, column=1))], attempt_index=2,
                         best_program_text=GOOD)
     user = prompts.writer_user_prompt(req)
-    assert "t_SOL = 12.5 us (compute-bound" in user and "error[x]: bad" in user and "# t_us = 12" in user
+    assert "t_SOL = 12.5 us (compute-bound" in user and "program.mcu:3:1: error[x]: bad" in user and "# t_us = 12" in user
 
 
 def openai_ctx(url, tmp_path, max_attempts=3, **spec):

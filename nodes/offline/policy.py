@@ -142,7 +142,7 @@ class OfflineTier:
             if reason.startswith("validate"):
                 wrong += 1
             elif not a.compile_ok:
-                text = " ".join(a.diagnostics)
+                text = " ".join(d.message for d in a.diagnostics)
                 names = kernels_named(text)
                 for name in dict.fromkeys(names):
                     if name in demote:
