@@ -64,6 +64,8 @@ L2_FALLBACK_BYTES = 50 * 1024**2
 VARIANTS: dict[str, dict] = {
     # the harness's default: CUDA graphs captured and replayed by the harness (evals.timing.time_candidate)
     "cuda_graph": {"graph": True},
+    "cuda_graph_warmup_0.3s": {"graph": True, "warmup_s": 0.3},  # clocks settle before the trials
+    "cuda_graph_more_trials": {"graph": True, "max_trials": 1000, "target_s": 1.0},
     "current": {},
     "warmup_0.2s": {"warmup_s": 0.2},
     "warmup_1s": {"warmup_s": 1.0},

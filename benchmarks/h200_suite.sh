@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The product's GPU checks beyond the backend's (benchmarks/gpu_check_backend.sh), as stages that each fit one
 # 10-minute command on an H200 (run them back to back while the machine is warm: .cache/ lives between them).
-#   harness: the harness's own numbers (bench_harness.py: overhead per attempt, memory, timing spread of the default
-#            method, cuda_graph, beside the older ones), its GPU tests and the adversarial set, on a quiet host
-#            (nothing else running); under 8 minutes;
+#   harness: the adversarial set (4 shards side by side) and the harness's GPU tests; under 8 minutes;
+#   timing: the harness's own numbers (bench_harness.py: overhead per attempt, memory, timing spread of the default
+#           method, cuda_graph, beside variants of it), on a quiet host (nothing else running); about 4 minutes;
 #   variants: hand-written CUDA ModelNew modules through the cuda variant beside the offline tier (bench_variants.py);
 #   offline: build the offline tier's candidate kernels for the built-in suite (one nvcc per core), evaluate the
 #            suite (resumable: run the stage again to finish), write the offline benchmark table and the report.
@@ -31,15 +31,26 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 python3 -c "import torch, platform; print('python', platform.python_version(), 'torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$log" 2>&1
 
 if [ "$stage" = harness ]; then
-  say "bench_harness"
-  timeout 170 python3 benchmarks/bench_harness.py --out "$OUT" --attempts 6 --memory-attempts 6 --repeats 3 \
-    --pause-s 1.5 --variants cuda_graph,current --budget-s 100 >> "$log" 2>&1
-  say "bench_harness exit $?"
-  timeout 120 python3 -m pytest -q -m gpu tests/test_harness_gpu.py -p no:cacheprovider -rfE >> "$log" 2>&1
-  say "pytest exit $?"
-  # the adversarial set on the GPU, every case at its stage, and the controls (writes <date>-h200-adversarial.*)
-  timeout 170 python3 -m tests.adversarial.report --out "$OUT" --watchdog-s 15 >> "$log" 2>&1
+  # the adversarial set on the GPU, every case at its stage, and the controls, in 4 shards side by side
+  # (each with its own judge; a case costs ~20 s of fresh processes), merged into <date>-h200-adversarial.*
+  say "adversarial"
+  for k in 0 1 2 3; do
+    timeout 330 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 --shard $k/4 \
+      >> "$OUT/shards.log" 2>&1 &
+  done
+  wait
+  python3 -m tests.adversarial.report --merge "$OUT"/shards/*.shard*.json --out "$OUT" >> "$log" 2>&1
   say "adversarial exit $?"
+  grep -E "caught=False|next_clean=False|passed=False|Traceback" "$OUT/shards.log" >> "$log"
+  timeout 150 python3 -m pytest -q -m gpu tests/test_harness_gpu.py -p no:cacheprovider -rfE >> "$log" 2>&1
+  say "pytest exit $?"
+fi
+
+if [ "$stage" = timing ]; then
+  say "bench_harness"
+  timeout 250 python3 benchmarks/bench_harness.py --out "$OUT" --attempts 6 --memory-attempts 6 --repeats 2 \
+    --pause-s 1.5 --variants cuda_graph,cuda_graph_warmup_0.3s,cuda_graph_more_trials --budget-s 230 >> "$log" 2>&1
+  say "bench_harness exit $?"
 fi
 
 if [ "$stage" = variants ]; then

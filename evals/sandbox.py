@@ -42,7 +42,10 @@ SETTLED_S = 300  # a kernel-cache file this old belongs to no build running besi
 def candidate_env(base: dict | None = None) -> dict:
     """The environment a candidate gets: without secrets, with the project importable."""
     env = {k: v for k, v in (base if base is not None else os.environ).items() if not SECRET_ENV.search(k)}
-    env["PYTHONPATH"] = str(PROJECT_ROOT)
+    # The project first, then the host's own entries (a GPU host may carry the dependencies on PYTHONPATH);
+    # relative entries would resolve inside the candidate's folder, so they are dropped.
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isabs(p)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(PROJECT_ROOT), *inherited]))
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # a .pyc written from here could reach the judge's next import
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSTARTUP", None)

@@ -249,3 +249,11 @@ def test_the_judge_process_cannot_be_read(harness, problem):
     """)
     v = harness.validate(problem, Candidate.from_source(src))
     assert v.correct, v.reason
+
+
+def test_the_candidate_keeps_the_hosts_absolute_import_path(tmp_path):
+    # A GPU host may carry the product's dependencies on PYTHONPATH; a relative entry would resolve
+    # inside the candidate's own folder, so only absolute ones are kept, after the project.
+    site = str(tmp_path / "site")
+    env = candidate_env({"PYTHONPATH": os.pathsep.join([site, "relative/dir", "", str(PROJECT_ROOT)])})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(PROJECT_ROOT), site]

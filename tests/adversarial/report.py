@@ -4,6 +4,10 @@ whether the next attempt started clean.
 
     python -m tests.adversarial.report [--out benchmarks/results]     # on the H200: every case at its stage
     python -m tests.adversarial.report --device cpu --out /tmp        # a CPU run (validate only)
+
+Shards run side by side (each with its own judge) and are merged into the one table:
+
+    python -m tests.adversarial.report --shard 0/4 --out DIR & ... ; python -m tests.adversarial.report --merge DIR/*.shard*.json --out DIR
 """
 
 from __future__ import annotations
@@ -27,7 +31,12 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--watchdog-s", type=float, default=60.0)
     ap.add_argument("--only", nargs="*", help="case files to run (default: all)")
+    ap.add_argument("--shard", help="K/N: run every N-th case and control starting at the K-th; writes a partial table")
+    ap.add_argument("--merge", nargs="+", metavar="SHARD_JSON", help="merge the partial tables of --shard runs")
     args = ap.parse_args(argv)
+    if args.merge:
+        return _write(_merged([json.loads(Path(p).read_text()) for p in args.merge]), Path(args.out))
+    shard_k, shard_n = (int(v) for v in args.shard.split("/")) if args.shard else (0, 1)
     os.environ.update(SECRET_VARS)  # the judge's environment holds keys a candidate must not see
     harness = Harness(HarnessSettings(device=args.device, watchdog_s=args.watchdog_s,
                                       n_input_sets=3 if args.device == "cpu" else 5))
@@ -36,7 +45,7 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="redteam-") as tmp:
         for i, case in enumerate(CASES):
-            if args.only and case.file not in args.only:
+            if (args.only and case.file not in args.only) or i % shard_n != shard_k:
                 continue
             row = {"case": case.id, "kind": case.kind, "property": f"{case.prop} {PROPERTIES[case.prop]}",
                    "expected": "/".join(case.rules), "stage": case.stage if on_gpu else "validate",
@@ -55,26 +64,48 @@ def main(argv=None) -> int:
                   f"caught={row.get('caught')} next_clean={row.get('next_clean')}", file=sys.stderr)
         controls = []
         for i, control in enumerate(CONTROLS):
-            if (args.only and control.file not in args.only) or (not on_gpu and not control.cpu):
+            if (args.only and control.file not in args.only) or (not on_gpu and not control.cpu) or i % shard_n != shard_k:
                 continue
             out = run_control(harness, control, on_gpu, Scratch(Path(tmp) / f"control{i}", harness.settings))
             controls.append({"control": control.file, "passed": out.caught, "rule": out.rule, "flags": out.flags,
                              "problems": out.problems})
             print(f"control {control.file:<26} passed={out.caught} {out.problems}", file=sys.stderr)
     harness.close()
-    run = [r for r in rows if "skipped" not in r]
-    doc = {"date": dt.date.today().isoformat(), "device": "gpu" if on_gpu else "cpu", "gpu_name": info.get("gpu_name"),
-           "torch": info.get("torch"), "cases": len(run), "caught": sum(bool(r.get("caught")) for r in run),
-           "next_clean": sum(bool(r.get("next_clean")) for r in run), "controls_passed":
-           f"{sum(c['passed'] for c in controls)}/{len(controls)}", "rows": rows, "controls": controls}
-    out_dir = Path(args.out)
+    doc = _summary({"date": dt.date.today().isoformat(), "device": "gpu" if on_gpu else "cpu",
+                    "gpu_name": info.get("gpu_name"), "torch": info.get("torch"), "rows": rows, "controls": controls})
+    if args.shard:
+        stem = f"{doc['date']}-{'h200' if on_gpu else 'cpu'}-adversarial.shard{shard_k}"
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / f"{stem}.json").write_text(json.dumps(doc, indent=2))
+        return 0
+    return _write(doc, Path(args.out))
+
+
+def _summary(doc: dict) -> dict:
+    run = [r for r in doc["rows"] if "skipped" not in r]
+    controls = doc["controls"]
+    return doc | {"cases": len(run), "caught": sum(bool(r.get("caught")) for r in run),
+                  "next_clean": sum(bool(r.get("next_clean")) for r in run),
+                  "controls_passed": f"{sum(c['passed'] for c in controls)}/{len(controls)}"}
+
+
+def _merged(parts: list[dict]) -> dict:
+    order = {c.id: i for i, c in enumerate(CASES)}
+    rows = sorted((r for p in parts for r in p["rows"]), key=lambda r: order.get(r["case"], len(order)))
+    controls = [c for p in parts for c in p["controls"]]
+    first = parts[0]
+    return _summary({k: first[k] for k in ("date", "device", "gpu_name", "torch")} | {"rows": rows, "controls": controls,
+                                                                                    "shards": len(parts)})
+
+
+def _write(doc: dict, out_dir: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{doc['date']}-{'h200' if on_gpu else 'cpu'}-adversarial"
+    stem = f"{doc['date']}-{'h200' if doc['device'] == 'gpu' else 'cpu'}-adversarial"
     (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=2))
     (out_dir / f"{stem}.md").write_text(_markdown(doc))
     print(f"wrote {out_dir / stem}.{{json,md}}: caught {doc['caught']}/{doc['cases']}, next attempt clean "
           f"{doc['next_clean']}/{doc['cases']}, controls {doc['controls_passed']}", file=sys.stderr)
-    return 0 if doc["caught"] == doc["cases"] and all(c["passed"] for c in controls) else 1
+    return 0 if doc["caught"] == doc["cases"] and all(c["passed"] for c in doc["controls"]) else 1
 
 
 def _markdown(doc: dict) -> str:
