@@ -20,9 +20,10 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     attempt = current(state)
     work0, start = svc.work_s, time.perf_counter()
 
-    def failed(reason: str, diagnostics: list[Diagnostic], **changes) -> dict:
+    def failed(reason: str, diagnostics: list[Diagnostic], checked=None, **changes) -> dict:
         node_s = time.perf_counter() - start
         return {**fail(state, attempt, node_s, reason, diagnostics, ctx.policy_settings, ctx.stop_policy, **changes),
+                "program": checked,  # the writer shows the last attempt's program when it checked
                 "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
 
     if ctx.variant_spec.language == "python":
@@ -54,11 +55,12 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         try:
             built = svc.build(program)
         except Exception as exc:
-            return failed(f"build crashed: {type(exc).__name__}: {exc}", [], precision=precision)
+            return failed(f"build crashed: {type(exc).__name__}: {exc}", [], program, precision=precision)
         build_s = float(getattr(built, "seconds", 0.0))
         if not built.ok:
             found = list(built.diagnostics) or [failure("build failed without diagnostics")]
-            return failed(f"build: {model_text(found[0]).splitlines()[0]}", found, build_s=build_s, precision=precision)
+            return failed(f"build: {model_text(found[0]).splitlines()[0]}", found, program, build_s=build_s,
+                          precision=precision)
         artifacts = {k: str(v) for k, v in built.artifacts.items()}
         sources = {k: str(v) for k, v in (getattr(built, "sources", None) or {}).items()}
     node_s = time.perf_counter() - start

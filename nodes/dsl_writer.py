@@ -12,7 +12,7 @@ from graph.attempts import add_tokens, advance, fail, program_hash
 from graph.context import RunContext
 from evals.records import AttemptRecord
 from graph.memory import recall_state
-from graph.state import OptimizeState, diagnostics_of, history, hypothesis
+from graph.state import OptimizeState, diagnostics_of, history, hypothesis, program_of
 from nodes.tier_types import WriterReply, WriterRequest
 from nodes.tiers import tier_of
 
@@ -20,6 +20,10 @@ from nodes.tiers import tier_of
 def writer_request(state: OptimizeState, ctx: RunContext, index: int | None, store=None) -> WriterRequest:
     problem = ctx.services.problem(state["problem_path"])
     past = history(state)
+    mcu = ctx.variant_spec.language == "mcu"
+    best = program_of(state, "best_program")
+    # the compiler keeps the checked program of the last attempt in the state (None when it did not check)
+    last = program_of(state) if mcu and past else None
     return WriterRequest(
         problem_name=state.get("problem_name") or problem.name,
         problem_source=problem.source,
@@ -28,8 +32,10 @@ def writer_request(state: OptimizeState, ctx: RunContext, index: int | None, sto
         history=past,
         diagnostics=diagnostics_of(state),
         attempt_index=index if index is not None else len(past) + 1,
-        best_program_text=state.get("best_program_text"),
-        last_program_text=past[-1].program_text if past else None,
+        best_program=best if mcu else None,
+        last_program=last,
+        best_source=None if mcu else state.get("best_program_text"),
+        last_source=past[-1].program_text if past and last is None else None,
         allowed_precisions=list(getattr(problem, "allowed_precisions", ())),
         tolerance=getattr(problem, "tolerance", None),
         problem=problem,
@@ -62,7 +68,7 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if reply.error or not reply.program_text.strip():
         reason = reply.error or "the tier returned no program"
         update.update(fail({**state, **update}, attempt, call_s, f"write: {reason}", [failure(reason)],
-                           ctx.policy_settings, ctx.stop_policy))
+                           ctx.policy_settings, ctx.stop_policy), program=None)
         return update
     update["current"] = advance(attempt, call_s)
     return update

@@ -13,6 +13,7 @@ import functools
 from pathlib import Path
 
 from dsl_compiler.diagnostics import PROGRAM_FILE, model_text
+from dsl_compiler.printer import format_program
 from evals.variants import get_variant
 from nodes.tier_types import WriterRequest
 
@@ -112,9 +113,11 @@ def writer_user_prompt(request: WriterRequest) -> str:
     if request.plan and request.plan.rationale:
         plan += f"\n{request.plan.rationale}"
     current = ""
-    base = request.best_program_text or request.last_program_text
+    best = format_program(request.best_program) if request.best_program is not None else request.best_source
+    last = format_program(request.last_program) if request.last_program is not None else request.last_source
+    base = best or last
     if base:
-        which = "best program so far" if request.best_program_text else "last program"
+        which = "best program so far" if best else "last program"
         current = f"# The {which}: edit it\n```{fence}\n{base.strip()}\n```\n\n"
     diagnostics = ""
     filename = PROGRAM_FILE if variant.language == "mcu" else "model_new.py"

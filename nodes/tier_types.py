@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ir import Program
 from evals.records import AttemptRecord, Hypothesis
 
 
@@ -44,8 +45,12 @@ class WriterRequest:
     history: list[AttemptRecord]
     diagnostics: list[Diagnostic]  # of the previous attempt, when it failed
     attempt_index: int  # 1-based index of the attempt being written
-    best_program_text: str | None = None
-    last_program_text: str | None = None
+    best_program: Program | None = None  # the best μCUTLASS program so far
+    last_program: Program | None = None  # the last attempt's, when it parsed
+    # answers that are no μCUTLASS program, as written: a ModelNew module (cuda variants), or a last answer that
+    # did not parse (shown so that it can be repaired)
+    best_source: str | None = None
+    last_source: str | None = None
     allowed_precisions: list[str] = field(default_factory=list)
     tolerance: float | None = None
     problem: Any = None  # the loaded Problem (module, tolerance), for tiers that trace the reference

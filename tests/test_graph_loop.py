@@ -50,6 +50,9 @@ def test_loop_error_round_trip_best_and_tokens(tmp_path):
     # the writer's next prompt carries the diagnostic and its fix hint
     assert "error[undefined-name]" in chat.seen[1][1] and "declare it" in chat.seen[1][1]
     assert "error[undefined-name]" not in chat.seen[0][1]
+    # a last answer that did not check is shown as written; the best program as its canonical text
+    assert "# The last program: edit it\n```mcu\n" + BROKEN.strip() + "\n```" in chat.seen[1][1]
+    assert "# The best program so far: edit it\n```mcu\nprogram p\n\ninput x: f32[16, 64]\n\nkernel k" in chat.seen[2][1]
     # the writer's system prompt asks for one ```mcu block
     assert "```mcu" in chat.seen[0][0]
     assert a[1].correct and a[1].t_us == 80.0 and a[1].improved

@@ -14,6 +14,8 @@ from nodes import prompts
 from nodes.tiers import ChatTier, TierError, TierSpec, WriterRequest, chat_openai, extract_program, load_tiers, make_tier
 from test_graph_fakes import BROKEN, GOOD, SLOW, TextTrackingServices, write_problem
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.parser import parse
+from dsl_compiler.printer import format_program
 from dsl_compiler.ir import Span
 
 
@@ -80,9 +82,11 @@ def test_writer_prompt_carries_the_language_reference(tmp_path, monkeypatch):
     assert "UNIQUE-MARKER-123" in system and "exactly one complete program in a single ```mcu" in system
     req = WriterRequest(problem_name="p", problem_source="class Model: ...", sol={"t_sol_us": 12.5, "bound": "compute"},
                         plan=None, history=[], diagnostics=[Diagnostic(code="x", message="bad", span=Span(line=3, column=1))], attempt_index=2,
-                        best_program_text=GOOD)
+                        best_program=parse(GOOD)[0])
     user = prompts.writer_user_prompt(req)
-    assert "t_SOL = 12.5 us (compute-bound" in user and "program.mcu:3:1: error[x]: bad" in user and "# t_us = 12" in user
+    assert "t_SOL = 12.5 us (compute-bound" in user and "program.mcu:3:1: error[x]: bad" in user
+    # the best program is shown in its canonical text
+    assert "# The best program so far: edit it\n```mcu\n" + format_program(parse(GOOD)[0]).strip() + "\n```" in user
 
 
 def openai_ctx(url, tmp_path, max_attempts=3, **spec):
