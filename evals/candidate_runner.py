@@ -265,7 +265,7 @@ class Runner:
             if not isinstance(cls, type):
                 raise CandidateError("the candidate source defines no class ModelNew")
 
-            def build(seed: int):
+            def build(seed: int, state_dict: dict):
                 with torch.device(self.device):
                     torch.manual_seed(seed)
                     model = cls(*init_args)
@@ -276,9 +276,9 @@ class Runner:
 
             self.is_program = True
             program = Program.model_validate_json(cand["program_json"])
-            state = {k: v.to(self.device) for k, v in req["state_dict"].items()}
 
-            def build(seed: int):
+            def build(seed: int, state_dict: dict):
+                state = {k: v.to(self.device) for k, v in state_dict.items()}
                 params = runtime.bind_params(program, _State(state))
                 module = runtime.load(program, cand.get("backend", "interpreter"), params, cand.get("artifacts") or None)
                 return module.to(self.device) if hasattr(module, "to") else module
@@ -287,7 +287,7 @@ class Runner:
 
     def op_build(self, req: dict) -> dict:
         set_framework()
-        model = self.factory(int(req["model_seed"]))
+        model = self.factory(int(req["model_seed"]), req.get("state_dict") or {})
         self.instances[int(req["instance"])] = model
         return {"framework": framework_changes(), "tampered": tampered()}
 

@@ -97,6 +97,7 @@ class Attempt:
     def __init__(self, judge: "Judge", proc: CandidateProcess, digest: str, device: torch.device, watchdog_s: float):
         self.judge, self.proc, self.digest, self.device, self.watchdog_s = judge, proc, digest, device, watchdog_s
         self.loaded = False
+        self.is_program = False
         self.snapshot = judge.snapshot_now()
         self.instances = 0
 
@@ -228,15 +229,20 @@ class Judge:
         payload: dict[str, Any] = {"candidate": {k: cand.get(k) for k in ("source", "program_json", "backend", "name")},
                                    "init_args": list(problem.module.get_init_inputs()), "device": str(attempt.device)}
         payload["candidate"]["artifacts"] = dict(cand.get("artifacts") or {})
-        if cand.get("program_json") is not None:
-            ref = problem.make_model(model_seed, attempt.device)
-            payload["state_dict"] = {k: v.detach().to("cpu", copy=True) for k, v in ref.state_dict().items()}
+        attempt.is_program = cand.get("program_json") is not None
         attempt.request("load", payload, timeout_s=2 * attempt.watchdog_s)  # the candidate's import runs here
         attempt.loaded = True
 
-    def build(self, attempt: Attempt, model_seed: int) -> int:
+    def build(self, attempt: Attempt, problem: Problem, model_seed: int) -> int:
+        """A new instance of the candidate. A program is handed the reference's parameters for this
+        ``model_seed`` (each validation and profile draws its own seed, and one candidate process serves
+        both); a ModelNew builds its own under the same seed."""
         attempt.instances += 1
-        attempt.request("build", {"instance": attempt.instances, "model_seed": model_seed})
+        req: dict[str, Any] = {"instance": attempt.instances, "model_seed": model_seed}
+        if attempt.is_program:
+            ref = problem.make_model(model_seed, attempt.device)
+            req["state_dict"] = {k: v.detach().to("cpu", copy=True) for k, v in ref.state_dict().items()}
+        attempt.request("build", req)
         return attempt.instances
 
     # -- one call, judged -----------------------------------------------------------------------
@@ -296,7 +302,7 @@ class Judge:
             ref_inputs = [problem.make_inputs(s, device) for s in seeds]
             refs = [self.reference(problem, model_seed, x) for x in ref_inputs]
             self.load(attempt, problem, cand, model_seed, float(settings.get("startup_timeout_s", 300)))
-            inst = self.build(attempt, model_seed)
+            inst = self.build(attempt, problem, model_seed)
             outs = []
             for i, (seed, inputs, ref) in enumerate(zip(seeds, ref_inputs, refs)):
                 o, cmp = self.call(attempt, inst, inputs, ref, tol, poison=NAN_POISON if i == 0 else None, keep=f"set{i}")
@@ -433,7 +439,7 @@ class Judge:
             refs = [self.reference(problem, model_seed, x) for x in inputs]
             if not attempt.loaded:
                 self.load(attempt, problem, req["candidate"], model_seed, float(settings.get("startup_timeout_s", 300)))
-            inst = self.build(attempt, model_seed)
+            inst = self.build(attempt, problem, model_seed)
             t_req = time.perf_counter()
             res = attempt.request("time", {"instance": inst, "input_sets": [_cpu(x) for x in inputs[:k]],
                                            "settings": settings, "graph": True})

@@ -257,3 +257,33 @@ def test_the_candidate_keeps_the_hosts_absolute_import_path(tmp_path):
     site = str(tmp_path / "site")
     env = candidate_env({"PYTHONPATH": os.pathsep.join([site, "relative/dir", "", str(PROJECT_ROOT)])})
     assert env["PYTHONPATH"].split(os.pathsep) == [str(PROJECT_ROOT), site]
+
+
+def test_a_program_instance_gets_the_parameters_of_its_own_model_seed():
+    # One candidate process serves validate and profile, each with its own model seed: a program's
+    # parameters must follow the seed of the instance being built, not the one it was loaded under.
+    import torch
+
+    from evals.worker import Judge
+
+    class FakeAttempt:
+        instances, is_program, device = 0, True, torch.device("cpu")
+
+        def __init__(self):
+            self.requests = []
+
+        def request(self, op, payload, timeout_s=None):
+            self.requests.append((op, payload))
+            return {}
+
+    problem = load_suite("smoke")[1]  # a Linear: it has parameters
+    attempt = FakeAttempt()
+    judge = Judge()
+    judge.build(attempt, problem, 1)
+    judge.build(attempt, problem, 2)
+    (_, first), (_, second) = attempt.requests
+    for req, seed in ((first, 1), (second, 2)):
+        expected = problem.make_model(seed, torch.device("cpu")).state_dict()
+        assert req["state_dict"].keys() == expected.keys()
+        assert all(torch.equal(req["state_dict"][k], expected[k]) for k in expected)
+    assert not all(torch.equal(first["state_dict"][k], second["state_dict"][k]) for k in first["state_dict"])
