@@ -48,14 +48,14 @@ fi
 
 if [ "$stage" = timing ]; then
   say "bench_harness"
-  timeout 250 python3 benchmarks/bench_harness.py --out "$OUT" --attempts 6 --memory-attempts 6 --repeats 2 \
-    --pause-s 1.5 --variants cuda_graph,cuda_graph_warmup_0.3s,cuda_graph_more_trials --budget-s 230 >> "$log" 2>&1
+  timeout 175 python3 benchmarks/bench_harness.py --out "$OUT" --attempts 6 --memory-attempts 6 --repeats 2 \
+    --pause-s 1.5 --variants cuda_graph,cuda_graph_warmup_0.3s,cuda_graph_more_trials --budget-s 150 >> "$log" 2>&1
   say "bench_harness exit $?"
 fi
 
 if [ "$stage" = variants ]; then
   say "bench_variants"
-  timeout 330 python3 benchmarks/bench_variants.py --out "$OUT" --ext-dir /tmp/mucutlass-cuda-ext >> "$log" 2>&1
+  timeout 300 python3 benchmarks/bench_variants.py --out "$OUT" --ext-dir /tmp/mucutlass-cuda-ext >> "$log" 2>&1
   say "bench_variants exit $?"
 fi
 
