@@ -141,7 +141,9 @@ def test_gpu_measurements_feed_the_record(tier):
 
 def test_untraceable_problem_is_a_failed_attempt_not_a_crash(tier, tmp_path):
     path = tmp_path / "bad.py"
-    path.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x[0]\n"
+    # a loop over a tensor's value: data-dependent control flow no tracer follows
+    path.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        for _ in range(int(x.sum().item()) % 3):\n            x = x * 2\n        return x\n"
                     "def get_inputs():\n    return [torch.rand(4, 4)]\ndef get_init_inputs():\n    return []\n")
     from evals.problems import load_problem
 
