@@ -60,13 +60,23 @@ def protected_roots() -> list[tuple[Path, bool]]:
     (the harness's own code, the problems; any change counts) and the kernel cache (builds running
     beside the attempt add entries, so only a changed or removed existing file counts)."""
     roots = [(PROJECT_ROOT, True)]
+    # The kernel cache the builds use and the user's default one (a run without MUCUTLASS_CACHE_DIR reads
+    # that one later), each whether or not it exists yet: a candidate may be the one to create it.
+    caches: list[Path] = []
     try:
         from dsl_compiler.build import cache_dir
 
-        roots.append((Path(cache_dir()), False))
-    except Exception:  # noqa: BLE001 - no cache configured: nothing to protect there
+        caches.append(Path(cache_dir()))
+    except Exception:  # noqa: BLE001 - no cache configured
         pass
-    return [(r, strict) for r, strict in roots if r.exists()]
+    try:
+        import platformdirs
+
+        caches.append(Path(platformdirs.user_cache_dir("mucutlass")) / "kernels")
+    except Exception:  # noqa: BLE001 - no user cache folder on this system
+        pass
+    roots += [(c, False) for c in dict.fromkeys(caches)]
+    return roots
 
 
 def snapshot(roots: list[tuple[Path, bool]]) -> dict[str, tuple[int, int, bool]]:

@@ -287,3 +287,28 @@ def test_a_program_instance_gets_the_parameters_of_its_own_model_seed():
         assert req["state_dict"].keys() == expected.keys()
         assert all(torch.equal(req["state_dict"][k], expected[k]) for k in expected)
     assert not all(torch.equal(first["state_dict"][k], second["state_dict"][k]) for k in first["state_dict"])
+
+
+def test_kernel_caches_are_protected_even_before_they_exist(tmp_path, monkeypatch):
+    # The configured cache may not exist when the judge starts, and the user's default cache is read by
+    # later runs without MUCUTLASS_CACHE_DIR: a planted entry in either is seen and removed.
+    from evals.sandbox import ProtectedTree, protected_roots
+
+    configured = tmp_path / "configured"
+    default = tmp_path / "xdg"
+    monkeypatch.setenv("MUCUTLASS_CACHE_DIR", str(configured))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(default))
+    roots = protected_roots()
+    caches = [r for r, strict in roots if not strict]
+    assert configured / "kernels" in caches and default / "mucutlass" / "kernels" in caches
+    tree = ProtectedTree(roots)
+    before = tree.snapshot()
+    planted = [configured / "kernels" / "planted-x", default / "mucutlass" / "kernels" / "planted-x"]
+    built = configured / "kernels" / ("0" * 32)  # a build's entry beside the attempt is no finding
+    for p in [*planted, built]:
+        p.mkdir(parents=True)
+        (p / "kernel.so").write_bytes(b"x")
+    written = tree.written(before)
+    assert sorted(written) == sorted(str(p) for p in planted)
+    tree.undo(before, written)
+    assert not any(p.exists() for p in planted) and built.exists()
