@@ -108,6 +108,11 @@ class Supervisor:
                 continue
             if sid != self.child_sid or ppid == self.me:
                 self.escaped.add(pid)
+                # ended at once, not at the attempt's end: a daemon must not act while the attempt runs
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         rss = sum(_rss_bytes(pid) for pid in tree)
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
         if self.rss_limit_bytes and rss > self.rss_limit_bytes:

@@ -6,6 +6,7 @@ pass (nothing a candidate does reaches the next attempt)."""
 from __future__ import annotations
 
 import os
+import time
 import textwrap
 from pathlib import Path
 
@@ -312,3 +313,26 @@ def test_kernel_caches_are_protected_even_before_they_exist(tmp_path, monkeypatc
     assert sorted(written) == sorted(str(p) for p in planted)
     tree.undo(before, written)
     assert not any(p.exists() for p in planted) and built.exists()
+
+
+def test_a_daemon_is_ended_while_the_attempt_still_runs(harness, problem, tmp_path):
+    # A process that leaves the candidate's session is killed when the supervisor sees it, not at the
+    # attempt's end: here it would act 0.5 s after escaping while the candidate is still busy for 2 s.
+    marker = tmp_path / "daemon.marker"
+    src = body(f"""
+        if not hasattr(self, "forked"):
+            self.forked = True
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    time.sleep(0.5)
+                    open({str(marker)!r}, "w").write("acted")
+                os._exit(0)
+            os.wait()
+            time.sleep(2.0)
+        return torch.relu(self.fc(x))
+    """)
+    v = judge(harness, problem, src)
+    assert not v.correct and v.rule == "containment", v.reason
+    time.sleep(0.7)
+    assert not marker.exists()
