@@ -89,3 +89,10 @@ def needs_key(spec, on_event=None) -> RunSummary:
                           backend="interpreter", gpu="none", attempts=[],
                           stop_reason=f"setup failed: the environment variable {NEEDS_KEY} holding its API key is not set")
     return run(spec, on_event)
+
+
+def pinned(spec, on_event=None) -> RunSummary:
+    """``run``, noting where it ran: the device its worker was pinned to and the worker's nvcc share."""
+    summary = run(spec, on_event)
+    where = f"gpu={os.environ.get('CUDA_VISIBLE_DEVICES', '')} build_jobs={os.environ.get('MUCUTLASS_BUILD_JOBS', '')}"
+    return summary.model_copy(update={"backend_reason": where})
