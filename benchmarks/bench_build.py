@@ -2,11 +2,12 @@
 side on the host's cores), each in a fresh kernel cache. The variants are the distinct kernels of the
 offline tier's candidates for one problem (what a run of that problem builds).
 
-    python3 benchmarks/bench_build.py --out DIR [--problem PATH] [--n 8] [--modes unit,separate] [--together]
+    python3 benchmarks/bench_build.py --out DIR [--problem PATH] [--n 8] [--modes unit,separate,unit-split-4] [--together]
 
 Writes DIR/build.json and DIR/build.md: per mode the wall time, nvcc's CPU time (all its processes),
 and both per kernel. ``--together`` runs the modes at the same time (one nvcc per unit, so a host with
-more cores than units runs both undisturbed), which halves the command's wall time.
+more cores than units runs both undisturbed), which halves the command's wall time. ``unit-split-N``:
+one unit with ``--split-compile=N`` (nvcc runs the device optimisation of the unit's kernels on N threads).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _child(mode: str, problem: str, n: int) -> dict:
         os.environ["MUCUTLASS_KERNELS_PER_UNIT"] = "1"
     else:
         os.environ["MUCUTLASS_KERNELS_PER_UNIT"] = str(max(1, len(progs)))
+    if mode.startswith("unit-split"):  # nvcc's device optimisation of the unit's kernels on several threads
+        os.environ["MUCUTLASS_NVCC_FLAGS"] = f"--split-compile={mode.rsplit('-', 1)[1] if mode.count('-') == 2 else 0}"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     first = build.build_program(progs[0], ahead=progs[1:])

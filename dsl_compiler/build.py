@@ -146,8 +146,10 @@ def cutlass_version() -> str:
 
 
 def nvcc_flags(target: str = "sm90a") -> list[str]:
+    """nvcc's flags; ``MUCUTLASS_NVCC_FLAGS`` adds to them (part of the cache key, like every flag)."""
     root = cutlass_root()
-    return [TARGETS[target], *BASE_FLAGS, f"-I{root / 'include'}", f"-I{root / 'tools' / 'util' / 'include'}"]
+    extra = os.environ.get("MUCUTLASS_NVCC_FLAGS", "").split()
+    return [TARGETS[target], *BASE_FLAGS, *extra, f"-I{root / 'include'}", f"-I{root / 'tools' / 'util' / 'include'}"]
 
 
 def cache_key(source: str, flags: list[str], nvcc_ver: str, cutlass_ver: str) -> str:
