@@ -2,7 +2,8 @@
 # Build throughput and several GPUs (issue 16). Two commands, one per machine; results in $OUT.
 #   one H200 (nvidia-h200), under 4 minutes:      bash benchmarks/gpu_todo/build16.sh one
 #     - cold builds of 8 kernel variants (the offline tier's for builtin/20_conv2d_bias_relu) in one translation
-#       unit against one unit each (side by side: 9 nvcc on 16 cores) -> build.{json,md}: wall s per kernel
+#       unit against one unit each, and one unit with --split-compile=4 (side by side: 13 nvcc threads on 16 cores)
+#       -> build.{json,md}: wall s per kernel
 #       (target <= 15 s with >= 8 variants in one unit), nvcc CPU s per kernel;
 #     - at the same time, a cold-cache `mucutlass optimize evals/suites/builtin/20_conv2d_bias_relu.py
 #       --max-attempts 40 --policy fixed` (offline tier; 16 candidates, so it stops when they are spent)
@@ -29,7 +30,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$OUT/build1
 say "start ($(nproc) cores)"
 
 if [ "$stage" = one ]; then
-  ( timeout 215 python3 benchmarks/bench_build.py --out "$OUT" --n 8 --together > "$OUT/bench_build.log" 2>&1
+  ( timeout 215 python3 benchmarks/bench_build.py --out "$OUT" --n 8 --modes unit,separate,unit-split-4 --together > "$OUT/bench_build.log" 2>&1
     say "bench_build exit $?" ) &
   ( export MUCUTLASS_CACHE_DIR=$(mktemp -d /tmp/mucutlass-opt20-XXXX)
     timeout 220 python3 -m mucutlass optimize evals/suites/builtin/20_conv2d_bias_relu.py --max-attempts 40 \
