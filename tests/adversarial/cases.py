@@ -287,6 +287,12 @@ CASES += [
     Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=False,
          pending="judge: 5 timing (median / mean / spread are computed in the candidate process with statistics.* looked up at call time, and the wall bound only flags times under half of the judge's clock; send raw event times and summarise them in the judge, tighten the bound for calls >= 100 us)",
          what="replaces statistics.median / fmean / quantiles for callers in the timing module: reports 0.6x, above the wall bound's 0.5x"),
+    Case("fake_cuda_graph.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True,
+         pending="judge: 5 timing (evals.timing looks up torch.cuda.CUDAGraph and torch.cuda.graph at call time, after the candidate replaced them with look-alikes whose replay does nothing unless an input's version changed; bind both (and Stream, stream) before the import, guard them by identity, and check the captured graph has kernels)",
+         what="replaces torch.cuda.CUDAGraph / torch.cuda.graph: capture runs forward once, replay is empty unless an input was rewritten"),
+    Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=False,
+         pending="judge: 5 timing (documented limit: the L2 flush is evals.timing.L2Flusher.flush, reachable from the candidate's process; guard the timing module's functions by identity (taken before the import) or enqueue the flush from a graph captured before the candidate is imported)",
+         what="replaces the harness's L2Flusher.flush with a no-op: every timed call runs with a warm L2"),
     # 8 containment
     Case("freezes_supervisor.py", "containment", 8, guarantee=True, taints=True,
          pending="judge: 8 containment (the candidate SIGSTOPs its supervisor, a same-user parent: no polling, no kill of escaped processes, no memory limit, and finish() then kills the supervisor's process group, which a setsid daemon is not in; a supervisor that misses a report deadline should fail the attempt, and orphans should come back to a subreaper the candidate cannot stop (the judge) or a cgroup / pid namespace be killed)",
