@@ -77,6 +77,10 @@ class RunSummary(BaseModel):
     best_t_us: float | None = None
     t_sol_us: float | None = None
     reference_us: dict[str, float] = Field(default_factory=dict)  # eager_fp32, eager_tf32, compile
+    # the floor (evals.floor): when PyTorch's fastest allowed variant beats every correct program (or none is
+    # correct), the run keeps it: ``fallback`` names it and ``kept_t_us`` is its time, never a speedup of ours
+    fallback: str = ""
+    kept_t_us: float | None = None
     stop_reason: str = ""
     tokens_in: int = 0
     tokens_out: int = 0

@@ -128,7 +128,15 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
 
 
 def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, backend_reason: str) -> RunSummary:
+    from evals.floor import kept_result
+
+    try:
+        allowed = getattr(ctx.services.problem(state.get("problem_path", "")), "allowed_precisions", ())
+    except Exception:  # a problem that did not load has no floor beyond its default
+        allowed = ()
+    kept = kept_result(state.get("best_t_us"), state.get("reference_us", {}), allowed)
     return RunSummary(
+        fallback=kept.source if kept.fallback else "", kept_t_us=kept.t_us,
         problem=state.get("problem_name") or Path(state.get("problem_path", "")).stem,
         tier=ctx.tier, policy=ctx.policy, variant=ctx.variant, backend=ctx.backend, gpu=ctx.gpu,
         attempts=[AttemptRecord.model_validate(a) for a in state.get("attempts", [])],
