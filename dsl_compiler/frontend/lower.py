@@ -96,6 +96,7 @@ class _Group:
     members: list[Any] = field(default_factory=list)  # fused ew / reduce nodes, in order
     reduces: set[Any] = field(default_factory=set)
     kernel_name: str = ""
+    batch_norm: Any = None  # the BatchNorm node folded into the kernel's weights and bias
 
 
 class Lowering:
@@ -383,6 +384,78 @@ class Lowering:
             op.scale = 1.0 / out_shape[dim]
         return ""
 
+    def try_fold_batch_norm(self, node) -> str:
+        """Fold a BatchNorm into the kernel that computes its input ('' on success, else why not).
+
+        With running statistics (eval mode) the kernel reads the filter and bias rescaled by a
+        ``fold_batch_norm`` step. With the batch's statistics (training mode) they exist only once the
+        whole output does: a first pass of the kernel stores the raw output, a ``var_mean`` step
+        reduces it per channel, and the kernel runs again on the folded filter, so the normalisation
+        and whatever follows (activation, residual add) are its epilogue. That second pass pays where
+        the kernel is memory-bound and its input is not much larger than its output; elsewhere the
+        PyTorch step is cheaper."""
+        op = self.ops[node]
+        bn = op.batch_norm
+        if self.options.batch_norm == "step":
+            return "BatchNorm folding is off"
+        x = self.resolve(op.operands[0])
+        group = self.member_of.get(x)
+        if group is None or x is not group.anchor:
+            return "its input is not the output of a GEMM or conv kernel" if group is None else \
+                "its input is an epilogue result, not the kernel's raw output"
+        if self.options.fuse != "all" or group.kernel_name in self.options.unfuse:
+            return self.why.get(group.kernel_name, "epilogue fusion is off for this kernel")
+        stats_name = f"{group.kernel_name}_stats"
+        if stats_name in self.options.unfuse or stats_name in self.options.demote:
+            return self.why.get(stats_name, "the kernel's statistics pass failed its checks")
+        anchor = self.ops[x]
+        if group.members or self.users(x) != [node]:
+            return "the kernel's raw output has other readers"
+        if anchor.alpha != 1.0 or anchor.beta != 1.0 or anchor.flatten_a or anchor.flatten_batch:
+            return "the kernel scales its product or reads a flattened view"
+        out = self.shape_of(x)
+        if anchor.kind == "gemm" and len(out) != 2:
+            return "BatchNorm over a batched GEMM's output"
+        w = anchor.operands[1]
+        if not self.is_param(w) or (anchor.bias is not None and not self.is_param(anchor.bias)):
+            return "the kernel's weight or bias is computed, not a model tensor"
+        if anchor.bias is not None and self.shape_of(anchor.bias) != (out[1],):
+            return "the kernel's bias is not one value per channel"
+        if bn["batch_stats"] and self.options.batch_norm == "auto" and not self.second_pass_pays(x, node):
+            return ("batch statistics exist only once the whole output does, and a second pass of this kernel "
+                    "(compute-bound, or reading more than it writes) costs more than the PyTorch step")
+        group.batch_norm = node
+        op.kind, op.operands = "alias", [x]
+        return ""
+
+    # Reachable TF32 tensor-core FLOPs per byte of HBM traffic on an H100/H200 (about 400 TFLOP/s over about
+    # 4.5 TB/s); a depthwise conv multiplies on SIMT cores (about 50 TFLOP/s fp32).
+    _RIDGE_FLOP_PER_BYTE = {"tensor": 90.0, "simt": 11.0}
+    # The second pass launches about five more kernels than the PyTorch step (var_mean, the fold's few tiny
+    # ones, the pass itself): some 10 us, as much time as moving 45 MB.
+    _SECOND_PASS_FIXED_BYTES = 45e6
+
+    def second_pass_pays(self, x, bn_node) -> bool:
+        """Whether statistics + a second pass of x's kernel beat the PyTorch BatchNorm step (which reads the
+        output twice and writes it, and an activation after it reads and writes it again). Times in bytes."""
+        anchor = self.ops[x]
+        out = self.shape_of(x)
+        a = self.shape_of(anchor.operands[0])
+        elt = 2 if self.half_math else 4
+        out_bytes, in_bytes = 4 * math.prod(out), elt * math.prod(a)
+        if anchor.kind == "conv":
+            w = self.shape_of(anchor.operands[1])
+            flops = 2.0 * math.prod(out) * math.prod(w[1:])
+            ridge = self._RIDGE_FLOP_PER_BYTE["simt" if self.is_depthwise(anchor) else "tensor"]
+        else:
+            flops = 2.0 * math.prod(out) * a[-1]
+            ridge = self._RIDGE_FLOP_PER_BYTE["tensor"]
+        users = self.users(bn_node)
+        activation = len(users) == 1 and self.ops[users[0]].kind == "ew"
+        torch_bytes = (5 if activation else 3) * out_bytes
+        second_pass = max(flops / ridge, in_bytes + out_bytes) + out_bytes  # and var_mean's read
+        return second_pass + self._SECOND_PASS_FIXED_BYTES < torch_bytes
+
     def fold_after_reduce(self, node) -> bool:
         """A scalar op on a fused reduction folds into it: sum(x)*c = sum(x*c), max(x)+c = max(x+c)."""
         op = self.ops[node]
@@ -440,6 +513,11 @@ class Lowering:
                 group.kernel_name = self._kernel_name_for(node)
                 self.groups.append(group)
                 self.member_of[node] = group
+                continue
+            if op.kind == "batch_norm":
+                why = self.try_fold_batch_norm(node)
+                if why:
+                    op.kind, op.reason = "torch", f"{op.target} is not folded into a kernel: {why}"
                 continue
             if op.kind in ("ew", "reduce"):
                 why = self.try_fuse(node)
@@ -918,6 +996,48 @@ class Lowering:
             self.channels_last[key] = cl
         return self.channels_last[key]
 
+    def fold_batch_norm(self, group: _Group, op_ir):
+        """The kernel's op reading its filter with group.batch_norm folded in, and the folded bias to add
+        (``Ref``); with batch statistics, first the statistics pass and its ``var_mean`` step."""
+        anchor_op, bn_node = self.ops[group.anchor], group.batch_norm
+        bn = self.ops[bn_node].batch_norm
+        kname = group.kernel_name
+        conv = isinstance(op_ir, ConvOp)
+        w_name = op_ir.w.name if conv else op_ir.b.name
+        bias_name = self.value(anchor_op.bias) if anchor_op.bias is not None else None
+        if bn["batch_stats"]:
+            raw = self.namer(f"{kname}_raw")
+            expr = Acc() if bias_name is None else Binary(fn="add", lhs=Acc(), rhs=Ref(name=bias_name, index="col"))
+            dtype = self.dtype_of(group.anchor) or "f32"
+            math_mode = self.kernel_math(dtype, self.group_half_math(anchor_op))
+            if conv and math_mode == "tf32" and self.is_depthwise(anchor_op):
+                math_mode = "f32"
+            self.steps.append(Kernel(name=self.namer(f"{kname}_stats"), op=op_ir, config=KernelConfig(math=math_mode),
+                                     stores=(Store(name=raw, dtype=dtype, expr=expr),)))
+            if conv:
+                self.cl_tensors.add(raw)
+            rank = len(self.shape_of(group.anchor))
+            var, mean = self.namer(f"{bn_node.name}_var"), self.namer(f"{bn_node.name}_mean")
+            self.steps.append(TorchStep(outputs=(var, mean), fn="var_mean", args=(TensorArg(name=raw),),
+                                        kwargs=(Kwarg(key="dim", value=(0, *range(2, rank))), Kwarg(key="correction", value=0))))
+        else:
+            mean, var = self.value(bn["mean"]), self.value(bn["var"])
+        args = [TensorArg(name=n) if n is not None else LiteralArg(value=None)
+                for n in (w_name, mean, var, *(self.value(bn[k]) if bn[k] is not None else None for k in ("weight", "bias")), bias_name)]
+        w2, shift = self.namer(f"{w_name}_bn"), self.namer(f"{bn_node.name}_shift")
+        dim = 0 if conv or op_ir.b.transpose else 1  # the output channels of a filter [K, C, ...], of w [N, K] or [K, N]
+        self.steps.append(TorchStep(outputs=(w2, shift), fn="fold_batch_norm", args=tuple(args),
+                                    kwargs=(Kwarg(key="eps", value=bn["eps"]), Kwarg(key="dim", value=dim))))
+        stats = (f"; the batch statistics from a first pass ({self.steps[-3].name}) and a var_mean step"
+                 if bn["batch_stats"] else "")
+        self.cover(bn_node, "folded", where=kname, reason=f"BatchNorm folded into the kernel's weights and bias{stats}")
+        self.emitted.add(bn_node)
+        if conv:
+            op_ir = op_ir.model_copy(update={"w": Operand(name=w2)})
+        else:
+            op_ir = op_ir.model_copy(update={"b": Operand(name=w2, transpose=op_ir.b.transpose)})
+        return op_ir, Ref(name=shift, index="col")
+
     def is_depthwise(self, op: Op) -> bool:
         """groups == C: one filter per input channel (the CUTLASS backend's direct SIMT kernel)."""
         shape = self.shape_of(op.operands[0])
@@ -977,6 +1097,9 @@ class Lowering:
             c = anchor_op.conv
             op_ir = ConvOp(spatial_dims=c["dims"], x=Operand(name=x_name or "?"), w=Operand(name=w_name or "?"),
                            stride=tuple(c["stride"]), padding=tuple(c["padding"]), dilation=tuple(c["dilation"]), groups=c["groups"])
+        folded_bias = None
+        if group.batch_norm is not None:
+            op_ir, folded_bias = self.fold_batch_norm(group, op_ir)
         externals: dict[Any, tuple[str, str]] = {}
         for m in group.members:
             for o in self.ops[m].operands:
@@ -989,8 +1112,8 @@ class Lowering:
                     if anchor_op.kind == "conv" and index == "full" and name is not None:
                         name = self.as_channels_last(name)  # a residual must match the NHWC output
                     externals[r] = (name or "?", index)
-        bias = anchor_op.bias
-        bias_ref = None
+        bias = anchor_op.bias if folded_bias is None else None
+        bias_ref = folded_bias
         if bias is not None:
             r = self.resolve(bias) if isinstance(bias, torch.fx.Node) else bias
             index = self.bias_index(group, r)

@@ -47,6 +47,9 @@ MEASURED_MISS = 1.25  # re-rank when a measurement is this far (either way) from
 # 16-bit math over fp32 data: f16 first (10 mantissa bits, as TF32; bf16 has 7), at tolerances it meets
 HALF_MATHS = ("f16", "bf16")
 HALF_MIN_TOLERANCE = 1e-3
+# candidates after the chosen one whose kernels are built with it, in one translation unit (a unit's
+# front-end time is most of its cost: dsl_compiler.build.KERNELS_PER_UNIT = 8 kernels a unit)
+BUILD_AHEAD = 7
 
 
 @dataclass(frozen=True)
@@ -393,9 +396,10 @@ class OfflineTier:
             if wanted and wanted.startswith(c.title):
                 chosen = c
                 break
+        ahead = tuple(c.program for c, _ in untried if c is not chosen)[:BUILD_AHEAD]
         return WriterReply(chosen.program_text, tokens_in=0, tokens_out=0, model=MODEL_NAME, cost_usd=0.0,
                            hypothesis=Hypothesis(title=chosen.title, rationale="offline configuration search",
-                                                 expected_gain=1.0, risk=1.0))
+                                                 expected_gain=1.0, risk=1.0), ahead=ahead)
 
 
 def _merged(plans: list[_Plan]) -> list[Candidate]:
