@@ -179,7 +179,7 @@ def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[l
             copies.append(None)
             continue
         problems.append("")
-        copies.append(o.detach().to("cpu", copy=True))
+        copies.append(o.detach())  # copied into the channel's arena with the reply (evals.channel.pack)
     return copies, problems
 
 
@@ -321,7 +321,7 @@ class Runner:
         copies, problems = inspect_outputs(outs, inputs, self.device.type, others=(
             ("the model's own parameters or buffers", held), ("an output of an earlier call", earlier)))
         self.previous[int(req["instance"])] = [o for o in outs if _type(o) is _Tensor]
-        inputs_after = [x.detach().to("cpu", copy=True) if _type(x) is _Tensor else None for x in inputs]
+        inputs_after = [x.detach() if _type(x) is _Tensor else None for x in inputs]  # copied with the reply
         return {"outputs": copies, "output_problems": problems, "n_outputs": len(outs), "inputs_after": inputs_after,
                 "framework": changed, "tampered": tampered(), "wall_s": wall_s}
 
@@ -426,8 +426,10 @@ def _one_line(exc: BaseException) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fd", type=int, required=True)
+    ap.add_argument("--arena-fd", type=int, default=None)
     args = ap.parse_args(argv)
-    sock = socket.socket(fileno=args.fd)  # the supervisor passed this descriptor and no other
+    sock = socket.socket(fileno=args.fd)  # the supervisor passed this descriptor and the arena's, no other
+    arena = channel.Arena.attach(args.arena_fd) if args.arena_fd is not None else None
     if "" in sys.path:
         sys.path.remove("")
     set_framework()
@@ -442,9 +444,12 @@ def main(argv=None) -> int:
         except channel.ChannelError:
             return 0  # the judge closed the channel
         nonce, seq, op = req.get("nonce"), req.get("seq"), req.get("op", "")
+        reply_at = req.get("reply_at", 0)
         handler = getattr(runner, f"op_{op}", None)
         fatal = False
+        t0 = _perf()
         try:
+            req = channel.unpack(req, arena, runner.device)
             if handler is None:
                 raise CandidateError(f"unknown operation {op!r}")
             reply = {"ok": True, "result": handler(req)}
@@ -457,9 +462,9 @@ def main(argv=None) -> int:
             fatal = _is_fatal(exc)
             reply = {"ok": False, "error": _one_line(exc), "kind": "cuda" if fatal else "exception",
                      "tampered": tampered()}
-        reply.update(nonce=nonce, seq=seq)
+        reply.update(nonce=nonce, seq=seq, handler_s=_perf() - t0)
         try:
-            channel.send(sock, _wire(reply))
+            channel.send(sock, channel.pack(_wire(reply), arena, reply_at)[0])
         except Exception as exc:  # an unpicklable result the candidate slipped in
             channel.send(sock, {"ok": False, "error": f"the reply could not be sent: {_one_line(exc)}",
                                 "kind": "exception", "nonce": nonce, "seq": seq})

@@ -185,6 +185,7 @@ class Timing(BaseModel):
     method: str | None = None  # how the time was taken: cuda_graph, events_device_sync, estimate
     wall_bound_us: float | None = None  # the judge's own clock over back-to-back timed calls, per call
     work: dict = Field(default_factory=dict)  # kernels that ran and the candidate's share of GPU time
+    stages: dict[str, float] = Field(default_factory=dict)  # the judge's seconds per stage (Validation: info["stages"])
     checks: list[CheckResult] = Field(default_factory=list)
     counters: dict[str, float] = Field(default_factory=dict)
     crashed: bool = False
@@ -524,6 +525,7 @@ class Harness:
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
                 timed_s=res.get("timed_s"), checks=checks, reason=res.get("reason") or "", method=res.get("method"),
                 wall_bound_us=res.get("wall_bound_us"), work=res.get("work") or {}, crashed=bool(res.get("crashed")),
+                stages=res.get("stages") or {},
                 **_memory_of(res),
             )
             if verdict:
