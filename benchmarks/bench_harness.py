@@ -65,7 +65,11 @@ L2_FALLBACK_BYTES = 50 * 1024**2
 # name -> changes to the default TimingMethod; "2x_l2" is resolved from the device's L2 size.
 VARIANTS: dict[str, dict] = {
     # the harness's default: CUDA graphs captured and replayed by the harness (evals.timing.time_candidate)
+    # (trials of back-to-back calls spanning ~2 ms, their mean the trial's time, after 0.1 s of warm-up)
     "cuda_graph": {"graph": True},
+    "cuda_graph_one_call": {"graph": True, "trial_us": 0.0, "warmup_s": 0.0},  # the earlier default: one call a trial
+    "cuda_graph_no_warmup": {"graph": True, "warmup_s": 0.0},
+    "cuda_graph_trial_5ms": {"graph": True, "trial_us": 5000.0},
     "cuda_graph_warmup_0.3s": {"graph": True, "warmup_s": 0.3},  # clocks settle before the trials
     "cuda_graph_more_trials": {"graph": True, "max_trials": 1000, "target_s": 1.0},
     "current": {},
@@ -385,6 +389,7 @@ def _graph_sample(model, inputs, flusher, method: TimingMethod):
     sample = TimingSample(event_us=list(r["event_us"]), wall_us=[], warmup=method.warmup, elapsed_s=r["timed_s"],
                           warmup_calls=r["warmup_calls"])
     sample.method = r["method"]
+    sample.calls_per_trial = r["calls_per_trial"]
     return sample
 
 
@@ -486,6 +491,7 @@ def _spread_row(problem: str, mode: str, variant: str, samples: list) -> dict:
         "spread_pct_median": statistics.median(spreads), "spread_pct_max": max(spreads),
         "medians_range_pct": range_pct(medians),
         "trials_median": statistics.median(s.trials for s in samples),
+        "calls_per_trial": max(getattr(s, "calls_per_trial", 1) for s in samples),
         "measure_s_median": statistics.median(s.elapsed_s for s in samples),
         "per_repeat": [{"median_us": s.median_us, "spread_pct": s.spread_pct, "trials": s.trials,
                         "min_us": min(s.event_us), "max_us": max(s.event_us)} for s in samples],

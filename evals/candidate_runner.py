@@ -22,12 +22,14 @@ import gc
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
+import types
 
 import torch
 
-from evals import channel
+from evals import channel, timing
 
 # Taken before any candidate code runs: what the checks below use.
 _type = builtins.type
@@ -46,7 +48,29 @@ _GUARDED = {
     "torch.Tensor.fill_": (torch.Tensor, "fill_"), "torch.save": (torch, "save"),
     "torch.nn.Module.__call__": (torch.nn.Module, "__call__"),
 }
+# the C entry points underneath (torch.cuda.synchronize calls torch._C._cuda_synchronize when it runs)
+for _name in ("_cuda_synchronize", "_cuda_getCurrentStream", "_cuda_setStream"):
+    if hasattr(torch._C, _name):
+        _GUARDED[f"torch._C.{_name}"] = (torch._C, _name)
 _ORIGINALS = {name: getattr(owner, attr) for name, (owner, attr) in _GUARDED.items()}
+_sleep = time.sleep
+
+
+def _module_functions(*modules) -> dict:
+    """(module, name) -> (function, its code) for the harness's own modules in this process."""
+    out = {}
+    for mod in modules:
+        for name, obj in vars(mod).items():
+            if isinstance(obj, types.FunctionType) and obj.__module__ == mod.__name__:
+                out[(mod, name)] = (obj, obj.__code__)
+            elif isinstance(obj, type) and obj.__module__ == mod.__name__:
+                for attr, fn in vars(obj).items():
+                    if isinstance(fn, types.FunctionType):
+                        out[(obj, attr)] = (fn, fn.__code__)
+    return out
+
+
+_HARNESS_FUNCTIONS: dict = {}  # filled in main(), once this module is complete
 
 NAN_POISON = float("nan")
 VALUE_POISON = 1.0e4
@@ -59,7 +83,23 @@ def tampered() -> list[str]:
         if getattr(owner, attr, None) is not _ORIGINALS[name]:
             changed.append(name)
             setattr(owner, attr, _ORIGINALS[name])
+    # the harness's own functions here (the timing library, the channel, this runner): replaced, or their
+    # code swapped, they would measure or report for the candidate
+    for (owner, attr), (fn, code) in _HARNESS_FUNCTIONS.items():
+        now = vars(owner).get(attr)
+        if now is not fn or fn.__code__ is not code:
+            changed.append(f"{getattr(owner, '__name__', owner)}.{attr}")
+            fn.__code__ = code
+            setattr(owner, attr, fn)
     return changed
+
+
+_OWN_THREADS: set[int] = set()  # this process's threads before the candidate's code ran
+
+
+def candidate_threads() -> list[str]:
+    """Python threads started since the candidate's code was loaded that are still alive."""
+    return sorted(t.name for t in threading.enumerate() if t.ident not in _OWN_THREADS and t.is_alive())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,6 +285,8 @@ class Runner:
 
     # -- ops ---------------------------------------------------------------------------------
     def op_ping(self, req: dict) -> dict:
+        if req.get("linger_s"):  # the closing ping: a process that ends itself meanwhile is a crash
+            _sleep(min(float(req["linger_s"]), 5.0))
         return {"pid": os.getpid(), "cuda": self.cuda, "torch": torch.__version__,
                 "gpu_name": torch.cuda.get_device_name() if self.cuda else None, "cwd": os.getcwd()}
 
@@ -369,6 +411,9 @@ class Runner:
     def op_time(self, req: dict) -> dict:
         from evals.timing import TimingMethod, make_flusher, time_candidate
 
+        threads = candidate_threads()
+        if threads:  # work such a thread launches runs beside or after the timed calls, never inside them
+            return {"threads": threads, "tampered": tampered()}
         model = self.instances[int(req["instance"])]
         input_sets = [[self.dev(x) for x in s] for s in req["input_sets"]]
         method = TimingMethod.from_settings(req["settings"])
@@ -390,6 +435,7 @@ class Runner:
         result["last_outputs"] = outputs
         result["framework"] = framework_changes()
         result["tampered"] = tampered()
+        result["threads"] = candidate_threads()
         return result
 
     def op_timed_sample(self, req: dict) -> dict:
@@ -434,6 +480,8 @@ def main(argv=None) -> int:
         sys.path.remove("")
     set_framework()
     _EXPECTED_STATE.update(framework_state())
+    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel))
+    _OWN_THREADS.update(t.ident for t in threading.enumerate())
     runner = Runner()
     if runner.cuda:
         torch.empty(1, device="cuda")  # the CUDA context, before the judge needs it

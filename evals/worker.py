@@ -167,10 +167,11 @@ class Attempt:
         if stage == "candidate":
             self.judge.stages.add("transfer", total_s - handler_s)
 
-    def end_checks(self) -> None:
-        """After the attempt's last call: the process must still answer (one that exits right after
-        answering is a crash), no process may have left its session, nothing protected was written."""
-        self.request("ping", {}, timeout_s=10.0)
+    def end_checks(self, linger_s: float = 0.0) -> None:
+        """After the attempt's last call: the process must still answer, ``linger_s`` after it (one that
+        exits right after answering is a crash), no process may have left its session, nothing protected
+        was written."""
+        self.request("ping", {"linger_s": linger_s} if linger_s > 0 else {}, timeout_s=10.0 + linger_s)
         state = self.proc.supervisor_report() or {}
         if state.get("escaped"):
             raise Finding(verdicts.CONTAINMENT, f"{state['escaped']} process(es) left the candidate's session or "
@@ -424,7 +425,7 @@ class Judge:
             # Work attribution: the share of the problem's FLOPs the candidate did outside ATen.
             info.update(self.attribution(attempt, inst, problem, model_seed, ref_inputs[0]))
             with self.stages("end"):
-                attempt.end_checks()
+                attempt.end_checks(linger_s=float(settings.get("closing_linger_s", 0.25)))
             verdict = None
         except Finding as f:
             verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
@@ -527,6 +528,9 @@ class Judge:
             res = attempt.request("time", {"instance": inst, "input_sets": [list(x) for x in inputs[:k]],
                                            "settings": settings, "graph": True})
             request_s = time.perf_counter() - t_req
+            if res.get("threads"):
+                raise Finding(verdicts.TIMING_TAMPERED, f"the candidate keeps {len(res['threads'])} thread(s) running "
+                              f"({', '.join(res['threads'][:3])}): work they launch runs outside the timed calls")
             timed_s = float(res.get("timed_s") or 0.0)  # the measurement itself, inside the candidate's handler
             self.stages.add("timed", timed_s)
             self.stages.add("candidate", -timed_s)
@@ -583,7 +587,7 @@ class Judge:
                 verdicts.PYTORCH_ONLY, f"{100 * (1 - work['candidate_time_share']):.0f}% of the GPU time ran in library "
                 f"kernels (ATen, cuBLAS, cuDNN); less than half is in kernels the candidate brought")})
         keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
-                "wall_bound_us", "warmup_calls", "request_s")
+                "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s")
         out = {k2: res.get(k2) for k2 in keep}
         self.models.clear()
         out.update(timing_source="gpu", verdict=verdict, flags=flags, work=_plain(work),
@@ -608,18 +612,19 @@ class Judge:
         out: dict[str, Any] = {"timing_source": "gpu"}
         timed_s = 0.0
 
-        def timed(fn):
+        def timed(fn, name: str):
             r = time_candidate(fn, input_sets, self.flusher, method)
             r.pop("graphs"), r.pop("last_outputs")
+            out.setdefault("calls_per_trial", {})[name] = r["calls_per_trial"]
             return r
 
         with torch.no_grad():
             with tf32_mode(matmul=False, cudnn=True):  # PyTorch's defaults: what "eager" means in KernelBench
-                s = timed(model)
+                s = timed(model, "eager_fp32")
             out["eager_fp32_us"], out["eager_fp32_spread_pct"], out["method"] = s["median_us"], s["spread_pct"], s["method"]
             timed_s += s["timed_s"]
             with tf32_mode(matmul=True, cudnn=True):
-                s = timed(model)
+                s = timed(model, "eager_tf32")
                 out["eager_tf32_us"], out["eager_tf32_spread_pct"] = s["median_us"], s["spread_pct"]
                 timed_s += s["timed_s"]
                 if settings.get("compile", True):
@@ -629,7 +634,7 @@ class Judge:
                         compiled(*input_sets[0])
                         torch.cuda.synchronize()
                         out["compile_s"] = time.perf_counter() - t0
-                        s = timed(compiled)
+                        s = timed(compiled, "compile")
                         out["compile_us"], out["compile_spread_pct"] = s["median_us"], s["spread_pct"]
                         timed_s += s["timed_s"]
                         del compiled

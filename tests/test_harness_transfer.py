@@ -178,19 +178,28 @@ def test_the_arena_never_holds_the_expected_output(harness, problem):
 
 
 def test_a_reply_with_a_forged_descriptor_is_a_channel_verdict(harness, problem):
-    """The candidate rewrites the runner's packing so its reply points outside the arena."""
+    """The candidate rewrites the runner's reply frames on their way out (the socket's sendall), so
+    an output's descriptor points far outside the arena: the judge refuses it, reads nothing."""
     source = HEAD.replace("class ModelNew", textwrap.dedent("""
-        from evals import channel as _ch
-        _real = _ch.pack
+        import io
+        import socket as _socket
 
-        def _forged(obj, arena, start=0):
-            out, end = _real(obj, arena, start)
-            res = out.get("result") if isinstance(out, dict) else None
-            if isinstance(res, dict) and res.get("outputs"):
-                res["outputs"][0] = {_ch.DESCRIPTOR: [0, 1 << 40], "dtype": "uint8", "shape": [1 << 40]}
-            return out, end
+        _real_sendall = _socket.socket.sendall
 
-        _ch.pack = _forged
+        def _forged(self, data, *args):
+            try:
+                obj = torch.load(io.BytesIO(bytes(data[8:])), weights_only=False)
+                res = obj.get("result") if isinstance(obj, dict) else None
+                if isinstance(res, dict) and res.get("outputs"):
+                    res["outputs"][0] = {"__arena__": [0, 1 << 40], "dtype": "uint8", "shape": [1 << 40]}
+                    buf = io.BytesIO()
+                    torch.save(obj, buf)
+                    data = len(buf.getvalue()).to_bytes(8, "big") + buf.getvalue()
+            except Exception:
+                pass
+            return _real_sendall(self, data, *args)
+
+        _socket.socket.sendall = _forged
 
 
         class ModelNew""")) + "        return torch.relu(self.fc(x))\n"
@@ -198,3 +207,35 @@ def test_a_reply_with_a_forged_descriptor_is_a_channel_verdict(harness, problem)
     assert not v.correct and v.rule == "channel", v
     after = harness.validate(problem, Candidate.from_source(HONEST))
     assert after.correct, after.reason
+
+
+def test_replacing_the_harness_timing_or_channel_functions_is_tampering(harness, problem):
+    """A function of the timing library (or the channel) replaced, or its code swapped, in the candidate
+    process: reported at once, and put back."""
+    for plant in ("from evals import timing as _t\n_t.time_candidate = lambda *a, **k: None\n",
+                  "from evals import channel as _c\n_c.unpack.__code__ = (lambda obj, arena, device=None: obj).__code__\n"):
+        source = HEAD.replace("class ModelNew", plant + "\n\nclass ModelNew") + "        return torch.relu(self.fc(x))\n"
+        v = harness.validate(problem, Candidate.from_source(source))
+        assert not v.correct and v.rule == "timing_tampered", v
+    after = harness.validate(problem, Candidate.from_source(HONEST))
+    assert after.correct, after.reason
+
+
+def test_threads_started_by_the_candidate_are_found():
+    """What the timing request checks before it times anything: threads alive that the candidate started."""
+    import threading
+
+    from evals import candidate_runner as cr
+
+    cr._OWN_THREADS.clear()
+    cr._OWN_THREADS.update(t.ident for t in threading.enumerate())
+    assert cr.candidate_threads() == []
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="launcher", daemon=True)
+    t.start()
+    try:
+        assert cr.candidate_threads() == ["launcher"]
+    finally:
+        stop.set()
+        t.join()
+    assert cr.candidate_threads() == []
