@@ -1,7 +1,7 @@
 """The offline tier on a problem suite: every problem optimized through the graph (planner, writer,
 compiler, validator, profiler, judge) with the built-in offline policy, beside PyTorch's eager
 fp32, eager TF32 and torch.compile times and t_SOL. Writes
-benchmarks/results/<date>-<gpu>-offline.{json,md}.
+benchmarks/results/<date>-<gpu>-offline-<suite>.{json,md}.
 
     python benchmarks/bench_offline.py --suite builtin --out benchmarks/results/ --prebuild
     python benchmarks/bench_offline.py --suite smoke --backend interpreter --max-attempts 2 --out /tmp/x
@@ -131,16 +131,25 @@ def sol_at_precision_us(t_sol_us: float | None, sol: dict, precision: str | None
 
 def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
     """One table row from a finished run of the offline tier on ``problem``."""
+    from evals.floor import VARIANT_LABEL, kept_result
+
     refs = summary.reference_us
     best = summary.best
-    t = summary.best_t_us
+    t_ours = summary.best_t_us
+    # the floor: PyTorch's fastest allowed variant, measured in the same run, is kept when it beats ours
+    kept = kept_result(t_ours, refs, getattr(problem, "allowed_precisions", ()))
+    t = kept.t_us
     t_sol = sol.get("t_sol_us") or summary.t_sol_us
     precision = best.precision if best else None
     t_sol_at = sol_at_precision_us(t_sol, sol, precision) if best else None
     row = {
         "problem": problem.name, "correct": best is not None,
         "eager_fp32_us": refs.get("eager_fp32"), "eager_tf32_us": refs.get("eager_tf32"),
-        "compile_us": refs.get("compile"), "ours_us": t, "t_sol_us": t_sol, "bound": sol.get("bound"),
+        "compile_us": refs.get("compile"), "ours_us": t_ours, "kept_us": t, "t_sol_us": t_sol, "bound": sol.get("bound"),
+        # a fallback row's time is PyTorch's (its fastest allowed variant), never a speedup of ours
+        "fallback": kept.source if kept.fallback else None,
+        "floor_variant": kept.floor_variant, "floor_us": kept.floor_us,
+        "ours_vs_floor": (kept.floor_us / t_ours) if (t_ours and kept.floor_us) else None,
         "sol_fraction": (t_sol / t) if (t and t_sol) else None,
         "t_sol_at_precision_us": t_sol_at,
         "sol_fraction_at_precision": (t_sol_at / t) if (t and t_sol_at) else None,
@@ -153,14 +162,25 @@ def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
         "best_hypothesis": best.hypothesis if best else None, "tokens": summary.tokens_in + summary.tokens_out,
         "wall_s": summary.wall_s,
     }
-    if not row["correct"] or (row["sol_fraction"] or 0) < TARGET_SOL_FRACTION:
+    if kept.fallback:
+        row["precision"] = kept.source
+    if not row["correct"] or (row["sol_fraction"] or 0) < TARGET_SOL_FRACTION or kept.fallback:
         row["why"] = why_short(problem, summary, sol, gpu)
+        if kept.fallback:
+            row["why"] = (f"fallback: {VARIANT_LABEL.get(kept.source, kept.source)} ({_fmt(kept.t_us)} us) beats "
+                          + (f"our best ({_fmt(t_ours)} us); " if t_ours else "every program (none correct); ") + row["why"])
     return row
 
 
 def summarize(rows: list[dict]) -> dict:
-    correct = [r for r in rows if r.get("correct")]
+    # every row with a kept time counts: ours, or the floor's PyTorch variant (a fallback, at its own time)
+    correct = [r for r in rows if r.get("correct") or r.get("fallback")]
+    ours = [r for r in correct if not r.get("fallback")]
     return {
+        "fallbacks": [r["problem"] for r in rows if r.get("fallback")],
+        "ours_kept": len(ours),
+        "geomean_speedup_vs_eager_tf32_ours_only": geomean([r["speedup_vs_eager_tf32"] for r in ours]),
+        "slowest_vs_pytorch_best": min((r["ours_vs_floor"] for r in rows if r.get("ours_vs_floor")), default=None),
         "geomean_speedup_vs_eager_fp32": geomean([r["speedup_vs_eager_fp32"] for r in correct]),
         "geomean_speedup_vs_eager_tf32": geomean([r["speedup_vs_eager_tf32"] for r in correct]),
         "geomean_speedup_vs_compile": geomean([r["speedup_vs_compile"] for r in correct]),
@@ -173,7 +193,7 @@ def summarize(rows: list[dict]) -> dict:
             r["t_sol_us"] / min(t for t in (r.get("eager_fp32_us"), r.get("eager_tf32_us"), r.get("compile_us")) if t)
             for r in rows if r.get("t_sol_us") and any((r.get("eager_fp32_us"), r.get("eager_tf32_us"), r.get("compile_us")))]),
         "faster_than_eager_tf32": sum(1 for r in correct if (r.get("speedup_vs_eager_tf32") or 0) > 1),
-        "correct": len(correct), "total": len(rows),
+        "correct": sum(1 for r in rows if r.get("correct")), "total": len(rows),
         "short_of_target": [r["problem"] for r in rows if not r.get("correct") or (r.get("sol_fraction") or 0) < TARGET_SOL_FRACTION],
     }
 
@@ -259,14 +279,19 @@ def to_markdown(doc: dict) -> str:
         "computing in f16 may beat it honestly), and the bound of the precision the kept program computed in; "
         "speedups over PyTorch eager fp32 (its default), eager with TF32 allowed, and torch.compile.",
         "",
-        "| problem | eager fp32 | eager TF32 | torch.compile | ours | precision | t_SOL | % of SOL | t_SOL at precision | "
+        "The kept time is the faster of our best program and PyTorch's fastest allowed variant (the floor); where "
+        "PyTorch's is kept the row says **fallback** and its speedups are PyTorch's, not ours.",
+        "",
+        "| problem | eager fp32 | eager TF32 | torch.compile | ours | ours / PyTorch best | kept | fallback | precision | t_SOL | % of SOL | t_SOL at precision | "
         "% of it | vs fp32 | vs TF32 | vs compile | correct |",
-        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in doc["rows"]:
         lines.append(
             f"| {r['problem']} | {_fmt(r.get('eager_fp32_us'))} | {_fmt(r.get('eager_tf32_us'))} | "
-            f"{_fmt(r.get('compile_us'))} | {_fmt(r.get('ours_us'))} | {r.get('precision') or '-'} | "
+            f"{_fmt(r.get('compile_us'))} | {_fmt(r.get('ours_us'))} | {_fmt(r.get('ours_vs_floor'), 'x')} | "
+            f"{_fmt(r.get('kept_us', r.get('ours_us')))} | {('**' + r['fallback'] + '**') if r.get('fallback') else '-'} | "
+            f"{r.get('precision') or '-'} | "
             f"{_fmt(r.get('t_sol_us'))} | {_fmt(r.get('sol_fraction'), 'pct')} | "
             f"{_fmt(r.get('t_sol_at_precision_us'))} | {_fmt(r.get('sol_fraction_at_precision'), 'pct')} | "
             f"{_fmt(r.get('speedup_vs_eager_fp32'), 'x')} | "
@@ -274,7 +299,8 @@ def to_markdown(doc: dict) -> str:
             f"{'yes' if r.get('correct') else 'no'} |")
     precisions = ", ".join(f"{n} {p}" for p, n in (s.get("precisions") or {}).items())
     lines += [
-        f"| **geomean** | | | | | {precisions} | | **{_fmt(s['geomean_sol_fraction'], 'pct')}** | | "
+        f"| **geomean** | | | | | slowest {_fmt(s.get('slowest_vs_pytorch_best'), 'x')} | | {len(s.get('fallbacks') or [])} fallback(s) | "
+        f"{precisions} | | **{_fmt(s['geomean_sol_fraction'], 'pct')}** | | "
         f"**{_fmt(s.get('geomean_sol_fraction_at_precision'), 'pct')}** | "
         f"**{_fmt(s['geomean_speedup_vs_eager_fp32'], 'x')}** | **{_fmt(s['geomean_speedup_vs_eager_tf32'], 'x')}** | "
         f"**{_fmt(s['geomean_speedup_vs_compile'], 'x')}** | {s['correct']}/{s['total']} |",
@@ -337,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["environment"] = collect_environment(args.backend)
         doc.update(run_suite(problems, args))
     doc["versions"] = doc["environment"].get("versions", {})
-    stem = out / f"{args.date}-{args.gpu}-offline"
+    stem = out / f"{args.date}-{args.gpu}-offline-{args.suite}"
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str))
     stem.with_suffix(".md").write_text(to_markdown(doc))
     print(to_markdown(doc))

@@ -244,7 +244,8 @@ class _KernelChecker:
                                  found=f"{node.name} {list(t.shape)}", expected=f"{list(self.out_shape)}",
                                  hint=f"for a vector write {node.name}[col] (length {n_cols}) or {node.name}[row] "
                                  f"(length {m_rows})")
-                    elif self.is_conv and len(t.shape) >= 3 and t.layout != self.out_layout:
+                    elif (self.is_conv and len(t.shape) >= 3 and t.layout != self.out_layout
+                          and not (self.out_layout == "channels_last" and t.reads_channels_last)):
                         self.err("layout", f"'{node.name}' is {t.layout} but the conv output is {self.out_layout}", span,
                                  found=t.layout, expected=self.out_layout,
                                  hint=f"convert it first: torch {node.name}_cl = channels_last({node.name})")
@@ -326,7 +327,7 @@ class _KernelChecker:
         nchw: set[str] = set()  # conv tensors already reported as NCHW: their alignment follows from the fix
         for o in (a, b):
             t = self.types[o.name]
-            if self.is_conv and t.layout != "channels_last":
+            if self.is_conv and not t.reads_channels_last:
                 nchw.add(o.name)
                 what = "input" if o is a else "filter"
                 self.err("layout", f"conv {what} '{o.name}' is contiguous (NCHW); the kernel reads channels-last", o.span,
@@ -358,7 +359,7 @@ class _KernelChecker:
         for name, t, span in tensors:
             if not t.shape:
                 continue
-            extent = _contiguous_extent(t)
+            extent = _contiguous_extent(t, self.is_conv)
             nbytes = ir.ELEMENT_BYTES[t.dtype]
             if (extent * nbytes) % unit:
                 per = unit // nbytes
@@ -374,7 +375,7 @@ class _KernelChecker:
                          f"TMA needs {unit}-byte units", span, found=f"alignment = {self.cfg.alignment}",
                          expected=f"a multiple of {unit // nbytes} elements", hint=f"use alignment = {unit // nbytes} or auto")
             for name, t, _ in tensors[:2] if tma_operands else []:
-                extent = _contiguous_extent(t)
+                extent = _contiguous_extent(t, self.is_conv)
                 if extent % self.cfg.alignment:
                     self.err("alignment", f"alignment = {self.cfg.alignment} does not divide the contiguous extent "
                              f"{extent} of '{name}'", span, found=f"alignment = {self.cfg.alignment}",
@@ -487,8 +488,8 @@ class _KernelChecker:
                            else f"use a smaller tile (K = {max(8, tk // 2)}) or smaller M / N"))
 
 
-def _contiguous_extent(t: shapes.TensorType) -> int:
-    if t.layout == "channels_last" and len(t.shape) >= 3:
+def _contiguous_extent(t: shapes.TensorType, conv: bool = False) -> int:
+    if t.layout == "channels_last" and len(t.shape) >= 3 or conv and t.reads_channels_last:
         return t.shape[1]
     return t.shape[-1]
 

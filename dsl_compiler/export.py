@@ -34,6 +34,11 @@ def _lib_path(name):
 
 
 def _as_declared(t, decl):
+    shape = tuple(decl["shape"])
+    if decl["kind"] == "param" and tuple(t.shape) != shape and t.dim() == len(shape):
+        padded = t.new_zeros(shape)  # declared larger: zero-padded once (a GEMM's K, a conv's channels)
+        padded[tuple(slice(0, s) for s in t.shape)] = t
+        t = padded
     t = t.to(TORCH_DTYPE[decl["dtype"]]) if t.dtype != TORCH_DTYPE[decl["dtype"]] else t
     if decl.get("layout") == "channels_last" and t.dim() >= 3:
         return _channels_last(t)

@@ -63,10 +63,28 @@ def exact_fp32() -> Iterator[None]:
         torch.set_float32_matmul_precision(saved[2])
 
 
+def zero_padded(x: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
+    """``x`` zero-padded at the end of each dim to ``shape`` (same rank, no dim smaller), else None.
+    A param declared larger than the model's tensor is padded so, once, at load: zeros in a GEMM's K
+    or a conv's input channels add nothing to any sum, and padded N / output channels are sliced off."""
+    shape = tuple(shape)
+    if x.dim() != len(shape) or any(d < s for d, s in zip(shape, x.shape)):
+        return None
+    if tuple(x.shape) == shape:
+        return x
+    out = x.new_zeros(shape)
+    out[tuple(slice(0, s) for s in x.shape)] = x
+    return out
+
+
 def as_declared(x: torch.Tensor, decl: ir.TensorDecl) -> torch.Tensor:
-    """A tensor in a declaration's element type and layout; raises ValueError on a shape mismatch."""
+    """A tensor in a declaration's element type and layout; raises ValueError on a shape mismatch
+    (a param may be declared larger than its tensor: it is zero-padded, see ``zero_padded``)."""
     if tuple(x.shape) != tuple(decl.shape):
-        raise ValueError(f"'{decl.name}' is declared {list(decl.shape)} but got {list(x.shape)}")
+        padded = zero_padded(x, decl.shape) if decl.kind == "param" else None
+        if padded is None:
+            raise ValueError(f"'{decl.name}' is declared {list(decl.shape)} but got {list(x.shape)}")
+        x = padded
     x = x.to(torch_steps.torch_dtype(decl.dtype))
     if decl.layout == "channels_last":
         return channels_last(x)

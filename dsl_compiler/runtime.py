@@ -41,6 +41,8 @@ def bind_params(program: ir.Program, model: nn.Module) -> dict[str, torch.Tensor
             if tensor.numel() == math.prod(decl.shape):
                 # e.g. a conv bias declared [K, 1, 1] in the model and [K] in the program
                 tensor = tensor.reshape(decl.shape)
+            elif tensor.dim() == len(decl.shape) and all(d >= t for d, t in zip(decl.shape, tensor.shape)):
+                pass  # declared larger: zero-padded once by as_declared
             else:
                 raise BindError(f"param '{decl.name}' ('{key}') is declared {list(decl.shape)} "
                                 f"but the model's is {list(tensor.shape)}")

@@ -124,7 +124,7 @@ def op_output(kernel: ir.Kernel, types: dict[str, TensorType]) -> tuple[tuple[in
                          expected="every output extent at least 1", hint="reduce padding, stride or dilation, or check the filter size")
     m = n * math.prod(out_spatial)
     kk = c // g * math.prod(filt)
-    return (n, k, *out_spatial), GemmDims(1, m, k, kk), tx.layout
+    return (n, k, *out_spatial), GemmDims(1, m, k, kk), "channels_last" if tx.reads_channels_last else tx.layout
 
 
 def gemm_dims(program: ir.Program, kernel: ir.Kernel, types: dict[str, TensorType] | None = None) -> GemmDims:

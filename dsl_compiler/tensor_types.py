@@ -35,3 +35,11 @@ class TensorType(BaseModel):
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def reads_channels_last(self) -> bool:
+        """Whether the memory holds the tensor channels-last: declared so, or a rank >= 3 tensor whose
+        default order is the same memory (one channel, or one pixel: [N, 1, H, W], [N, C, 1, 1])."""
+        if len(self.shape) < 3:
+            return False
+        return self.layout == "channels_last" or self.shape[1] == 1 or math.prod(self.shape[2:]) == 1

@@ -33,7 +33,12 @@ STEPS: dict[str, str] = {
     "softmax": "softmax(x, dim=1)", "log_softmax": "log_softmax(x, dim=1)", "sum": "sum(x, dim=1, keepdim=True)",
     "mean": "", "amax": "", "amin": "", "logsumexp": "logsumexp(x, dim=1)", "var": "var(x, dim=1, unbiased=False)",
     "std": "", "norm": "norm(x, p=2, dim=1)", "prod": "", "cumsum": "cumsum(x, dim=1)",
-    "batch_norm": "batch_norm(x, weight, bias, eps=1e-05): training-mode statistics of the batch, as KernelBench",
+    "batch_norm": "batch_norm(x, weight, bias, eps=1e-05): training-mode statistics of the batch, as KernelBench; "
+                  "batch_norm(x, weight, bias, running_mean, running_var, eps=1e-05) normalises with the running ones",
+    "var_mean": "torch v, m = var_mean(y, dim=(0, 2, 3), correction=0): per-channel variance and mean",
+    "fold_batch_norm": "torch w2, b2 = fold_batch_norm(w, mean, var, weight, bias, b, eps=1e-05, dim=0): BatchNorm "
+                       "with these statistics folded into the op before it (filter or Linear weight w scaled along dim, "
+                       "its bias b, None if absent); w2 keeps w's type and layout",
     "layer_norm": "layer_norm(x, (D,), weight, bias, eps=1e-05)", "group_norm": "group_norm(x, G, weight, bias, eps=1e-05)",
     "instance_norm": "instance_norm(x, eps=1e-05)",
     "normalize": "normalize(x, p=2.0, dim=1)",
@@ -63,9 +68,25 @@ def _table() -> dict[str, Callable[..., Any]]:
     import torch
     import torch.nn.functional as F
 
-    def batch_norm(x, weight=None, bias=None, eps=1e-5, momentum=0.1):
-        # KernelBench never calls eval(): BatchNorm normalises with the batch's own statistics.
-        return F.batch_norm(x, None, None, weight, bias, training=True, momentum=momentum, eps=eps)
+    def batch_norm(x, weight=None, bias=None, running_mean=None, running_var=None, *, eps=1e-5, momentum=0.1):
+        # KernelBench never calls eval(): BatchNorm normalises with the batch's own statistics, unless the
+        # running statistics are given (a module in eval mode)
+        training = running_mean is None or running_var is None
+        return F.batch_norm(x, running_mean, running_var, weight, bias, training=training, momentum=momentum, eps=eps)
+
+    def fold_batch_norm(w, mean, var, weight=None, bias=None, b=None, *, eps=1e-5, dim=0):
+        # BN(op(x, w) + b) = op(x, w * s) + (b - mean) * s + bias with s = weight / sqrt(var + eps), along the
+        # output channels: dim 0 of a filter [K, C, R, S] or of a Linear weight [N, K], dim 1 of a [K, N] weight
+        scale = torch.rsqrt(var.float() + eps)
+        if weight is not None:
+            scale = scale * weight.float()
+        centre = mean.float() if b is None else mean.float() - b.float()
+        shift = torch.addcmul(bias.float(), centre, scale, value=-1.0) if bias is not None else -centre * scale
+        view = [1] * w.dim()
+        view[dim] = -1
+        w2 = torch.empty_like(w)  # w's element type and memory format (a channels-last filter stays so)
+        torch.mul(w, scale.reshape(view).to(w.dtype), out=w2)
+        return w2, shift
 
     def instance_norm(x, weight=None, bias=None, eps=1e-5):
         return F.instance_norm(x, weight=weight, bias=bias, eps=eps)
@@ -92,6 +113,7 @@ def _table() -> dict[str, Callable[..., Any]]:
         "softmax": torch.softmax, "log_softmax": torch.log_softmax, "sum": torch.sum, "mean": torch.mean,
         "amax": torch.amax, "amin": torch.amin, "logsumexp": torch.logsumexp, "var": torch.var, "std": torch.std,
         "norm": torch.norm, "prod": torch.prod, "cumsum": torch.cumsum,
+        "var_mean": torch.var_mean, "fold_batch_norm": fold_batch_norm,
         "batch_norm": batch_norm, "layer_norm": F.layer_norm, "group_norm": F.group_norm,
         "instance_norm": instance_norm, "normalize": F.normalize,
         "max_pool1d": F.max_pool1d, "max_pool2d": F.max_pool2d, "max_pool3d": F.max_pool3d,

@@ -49,7 +49,7 @@ def register(subparsers) -> None:
                     "pure stop rules are derived by replaying the fixed-budget log unless --policies-mode run.",
     )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--suite", help="a built-in suite (builtin, builtin-strict, smoke)")
+    src.add_argument("--suite", help="a built-in suite (builtin, builtin-large, builtin-strict, models, smoke)")
     src.add_argument("--kernelbench", metavar="PATH", help="a KernelBench checkout")
     p.add_argument("--level", type=int, help="KernelBench level (with --kernelbench)")
     p.add_argument("--ids", help="KernelBench problem ids, like 1-20,25 (with --kernelbench)")

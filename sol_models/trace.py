@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dsl_compiler.walk import epilogue_refs
 from sol_models.counting import ProblemLoadError, ProgramCountError, count_problem, load_module, program_traffic
 from sol_models.estimate import ProgramEstimate, estimate_program
 
@@ -55,10 +56,44 @@ def _as_problem(problem: Any) -> Any:
     return problem
 
 
+def statistics_passes(program: Any) -> set[str]:
+    """Kernels whose outputs only feed ``var_mean`` steps: first passes that measure a BatchNorm's batch
+    statistics before the kernel runs again with the norm folded in. Their work is the statistics' cost,
+    not the problem's ops, so coverage does not count it twice."""
+    from dsl_compiler import ir
+
+    readers: dict[str, set[str]] = {}
+    for step in program.steps:
+        names = [a.name for a in step.args if isinstance(a, ir.TensorArg)] if isinstance(step, ir.TorchStep) else \
+            [o.name for o in step.operands] + [r.name for r in epilogue_refs(step)]
+        for name in names:
+            readers.setdefault(name, set()).add(step.fn if isinstance(step, ir.TorchStep) else "kernel")
+    return {k.name for k in program.kernels
+            if all(readers.get(s.name) == {"var_mean"} and s.name not in program.outputs for s in k.stores)}
+
+
+# A BatchNorm's normalise and affine FLOPs per element (of the 8 sol_models.counting gives a norm; mean and
+# variance are the other 4): a kernel reading a filter from a fold_batch_norm step does them in its GEMM.
+_FOLDED_NORM_FLOPS = 4.0
+
+
 def kernel_flops(program: Any) -> float:
-    """FLOPs a program's CUTLASS kernels compute: their GEMM / conv work and their epilogues."""
+    """FLOPs of the problem that a program's CUTLASS kernels take: their GEMM / conv work, their epilogues,
+    and the normalisation of a BatchNorm folded into their weights (statistics passes aside)."""
+    from dsl_compiler import ir
+
     steps, _ = program_traffic(program)
-    return sum(s.flops_tensor + s.flops_other for s in steps if s.kind == "kernel")
+    skip = statistics_passes(program)
+    folded = {out for step in program.steps if isinstance(step, ir.TorchStep) and step.fn == "fold_batch_norm"
+              for out in step.outputs[:1]}
+    total = 0.0
+    for kernel, s in zip((st for st in program.steps if isinstance(st, ir.Kernel)), (t for t in steps if t.kind == "kernel")):
+        if s.name in skip:
+            continue
+        total += s.flops_tensor + s.flops_other
+        if s.dims is not None and any(o.name in folded for o in kernel.operands):
+            total += _FOLDED_NORM_FLOPS * s.dims[0] * s.dims[1] * s.dims[2]
+    return total
 
 
 def coverage_of(program: Any, problem_flops: float) -> tuple[float, float]:

@@ -30,7 +30,7 @@ def test_bench_writes_table_and_summary(tmp_path, monkeypatch):
     rc = bench.main(["--suite", "smoke", "--only", "02_linear_relu_tiny", "--backend", "interpreter",
                      "--max-attempts", "1", "--out", str(tmp_path)])
     assert rc == 0
-    (json_path,) = tmp_path.glob("*-h200-offline.json")
+    (json_path,) = tmp_path.glob("*-h200-offline-smoke.json")
     doc = json.loads(json_path.read_text())
     assert set(doc["summary"]) >= {"geomean_speedup_vs_eager_fp32", "geomean_speedup_vs_eager_tf32",
                                    "geomean_speedup_vs_compile", "geomean_sol_fraction", "correct", "total"}
@@ -64,7 +64,7 @@ def test_table_from_a_finished_evaluation(tmp_path, capsys):
     out = tmp_path / "out"
     assert bench.main(["--suite", "smoke", "--only", "02_linear_relu_tiny", "01_gemm_tiny", "--out", str(out),
                        "--from-eval", str(tmp_path / "results.sqlite")]) == 0
-    doc = json.loads(next(out.glob("*-offline.json")).read_text())
+    doc = json.loads(next(out.glob("*-offline-smoke.json")).read_text())
     assert doc["gpu"] == "NVIDIA H200" and doc["versions"] == {"torch": "x"}
     rows = {r["problem"]: r for r in doc["rows"]}
     linear = rows["02_linear_relu_tiny"]
@@ -134,3 +134,38 @@ def test_prebuild_takes_the_first_candidates_and_the_best_of_each_other_precisio
     assert [{k.config.math for k in p.kernels} for p in programs] == [{"f16"}, {"tf32"}]
     programs = bench.candidate_programs(problem, "h200", 3)  # every precision among the first three already
     assert len(programs) == 3 and {"tf32"} in [{k.config.math for k in p.kernels} for p in programs]
+
+
+def test_a_slower_program_is_kept_as_a_fallback_to_pytorch(tmp_path):
+    """The floor: where eager TF32 beats our best, the row keeps PyTorch's time, flags it as a fallback and
+    computes the speedups from PyTorch's time (1.0x over eager TF32), never from ours."""
+    from evals.store import ResultsStore
+    from evals.records import AttemptRecord, RunSummary
+
+    store = ResultsStore(tmp_path / "results.sqlite")
+    store.init_evaluation({"tiers": ["offline"], "policies": ["fixed"]}, {"gpu": "NVIDIA H200", "versions": {}})
+    refs = {"eager_fp32": 400.0, "eager_tf32": 100.0, "compile": 120.0}
+    slow = AttemptRecord(index=1, program_text="", compile_ok=True, correct=True, t_us=150.0, timing_source="gpu",
+                         precision="f16", reached="done")
+    fast = slow.model_copy(update={"t_us": 80.0})
+    for name, attempt in (("smoke/02_linear_relu_tiny", slow), ("smoke/01_gemm_tiny", fast)):
+        store.finish_run(RunSummary(problem=name, tier="offline", policy="fixed", backend="cutlass", gpu="h200",
+                                    attempts=[attempt], best_index=1, best_t_us=attempt.t_us, reference_us=refs))
+    store.close()
+    bench = load_bench()
+    out = tmp_path / "out"
+    assert bench.main(["--suite", "smoke", "--only", "02_linear_relu_tiny", "01_gemm_tiny", "--out", str(out),
+                       "--from-eval", str(tmp_path / "results.sqlite")]) == 0
+    doc = json.loads(next(out.glob("*-offline-smoke.json")).read_text())
+    rows = {r["problem"]: r for r in doc["rows"]}
+    slow_row, fast_row = rows["02_linear_relu_tiny"], rows["01_gemm_tiny"]
+    assert slow_row["fallback"] == "eager_tf32" and slow_row["kept_us"] == 100.0 and slow_row["ours_us"] == 150.0
+    assert slow_row["speedup_vs_eager_tf32"] == 1.0 and slow_row["precision"] == "eager_tf32"
+    assert slow_row["ours_vs_floor"] == pytest.approx(100.0 / 150.0)
+    assert slow_row["why"].startswith("fallback: PyTorch eager with TF32")
+    assert fast_row["fallback"] is None and fast_row["kept_us"] == 80.0 and fast_row["speedup_vs_eager_tf32"] == 1.25
+    s = doc["summary"]
+    assert s["fallbacks"] == ["02_linear_relu_tiny"] and s["ours_kept"] == 1
+    assert s["slowest_vs_pytorch_best"] == pytest.approx(100.0 / 150.0)
+    md = next(out.glob("*-offline-smoke.md")).read_text()
+    assert "**eager_tf32**" in md and "1 fallback(s)" in md

@@ -160,11 +160,25 @@ def test_an_f16_build_failure_is_the_f16_plan_fallback_only(tier):
     assert f16.options.math == "f16" and f16.options.unfuse == ("fc",)
 
 
-def test_a_16_bit_plan_that_would_demote_a_kernel_is_not_proposed(tier):
-    # 4 input channels are 8 bytes in f16, under TMA's 16-byte alignment: only TF32 keeps the kernel
+def test_a_16_bit_plan_that_would_demote_a_kernel_is_not_proposed(tier, monkeypatch):
+    # 4 input channels are 8 bytes in f16, under TMA's 16-byte alignment: unpadded, only TF32 keeps the kernel
+    import nodes.offline.policy as policy
+
+    real = policy.trace_problem
+    monkeypatch.setattr(policy, "trace_problem", lambda problem, options: real(
+        problem, options.model_copy(update={"pad": False}) if options.math else options))
     problem = SMOKE["03_conv2d_relu_tiny"]
     assert [p.options.math for p in tier.plans(problem, "h200", [])] == [None]
     assert maths(tier, problem) == {None}
+
+
+def test_a_16_bit_plan_pads_channels_instead(tier):
+    # the same conv in f16 with its 4 channels zero-padded to 8: the kernel stays, and so does the plan
+    problem = SMOKE["03_conv2d_relu_tiny"]
+    plans = tier.plans(problem, "h200", [])
+    assert [p.options.math for p in plans] == [None, "f16"]
+    program = plans[1].trace.program
+    assert program.kernels and any(d.kind == "param" and d.shape[1] == 8 and d.dtype == "f16" for d in program.decls)
 
 
 def test_attempt_math_reads_the_program():

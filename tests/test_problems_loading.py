@@ -179,4 +179,27 @@ def test_builtin_suite_is_well_formed():
         assert all(x.dtype == torch.float32 for x in inputs if isinstance(x, torch.Tensor)), p.name
     strict = load_suite("builtin-strict")
     assert all(p.tolerance == 1e-4 and set(p.allowed_precisions) <= {"f32", "tf32"} for p in strict)
-    assert {"builtin", "builtin-strict", "smoke"} <= set(suite_index())
+    assert {"builtin", "builtin-large", "builtin-strict", "smoke"} <= set(suite_index())
+
+
+def test_builtin_large_suite_is_well_formed():
+    """The KernelBench-scale suite: at least 20 problems, each stating its tolerance and precisions,
+    with the right output shape on the meta device; it holds the shapes the offline tier must not
+    hand back to PyTorch (K, N and channel counts that are not 16 bytes, a 1x1 conv, a batched GEMM)."""
+    problems = load_suite("builtin-large")
+    assert len(problems) >= 20
+    assert len({p.name for p in problems}) == len(problems)
+    shapes = []
+    for p in problems:
+        assert "TOLERANCE" in p.source and "ALLOWED_PRECISIONS" in p.source, p.name
+        with torch.device("meta"):
+            model = p.make_model(0)
+            inputs = p.make_inputs(0)
+            out = model(*inputs)
+        assert out.numel() > 0, p.name
+        shapes.append([tuple(x.shape) for x in inputs])
+    channels = {s[0][1] for s in shapes if len(s[0]) == 4}
+    assert 3 in channels and 6 in channels  # convs whose input channels are under 16 bytes
+    assert any(2949 in s[0] for s in shapes)  # a GEMM K that is not 16-byte aligned
+    # the builtin suite is unchanged by it
+    assert len(load_suite("builtin")) == 31

@@ -52,6 +52,28 @@ def _safe_base(raw: str) -> str:
     return base
 
 
+TMA_BYTES = 16  # every TMA operand's contiguous extent (last dim; channels for channels-last) is a multiple of this
+
+
+def _element_bytes(dtype: str | None) -> int:
+    return 2 if dtype in ("f16", "bf16") else 4
+
+
+def _padded(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def _pad_spec(extra: tuple[int, ...]) -> tuple[int, ...]:
+    """``F.pad``'s argument for growing (or, negative, cutting) each dim at its end by ``extra``:
+    pairs from the last dim backwards, leading dims that do not change left out."""
+    spec: list[int] = []
+    for d in reversed(range(len(extra))):
+        spec += [0, int(extra[d])]
+    while len(spec) > 2 and spec[-1] == 0 and spec[-2] == 0:
+        spec = spec[:-2]
+    return tuple(spec)
+
+
 class _Namer:
     def __init__(self):
         self.used: set[str] = set()
@@ -74,6 +96,7 @@ class _Group:
     members: list[Any] = field(default_factory=list)  # fused ew / reduce nodes, in order
     reduces: set[Any] = field(default_factory=set)
     kernel_name: str = ""
+    batch_norm: Any = None  # the BatchNorm node folded into the kernel's weights and bias
 
 
 class Lowering:
@@ -344,6 +367,8 @@ class Lowering:
             return "reductions are off"
         if self.ops[group.anchor].kind != "gemm" or len(out_shape) != 2:
             return "reductions are fused only into 2-D GEMM outputs"
+        if self.gemm_padding(self.ops[group.anchor])[1]:
+            return "N is padded to 16 bytes for the kernel: a fused reduction would sum the padded columns"
         dim = op.dim % len(out_shape)
         if dim != len(out_shape) - 1:
             return "only reductions over the last dim (rows) are fused"
@@ -358,6 +383,78 @@ class Lowering:
         if op.fn == "mean":
             op.scale = 1.0 / out_shape[dim]
         return ""
+
+    def try_fold_batch_norm(self, node) -> str:
+        """Fold a BatchNorm into the kernel that computes its input ('' on success, else why not).
+
+        With running statistics (eval mode) the kernel reads the filter and bias rescaled by a
+        ``fold_batch_norm`` step. With the batch's statistics (training mode) they exist only once the
+        whole output does: a first pass of the kernel stores the raw output, a ``var_mean`` step
+        reduces it per channel, and the kernel runs again on the folded filter, so the normalisation
+        and whatever follows (activation, residual add) are its epilogue. That second pass pays where
+        the kernel is memory-bound and its input is not much larger than its output; elsewhere the
+        PyTorch step is cheaper."""
+        op = self.ops[node]
+        bn = op.batch_norm
+        if self.options.batch_norm == "step":
+            return "BatchNorm folding is off"
+        x = self.resolve(op.operands[0])
+        group = self.member_of.get(x)
+        if group is None or x is not group.anchor:
+            return "its input is not the output of a GEMM or conv kernel" if group is None else \
+                "its input is an epilogue result, not the kernel's raw output"
+        if self.options.fuse != "all" or group.kernel_name in self.options.unfuse:
+            return self.why.get(group.kernel_name, "epilogue fusion is off for this kernel")
+        stats_name = f"{group.kernel_name}_stats"
+        if stats_name in self.options.unfuse or stats_name in self.options.demote:
+            return self.why.get(stats_name, "the kernel's statistics pass failed its checks")
+        anchor = self.ops[x]
+        if group.members or self.users(x) != [node]:
+            return "the kernel's raw output has other readers"
+        if anchor.alpha != 1.0 or anchor.beta != 1.0 or anchor.flatten_a or anchor.flatten_batch:
+            return "the kernel scales its product or reads a flattened view"
+        out = self.shape_of(x)
+        if anchor.kind == "gemm" and len(out) != 2:
+            return "BatchNorm over a batched GEMM's output"
+        w = anchor.operands[1]
+        if not self.is_param(w) or (anchor.bias is not None and not self.is_param(anchor.bias)):
+            return "the kernel's weight or bias is computed, not a model tensor"
+        if anchor.bias is not None and self.shape_of(anchor.bias) != (out[1],):
+            return "the kernel's bias is not one value per channel"
+        if bn["batch_stats"] and self.options.batch_norm == "auto" and not self.second_pass_pays(x, node):
+            return ("batch statistics exist only once the whole output does, and a second pass of this kernel "
+                    "(compute-bound, or reading more than it writes) costs more than the PyTorch step")
+        group.batch_norm = node
+        op.kind, op.operands = "alias", [x]
+        return ""
+
+    # Reachable TF32 tensor-core FLOPs per byte of HBM traffic on an H100/H200 (about 400 TFLOP/s over about
+    # 4.5 TB/s); a depthwise conv multiplies on SIMT cores (about 50 TFLOP/s fp32).
+    _RIDGE_FLOP_PER_BYTE = {"tensor": 90.0, "simt": 11.0}
+    # The second pass launches about five more kernels than the PyTorch step (var_mean, the fold's few tiny
+    # ones, the pass itself): some 10 us, as much time as moving 45 MB.
+    _SECOND_PASS_FIXED_BYTES = 45e6
+
+    def second_pass_pays(self, x, bn_node) -> bool:
+        """Whether statistics + a second pass of x's kernel beat the PyTorch BatchNorm step (which reads the
+        output twice and writes it, and an activation after it reads and writes it again). Times in bytes."""
+        anchor = self.ops[x]
+        out = self.shape_of(x)
+        a = self.shape_of(anchor.operands[0])
+        elt = 2 if self.half_math else 4
+        out_bytes, in_bytes = 4 * math.prod(out), elt * math.prod(a)
+        if anchor.kind == "conv":
+            w = self.shape_of(anchor.operands[1])
+            flops = 2.0 * math.prod(out) * math.prod(w[1:])
+            ridge = self._RIDGE_FLOP_PER_BYTE["simt" if self.is_depthwise(anchor) else "tensor"]
+        else:
+            flops = 2.0 * math.prod(out) * a[-1]
+            ridge = self._RIDGE_FLOP_PER_BYTE["tensor"]
+        users = self.users(bn_node)
+        activation = len(users) == 1 and self.ops[users[0]].kind == "ew"
+        torch_bytes = (5 if activation else 3) * out_bytes
+        second_pass = max(flops / ridge, in_bytes + out_bytes) + out_bytes  # and var_mean's read
+        return second_pass + self._SECOND_PASS_FIXED_BYTES < torch_bytes
 
     def fold_after_reduce(self, node) -> bool:
         """A scalar op on a fused reduction folds into it: sum(x)*c = sum(x*c), max(x)+c = max(x+c)."""
@@ -417,6 +514,11 @@ class Lowering:
                 self.groups.append(group)
                 self.member_of[node] = group
                 continue
+            if op.kind == "batch_norm":
+                why = self.try_fold_batch_norm(node)
+                if why:
+                    op.kind, op.reason = "torch", f"{op.target} is not folded into a kernel: {why}"
+                continue
             if op.kind in ("ew", "reduce"):
                 why = self.try_fuse(node)
                 if why and op.kind == "ew" and self.fold_after_reduce(node):
@@ -465,6 +567,7 @@ class Lowering:
         self.cl_tensors: set[str] = set()
         self.k_major: dict[str, str] = {}
         self.casts: dict[tuple[str, str], str] = {}
+        self.pads: dict[tuple[str, tuple[int, ...]], str] = {}
         self.failed = False
 
         for n in self.nodes:
@@ -542,9 +645,11 @@ class Lowering:
         self.decls.append(TensorDecl(kind="input", name=name, dtype=dtype, shape=tuple(int(s) for s in tm.shape)))
         self.cover(n, "input", where=name)
 
-    def declare_param(self, ref: ParamRef, layout="contiguous", dtype: str | None = None) -> str | None:
-        """The param holding a model tensor, declared once per layout and element type (``dtype``
-        converts an fp32 tensor when it is bound: a kernel reading it in 16-bit math)."""
+    def declare_param(self, ref: ParamRef, layout="contiguous", dtype: str | None = None,
+                      extra: tuple[int, ...] | None = None) -> str | None:
+        """The param holding a model tensor, declared once per layout, element type and padding
+        (``dtype`` converts an fp32 tensor when it is bound: a kernel reading it in 16-bit math;
+        ``extra`` declares it that much larger per dim: zero-padded once, when bound)."""
         import torch
 
         key = ref.key
@@ -557,28 +662,37 @@ class Lowering:
             self.fail(f"model tensor {key} has element type {t.dtype}")
             return None
         dtype = dtype if dtype is not None and own == "f32" else own
-        if (key, layout, dtype) in self.param_names:
-            return self.param_names[(key, layout, dtype)]
-        seen = [(lay, dt) for k, lay, dt in self.param_names if k == key]
-        suffix = ("_cl" if layout == "channels_last" and seen else "") + (f"_{dtype}" if dtype != own else "")
+        shape = tuple(int(s) for s in t.shape)
+        extra = tuple(extra) if extra is not None and any(extra) and len(extra) == len(shape) else ()
+        if extra:
+            shape = tuple(s + e for s, e in zip(shape, extra))
+        if (key, layout, dtype, extra) in self.param_names:
+            return self.param_names[(key, layout, dtype, extra)]
+        seen = [(lay, dt) for k, lay, dt, _ in self.param_names if k == key]
+        suffix = ("_cl" if layout == "channels_last" and seen else "") + (f"_{dtype}" if dtype != own else "") + (
+            "_pad" if extra else "")
         name = self.namer(key.replace(".", "_") + suffix)
-        self.param_names[(key, layout, dtype)] = name
-        self.decls.append(TensorDecl(kind="param", name=name, dtype=dtype, shape=tuple(int(s) for s in t.shape), layout=layout, source=key))
+        self.param_names[(key, layout, dtype, extra)] = name
+        self.decls.append(TensorDecl(kind="param", name=name, dtype=dtype, shape=shape, layout=layout, source=key))
         return name
 
-    def value(self, x, layout="contiguous", dtype: str | None = None) -> str | None:
+    def value(self, x, layout="contiguous", dtype: str | None = None, extra: tuple[int, ...] | None = None) -> str | None:
         """The program tensor name holding value x (emitting its producer first); ``dtype`` declares
-        a param in that element type."""
+        a param in that element type, ``extra`` zero-pads it (a param when bound, anything else by a
+        ``pad`` step)."""
         import torch.fx
 
         if isinstance(x, ParamRef):
-            return self.declare_param(x, layout, dtype)
+            return self.declare_param(x, layout, dtype, extra)
         if not isinstance(x, torch.fx.Node):
             return None
         x = self.resolve(x)
         op = self.ops[x]
+        if extra is not None and any(extra) and op.kind != "param":
+            name = self.value(x, layout, dtype)
+            return self.pad_step(name, extra) if name is not None else None
         if op.kind == "param":
-            name = self.declare_param(op.operands[0], layout, dtype)
+            name = self.declare_param(op.operands[0], layout, dtype, extra)
             if x not in self.coverage:
                 self.cover(x, "param", where=name or "")
             return name
@@ -724,6 +838,28 @@ class Lowering:
         self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=name), LiteralArg(value=(-1,) + tuple(shape[-2:])))))
         return flat
 
+    def epilogue_padding(self, group: _Group, r, index: str | None, d_rows: int, d_cols: int) -> tuple[int, ...] | None:
+        """How much an epilogue tensor grows with its kernel's padded output: a column vector by the
+        padded columns (conv: output channels), a row vector by the padded rows, a full tensor by both."""
+        shape = self.shape_of(r)
+        if not (d_rows or d_cols) or shape is None or index in (None, "scalar"):
+            return None
+        extra = [0] * len(shape)
+        conv = self.ops[group.anchor].kind == "conv"
+        if conv:
+            spatial = len(self.shape_of(group.anchor)) - 2
+            if index == "full":
+                extra[1] = d_cols
+            elif index == "col":
+                extra[max(0, len(shape) - 1 - spatial)] = d_cols
+        elif index == "col":
+            extra[-1] = d_cols
+        elif index == "row":
+            extra[-2 if len(shape) >= 2 and shape[-1] == 1 else -1] = d_rows
+        elif index == "full":
+            extra[-2:] = [d_rows, d_cols]
+        return tuple(extra) if any(extra) else None
+
     def group_half_math(self, anchor_op: Op) -> str | None:
         """The 16-bit math of one kernel: the options', except for a depthwise conv (a memory-bound
         SIMT kernel: converting its input costs more traffic than 16-bit reads save)."""
@@ -745,15 +881,73 @@ class Lowering:
         r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
         return isinstance(r, ParamRef) or (self.ops.get(r) is not None and self.ops[r].kind == "param")
 
-    def operand(self, x, half: str | None, layout="contiguous") -> str | None:
+    def operand(self, x, half: str | None, layout="contiguous", extra: tuple[int, ...] | None = None) -> str | None:
         """The tensor a kernel reads for value x: in 16-bit math (``half``) a param is declared in that
-        type (converted once when bound) and any other fp32 tensor is converted by a ``to`` step."""
-        if half is None or self.dtype_of(x) != "f32":
-            return self.value(x, layout)
+        type (converted once when bound) and any other fp32 tensor is converted by a ``to`` step.
+        ``extra`` zero-pads it at the end of each dim: a param once, when bound; any other tensor by a
+        ``pad`` step per call (after the conversion, on the narrower copy)."""
         if self.is_param(x):
-            return self.value(x, layout, dtype=half)
+            return self.value(x, layout, dtype=half if self.dtype_of(x) == "f32" else None, extra=extra)
         name = self.value(x, layout)
-        return self.cast(name, half) if name is not None else None
+        if name is not None and half is not None and self.dtype_of(x) == "f32":
+            name = self.cast(name, half)
+        return self.pad_step(name, extra) if name is not None else None
+
+    def pad_step(self, name: str, extra: tuple[int, ...] | None) -> str:
+        """``name`` grown (or, negative ``extra``, cut) at the end of its dims by one ``pad`` step, once
+        per tensor and amount; a channels-last tensor stays channels-last."""
+        if not extra or not any(extra):
+            return name
+        key = (name, tuple(extra))
+        if key not in self.pads:
+            out = self.namer(f"{name}_{'pad' if min(extra) >= 0 else 'cut'}")
+            self.steps.append(TorchStep(outputs=(out,), fn="pad", args=(TensorArg(name=name), LiteralArg(value=_pad_spec(extra)))))
+            self.pads[key] = out
+            if name in self.cl_tensors:
+                self.cl_tensors.add(out)
+        return self.pads[key]
+
+    def alignment(self, half: str | None, dtype: str | None) -> int:
+        """Elements per TMA_BYTES of what a kernel reads: its 16-bit math over fp32, else the storage type."""
+        return TMA_BYTES // _element_bytes(half if half is not None and dtype == "f32" else dtype)
+
+    def gemm_shapes(self, op: Op) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The stored shapes of a GEMM's operands as the kernel reads them (rank > 3 flattened)."""
+        sa, sb = self.shape_of(op.operands[0]), self.shape_of(op.operands[1])
+        if sa is None or sb is None:
+            return None
+        if op.flatten_a:
+            sa = (math.prod(sa[:-1]), sa[-1])
+        if op.flatten_batch:
+            sa, sb = (math.prod(sa[:-2]),) + tuple(sa[-2:]), (math.prod(sb[:-2]),) + tuple(sb[-2:])
+        return tuple(sa), tuple(sb)
+
+    def gemm_padding(self, op: Op, kmajor: bool = False) -> tuple[int, int, int]:
+        """(dM, dN, dK): how much the kernel's M, N and K grow so that every contiguous extent (A's and
+        B's last dims as read, after a K-major copy when ``kmajor``, and the output's N) is a multiple of
+        16 bytes. Zeros in K add nothing to any product; padded M rows and N columns are sliced off."""
+        shapes = self.gemm_shapes(op) if self.options.pad else None
+        if shapes is None:
+            return 0, 0, 0
+        (sa, sb), a_t, b_t = shapes, op.a_t, op.b_t
+        m, k = (sa[-1], sa[-2]) if a_t else (sa[-2], sa[-1])
+        n = sb[-2] if b_t else sb[-1]
+        if kmajor:
+            a_t, b_t = False, True
+        align = self.alignment(self.group_half_math(op), self.dtype_of(op.operands[0]))
+        d_m = _padded(m, align) - m if a_t else 0
+        d_k = _padded(k, align) - k if (not a_t or b_t) else 0
+        return d_m, _padded(n, align) - n, d_k
+
+    def conv_padding(self, op: Op) -> tuple[int, int]:
+        """(dC, dK): input and output channels grown to 16 bytes (channels are the contiguous extent of
+        NHWC activations, KRSC filters and the NHWC output); zero channels add nothing to the sum,
+        padded output channels are sliced off. Grouped and depthwise convs keep theirs."""
+        sx, sw = self.shape_of(op.operands[0]), self.shape_of(op.operands[1])
+        if not self.options.pad or sx is None or sw is None or int(op.conv.get("groups", 1)) != 1:
+            return 0, 0
+        align = self.alignment(self.group_half_math(op), self.dtype_of(op.operands[0]))
+        return _padded(sx[1], align) - sx[1], _padded(sw[0], align) - sw[0]
 
     def cast(self, name: str, dtype: str) -> str:
         """``name`` converted to ``dtype`` by one ``to`` step (once per tensor); the copy keeps the layout."""
@@ -766,9 +960,23 @@ class Lowering:
                 self.cl_tensors.add(out)
         return self.casts[(name, dtype)]
 
-    def conv_input(self, x, half: str | None) -> str | None:
+    def conv_input(self, x, half: str | None, d_c: int = 0) -> str | None:
         """A conv's activation NHWC in the kernel's type. An fp32 activation that 16-bit math reads and that is
-        not NHWC yet gets one ``channels_last(x, dtype=...)`` step: layout and type in a single copy."""
+        not NHWC yet gets one ``channels_last(x, dtype=...)`` step: layout and type in a single copy. ``d_c``
+        more zero channels come first (a ``pad`` step on the narrow-channel tensor as it is stored)."""
+        if d_c and not self.is_param(x):
+            name = self.value(x)
+            if name is None:
+                return None
+            extra = (0, d_c) + (0,) * (len(self.shape_of(x)) - 2)
+            padded = self.pad_step(name, extra)
+            if half is not None and self.dtype_of(x) == "f32":
+                if padded not in self.cl_tensors:
+                    return self.as_channels_last(padded, dtype=half)
+                padded = self.cast(padded, half)
+            return self.as_channels_last(padded)
+        if d_c:
+            return self.as_channels_last(self.operand(x, half, extra=(0, d_c) + (0,) * (len(self.shape_of(x)) - 2)))
         if half is not None and self.dtype_of(x) == "f32" and not self.is_param(x):
             name = self.value(x)
             if name is not None and name not in self.cl_tensors and (name, half) not in self.casts:
@@ -788,6 +996,48 @@ class Lowering:
             self.channels_last[key] = cl
         return self.channels_last[key]
 
+    def fold_batch_norm(self, group: _Group, op_ir):
+        """The kernel's op reading its filter with group.batch_norm folded in, and the folded bias to add
+        (``Ref``); with batch statistics, first the statistics pass and its ``var_mean`` step."""
+        anchor_op, bn_node = self.ops[group.anchor], group.batch_norm
+        bn = self.ops[bn_node].batch_norm
+        kname = group.kernel_name
+        conv = isinstance(op_ir, ConvOp)
+        w_name = op_ir.w.name if conv else op_ir.b.name
+        bias_name = self.value(anchor_op.bias) if anchor_op.bias is not None else None
+        if bn["batch_stats"]:
+            raw = self.namer(f"{kname}_raw")
+            expr = Acc() if bias_name is None else Binary(fn="add", lhs=Acc(), rhs=Ref(name=bias_name, index="col"))
+            dtype = self.dtype_of(group.anchor) or "f32"
+            math_mode = self.kernel_math(dtype, self.group_half_math(anchor_op))
+            if conv and math_mode == "tf32" and self.is_depthwise(anchor_op):
+                math_mode = "f32"
+            self.steps.append(Kernel(name=self.namer(f"{kname}_stats"), op=op_ir, config=KernelConfig(math=math_mode),
+                                     stores=(Store(name=raw, dtype=dtype, expr=expr),)))
+            if conv:
+                self.cl_tensors.add(raw)
+            rank = len(self.shape_of(group.anchor))
+            var, mean = self.namer(f"{bn_node.name}_var"), self.namer(f"{bn_node.name}_mean")
+            self.steps.append(TorchStep(outputs=(var, mean), fn="var_mean", args=(TensorArg(name=raw),),
+                                        kwargs=(Kwarg(key="dim", value=(0, *range(2, rank))), Kwarg(key="correction", value=0))))
+        else:
+            mean, var = self.value(bn["mean"]), self.value(bn["var"])
+        args = [TensorArg(name=n) if n is not None else LiteralArg(value=None)
+                for n in (w_name, mean, var, *(self.value(bn[k]) if bn[k] is not None else None for k in ("weight", "bias")), bias_name)]
+        w2, shift = self.namer(f"{w_name}_bn"), self.namer(f"{bn_node.name}_shift")
+        dim = 0 if conv or op_ir.b.transpose else 1  # the output channels of a filter [K, C, ...], of w [N, K] or [K, N]
+        self.steps.append(TorchStep(outputs=(w2, shift), fn="fold_batch_norm", args=tuple(args),
+                                    kwargs=(Kwarg(key="eps", value=bn["eps"]), Kwarg(key="dim", value=dim))))
+        stats = (f"; the batch statistics from a first pass ({self.steps[-3].name}) and a var_mean step"
+                 if bn["batch_stats"] else "")
+        self.cover(bn_node, "folded", where=kname, reason=f"BatchNorm folded into the kernel's weights and bias{stats}")
+        self.emitted.add(bn_node)
+        if conv:
+            op_ir = op_ir.model_copy(update={"w": Operand(name=w2)})
+        else:
+            op_ir = op_ir.model_copy(update={"b": Operand(name=w2, transpose=op_ir.b.transpose)})
+        return op_ir, Ref(name=shift, index="col")
+
     def is_depthwise(self, op: Op) -> bool:
         """groups == C: one filter per input channel (the CUTLASS backend's direct SIMT kernel)."""
         shape = self.shape_of(op.operands[0])
@@ -805,19 +1055,33 @@ class Lowering:
         members = set(group.members) | {group.anchor}
 
         # operands first (and everything the epilogue reads)
+        d_m = d_n = d_k = d_c = d_kc = 0  # padding to 16 bytes: GEMM M, N, K; conv input and output channels
         if anchor_op.kind == "gemm":
             a, b = anchor_op.operands
-            a_name, b_name = self.operand(a, half), self.operand(b, half)
+            a_t, b_t = anchor_op.a_t, anchor_op.b_t
+            kmajor = group.kernel_name in self.options.kmajor and self.kernel_math(self.dtype_of(a) or "", half) == "tf32"
+            d_m, d_n, d_k = self.gemm_padding(anchor_op, kmajor)
+            shapes = self.gemm_shapes(anchor_op)
+            flat = anchor_op.flatten_a or anchor_op.flatten_batch
+            a_extra = b_extra = None
+            if shapes is not None and (d_m or d_n or d_k):
+                sa, sb = shapes
+                a_extra = (0,) * (len(sa) - 2) + ((d_k, d_m) if a_t else (d_m, d_k))
+                b_extra = (0,) * (len(sb) - 2) + ((d_n, d_k) if b_t else (d_k, d_n))
+            # a flattened operand is padded after its reshape
+            a_name = self.operand(a, half, extra=None if flat else a_extra)
+            b_name = self.operand(b, half, extra=None if anchor_op.flatten_batch else b_extra)
             if a_name and anchor_op.flatten_a:
                 sa = self.shape_of(a)
-                flat = self.namer(f"{a_name}_2d")
-                self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=a_name), LiteralArg(value=(-1, sa[-1])))))
-                a_name = flat
+                flat_name = self.namer(f"{a_name}_2d")
+                self.steps.append(TorchStep(outputs=(flat_name,), fn="reshape", args=(TensorArg(name=a_name), LiteralArg(value=(-1, sa[-1])))))
+                a_name = flat_name
             if anchor_op.flatten_batch and a_name and b_name:
                 a_name = self.batch_flat(a_name, self.shape_of(a))
-                b_name = self.batch_flat(b_name, self.shape_of(b))
-            a_t, b_t = anchor_op.a_t, anchor_op.b_t
-            if group.kernel_name in self.options.kmajor and self.kernel_math(self.dtype_of(a) or "", half) == "tf32":
+                b_name = self.pad_step(self.batch_flat(b_name, self.shape_of(b)), b_extra)
+            if flat and a_name:
+                a_name = self.pad_step(a_name, a_extra)
+            if kmajor:
                 # the target's tf32 wgmma reads both operands K-major: A as [M, K], B as [N, K] (written b^T)
                 if a_t and a_name:
                     a_name, a_t = self.k_major_copy(a_name), False
@@ -826,11 +1090,16 @@ class Lowering:
             op_ir = GemmOp(a=Operand(name=a_name or "?", transpose=a_t), b=Operand(name=b_name or "?", transpose=b_t))
         else:
             x, w = anchor_op.operands
-            x_name = self.conv_input(x, half)
-            w_name = self.operand(w, half, layout="channels_last")
+            d_c, d_kc = self.conv_padding(anchor_op)
+            x_name = self.conv_input(x, half, d_c)
+            w_extra = (d_kc, d_c) + (0,) * (len(self.shape_of(w)) - 2) if (d_c or d_kc) else None
+            w_name = self.operand(w, half, layout="channels_last", extra=w_extra)
             c = anchor_op.conv
             op_ir = ConvOp(spatial_dims=c["dims"], x=Operand(name=x_name or "?"), w=Operand(name=w_name or "?"),
                            stride=tuple(c["stride"]), padding=tuple(c["padding"]), dilation=tuple(c["dilation"]), groups=c["groups"])
+        folded_bias = None
+        if group.batch_norm is not None:
+            op_ir, folded_bias = self.fold_batch_norm(group, op_ir)
         externals: dict[Any, tuple[str, str]] = {}
         for m in group.members:
             for o in self.ops[m].operands:
@@ -838,19 +1107,19 @@ class Lowering:
                     r = self.resolve(o) if isinstance(o, torch.fx.Node) else o
                     if r in members:
                         continue
-                    name = self.value(r)
                     index = self.bias_index(group, r) or "full"
+                    name = self.value(r, extra=self.epilogue_padding(group, r, index, d_m, d_n or d_kc))
                     if anchor_op.kind == "conv" and index == "full" and name is not None:
                         name = self.as_channels_last(name)  # a residual must match the NHWC output
                     externals[r] = (name or "?", index)
-        bias = anchor_op.bias
-        bias_ref = None
+        bias = anchor_op.bias if folded_bias is None else None
+        bias_ref = folded_bias
         if bias is not None:
             r = self.resolve(bias) if isinstance(bias, torch.fx.Node) else bias
             index = self.bias_index(group, r)
             if anchor_op.kind == "conv" and self.shape_of(r) == (self.shape_of(group.anchor)[1],):
                 index = "col"  # the conv's own bias: one value per output channel
-            name = self.value(r)
+            name = self.value(r, extra=self.epilogue_padding(group, r, index, d_m, d_n or d_kc))
             if index is None or name is None:
                 self.fail(f"{group.anchor.name}: bias of shape {list(self.shape_of(r) or ())} does not broadcast over the output")
                 return
@@ -940,12 +1209,29 @@ class Lowering:
         self.steps.append(kernel)
         if anchor_op.kind == "conv":
             self.cl_tensors.update(s.name for s in stores if not isinstance(s.expr, Reduce))
+        if d_m or d_n or d_kc:
+            # the kernel computed padded rows / columns / channels: the program reads the real ones
+            rank = len(self.shape_of(group.anchor))
+            for s in stores:
+                v = next((k for k, nm in self.tensor_name.items() if nm == s.name), None)
+                if v is None:
+                    continue
+                if isinstance(s.expr, Reduce):
+                    cut = (-d_m,)
+                elif anchor_op.kind == "conv":
+                    cut = (0, -d_kc) + (0,) * (rank - 2)
+                elif anchor_op.flatten_a:
+                    cut = (-d_m, -d_n)
+                else:
+                    cut = (0,) * (rank - 2) + (-d_m, -d_n)
+                self.tensor_name[v] = self.pad_step(s.name, cut)
         out_shape = self.shape_of(group.anchor)
         if anchor_op.flatten_a or anchor_op.flatten_batch:
             for s in stores:
-                v = next(k for k, nm in self.tensor_name.items() if nm == s.name)
+                v = next(k for k, nm in self.tensor_name.items() if nm in (s.name, self.pads.get((s.name, (-d_m, -d_n)))))
+                current = self.tensor_name[v]
                 shaped = self.namer(f"{s.name}_nd")
-                self.steps.append(TorchStep(outputs=(shaped,), fn="reshape", args=(TensorArg(name=s.name), LiteralArg(value=tuple(out_shape)))))
+                self.steps.append(TorchStep(outputs=(shaped,), fn="reshape", args=(TensorArg(name=current), LiteralArg(value=tuple(out_shape)))))
                 self.tensor_name[v] = shaped
         for m in group.reduces:
             if m in self.tensor_name and self.ops[m].keepdim:

@@ -36,7 +36,7 @@ _MODULE_UNARY = {
 @dataclass
 class Op:
     node: Any
-    kind: str  # input param const alias gemm conv ew reduce getitem torch output unsupported
+    kind: str  # input param const alias gemm conv ew reduce batch_norm getitem torch output unsupported
     target: str  # readable, for coverage
     name: str = ""  # canonical op name ("relu", "linear")
     operands: list[Any] = field(default_factory=list)  # fx.Node | ParamRef | literal
@@ -62,6 +62,8 @@ class Op:
     scale: float = 1.0  # folded scalar factor (mean, a later mul/div)
     shift: float = 0.0  # folded additive constant (max/min)
     index: int = 0  # getitem
+    # batch_norm: weight, bias, running mean / var (ParamRef or None), eps, batch_stats
+    batch_norm: dict[str, Any] = field(default_factory=dict)
 
 
 def _target_name(node) -> tuple[str, str]:
@@ -427,6 +429,14 @@ def _normalize_module(node, module) -> Op:
         return op
     # no kernel form: the functional equivalent as a PyTorch step
     op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p)
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        # folded into the kernel before it where it can be (lower.Lowering.try_fold_batch_norm), else the step
+        batch_stats = module.training or not module.track_running_stats
+        op.kind, op.operands = "batch_norm", [x]
+        op.batch_norm = dict(weight=p("weight"), bias=p("bias"), eps=float(module.eps), batch_stats=batch_stats,
+                             mean=None if batch_stats else p("running_mean"), var=None if batch_stats else p("running_var"))
+        op.reason = f"nn.{cls} has no μCUTLASS kernel form"
+        return op
     if isinstance(module, nn.Dropout):
         op.kind, op.reason = "unsupported", "dropout with p > 0 in training mode is random: no program can match it"
     elif op.torch_fn is None:
@@ -440,10 +450,10 @@ def _module_functional(m, x, p):
     import torch.nn as nn
 
     if isinstance(m, nn.modules.batchnorm._BatchNorm):
-        if not (m.training or not m.track_running_stats):
-            return None, [], {}  # eval-mode statistics are not a whitelisted step
-        # the step normalises with the batch's statistics, as a module in training mode does
-        return "batch_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
+        if m.training or not m.track_running_stats:
+            # the step normalises with the batch's statistics, as a module in training mode does
+            return "batch_norm", [x, p("weight"), p("bias")], dict(eps=float(m.eps))
+        return "batch_norm", [x, p("weight"), p("bias"), p("running_mean"), p("running_var")], dict(eps=float(m.eps))
     if isinstance(m, nn.GroupNorm):
         return "group_norm", [x, m.num_groups, p("weight"), p("bias")], dict(eps=float(m.eps))
     if isinstance(m, nn.LayerNorm):

@@ -33,7 +33,9 @@ class TraceOptions(BaseModel):
     ``math`` picks the tensor-core math of kernels over fp32 data: None is the storage type's own
     (tf32 over f32); "f16" / "bf16" compute in 16 bits: params read by a kernel are declared in
     that type (cast once when bound), every other fp32 operand is cast by one ``to`` step per call,
-    accumulation and the epilogue stay fp32 and outputs keep the reference's element type."""
+    accumulation and the epilogue stay fp32 and outputs keep the reference's element type.
+
+    ``pad`` zero-pads a kernel's operands whose contiguous extent is not a multiple of 16 bytes."""
 
     model_config = ConfigDict(frozen=True)
     fuse: Literal["all", "bias", "none"] = "all"
@@ -42,6 +44,13 @@ class TraceOptions(BaseModel):
     unfuse: tuple[str, ...] = ()
     kmajor: tuple[str, ...] = ()
     math: Literal["f16", "bf16"] | None = None
+    # BatchNorm after a GEMM or conv kernel: "auto" folds running statistics into the kernel always, and batch
+    # statistics where a second pass of the kernel pays (lower.Lowering.second_pass_pays); "fold" wherever it
+    # can; "step" leaves every BatchNorm to a PyTorch step
+    batch_norm: Literal["auto", "fold", "step"] = "auto"
+    # misaligned GEMM K / N / M and conv channels: zero-padded operands (params once, when bound; other
+    # tensors by a pad step) and a slice of the output, instead of the op running as a PyTorch step
+    pad: bool = True
 
 
 class TraceResult(BaseModel):

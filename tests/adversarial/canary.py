@@ -3,6 +3,7 @@ looks for what an earlier attempt could have left behind (a changed default dtyp
 comparison functions, planted environment variables or objects) and answers noise if it finds any,
 so a judge whose next attempt is not clean rejects it."""
 import builtins
+import ctypes
 import os
 import types
 
@@ -12,6 +13,18 @@ from torch.utils.cpp_extension import load_inline  # noqa: F401
 
 _NATIVE = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
            types.WrapperDescriptorType, types.MethodWrapperType)
+
+
+def _c_getenv(name: str) -> bytes | None:
+    """What C code (cuBLAS, PyTorch's env checks) reads: the process's C-level environment, which
+    another process that can write this one's memory changes without os.environ seeing it."""
+    try:
+        getenv = ctypes.CDLL(None).getenv
+    except (OSError, AttributeError):
+        return None
+    getenv.restype = ctypes.c_char_p
+    getenv.argtypes = [ctypes.c_char_p]
+    return getenv(name.encode())
 
 
 def _leftovers() -> list[str]:
@@ -32,6 +45,8 @@ def _leftovers() -> list[str]:
     for var in ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE"):
         if os.environ.get(var):
             found.append(f"{var} set")
+        elif _c_getenv(var):
+            found.append(f"{var} set in the C environment only")
     if any(name.startswith("_kept") for name in vars(builtins)):
         found.append("objects planted in builtins")
     return found

@@ -57,6 +57,21 @@ class Scratch:
         except ImportError:
             pass
         self.cache_entries = {r / "kernels" / f"planted-{self.token}" for r in roots}
+        # where plants_startup_hook.py and plants_compile_caches.py write (the default folders and
+        # the ones the environment names, as the candidate computes them)
+        import getpass
+        import site
+        import sysconfig
+        import tempfile
+
+        self.hook_files = {Path(d) / f"zz_redteam_{self.token}.pth"
+                           for d in (sysconfig.get_paths()["purelib"], site.getusersitepackages())}
+        home = Path(os.path.expanduser("~"))
+        compile_roots = [Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}",
+                         home / ".triton" / "cache", home / ".cache" / "torch_extensions"]
+        compile_roots += [Path(os.environ[v]) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+                                                        "TORCH_EXTENSIONS_DIR") if os.environ.get(v)]
+        self.compile_entries = {r / f"planted-{self.token}" for r in compile_roots}
 
     @property
     def subs(self) -> dict[str, str]:
@@ -71,7 +86,7 @@ class Scratch:
     def planted(self) -> list[str]:
         """What a containment case left where it must not write."""
         out = [str(self.project_marker)] if self.project_marker.exists() else []
-        return out + [str(e) for e in self.cache_entries if e.exists()]
+        return out + [str(e) for e in (*self.cache_entries, *self.hook_files, *self.compile_entries) if e.exists()]
 
     def cleanup(self) -> None:
         pid = self.daemon_pid()
@@ -81,7 +96,9 @@ class Scratch:
             except (ProcessLookupError, PermissionError):
                 pass
         self.project_marker.unlink(missing_ok=True)
-        for entry in self.cache_entries:
+        for f in self.hook_files:
+            f.unlink(missing_ok=True)
+        for entry in (*self.cache_entries, *self.compile_entries):
             for f in entry.glob("*"):
                 f.unlink(missing_ok=True)
             try:
@@ -149,14 +166,21 @@ def _guarantees(case: Case, scratch: Scratch) -> list[str]:
         text = leaked.read_text() if leaked.exists() else ""
         if any(v in text for v in SECRET_VARS.values()):
             problems.append("the candidate read the judge's secrets")
-    if case.file == "daemon_child.py":
+    if case.file in ("daemon_child.py", "freezes_supervisor.py"):
         time.sleep(DAEMON_WAIT_S)
         if (scratch.dir / "daemon.marker").exists():
             problems.append("a process the candidate started outlived the attempt")
-    if case.file in ("writes_project.py", "writes_kernel_cache.py"):
+    if case.file in ("writes_project.py", "writes_kernel_cache.py", "plants_startup_hook.py",
+                     "plants_compile_caches.py"):
         left = scratch.planted()
         if left:
             problems.append(f"planted files remain: {', '.join(left)}")
+    if case.file == "plants_next_attempt_env.py":
+        report = scratch.dir / "next_attempt.txt"
+        reached = [line for line in (report.read_text().splitlines() if report.exists() else [])
+                   if line.strip().isdigit()]
+        if reached:
+            problems.append(f"the candidate wrote into the memory of the next attempts' processes {', '.join(reached)}")
     return problems
 
 

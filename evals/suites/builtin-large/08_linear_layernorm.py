@@ -1,0 +1,28 @@
+"""nn.Linear 4096 -> 4096 then LayerNorm over the features, batch 4096."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOLERANCE = 1e-2
+ALLOWED_PRECISIONS = ("f32", "tf32", "bf16", "f16")
+
+batch_size, in_features, out_features = 4096, 4096, 4096
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+        self.norm = nn.LayerNorm(out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.fc(x))
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
