@@ -27,7 +27,12 @@ import time
 import traceback
 import types
 
+import statistics
+
 import torch
+import torch.profiler
+import torch.utils._python_dispatch
+import torch.utils.flop_counter
 
 from evals import channel, timing
 
@@ -47,6 +52,22 @@ _GUARDED = {
     "torch.cuda.current_stream": (torch.cuda, "current_stream"), "torch.Tensor.copy_": (torch.Tensor, "copy_"),
     "torch.Tensor.fill_": (torch.Tensor, "fill_"), "torch.save": (torch, "save"),
     "torch.nn.Module.__call__": (torch.nn.Module, "__call__"),
+    # what captures and replays the timed graphs
+    "torch.cuda.graph": (torch.cuda, "graph"), "torch.cuda.CUDAGraph": (torch.cuda, "CUDAGraph"),
+    "torch.cuda.Stream": (torch.cuda, "Stream"), "torch.cuda.stream": (torch.cuda, "stream"),
+    "torch.cuda.CUDAGraph.capture_begin": (torch.cuda.CUDAGraph, "capture_begin"),
+    "torch.cuda.CUDAGraph.capture_end": (torch.cuda.CUDAGraph, "capture_end"),
+    # what copies outputs and inputs back to the judge
+    "torch.Tensor.to": (torch.Tensor, "to"), "torch.Tensor.detach": (torch.Tensor, "detach"),
+    "torch.Tensor.clone": (torch.Tensor, "clone"), "torch.Tensor.cpu": (torch.Tensor, "cpu"),
+    "torch.Tensor.contiguous": (torch.Tensor, "contiguous"), "torch.Tensor.view": (torch.Tensor, "view"),
+    "torch.frombuffer": (torch, "frombuffer"), "torch.load": (torch, "load"),
+    # what measures the work (op_work)
+    "torch.utils.flop_counter.FlopCounterMode": (torch.utils.flop_counter, "FlopCounterMode"),
+    "torch.utils.flop_counter.FlopCounterMode.get_total_flops": (torch.utils.flop_counter.FlopCounterMode,
+                                                                 "get_total_flops"),
+    "torch.profiler.profile": (torch.profiler, "profile"),
+    "torch.utils._python_dispatch._disable_current_modes": (torch.utils._python_dispatch, "_disable_current_modes"),
 }
 # the C entry points underneath (torch.cuda.synchronize calls torch._C._cuda_synchronize when it runs)
 for _name in ("_cuda_synchronize", "_cuda_getCurrentStream", "_cuda_setStream"):
@@ -369,8 +390,9 @@ class Runner:
 
     def op_work(self, req: dict) -> dict:
         """The aten FLOPs dispatched during one forward (and, on a GPU, the kernels that ran)."""
-        from torch.utils._python_dispatch import _disable_current_modes
-        from torch.utils.flop_counter import FlopCounterMode
+        _disable_current_modes, FlopCounterMode = _ORIGINALS["torch.utils._python_dispatch._disable_current_modes"], \
+            _ORIGINALS["torch.utils.flop_counter.FlopCounterMode"]
+        get_total_flops = _ORIGINALS["torch.utils.flop_counter.FlopCounterMode.get_total_flops"]
 
         model = self.instances[int(req["instance"])]
         inputs = [self.dev(x) for x in req["inputs"]]
@@ -391,7 +413,9 @@ class Runner:
         if self.cuda and req.get("kernels"):
             _cuda_sync()
             from torch.autograd import DeviceType
-            from torch.profiler import ProfilerActivity, profile
+            from torch.profiler import ProfilerActivity
+
+            profile = _ORIGINALS["torch.profiler.profile"]
 
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 model(*inputs)
@@ -405,7 +429,7 @@ class Runner:
                         kernels.append([k.name, float(getattr(k, "duration", 0.0))])
         if self.is_program and executor is not None:
             executor.run_kernel = run_kernel
-        return {"aten_flops": int(counter.get_total_flops()), "kernels": kernels,
+        return {"aten_flops": int(get_total_flops(counter)), "kernels": kernels,
                 "framework": framework_changes(), "tampered": tampered()}
 
     def op_time(self, req: dict) -> dict:
@@ -480,7 +504,7 @@ def main(argv=None) -> int:
         sys.path.remove("")
     set_framework()
     _EXPECTED_STATE.update(framework_state())
-    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel))
+    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel, statistics))
     _OWN_THREADS.update(t.ident for t in threading.enumerate())
     runner = Runner()
     if runner.cuda:

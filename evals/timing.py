@@ -429,7 +429,8 @@ def time_candidate(model, input_sets, flusher, method: TimingMethod, graph: bool
         if gc_was_enabled:
             gc.enable()
     out = {
-        "method": name, "capture_error": capture_error, "event_us": event_us, "median_us": statistics.median(event_us),
+        "method": name, "capture_error": capture_error, "call_us": call_us, "event_us": event_us,
+        "median_us": statistics.median(event_us),
         "mean_us": statistics.fmean(event_us), "min_us": min(event_us), "spread_pct": spread_pct(event_us),
         "trials": len(event_us), "calls_per_trial": per_trial, "warmup_s": method.warmup_s,
         "warmup_calls": warmup_calls, "timed_s": time.perf_counter() - started,

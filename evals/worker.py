@@ -531,6 +531,7 @@ class Judge:
             if res.get("threads"):
                 raise Finding(verdicts.TIMING_TAMPERED, f"the candidate keeps {len(res['threads'])} thread(s) running "
                               f"({', '.join(res['threads'][:3])}): work they launch runs outside the timed calls")
+            _summarize_timing(res)  # from the raw event times, here: not the candidate process's summary
             timed_s = float(res.get("timed_s") or 0.0)  # the measurement itself, inside the candidate's handler
             self.stages.add("timed", timed_s)
             self.stages.add("candidate", -timed_s)
@@ -651,6 +652,22 @@ class Judge:
 
 # ---------------------------------------------------------------------------------------------
 # comparisons
+
+
+def _summarize_timing(res: dict) -> None:
+    """The measurement's median, mean, minimum and spread computed in the judge from the per-call event
+    times the candidate process sent (its own summary is not used): trials of ``calls_per_trial`` calls."""
+    import statistics
+
+    from evals.timing import spread_pct
+
+    calls, n = res.get("call_us"), res.get("calls_per_trial")
+    if not (isinstance(calls, list) and calls and isinstance(n, int) and 1 <= n <= len(calls)
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in calls)):
+        raise Finding(verdicts.TIMING_TAMPERED, "the timing reply carries no usable per-call event times")
+    trials = [statistics.fmean(calls[i:i + n]) for i in range(0, len(calls) - n + 1, n)]
+    res.update(median_us=statistics.median(trials), mean_us=statistics.fmean(trials), min_us=min(trials),
+               spread_pct=spread_pct(trials), trials=len(trials))
 
 
 def _precision_text(info: dict, problem: Problem) -> str:
