@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from evals import channel, probes, verdicts
+from evals import channel, probes, sealed, verdicts
 from evals.problems import Problem, ProblemError
 from evals.sandbox import CandidateProcess, ProtectedTree
 from evals.timing import TimingMethod, make_flusher, time_candidate
@@ -509,7 +509,7 @@ class Judge:
         problem = self.problem(req["problem"])
         settings = self.settings = req["settings"]
         device = self.device_for(settings)
-        if device.type != "cuda":
+        if device.type != "cuda" and not settings.get("cpu_timing"):
             return {"timing_source": None, "reason": "no GPU in this process: no measured timing"}
         tol = problem.tolerance
         model_seed = _seed()
@@ -567,7 +567,9 @@ class Judge:
             if cur is not None and res["median_us"] > 1.5 * cur + 50.0:
                 raise Finding(verdicts.TIMING_TAMPERED, f"the current stream's part of a call took {cur:.1f} us but all "
                               f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
-            work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=True)
+            with self.stages("sealed"):
+                self.sealed_calls(attempt, inst, problem, model_seed, inputs[0], refs[0], res, device)
+            work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=device.type == "cuda")
             with self.stages("end"):
                 attempt.end_checks()
             verdict = None
@@ -588,12 +590,72 @@ class Judge:
                 verdicts.PYTORCH_ONLY, f"{100 * (1 - work['candidate_time_share']):.0f}% of the GPU time ran in library "
                 f"kernels (ATen, cuBLAS, cuDNN); less than half is in kernels the candidate brought")})
         keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
-                "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s")
+                "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s", "sealed")
         out = {k2: res.get(k2) for k2 in keep}
         self.models.clear()
-        out.update(timing_source="gpu", verdict=verdict, flags=flags, work=_plain(work),
+        out.update(timing_source="gpu" if device.type == "cuda" else "cpu", verdict=verdict, flags=flags, work=_plain(work),
                    crashed=bool(verdict and verdict.get("died")), stages=self.stages.take())
         return out
+
+    def sealed_calls(self, attempt: Attempt, inst: int, problem: Problem, model_seed: int, x0: list, ref0: list,
+                     res: dict, device) -> None:
+        """The judge-clocked bound (``evals.sealed``): K fresh input sets staged masked, then unmasked, called
+        and checksummed inside one request this process times, then fetched and checked. Records
+        ``res["sealed"]``; a reported time under the bound's rule, a wrong output or a checksum that does
+        not match the fetched outputs is a Finding."""
+        t_us = float(res["median_us"])
+        in_bytes = sum(x.numel() * x.element_size() for x in x0 if isinstance(x, torch.Tensor))
+        out_bytes = sum(r.numel() * r.element_size() for r in ref0)
+        out_numel = sum(r.numel() for r in ref0)
+        gbps = sealed.bandwidth_gbps(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+        if device.type == "cuda":
+            floor_us = sealed.floor_us(sealed.overhead_bytes(in_bytes, out_numel, out_bytes), gbps)
+        else:  # no bandwidth data for a CPU: the same passes, timed here
+            floor_us = sealed.measured_floor_us(x0, ref0)
+        k = sealed.choose_k(t_us, sealed.floor_us(in_bytes + out_bytes, gbps),
+                            sealed.staged_bytes(in_bytes, out_bytes, out_numel), device.type)
+        sets = self.inputs(problem, [_seed() for _ in range(k)], device)
+        mask_seeds = [sealed.seed() for _ in x0]
+        with self.stages("sealed_mask"):
+            masked = [sealed.mask(torch.stack([s[p] for s in sets]), mask_seeds[p]) if isinstance(x, torch.Tensor)
+                      else x for p, x in enumerate(x0)]
+        info: dict[str, Any] = {"k": k, "t_us": t_us, "alpha": sealed.ALPHA, "floor_us": floor_us,
+                                "bandwidth_gbps": gbps, "method": sealed.METHOD_NOTE}
+        res["sealed"] = info
+        attempt.request("sealed_stage", {"instance": inst, "masked": masked, "out_specs": [
+            [list(r.shape), sealed.dtype_name(r.dtype)] for r in ref0]})
+        del masked
+        t0 = time.perf_counter()
+        attempt.request("ping", {})
+        ping_s = time.perf_counter() - t0
+        checksum_seed = sealed.seed()
+        t0 = time.perf_counter()
+        go = attempt.request("sealed_go", {"mask_seeds": mask_seeds, "checksum_seed": checksum_seed})
+        wall_s = time.perf_counter() - t0
+        fetched = attempt.request("sealed_fetch", {}).get("outputs")
+        refs = [self.reference(problem, model_seed, s) for s in sets]
+        with self.stages("compare"):
+            if not isinstance(fetched, list) or len(fetched) != len(ref0) or any(
+                    type(o) is not torch.Tensor or o.dtype != r.dtype or tuple(o.shape) != (k, *r.shape)
+                    for o, r in zip(fetched, ref0)):
+                raise Finding(verdicts.TIMED_CALL_WRONG, "the sealed calls' outputs are missing or of the wrong "
+                              "type, dtype or shape")
+            for i in range(k):
+                cmp = compare([o[i] for o in fetched], refs[i], problem.tolerance)
+                if not cmp["correct"]:
+                    raise Finding(verdicts.TIMED_CALL_WRONG, f"sealed call {i + 1} of {k}: {cmp['text']}")
+            expected, scales = sealed.expected_checksums(fetched, checksum_seed)
+        bad = sealed.checksums_agree(go.get("checksums"), expected, scales)
+        u_us = sealed.bound_us(wall_s, ping_s, k, floor_us)
+        beta = sealed.beta_us(device.type, ping_s, k)
+        flagged = bool(bad) or sealed.tampered(t_us, u_us, beta)
+        info.update(bound_us=u_us, beta_us=beta, wall_s=wall_s, ping_s=ping_s, ratio=t_us / u_us if u_us > 0 else None,
+                    flagged=flagged)
+        if bad:
+            raise Finding(verdicts.TIMING_TAMPERED, f"the checksums the timed request replied for {len(bad)} of {k} "
+                          f"sealed calls do not match their outputs: the outputs were not computed inside it")
+        if flagged:
+            raise Finding(verdicts.TIMING_TAMPERED, sealed.rule_text(t_us, u_us, k, beta))
 
     def op_end_attempt(self, req: dict) -> dict:
         self.end_current()
