@@ -447,7 +447,8 @@ class Runner:
         set_framework()
         if self.device.type == "cuda":
             result = time_candidate(model, input_sets, self.flusher, method, graph=bool(req.get("graph", True)))
-        else:
+        else:  # one thread: on a shared host a call's time is otherwise its threads' wait for a core
+            torch.set_num_threads(1)
             result = timing.time_candidate_cpu(model, input_sets, method)
         self.graphs = result.pop("graphs")
         # the outputs of each input set's last timed call; each graph is replayed once more and read at

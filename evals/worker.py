@@ -560,7 +560,7 @@ class Judge:
             wall_us = max(0.0, time.perf_counter() - t0 - ping_s) * 1e6 / n_wall
             res["wall_bound_us"] = wall_us
             res["request_s"] = request_s
-            if res["median_us"] < 0.5 * wall_us - 20.0:
+            if device.type == "cuda" and res["median_us"] < 0.5 * wall_us - 20.0:
                 raise Finding(verdicts.TIMING_TAMPERED, f"reported GPU time {res['median_us']:.1f} us per call, but the "
                               f"judge's clock saw {wall_us:.1f} us per call back to back")
             cur = res.get("current_stream_median_us")
@@ -614,24 +614,42 @@ class Judge:
             floor_us = sealed.measured_floor_us(x0, ref0)
         k = sealed.choose_k(t_us, sealed.floor_us(in_bytes + out_bytes, gbps),
                             sealed.staged_bytes(in_bytes, out_bytes, out_numel), device.type)
-        sets = self.inputs(problem, [_seed() for _ in range(k)], device)
+        info: dict[str, Any] = {"k": k, "t_us": t_us, "alpha": sealed.ALPHA, "floor_us": floor_us,
+                                "bandwidth_gbps": gbps, "method": sealed.METHOD_NOTE, "bounds_us": []}
+        res["sealed"] = info
+        # a few go requests with fresh sets, the least disturbed one judged: the host's other work can only
+        # lengthen a request, never shorten it
+        for _ in range(sealed.REPEATS.get(device.type, 1)):
+            wall_s, ping_s = self.sealed_go(attempt, inst, problem, model_seed, x0, ref0, k)
+            u_us = sealed.bound_us(wall_s, ping_s, k, floor_us)
+            info["bounds_us"].append(u_us)
+            if u_us == min(info["bounds_us"]):
+                info.update(bound_us=u_us, wall_s=wall_s, ping_s=ping_s, beta_us=sealed.beta_us(device.type, ping_s, k))
+            if not sealed.tampered(t_us, info["bound_us"], info["beta_us"]):
+                break
+        u_us, beta = info["bound_us"], info["beta_us"]
+        info.update(ratio=t_us / u_us if u_us > 0 else None, flagged=sealed.tampered(t_us, u_us, beta))
+        if info["flagged"]:
+            raise Finding(verdicts.TIMING_TAMPERED, sealed.rule_text(t_us, u_us, k, beta))
+
+    def sealed_go(self, attempt: Attempt, inst: int, problem: Problem, model_seed: int, x0: list, ref0: list,
+                  k: int) -> tuple[float, float]:
+        """One stage, go and fetch of ``k`` fresh sets; returns the go request's and a ping's round trip
+        (seconds, from sending to the reply's arrival), after checking every output and checksum."""
+        sets = self.inputs(problem, [_seed() for _ in range(k)], device=x0[0].device if x0 and isinstance(
+            x0[0], torch.Tensor) else self.device)
         mask_seeds = [sealed.seed() for _ in x0]
         with self.stages("sealed_mask"):
             masked = [sealed.mask(torch.stack([s[p] for s in sets]), mask_seeds[p]) if isinstance(x, torch.Tensor)
                       else x for p, x in enumerate(x0)]
-        info: dict[str, Any] = {"k": k, "t_us": t_us, "alpha": sealed.ALPHA, "floor_us": floor_us,
-                                "bandwidth_gbps": gbps, "method": sealed.METHOD_NOTE}
-        res["sealed"] = info
         attempt.request("sealed_stage", {"instance": inst, "masked": masked, "out_specs": [
             [list(r.shape), sealed.dtype_name(r.dtype)] for r in ref0]})
         del masked
-        t0 = time.perf_counter()
         attempt.request("ping", {})
-        ping_s = time.perf_counter() - t0
+        ping_s = float(attempt.proc.last_transfer.get("wait_s", 0.0))
         checksum_seed = sealed.seed()
-        t0 = time.perf_counter()
         go = attempt.request("sealed_go", {"mask_seeds": mask_seeds, "checksum_seed": checksum_seed})
-        wall_s = time.perf_counter() - t0
+        wall_s = float(attempt.proc.last_transfer.get("wait_s", 0.0))
         fetched = attempt.request("sealed_fetch", {}).get("outputs")
         refs = [self.reference(problem, model_seed, s) for s in sets]
         with self.stages("compare"):
@@ -646,16 +664,10 @@ class Judge:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"sealed call {i + 1} of {k}: {cmp['text']}")
             expected, scales = sealed.expected_checksums(fetched, checksum_seed)
         bad = sealed.checksums_agree(go.get("checksums"), expected, scales)
-        u_us = sealed.bound_us(wall_s, ping_s, k, floor_us)
-        beta = sealed.beta_us(device.type, ping_s, k)
-        flagged = bool(bad) or sealed.tampered(t_us, u_us, beta)
-        info.update(bound_us=u_us, beta_us=beta, wall_s=wall_s, ping_s=ping_s, ratio=t_us / u_us if u_us > 0 else None,
-                    flagged=flagged)
         if bad:
             raise Finding(verdicts.TIMING_TAMPERED, f"the checksums the timed request replied for {len(bad)} of {k} "
                           f"sealed calls do not match their outputs: the outputs were not computed inside it")
-        if flagged:
-            raise Finding(verdicts.TIMING_TAMPERED, sealed.rule_text(t_us, u_us, k, beta))
+        return wall_s, ping_s
 
     def op_end_attempt(self, req: dict) -> dict:
         self.end_current()
