@@ -201,16 +201,17 @@ class Staged:
         for m in masked:
             if isinstance(m, torch.Tensor) and m.numel():
                 w = words(m, set_word_dtype(m))
-                noise.append(torch.empty(k, w.numel() // k, dtype=w.dtype, device=device))
+                noise.append(torch.zeros(k, w.numel() // k, dtype=w.dtype, device=device))
             else:
                 noise.append(None)
         outputs, weights, products = [], [], []
         for shape, dtype_name in out_specs:
             dtype = getattr(torch, dtype_name)
-            outputs.append(torch.empty([k, *shape], dtype=dtype, device=device))
+            # written now (untimed): the go request must not pay for first touches of fresh memory
+            outputs.append(torch.zeros([k, *shape], dtype=dtype, device=device))
             numel = math.prod(shape)
-            weights.append(torch.empty(k, numel, dtype=torch.float32, device=device))
-            products.append(torch.empty(k, numel, dtype=torch.float32, device=device))
+            weights.append(torch.zeros(k, numel, dtype=torch.float32, device=device))
+            products.append(torch.zeros(k, numel, dtype=torch.float32, device=device))
         return cls(k=k, masked=masked, noise=noise, outputs=outputs, weights=weights, products=products,
                    checksums=torch.zeros(k, dtype=torch.float64, device=device))
 
@@ -314,22 +315,61 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def measured_floor_us(inputs: list, outputs: list, repeats: int = 5) -> float:
-    """The unmask and checksum passes of one call (no forward) timed in the judge's own process, best of
-    ``repeats``: the floor where no bandwidth data applies (the CPU)."""
+def measured_floor_us(inputs: list, outputs: list, k: int = 1, repeats: int = 3) -> float:
+    """The unmask and checksum passes of one call among ``k`` (no forward), run in the judge's own process,
+    per call, best of ``repeats``: the floor where no bandwidth data applies (the CPU). Timed on the CPU by
+    this thread's CPU clock, on one thread as the candidate's calls are timed (a shared host's other work
+    does not count), by the wall clock on a GPU."""
     import time
 
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
     device = tensors[0].device if tensors else torch.device("cpu")
-    masked = [mask(x.unsqueeze(0), 1) if isinstance(x, torch.Tensor) else x for x in inputs]
+    k = max(1, int(k))
+    clock = time.thread_time if device.type == "cpu" else time.perf_counter
+    masked = [mask(x.unsqueeze(0).expand(k, *x.shape), 1) if isinstance(x, torch.Tensor) else x for x in inputs]
     staged = Staged.allocate(masked, [[list(o.shape), dtype_name(o.dtype)] for o in outputs], device)
     entry = {"inputs": [torch.empty_like(x) if isinstance(x, torch.Tensor) else x for x in inputs],
              "run": lambda: None, "outputs": lambda: list(outputs)}
     best = math.inf
-    for i in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        run_go(staged, [entry], [i + 1] * len(inputs), i + 2)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e6
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        for i in range(max(1, repeats)):
+            t0 = clock()
+            run_go(staged, [entry], [i + 1] * len(inputs), i + 2)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = min(best, clock() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return best * 1e6 / k
+
+
+def tree_cpu_s(root_pid: int) -> float | None:
+    """CPU time (seconds, every thread) of ``root_pid``'s descendants, from the kernel's accounting
+    (/proc/<pid>/task/<tid>/schedstat): what the candidate's processes ran, not what they waited for a
+    core. None where /proc does not say."""
+    total, found = 0.0, False
+    stack, seen = [int(root_pid)], set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            base = f"/proc/{pid}/task/{tid}"
+            try:
+                if pid != root_pid:
+                    with open(f"{base}/schedstat") as f:
+                        total += int(f.read().split()[0]) / 1e9
+                    found = True
+                with open(f"{base}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+            except (OSError, ValueError, IndexError):
+                continue
+    return total if found else None

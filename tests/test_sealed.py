@@ -6,11 +6,14 @@ is in tests/test_harness_cpu.py-style integration below, on the CPU with ``cpu_t
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from evals import sealed
+
+HERE_ADV = Path(__file__).resolve().parent / "adversarial"
 
 
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -207,6 +210,24 @@ def test_measured_floor_is_positive_and_small():
 # Through the judge, on the CPU (cpu_timing): an honest candidate's time stands and records the bound;
 # one whose timed calls are answered from a memory of the rotated input sets is timing_tampered.
 
+# A problem whose call takes milliseconds on one CPU thread, so that the host's scheduling noise is small
+# beside it (the CPU bound is a test of the rule; on a busy host tiny calls are noise).
+_PROBLEM = '''
+import torch, torch.nn as nn
+TOLERANCE = 1e-3
+batch_size, in_features, out_features = 256, 768, 768
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+
 _HONEST = '''
 import torch, torch.nn as nn
 class ModelNew(nn.Module):
@@ -218,21 +239,18 @@ class ModelNew(nn.Module):
 '''
 
 # the timing calls rotate a few input sets: answered from a memory keyed by the input's bytes after the
-# first sight, each with a few milliseconds of honest-looking work on new inputs (the sealed calls' are new)
+# first sight (the sealed calls' sets are new: computed)
 _MEMO = '''
-import time, torch, torch.nn as nn
+import torch, torch.nn as nn
 class ModelNew(nn.Module):
     def __init__(self, in_features, out_features):
         super().__init__()
         self.fc = nn.Linear(in_features, out_features)
         self.memory = {}
     def forward(self, x):
-        key = hash(x.numpy().tobytes())
+        key = hash(x[::16, ::16].numpy().tobytes())
         if key in self.memory:
             return self.memory[key].clone()
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 0.003:
-            pass
         y = torch.relu(self.fc(x))
         self.memory[key] = y.clone()
         return y
@@ -245,17 +263,15 @@ import sys, torch, torch.nn as nn
 _runner = sys.modules["__main__"]  # the candidate runner
 _runner.tampered = lambda: []
 _real_fetch = _runner.Runner.op_sealed_fetch
+_SEEDS = {}
 def _go(self, req):
+    _SEEDS["mask"] = req["mask_seeds"]
     return {"checksums": [0.0] * self.sealed.k}
 def _fetch(self, req):
     from evals import sealed
     sealed.run_go(self.sealed, self.graphs, [int(s) for s in _SEEDS["mask"]], 0)
     return _real_fetch(self, req)
-_SEEDS = {}
-def _go_record(self, req):
-    _SEEDS["mask"] = req["mask_seeds"]
-    return _go(self, req)
-_runner.Runner.op_sealed_go = _go_record
+_runner.Runner.op_sealed_go = _go
 _runner.Runner.op_sealed_fetch = _fetch
 class ModelNew(nn.Module):
     def __init__(self, in_features, out_features):
@@ -264,6 +280,8 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return torch.relu(self.fc(x))
 '''
+
+_REWRITES_TIMING = (HERE_ADV / "rewrites_runner_timing.py").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -280,35 +298,46 @@ def cpu_timing_harness(tmp_path_factory):
         h.close()
 
 
-def _problem():
-    from evals.problems import load_suite
+@pytest.fixture(scope="module")
+def medium_problem(tmp_path_factory):
+    from evals.problems import load_problem
 
-    return next(p for p in load_suite("smoke") if p.name == "02_linear_relu_tiny")
+    path = tmp_path_factory.mktemp("problem") / "linear_relu_768.py"
+    path.write_text(_PROBLEM)
+    return load_problem(path)
 
 
-def test_honest_candidate_records_the_bound(cpu_timing_harness):
+def test_honest_candidate_records_the_bound(cpu_timing_harness, medium_problem):
     from evals.harness import Candidate
 
-    t = cpu_timing_harness.profile(_problem(), Candidate.from_source(_HONEST))
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_HONEST))
     assert t.valid, t.reason
-    assert t.timing_source == "cpu" and t.method == "cpu_wall"
+    assert t.timing_source == "cpu" and t.method == "cpu_thread"
     s = t.sealed
     assert s["k"] >= sealed.K_MIN and s["bound_us"] > 0 and s["flagged"] is False
     assert "sealed calls" in s["method"] and s["t_us"] == pytest.approx(t.median_us)
 
 
-def test_memoised_timed_calls_are_timing_tampered(cpu_timing_harness):
+def test_memoised_timed_calls_are_timing_tampered(cpu_timing_harness, medium_problem):
     from evals.harness import Candidate
 
-    t = cpu_timing_harness.profile(_problem(), Candidate.from_source(_MEMO))
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_MEMO))
     assert not t.valid and t.rule == "timing_tampered", t.reason
-    assert t.sealed.get("flagged") is True and t.sealed["bound_us"] > 1000.0
-    assert "sealed calls" in t.reason
+    assert t.sealed.get("flagged") is True and "sealed calls" in t.reason
 
 
-def test_forged_go_reply_is_timing_tampered(cpu_timing_harness):
+def test_forged_go_reply_is_timing_tampered(cpu_timing_harness, medium_problem):
     from evals.harness import Candidate
 
-    t = cpu_timing_harness.profile(_problem(), Candidate.from_source(_FORGED))
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_FORGED))
     assert not t.valid and t.rule == "timing_tampered", t.reason
     assert "checksums" in t.reason
+
+
+def test_rewritten_runner_timing_is_timing_tampered(cpu_timing_harness, medium_problem):
+    """The adversarial case rewrites_runner_timing.py: no guard in the candidate's process reports it."""
+    from evals.harness import Candidate
+
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_REWRITES_TIMING))
+    assert not t.valid and t.rule == "timing_tampered", t.reason
+    assert t.sealed.get("flagged") is True and "sealed calls" in t.reason

@@ -179,6 +179,9 @@ CASES: list[Case] = [
     # torch._C's synchronize, current-stream and set-stream entry points are guarded like torch.cuda's names
     Case("sync_noop_side_stream.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True,
          what="makes torch.cuda.synchronize a no-op through torch._C and hides the work on a side stream"),
+    # sealed calls: the judge's clock over K masked calls whose outputs and checksums it checks (no runner code trusted)
+    Case("rewrites_runner_timing.py", "timing_tampered", 5, stage="profile", cpu=False,
+         what="replaces the runner's guard function (nothing reported or put back), then its timing functions: a fifth of every time"),
     # 6 precision
     Case("half_precision.py", "precision", 6, problem="linear_relu_tf32",
          what="computes in float16 (.half(): the static reading sees it)"),
