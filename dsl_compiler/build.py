@@ -470,9 +470,13 @@ def _emitted_jobs(program: Program, flags: list[str], nvcc_ver: str, cut_ver: st
 
 def _ahead_jobs(ahead, flags, nvcc_ver, cut_ver, skip: set[str]) -> list[_Job]:
     """Kernels of the programs expected next that no valid entry or build ahead holds yet."""
+    from dsl_compiler.checks import check
+
     out = []
     for program in ahead or ():
         try:
+            if has_errors(check(program, "sm90a")):  # a program the checks refuse would fail its whole unit
+                continue
             jobs = _emitted_jobs(program, flags, nvcc_ver, cut_ver)
         except Exception:  # noqa: BLE001 -- a hint that cannot be emitted is skipped
             continue

@@ -205,6 +205,16 @@ def test_a_failing_unit_still_builds_its_good_kernels(nvcc_units):
     assert "unsupported cluster shape" in failed.diagnostics[0].message
 
 
+def test_a_program_the_checks_refuse_is_not_built_ahead(nvcc_units):
+    from test_backend_programs import _gemm
+
+    # K = 130 bf16: a 260-byte row breaks TMA's 16-byte rule, which the static checks report
+    bad, diags = parse(_gemm("misaligned", "bf16", "x", "w", "  store y: bf16 = acc", "", k=130))
+    assert bad is not None, diags
+    res = build.build_program(_variant("gemm_bf16_nt_coop", "128x128x64"), ahead=[bad])
+    assert res.ok and res.ahead_kernels == 0 and _calls(nvcc_units) == [("kernel.cu", 1)]
+
+
 def test_the_runtime_finds_a_kernel_by_its_symbol_in_a_unit_library(tmp_path):
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
