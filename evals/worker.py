@@ -46,6 +46,10 @@ LIBRARY_KERNEL = re.compile(
 )
 
 
+# Guarded names (evals.candidate_runner) that only measure the work: replaced, the attribution cannot stand.
+ATTRIBUTION_NAMES = ("torch.utils.flop_counter.", "torch.profiler.", "torch.utils._python_dispatch.")
+
+
 class Finding(Exception):
     """A rule broken by the candidate; ends the attempt's checks."""
 
@@ -141,6 +145,9 @@ class Attempt:
             raise Finding(exc.rule, exc.text, died=exc.rule in (verdicts.CRASH, verdicts.TIMEOUT)) from None
         tampered = reply.get("tampered") or (reply.get("result") or {}).get("tampered") or []
         if tampered:
+            if all(str(name).startswith(ATTRIBUTION_NAMES) for name in tampered):
+                raise Finding(verdicts.PYTORCH_ONLY, f"the candidate replaced {', '.join(tampered)}, which the harness "
+                              f"counts its work with: its work cannot be attributed")
             raise Finding(verdicts.TIMING_TAMPERED,
                           f"the candidate replaced {', '.join(tampered)}, which the harness times and checks with")
         if not reply.get("ok"):
