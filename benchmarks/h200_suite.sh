@@ -6,11 +6,14 @@
 #           of the default method, cuda_graph, beside variants of it), on a quiet host; under 3.5 minutes
 #   (harness and timing back to back fit one 10-minute command: benchmarks/gpu_todo/speed13.sh);
 #   variants: hand-written CUDA ModelNew modules through the cuda variant beside the offline tier (bench_variants.py);
-#   offline: build the offline tier's candidate kernels for the built-in suite (one nvcc per core), evaluate the
-#            suite (resumable: run the stage again to finish), write the offline benchmark table and the report.
+#   offline: build the offline tier's candidate kernels for suite $SUITE (builtin or builtin-large; spread over
+#            one translation unit per core), evaluate the suite (resumable: run the stage again to finish), write
+#            the offline benchmark table <date>-h200-offline-$SUITE.{json,md} and the report.
 # Needs the wheels of `mucutlass wheelhouse` in .whl/; kernels built elsewhere with the same nvcc and CUTLASS may
 # come as .cache/kernels.tar.xz (same content hash, same cache entry). Results land in $OUT (at most 8 files).
-# Environment: ATTEMPTS (default 3), PREBUILD_S (default 300), EVAL_S (seconds left for the evaluation).
+# Environment: ATTEMPTS (default 3), PREBUILD_S (default 300), EVAL_S (seconds left for the evaluation); offline
+# stage: SUITE (default builtin), PREBUILD_ATTEMPTS (candidates built per problem, default ATTEMPTS + 2),
+# TABLE_S and REPORT_S (default 60 each).
 set -uo pipefail
 stage=${1:?usage: h200_suite.sh harness|variants|offline}
 OUT=${OUT:-/tmp/mucutlass-out}
@@ -62,19 +65,24 @@ if [ "$stage" = variants ]; then
 fi
 
 if [ "$stage" = offline ]; then
-  EVAL=.cache/eval
-  say "kernels in cache: $(ls "$MUCUTLASS_CACHE_DIR/kernels" 2>/dev/null | wc -l)"
-  timeout "${PREBUILD_S:-300}" python3 benchmarks/bench_offline.py --suite builtin --prebuild-only \
-    --max-attempts "$ATTEMPTS" --jobs "$(nproc)" >> "$log" 2>&1
+  # SUITE: builtin (default) or builtin-large; the eval store is per suite, so each resumes on its own
+  SUITE=${SUITE:-builtin}
+  EVAL=.cache/eval-$SUITE
+  # a measured time that misses its estimate re-ranks the next candidates: build a few more than are tried
+  PREBUILD_ATTEMPTS=${PREBUILD_ATTEMPTS:-$(( ATTEMPTS + 2 ))}
+  say "suite $SUITE: kernels in cache: $(ls "$MUCUTLASS_CACHE_DIR/kernels" 2>/dev/null | wc -l)"
+  timeout "${PREBUILD_S:-300}" python3 benchmarks/bench_offline.py --suite "$SUITE" --prebuild-only \
+    --max-attempts "$PREBUILD_ATTEMPTS" --jobs "$(nproc)" >> "$log" 2>&1
   say "prebuild exit $?; kernels in cache: $(ls "$MUCUTLASS_CACHE_DIR/kernels" | wc -l)"
-  timeout "${EVAL_S:-240}" python3 -m mucutlass eval --suite builtin --tiers offline --policies fixed,sol+plateau \
+  timeout "${EVAL_S:-240}" python3 -m mucutlass eval --suite "$SUITE" --tiers offline --policies fixed,sol+plateau \
     --max-attempts "$ATTEMPTS" --backend cutlass --out "$EVAL" --no-progress >> "$log" 2>&1
   say "eval exit $?"
-  timeout 60 python3 benchmarks/bench_offline.py --suite builtin --from-eval "$EVAL/results.sqlite" \
+  # <date>-h200-offline-$SUITE.{json,md}: ours, PyTorch's best allowed variant (the floor) and fallbacks per problem
+  timeout "${TABLE_S:-60}" python3 benchmarks/bench_offline.py --suite "$SUITE" --from-eval "$EVAL/results.sqlite" \
     --out "$OUT" >> "$log" 2>&1
   say "bench table exit $?"
-  timeout 60 python3 -m mucutlass report "$EVAL" --out "$EVAL/report" >> "$log" 2>&1
+  timeout "${REPORT_S:-60}" python3 -m mucutlass report "$EVAL" --out "$EVAL/report" >> "$log" 2>&1
   say "report exit $?"
-  tar -czf "$OUT/eval.tgz" --exclude='*.so' --exclude='checkpoints.sqlite*' "$EVAL" 2>/dev/null
+  tar -czf "$OUT/eval-$SUITE.tgz" --exclude='*.so' --exclude='checkpoints.sqlite*' "$EVAL" 2>/dev/null
 fi
 say done

@@ -393,7 +393,9 @@ def _run_nvcc(nvcc: str, flags: list[str], cwd: Path, src: str, out: str) -> tup
 def _compile_unit_locked(jobs: list[_Job], nvcc: str, flags: list[str]) -> dict[str, tuple[bool, float, str]]:
     kernels = [j.emitted for j in jobs]
     source = unit_source(kernels)
-    tmp = Path(tempfile.mkdtemp(prefix=".unit.", dir=jobs[0].dir.parent))
+    # named after its first kernel's key (held locked here): the judge's containment check knows such names as
+    # builds running beside an attempt (evals.sandbox.KERNEL_ENTRY), not as files planted in the cache
+    tmp = Path(tempfile.mkdtemp(prefix=f".{jobs[0].key}.unit-", dir=jobs[0].dir.parent))
     try:
         (tmp / "unit.cu").write_text(source)
         ok, unit_s, log = _run_nvcc(nvcc, flags, tmp, "unit.cu", "unit.so")
@@ -470,9 +472,13 @@ def _emitted_jobs(program: Program, flags: list[str], nvcc_ver: str, cut_ver: st
 
 def _ahead_jobs(ahead, flags, nvcc_ver, cut_ver, skip: set[str]) -> list[_Job]:
     """Kernels of the programs expected next that no valid entry or build ahead holds yet."""
+    from dsl_compiler.checks import check
+
     out = []
     for program in ahead or ():
         try:
+            if has_errors(check(program, "sm90a")):  # a program the checks refuse would fail its whole unit
+                continue
             jobs = _emitted_jobs(program, flags, nvcc_ver, cut_ver)
         except Exception:  # noqa: BLE001 -- a hint that cannot be emitted is skipped
             continue
