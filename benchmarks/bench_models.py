@@ -36,15 +36,19 @@ TARGET_COVERAGE = {"13_transformer_encoder": 0.8, "14_lstm_layer": 0.8}  # CNNs 
 
 
 def _candidates(args: tuple[str, str, int]) -> tuple[str, list[str], float]:
-    """One problem's first candidate programs (as JSON), in a worker process."""
-    from bench_offline import candidate_programs
+    """One problem's first ``count`` candidate programs (as JSON), in a worker process: the ones an evaluation with
+    that many attempts tries (bench_offline's prebuild adds every other precision's best, a later attempt's
+    fallback after a wrong 16-bit result, which a run of one attempt never reaches)."""
+    from dsl_compiler.parser import parse
     from evals.problems import load_suite
+    from nodes.offline.policy import OfflineTier
 
     name, gpu, count = args
     start = time.perf_counter()
     problem = next(p for p in load_suite(SUITE) if p.name == name)
     try:
-        programs = candidate_programs(problem, gpu, count)
+        listed = OfflineTier(use_record=True).candidates(problem, gpu)[:count]
+        programs = [p for p in (parse(c.program_text)[0] for c in listed) if p is not None and p.kernels]
     except Exception as exc:  # a problem without candidates still leaves the others to build
         print(f"{name}: no candidates ({type(exc).__name__}: {exc})", flush=True)
         programs = []

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The models suite (14 whole models: MLP, LeNet-5, AlexNet, VGG, ResNet blocks and ResNet-18, DenseNet, SqueezeNet,
 # Inception, MobileNetV2, EfficientNet MBConv+SE, a transformer block, an LSTM) under the offline tier on one H200,
-# cutlass backend, 1 attempt, policy fixed: prebuild every problem's first candidates (about 70 unique kernels,
+# cutlass backend, 1 attempt, policy fixed: prebuild every problem's first candidate (about 40 unique kernels,
 # one nvcc per core), evaluate (PyTorch's eager fp32 / eager TF32 / torch.compile beside ours), and write
 # $OUT/<date>-h200-models.{json,md}: per problem the four times, coverage, correct, and the reasons. Under 8 minutes.
 # Run from the repository root: OUT=... bash benchmarks/gpu_todo/models17.sh
