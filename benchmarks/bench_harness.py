@@ -53,6 +53,8 @@ from evals.timing import TimingMethod, range_pct, spread_pct  # noqa: E402
 ADVERSARIAL = ROOT / "tests" / "adversarial"
 OVERHEAD_PROBLEM = "02_linear_relu_tiny"  # smoke: the harness's cost, not the problem's
 OVERHEAD_PROBLEM_LARGE = "11_linear_relu"  # builtin: how it grows with the problem's size
+# Without a GPU: 11_linear_relu's tensor sizes with math a CPU does in milliseconds (and its honest candidate)
+OVERHEAD_PROBLEM_LARGE_CPU = ROOT / "benchmarks" / "harness_problems" / "large_cheap_relu.py"
 SPREAD_PROBLEMS_GPU = ("01_gemm_square", "11_linear_relu", "20_conv2d_bias_relu")
 SPREAD_PROBLEMS_CPU = ("01_gemm_tiny", "02_linear_relu_tiny", "03_conv2d_relu_tiny")
 MODES = ("eager_fp32", "eager_tf32", "compile")
@@ -63,7 +65,11 @@ L2_FALLBACK_BYTES = 50 * 1024**2
 # name -> changes to the default TimingMethod; "2x_l2" is resolved from the device's L2 size.
 VARIANTS: dict[str, dict] = {
     # the harness's default: CUDA graphs captured and replayed by the harness (evals.timing.time_candidate)
+    # (trials of back-to-back calls spanning ~2 ms, their mean the trial's time, after 0.1 s of warm-up)
     "cuda_graph": {"graph": True},
+    "cuda_graph_one_call": {"graph": True, "trial_us": 0.0, "warmup_s": 0.0},  # the earlier default: one call a trial
+    "cuda_graph_no_warmup": {"graph": True, "warmup_s": 0.0},
+    "cuda_graph_trial_5ms": {"graph": True, "trial_us": 5000.0},
     "cuda_graph_warmup_0.3s": {"graph": True, "warmup_s": 0.3},  # clocks settle before the trials
     "cuda_graph_more_trials": {"graph": True, "max_trials": 1000, "target_s": 1.0},
     "current": {},
@@ -86,6 +92,8 @@ VARIANTS: dict[str, dict] = {
 # about 30 s a repeat on an H200; the two combinations are there to confirm a choice
 DEFAULT_VARIANTS = [v for v in VARIANTS if v not in ("after_warmup_0.2s", "after_warmup_0.2s_zero_2x_l2")]
 SECTIONS = ("memory", "overhead", "spread")
+STAGE_ORDER = ("process_start", "reference", "transfer", "candidate", "timed", "compare", "probes", "attribution",
+               "snapshot", "end", "process_end")
 
 
 def resolve_variants(names: list[str], l2_bytes: int) -> dict[str, TimingMethod]:
@@ -179,7 +187,12 @@ def run_attempt(harness: Harness, problem, candidate: Candidate) -> dict:
     v = harness.validate(problem, candidate)
     t = harness.profile(problem, candidate)
     timed_s = t.timed_s or 0.0
+    stages: dict[str, float] = {}
+    for part in ((v.info or {}).get("stages") or {}, t.stages or {}):
+        for k, sec in part.items():
+            stages[k] = stages.get(k, 0.0) + sec
     return {
+        "stages": stages,
         "correct": v.correct, "reason": v.reason or t.reason, "crashed": v.crashed or t.crashed,
         "validate_s": v.wall_s, "profile_s": t.wall_s, "timed_s": timed_s,
         "overhead_s": v.wall_s + t.wall_s - timed_s, "timing_source": t.timing_source, "median_us": t.median_us,
@@ -209,6 +222,12 @@ def overhead_row(harness: Harness, problem, candidate: Candidate, label: str, ba
         "timing_source": runs[-1]["timing_source"],
         "candidate_median_us": _median(r["median_us"] for r in runs),
         "pause_s": pause_s,
+        # the judge's seconds per stage (median over the attempts): process_start (waiting for a
+        # pre-started candidate process), reference (inputs, reference model and outputs), transfer
+        # (tensors through the channel's arena), candidate (the candidate process's handlers, its
+        # import, build and forwards included), timed (the measurement), compare, probes (precision),
+        # attribution, snapshot (the protected folders), end (closing checks), process_end
+        "stages": {k: _median(r["stages"].get(k, 0.0) for r in runs) for k in sorted({k for r in runs for k in r["stages"]})},
     }
     row.update(extra or {})
     _log(f"overhead {label} on {problem.name}: median {row['overhead_median_s']:.3f} s, "
@@ -370,6 +389,7 @@ def _graph_sample(model, inputs, flusher, method: TimingMethod):
     sample = TimingSample(event_us=list(r["event_us"]), wall_us=[], warmup=method.warmup, elapsed_s=r["timed_s"],
                           warmup_calls=r["warmup_calls"])
     sample.method = r["method"]
+    sample.calls_per_trial = r["calls_per_trial"]
     return sample
 
 
@@ -471,6 +491,7 @@ def _spread_row(problem: str, mode: str, variant: str, samples: list) -> dict:
         "spread_pct_median": statistics.median(spreads), "spread_pct_max": max(spreads),
         "medians_range_pct": range_pct(medians),
         "trials_median": statistics.median(s.trials for s in samples),
+        "calls_per_trial": max(getattr(s, "calls_per_trial", 1) for s in samples),
         "measure_s_median": statistics.median(s.elapsed_s for s in samples),
         "per_repeat": [{"median_us": s.median_us, "spread_pct": s.spread_pct, "trials": s.trials,
                         "min_us": min(s.event_us), "max_us": max(s.event_us)} for s in samples],
@@ -545,6 +566,15 @@ def to_markdown(doc: dict) -> str:
                          f"{fmt_num(r['first_attempt_s'], '.2f', ' s')} | {fmt_num(r['validate_median_s'], '.3f', ' s')} | "
                          f"{fmt_num(r['profile_median_s'], '.3f', ' s')} | {fmt_num(r['timed_median_s'], '.3f', ' s')} | "
                          f"{r['timing_source'] or '-'}{'' if r['correct'] else ' (WRONG: ' + r['reason'][:60] + ')'} |")
+    names = [k for k in STAGE_ORDER if any(k in (r.get("stages") or {}) for r in doc["rows"] if r["section"] == "overhead")]
+    if names:
+        lines += ["", "Where the judge's time goes (median seconds per attempt, validate + profile; `candidate` is the "
+                  "candidate process's own handlers: its import, builds and forwards; `timed` the measurement):", "",
+                  "| candidate | problem | " + " | ".join(names) + " |", "| --- | --- | " + " | ".join("---:" for _ in names) + " |"]
+        for r in doc["rows"]:
+            if r["section"] == "overhead":
+                st = r.get("stages") or {}
+                lines.append(f"| {r['candidate']} | {r['problem']} | " + " | ".join(fmt_num(st.get(k), '.3f') for k in names) + " |")
     for r in doc["rows"]:
         if r["section"] == "overhead_skipped":
             lines.append(f"\nNot measured: {r['candidate']}: {r['reason']}")
@@ -614,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cutlass", action="store_true", help="skip the nvcc-built program")
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--quick", action="store_true", help="few attempts and repeats (a smoke run)")
+    ap.add_argument("--large-cpu", action="store_true", help="with --quick on the CPU: the large cheap problem too")
     ap.add_argument("--resummarize", type=Path, help="recompute the summary and table of this results JSON from its rows")
     args = ap.parse_args(argv)
     if args.resummarize:
@@ -694,9 +725,16 @@ def overhead_rows(harness: Harness, tiny, builtin: dict, program, why_no_program
     honest = Candidate.from_file(ADVERSARIAL / "honest.py")
     pause = args.pause_s if cuda else 0.0
     rows = [overhead_row(harness, tiny, honest, "honest.py (PyTorch)", "torch", args.attempts, pause_s=pause)]
-    if not args.quick:
+    if not args.quick and cuda:
         rows.append(overhead_row(harness, builtin[OVERHEAD_PROBLEM_LARGE], honest, "honest.py (PyTorch)", "torch",
-                                 max(args.attempts // 4, 1), pause_s=pause))  # ~1.5 s an attempt: few, to leave time for the spread
+                                 max(args.attempts // 2, 1), pause_s=pause))  # few, to leave time for the spread
+    elif not args.quick or args.large_cpu:
+        from evals.problems import load_problem
+
+        large = load_problem(OVERHEAD_PROBLEM_LARGE_CPU)
+        cand = Candidate.from_file(OVERHEAD_PROBLEM_LARGE_CPU.with_name("large_cheap_relu_candidate.py"))
+        rows.append(overhead_row(harness, large, cand, "large_cheap_relu_candidate.py", "torch",
+                                 max(args.attempts // 4, 1), pause_s=args.pause_s))
     if program is None:
         rows.append({"section": "overhead_skipped", "candidate": "offline-tier program", "reason": why_no_program})
         return rows

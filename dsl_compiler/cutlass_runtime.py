@@ -25,6 +25,7 @@ TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float1
 _MSG_LEN = 512
 _LIBS: dict = {}
 _LIBS_LOCK = threading.Lock()
+_ENTRIES: dict = {}  # (library, symbol) -> its entry points
 load_seconds: dict = {}  # path -> seconds its first load took
 
 
@@ -54,23 +55,39 @@ def check_library_digest(path):
         raise LibraryDigestError(f"{path}: differs from the library built there (digest mismatch); not loading it")
 
 
-def load_library(path):
-    """dlopen a kernel library once per process and declare its C ABI."""
+def load_library(path, symbol=""):
+    """dlopen a kernel library once per process and declare one kernel's C ABI: its entry points
+    ``mucutlass_run_<symbol>`` (a library built from a unit of several kernels exports one pair per
+    kernel), else the plain ``mucutlass_run`` of a one-kernel library. Returns an object with the
+    two entry points as ``mucutlass_workspace_size`` and ``mucutlass_run``."""
     with _LIBS_LOCK:
         lib = _LIBS.get(path)
         if lib is None:
             t0 = time.perf_counter()
             check_library_digest(path)  # a library swapped in the cache since its build is never loaded
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
-            vpp, i64p, f32p = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_float)
-            lib.mucutlass_workspace_size.argtypes = [vpp, i64p, f32p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_int]
-            lib.mucutlass_workspace_size.restype = ctypes.c_int
-            lib.mucutlass_run.argtypes = [vpp, i64p, f32p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
-                                          ctypes.c_char_p, ctypes.c_int]
-            lib.mucutlass_run.restype = ctypes.c_int
             _LIBS[path] = lib
             load_seconds[path] = time.perf_counter() - t0
-        return lib
+        entry = _ENTRIES.get((path, symbol))
+        if entry is None:
+            names = [f"mucutlass_workspace_size_{symbol}", f"mucutlass_run_{symbol}"] if symbol else []
+            if not names or not all(hasattr(lib, n) for n in names):
+                names = ["mucutlass_workspace_size", "mucutlass_run"]
+            ws, run = getattr(lib, names[0]), getattr(lib, names[1])
+            vpp, i64p, f32p = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_float)
+            ws.argtypes = [vpp, i64p, f32p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_int]
+            ws.restype = ctypes.c_int
+            run.argtypes = [vpp, i64p, f32p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+            run.restype = ctypes.c_int
+            entry = _ENTRIES[(path, symbol)] = _EntryPoints(ws, run)
+        return entry
+
+
+class _EntryPoints:
+    __slots__ = ("mucutlass_workspace_size", "mucutlass_run")
+
+    def __init__(self, workspace_size, run):
+        self.mucutlass_workspace_size, self.mucutlass_run = workspace_size, run
 
 
 def _row_major_ready(t):
@@ -154,6 +171,7 @@ def _gemm_ints(abi, tensors, sizes):
     """The ints of a GEMM-form ABI: sizes by name (M, N, K, L), then ``p<i>.ld`` (leading dimension) and
     ``p<i>.bs`` (stride between batches or groups) of the tensors in ABI order."""
     ints = []
+    sizes = {**sizes, **dict(abi.get("knob_values") or ())}  # run-time knobs (raster, swizzle, splits) by name
     for name in abi["ints"]:
         if name in sizes:
             ints.append(sizes[name])
@@ -255,7 +273,7 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
     The first call with a given input signature (shapes, strides, dtypes) prepares the arguments
     in full; later calls reuse that plan (sizes, strides, workspace size) and only gather pointers
     and allocate outputs, which keeps the host cost per launch to a few microseconds."""
-    lib = load_library(lib_path)
+    lib = load_library(lib_path, abi.get("symbol", ""))
     key = (lib_path, kernel_name, _signature(abi, env))
     plan = _PLANS.get(key) if not outputs else None
     if plan is not None:

@@ -58,6 +58,12 @@ class KernelAbi:
     ints: tuple[str, ...]
     scalars: tuple[float, ...]
     spatial_dims: int = 0
+    # suffix of the library's entry points: a unit that builds several kernels exports each as
+    # ``mucutlass_run_<symbol>`` (a unit of one kernel exports the plain names)
+    symbol: str = ""
+    # values of ints that are run-time knobs, not sizes (raster order, swizzle, splits): the source reads
+    # them from ``ints`` like the sizes, so kernels differing only in them share one build
+    knob_values: tuple[tuple[str, int], ...] = ()
 
     def index(self, role: str, name: str | None = None) -> int:
         for i, t in enumerate(self.tensors):

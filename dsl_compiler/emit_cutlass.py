@@ -21,6 +21,7 @@ broadcasts, the source tensor C, extra auxiliary loads).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from dsl_compiler import shapes
@@ -429,9 +430,10 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
     scheduler = "cutlass::gemm::StreamKScheduler" if cfg.decomposition != "data_parallel" else "void"
     # A swapped kernel runs on D^T [N, M]: its tile, cluster and raster are the program's with M and N exchanged.
     cluster = (cfg.cluster[1], cfg.cluster[0], cfg.cluster[2]) if swap else cfg.cluster
-    raster = {"auto": "Heuristic", "along_m": "AlongM", "along_n": "AlongN"}[cfg.raster]
+    # cutlass::gemm::kernel::detail::RasterOrderOptions {Heuristic, AlongM, AlongN}
+    raster = {"auto": 0, "along_m": 1, "along_n": 2}[cfg.raster]
     if swap and cfg.raster != "auto":
-        raster = "AlongN" if cfg.raster == "along_m" else "AlongM"
+        raster = 3 - raster
     lay_d = "cutlass::layout::ColumnMajor" if swap else "cutlass::layout::RowMajor"
     knobs = {
         "tile": f"TileShape = {cute_shape(tile)}",
@@ -486,15 +488,19 @@ static int mu_sm_count() {{
   cudaGetDevice(&args.hw_info.device_id);
   args.hw_info.sm_count = mu_sm_count();
   using RasterT = decltype(args.scheduler.raster_order);
-  args.scheduler.raster_order = RasterT::{raster};   // knob: raster
-  args.scheduler.max_swizzle_size = {int(cfg.swizzle)};  // knob: swizzle
+  args.scheduler.raster_order = static_cast<RasterT>(I({len(ints)}));   // knob: raster
+  args.scheduler.max_swizzle_size = int(I({len(ints) + 1}));  // knob: swizzle
 """
+    # raster, swizzle and the split count are CUTLASS run-time arguments: values in the ABI, not the source
+    knob_values = [("raster", raster), ("swizzle", int(cfg.swizzle))]
     if cfg.decomposition != "data_parallel":
-        mode = "SplitK" if cfg.decomposition == "split_k" else "StreamK"
-        args += (f"  args.scheduler.splits = {int(cfg.split_k)};  // knob: split_k\n"
+        # cutlass::gemm::kernel::detail::DecompositionMode {Heuristic, DataParallel, SplitK, StreamK}
+        knob_values += [("splits", int(cfg.split_k)), ("decomposition", 2 if cfg.decomposition == "split_k" else 3)]
+        args += (f"  args.scheduler.splits = int(I({len(ints) + 2}));  // knob: split_k\n"
                  f"  using DecompT = decltype(args.scheduler.decomposition_mode);\n"
-                 f"  args.scheduler.decomposition_mode = DecompT::{mode};\n")
-    abi = KernelAbi("gemm", tuple(tensors), tuple(ints), tuple(epi.scalars))
+                 f"  args.scheduler.decomposition_mode = static_cast<DecompT>(I({len(ints) + 3}));\n")
+    ints.extend(name for name, _ in knob_values)
+    abi = KernelAbi("gemm", tuple(tensors), tuple(ints), tuple(epi.scalars), knob_values=tuple(knob_values))
     return _finish(kernel, body, args, abi, knobs, conv=False, swapped=swap)
 
 
@@ -581,7 +587,9 @@ def emit_program(program: Program) -> tuple[list[EmittedKernel], list[Diagnostic
     emitted, diags = [], []
     for kernel in program.kernels:
         try:
-            emitted.append(emit_kernel(program, kernel, dtypes))
+            e = emit_kernel(program, kernel, dtypes)
+            e.abi = dataclasses.replace(e.abi, symbol=e.namespace)
+            emitted.append(e)
         except EmitError as exc:
             diags.append(exc.diagnostic)
         except Exception as exc:  # noqa: BLE001 -- a malformed program must come back as a value

@@ -22,12 +22,19 @@ import gc
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
+import types
+
+import statistics
 
 import torch
+import torch.profiler
+import torch.utils._python_dispatch
+import torch.utils.flop_counter
 
-from evals import channel
+from evals import channel, timing
 
 # Taken before any candidate code runs: what the checks below use.
 _type = builtins.type
@@ -45,8 +52,46 @@ _GUARDED = {
     "torch.cuda.current_stream": (torch.cuda, "current_stream"), "torch.Tensor.copy_": (torch.Tensor, "copy_"),
     "torch.Tensor.fill_": (torch.Tensor, "fill_"), "torch.save": (torch, "save"),
     "torch.nn.Module.__call__": (torch.nn.Module, "__call__"),
+    # what captures and replays the timed graphs
+    "torch.cuda.graph": (torch.cuda, "graph"), "torch.cuda.CUDAGraph": (torch.cuda, "CUDAGraph"),
+    "torch.cuda.Stream": (torch.cuda, "Stream"), "torch.cuda.stream": (torch.cuda, "stream"),
+    "torch.cuda.CUDAGraph.capture_begin": (torch.cuda.CUDAGraph, "capture_begin"),
+    "torch.cuda.CUDAGraph.capture_end": (torch.cuda.CUDAGraph, "capture_end"),
+    # what copies outputs and inputs back to the judge
+    "torch.Tensor.to": (torch.Tensor, "to"), "torch.Tensor.detach": (torch.Tensor, "detach"),
+    "torch.Tensor.clone": (torch.Tensor, "clone"), "torch.Tensor.cpu": (torch.Tensor, "cpu"),
+    "torch.Tensor.contiguous": (torch.Tensor, "contiguous"), "torch.Tensor.view": (torch.Tensor, "view"),
+    "torch.frombuffer": (torch, "frombuffer"), "torch.load": (torch, "load"),
+    # what measures the work (op_work)
+    "torch.utils.flop_counter.FlopCounterMode": (torch.utils.flop_counter, "FlopCounterMode"),
+    "torch.utils.flop_counter.FlopCounterMode.get_total_flops": (torch.utils.flop_counter.FlopCounterMode,
+                                                                 "get_total_flops"),
+    "torch.profiler.profile": (torch.profiler, "profile"),
+    "torch.utils._python_dispatch._disable_current_modes": (torch.utils._python_dispatch, "_disable_current_modes"),
 }
+# the C entry points underneath (torch.cuda.synchronize calls torch._C._cuda_synchronize when it runs)
+for _name in ("_cuda_synchronize", "_cuda_getCurrentStream", "_cuda_setStream"):
+    if hasattr(torch._C, _name):
+        _GUARDED[f"torch._C.{_name}"] = (torch._C, _name)
 _ORIGINALS = {name: getattr(owner, attr) for name, (owner, attr) in _GUARDED.items()}
+_sleep = time.sleep
+
+
+def _module_functions(*modules) -> dict:
+    """(module, name) -> (function, its code) for the harness's own modules in this process."""
+    out = {}
+    for mod in modules:
+        for name, obj in vars(mod).items():
+            if isinstance(obj, types.FunctionType) and obj.__module__ == mod.__name__:
+                out[(mod, name)] = (obj, obj.__code__)
+            elif isinstance(obj, type) and obj.__module__ == mod.__name__:
+                for attr, fn in vars(obj).items():
+                    if isinstance(fn, types.FunctionType):
+                        out[(obj, attr)] = (fn, fn.__code__)
+    return out
+
+
+_HARNESS_FUNCTIONS: dict = {}  # filled in main(), once this module is complete
 
 NAN_POISON = float("nan")
 VALUE_POISON = 1.0e4
@@ -59,7 +104,23 @@ def tampered() -> list[str]:
         if getattr(owner, attr, None) is not _ORIGINALS[name]:
             changed.append(name)
             setattr(owner, attr, _ORIGINALS[name])
+    # the harness's own functions here (the timing library, the channel, this runner): replaced, or their
+    # code swapped, they would measure or report for the candidate
+    for (owner, attr), (fn, code) in _HARNESS_FUNCTIONS.items():
+        now = vars(owner).get(attr)
+        if now is not fn or fn.__code__ is not code:
+            changed.append(f"{getattr(owner, '__name__', owner)}.{attr}")
+            fn.__code__ = code
+            setattr(owner, attr, fn)
     return changed
+
+
+_OWN_THREADS: set[int] = set()  # this process's threads before the candidate's code ran
+
+
+def candidate_threads() -> list[str]:
+    """Python threads started since the candidate's code was loaded that are still alive."""
+    return sorted(t.name for t in threading.enumerate() if t.ident not in _OWN_THREADS and t.is_alive())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +240,7 @@ def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[l
             copies.append(None)
             continue
         problems.append("")
-        copies.append(o.detach().to("cpu", copy=True))
+        copies.append(o.detach())  # copied into the channel's arena with the reply (evals.channel.pack)
     return copies, problems
 
 
@@ -245,6 +306,8 @@ class Runner:
 
     # -- ops ---------------------------------------------------------------------------------
     def op_ping(self, req: dict) -> dict:
+        if req.get("linger_s"):  # the closing ping: a process that ends itself meanwhile is a crash
+            _sleep(min(float(req["linger_s"]), 5.0))
         return {"pid": os.getpid(), "cuda": self.cuda, "torch": torch.__version__,
                 "gpu_name": torch.cuda.get_device_name() if self.cuda else None, "cwd": os.getcwd()}
 
@@ -321,14 +384,15 @@ class Runner:
         copies, problems = inspect_outputs(outs, inputs, self.device.type, others=(
             ("the model's own parameters or buffers", held), ("an output of an earlier call", earlier)))
         self.previous[int(req["instance"])] = [o for o in outs if _type(o) is _Tensor]
-        inputs_after = [x.detach().to("cpu", copy=True) if _type(x) is _Tensor else None for x in inputs]
+        inputs_after = [x.detach() if _type(x) is _Tensor else None for x in inputs]  # copied with the reply
         return {"outputs": copies, "output_problems": problems, "n_outputs": len(outs), "inputs_after": inputs_after,
                 "framework": changed, "tampered": tampered(), "wall_s": wall_s}
 
     def op_work(self, req: dict) -> dict:
         """The aten FLOPs dispatched during one forward (and, on a GPU, the kernels that ran)."""
-        from torch.utils._python_dispatch import _disable_current_modes
-        from torch.utils.flop_counter import FlopCounterMode
+        _disable_current_modes, FlopCounterMode = _ORIGINALS["torch.utils._python_dispatch._disable_current_modes"], \
+            _ORIGINALS["torch.utils.flop_counter.FlopCounterMode"]
+        get_total_flops = _ORIGINALS["torch.utils.flop_counter.FlopCounterMode.get_total_flops"]
 
         model = self.instances[int(req["instance"])]
         inputs = [self.dev(x) for x in req["inputs"]]
@@ -349,7 +413,9 @@ class Runner:
         if self.cuda and req.get("kernels"):
             _cuda_sync()
             from torch.autograd import DeviceType
-            from torch.profiler import ProfilerActivity, profile
+            from torch.profiler import ProfilerActivity
+
+            profile = _ORIGINALS["torch.profiler.profile"]
 
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 model(*inputs)
@@ -363,12 +429,15 @@ class Runner:
                         kernels.append([k.name, float(getattr(k, "duration", 0.0))])
         if self.is_program and executor is not None:
             executor.run_kernel = run_kernel
-        return {"aten_flops": int(counter.get_total_flops()), "kernels": kernels,
+        return {"aten_flops": int(get_total_flops(counter)), "kernels": kernels,
                 "framework": framework_changes(), "tampered": tampered()}
 
     def op_time(self, req: dict) -> dict:
         from evals.timing import TimingMethod, make_flusher, time_candidate
 
+        threads = candidate_threads()
+        if threads:  # work such a thread launches runs beside or after the timed calls, never inside them
+            return {"threads": threads, "tampered": tampered()}
         model = self.instances[int(req["instance"])]
         input_sets = [[self.dev(x) for x in s] for s in req["input_sets"]]
         method = TimingMethod.from_settings(req["settings"])
@@ -390,6 +459,7 @@ class Runner:
         result["last_outputs"] = outputs
         result["framework"] = framework_changes()
         result["tampered"] = tampered()
+        result["threads"] = candidate_threads()
         return result
 
     def op_timed_sample(self, req: dict) -> dict:
@@ -426,12 +496,16 @@ def _one_line(exc: BaseException) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fd", type=int, required=True)
+    ap.add_argument("--arena-fd", type=int, default=None)
     args = ap.parse_args(argv)
-    sock = socket.socket(fileno=args.fd)  # the supervisor passed this descriptor and no other
+    sock = socket.socket(fileno=args.fd)  # the supervisor passed this descriptor and the arena's, no other
+    arena = channel.Arena.attach(args.arena_fd) if args.arena_fd is not None else None
     if "" in sys.path:
         sys.path.remove("")
     set_framework()
     _EXPECTED_STATE.update(framework_state())
+    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel, statistics))
+    _OWN_THREADS.update(t.ident for t in threading.enumerate())
     runner = Runner()
     if runner.cuda:
         torch.empty(1, device="cuda")  # the CUDA context, before the judge needs it
@@ -442,9 +516,12 @@ def main(argv=None) -> int:
         except channel.ChannelError:
             return 0  # the judge closed the channel
         nonce, seq, op = req.get("nonce"), req.get("seq"), req.get("op", "")
+        reply_at = req.get("reply_at", 0)
         handler = getattr(runner, f"op_{op}", None)
         fatal = False
+        t0 = _perf()
         try:
+            req = channel.unpack(req, arena, runner.device)
             if handler is None:
                 raise CandidateError(f"unknown operation {op!r}")
             reply = {"ok": True, "result": handler(req)}
@@ -457,9 +534,9 @@ def main(argv=None) -> int:
             fatal = _is_fatal(exc)
             reply = {"ok": False, "error": _one_line(exc), "kind": "cuda" if fatal else "exception",
                      "tampered": tampered()}
-        reply.update(nonce=nonce, seq=seq)
+        reply.update(nonce=nonce, seq=seq, handler_s=_perf() - t0)
         try:
-            channel.send(sock, _wire(reply))
+            channel.send(sock, channel.pack(_wire(reply), arena, reply_at)[0])
         except Exception as exc:  # an unpicklable result the candidate slipped in
             channel.send(sock, {"ok": False, "error": f"the reply could not be sent: {_one_line(exc)}",
                                 "kind": "exception", "nonce": nonce, "seq": seq})

@@ -1,6 +1,12 @@
-"""The judge <-> candidate channel: length-prefixed frames on a dedicated socket.
+"""The judge <-> candidate channel: length-prefixed frames on a dedicated socket, tensors in shared memory.
 
-A frame is 8 bytes of big-endian length, then a ``torch.save`` payload. The judge reads replies
+A frame is 8 bytes of big-endian length, then a ``torch.save`` payload. Tensors do not travel in
+frames: each side writes them into the channel's arena (``Arena``: a memfd both processes map, sealed
+against shrinking, so the candidate cannot make the judge's next access fault) and the frame carries
+a descriptor (offset, dtype, shape). The judge writes a request's tensors from the arena's start and
+names where the reply's may begin; the arena holds nothing but the inputs the candidate is being sent
+and what it sends back, so its mapping shows the candidate nothing else. A tensor that does not fit
+travels in the frame as before. The judge reads replies
 with ``torch.load(weights_only=True)``: only tensors, numbers, strings and plain containers come
 through (no pickled code runs in the judge). Every request carries a fresh nonce and a sequence
 number; a reply is accepted only when it echoes both, and a reply followed by further bytes (a
@@ -10,7 +16,10 @@ read as replies.
 
 from __future__ import annotations
 
+import fcntl
 import io
+import math
+import mmap
 import os
 import select
 import socket
@@ -99,3 +108,130 @@ def pending_bytes(sock: socket.socket) -> bool:
 
 def new_nonce() -> str:
     return os.urandom(16).hex()
+
+
+# ---------------------------------------------------------------------------------------------
+# The arena: tensors through shared memory
+
+ARENA_BYTES = 4 << 30  # sparse: pages exist only where a tensor was written (a memfd of one candidate process)
+ALIGN = 256
+DESCRIPTOR = "__arena__"
+_DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+                "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64")
+
+
+def _dtypes() -> dict:
+    import torch
+
+    return {name: getattr(torch, name) for name in _DTYPE_NAMES if isinstance(getattr(torch, name, None), torch.dtype)}
+
+
+class Arena:
+    """Shared memory for the tensors of one judge <-> candidate channel (a sealed memfd, mapped by both)."""
+
+    def __init__(self, fd: int, nbytes: int):
+        self.fd, self.nbytes = fd, nbytes
+        self.mm = mmap.mmap(fd, nbytes)
+        self._bytes = None
+
+    @classmethod
+    def create(cls, nbytes: int = ARENA_BYTES) -> "Arena":
+        fd = os.memfd_create("mucutlass-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(fd, nbytes)
+        # the candidate maps it too: it must not shrink it under the judge's mapping (SIGBUS) or grow it
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        return cls(fd, nbytes)
+
+    @classmethod
+    def attach(cls, fd: int) -> "Arena":
+        return cls(fd, os.fstat(fd).st_size)
+
+    def bytes(self):
+        """The whole arena as one uint8 tensor (no copy)."""
+        if self._bytes is None:
+            import torch
+
+            self._bytes = torch.frombuffer(self.mm, dtype=torch.uint8)
+        return self._bytes
+
+    def close(self) -> None:
+        self._bytes = None
+        try:
+            self.mm.close()
+        except (BufferError, ValueError):  # a tensor still views it: the map goes with the last one
+            pass
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def pack(obj, arena: Arena | None, start: int = 0) -> tuple[object, int]:
+    """``obj`` with every tensor written into ``arena`` from ``start`` and replaced by a descriptor;
+    returns it and the first free offset. Without an arena, or for a tensor that does not fit, the
+    tensor stays in the frame (on the CPU)."""
+    import torch
+
+    at = [max(0, min(int(start), arena.nbytes if arena else 0))]
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            t = x.detach()
+            nbytes = t.numel() * t.element_size()
+            off = -(-at[0] // ALIGN) * ALIGN
+            if arena is None or t.dtype not in names or off + nbytes > arena.nbytes or t.is_sparse \
+                    or t.layout is not torch.strided:
+                return t.to("cpu") if t.device.type != "cpu" else t
+            if nbytes:
+                arena.bytes()[off:off + nbytes].view(t.dtype).view(t.shape).copy_(t)
+            at[0] = off + nbytes
+            return {DESCRIPTOR: [off, nbytes], "dtype": names[t.dtype], "shape": list(t.shape)}
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [walk(v) for v in x]
+        return x
+
+    names = {v: k for k, v in _dtypes().items()}
+    out = walk(obj)
+    return out, -(-at[0] // ALIGN) * ALIGN
+
+
+def unpack(obj, arena: Arena | None, device=None):
+    """``obj`` with every descriptor replaced by a tensor copied out of ``arena`` onto ``device`` (the
+    CPU by default). A descriptor that is malformed or out of bounds is a ``ChannelError``."""
+    import torch
+
+    dtypes = _dtypes()
+
+    def bad(text: str):
+        return ChannelError("channel", f"a tensor descriptor on the channel is not valid: {text}")
+
+    def tensor(d: dict):
+        loc, name, shape = d.get(DESCRIPTOR), d.get("dtype"), d.get("shape")
+        if arena is None:
+            raise bad("no shared arena")
+        if not (isinstance(loc, list) and len(loc) == 2 and all(type(v) is int for v in loc)):
+            raise bad("location")
+        off, nbytes = loc
+        if name not in dtypes or not isinstance(shape, list) or not all(type(v) is int and v >= 0 for v in shape):
+            raise bad("dtype or shape")
+        dtype = dtypes[name]
+        size = dtype.itemsize if hasattr(dtype, "itemsize") else torch.empty((), dtype=dtype).element_size()
+        if off < 0 or off % ALIGN or nbytes != math.prod(shape) * size or off + nbytes > arena.nbytes:
+            raise bad(f"{nbytes} bytes at {off} for {name}{shape}")
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype, device=device)
+        view = arena.bytes()[off:off + nbytes].view(dtype).view(shape)
+        return view.to(device if device is not None else "cpu", copy=True)
+
+    def walk(x):
+        if isinstance(x, dict):
+            return tensor(x) if DESCRIPTOR in x else {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, torch.Tensor) and device is not None:  # one that travelled in the frame
+            return x.to(device)
+        return x
+
+    return walk(obj)

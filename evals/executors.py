@@ -1,7 +1,10 @@
 """Where an evaluation's runs execute.
 
 - ``LocalExecutor``: one worker per visible GPU (each a process pinned to its GPU through
-  CUDA_VISIBLE_DEVICES); with one worker, or on a CPU machine, runs in this process.
+  CUDA_VISIBLE_DEVICES when it starts, so the judge's processes it starts use that GPU too); problems are
+  dealt to the workers round-robin, each with all its runs, and each worker's builds get its share
+  of the host's cores (``MUCUTLASS_BUILD_JOBS``); with one worker, or on a CPU machine, runs in this
+  process. ``MUCUTLASS_GPU_IDS`` (e.g. ``0,1``) names the devices to spread over.
 - ``RayExecutor``: one Ray task per run (in replay mode: per problem and tier), one GPU each when the
   cluster has GPUs; attempts stream back through a Ray queue and results as tasks finish.
 
@@ -31,7 +34,11 @@ def visible_gpu_count() -> int:
 
 
 def _visible_gpu_ids() -> list[str]:
-    """The device ids workers may pin to, honouring an outer CUDA_VISIBLE_DEVICES."""
+    """The device ids workers may pin to: ``MUCUTLASS_GPU_IDS`` when set, else an outer
+    CUDA_VISIBLE_DEVICES, else every device torch sees."""
+    named = os.environ.get("MUCUTLASS_GPU_IDS")
+    if named:
+        return [d.strip() for d in named.split(",") if d.strip()]
     outer = os.environ.get("CUDA_VISIBLE_DEVICES")
     if outer:
         return [d.strip() for d in outer.split(",") if d.strip()]
@@ -80,16 +87,31 @@ def _reported_run(spec_data: dict, run_fn: str, reports) -> tuple[str, object]:
         return ("failed", one_line_error(exc))
 
 
-def _process_worker(gpu: str | None, run_fn: str, tasks, events) -> None:
-    """A local worker process: pinned to one GPU, runs specs until it gets None."""
+def _process_worker(gpu: str | None, run_fn: str, tasks, events, build_jobs: int | None = None) -> None:
+    """A local worker process: pinned to one GPU before anything starts CUDA, runs specs until it gets None."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    if build_jobs and not os.environ.get("MUCUTLASS_BUILD_JOBS"):
+        os.environ["MUCUTLASS_BUILD_JOBS"] = str(build_jobs)
     while True:
         item = tasks.get()
         if item is None:
             return
         kind, payload = _reported_run(item, run_fn, events)
         events.put((kind, item, payload))
+
+
+def assign_round_robin(specs: Sequence[RunSpec], workers: int) -> list[list[RunSpec]]:
+    """Problems dealt to the workers round-robin in the evaluation's order, each with all its runs (tiers,
+    variants, policies): a worker times a problem's references and builds its kernels once, and the same
+    evaluation puts each run on the same device."""
+    slot: dict[str, int] = {}
+    for spec in specs:
+        slot.setdefault(spec.problem, len(slot) % workers)
+    shares: list[list[RunSpec]] = [[] for _ in range(workers)]
+    for spec in specs:
+        shares[slot[spec.problem]].append(spec)
+    return shares
 
 
 def _deliver(kind: str, spec: RunSpec, payload, sink: RunSink) -> bool:
@@ -109,14 +131,17 @@ def _deliver(kind: str, spec: RunSpec, payload, sink: RunSink) -> bool:
 
 def _run_processes(specs: Sequence[RunSpec], run_fn: str, sink: RunSink, workers: int, gpus: list[str]) -> None:
     ctx = mp.get_context("spawn")  # a fresh interpreter per worker: CUDA is initialised after pinning
-    tasks, events = ctx.Queue(), ctx.Queue()
-    for spec in specs:
-        tasks.put(spec.model_dump())
-    procs = []
-    for i in range(workers):
+    events = ctx.Queue()
+    build_jobs = max(1, (os.cpu_count() or 1) // workers)  # nvcc processes per worker: the cores shared out
+    procs, queues = [], []  # the queues live as long as the workers (a started Process drops its args)
+    for i, share in enumerate(assign_round_robin(specs, workers)):
+        tasks = ctx.Queue()
+        queues.append(tasks)
+        for spec in share:
+            tasks.put(spec.model_dump())
         tasks.put(None)
         gpu = gpus[i % len(gpus)] if gpus else None
-        p = ctx.Process(target=_process_worker, args=(gpu, run_fn, tasks, events), daemon=True)
+        p = ctx.Process(target=_process_worker, args=(gpu, run_fn, tasks, events, build_jobs), daemon=True)
         p.start()
         procs.append(p)
     open_runs = {s.key: s for s in specs}
@@ -157,7 +182,14 @@ class RayExecutor:
             return False
         # Workers import the project from its checkout (same machine, or a shared file system).
         path = [str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-        runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(path)}}
+        env_vars = {"PYTHONPATH": os.pathsep.join(path)}
+        for name in ("MUCUTLASS_CACHE_DIR", "MUCUTLASS_BUILD_JOBS", "MUCUTLASS_KERNELS_PER_UNIT"):
+            if os.environ.get(name):
+                env_vars[name] = os.environ[name]
+        if self.address == "local" and not os.environ.get("MUCUTLASS_BUILD_JOBS"):
+            # one task per GPU at a time: each task's builds get the host's cores shared out among them
+            env_vars["MUCUTLASS_BUILD_JOBS"] = str(max(1, (self.num_cpus or os.cpu_count() or 1) // max(1, visible_gpu_count())))
+        runtime_env = {"env_vars": env_vars}
         if self.address == "local":
             ray.init(num_cpus=self.num_cpus or os.cpu_count(), include_dashboard=False,
                      runtime_env=runtime_env, log_to_driver=False)

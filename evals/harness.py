@@ -54,7 +54,12 @@ class HarnessSettings(BaseModel):
     reference_watchdog_s: float = Field(900.0, gt=0, description="limit for reference timings (torch.compile)")
     startup_timeout_s: float = Field(300.0, gt=0, description="limit for a worker to start (imports torch)")
     warmup: int = Field(5, ge=1, description="calls before timing; they also estimate the trial count")
-    warmup_s: float = Field(0.0, ge=0, description="then back-to-back calls for this long before timing, so clocks and power settle")
+    warmup_s: float = Field(0.1, ge=0, description="then back-to-back calls for this long before timing, so clocks and power settle")
+    trial_us: float = Field(2000.0, ge=0, description="a trial is back-to-back calls spanning about this much GPU time; "
+                            "its time is their mean (0: one call per trial)")
+    max_calls_per_trial: int = Field(16, ge=1)
+    closing_linger_s: float = Field(0.25, ge=0, description="the closing ping of a validation is answered this long "
+                                    "after it is sent: a candidate process that ends itself meanwhile is a crash")
     min_trials: int = Field(20, ge=3)
     max_trials: int = Field(200, ge=3)
     target_timed_s: float = Field(0.5, gt=0, description="time spent in timed calls per measurement")
@@ -76,7 +81,7 @@ class HarnessSettings(BaseModel):
         "env MUCUTLASS_MEMORY_LIMIT_GB)")
 
     def worker_view(self) -> dict:
-        return self.model_dump(include={"device", "compile_reference", "watchdog_s", "startup_timeout_s",
+        return self.model_dump(include={"device", "compile_reference", "watchdog_s", "startup_timeout_s", "closing_linger_s",
                                         "timing_input_sets", "memory_limit_gb", "spare_processes", *TIMING_SETTINGS}) | {
             "compile": self.compile_reference}
 
@@ -183,8 +188,10 @@ class Timing(BaseModel):
     reason: str = ""
     rule: str | None = None  # the verdict's rule when not valid (evals.verdicts.RULES)
     method: str | None = None  # how the time was taken: cuda_graph, events_device_sync, estimate
+    calls_per_trial: int | None = None  # back-to-back calls averaged in one trial (median_us is the median trial)
     wall_bound_us: float | None = None  # the judge's own clock over back-to-back timed calls, per call
     work: dict = Field(default_factory=dict)  # kernels that ran and the candidate's share of GPU time
+    stages: dict[str, float] = Field(default_factory=dict)  # the judge's seconds per stage (Validation: info["stages"])
     checks: list[CheckResult] = Field(default_factory=list)
     counters: dict[str, float] = Field(default_factory=dict)
     crashed: bool = False
@@ -211,6 +218,8 @@ class ReferenceTimings(BaseModel):
     compile_s: float | None = None
     timed_s: float | None = None  # the worker's time in the three measurements (compile_s not included)
     timing_source: Literal["gpu"] | None = None
+    method: str | None = None  # how the eager fp32 time was taken (the others the same way when graphs capture)
+    calls_per_trial: dict[str, int] = Field(default_factory=dict)  # per measurement
     reason: str = ""
     crashed: bool = False
 
@@ -524,6 +533,7 @@ class Harness:
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
                 timed_s=res.get("timed_s"), checks=checks, reason=res.get("reason") or "", method=res.get("method"),
                 wall_bound_us=res.get("wall_bound_us"), work=res.get("work") or {}, crashed=bool(res.get("crashed")),
+                calls_per_trial=res.get("calls_per_trial"), stages=res.get("stages") or {},
                 **_memory_of(res),
             )
             if verdict:

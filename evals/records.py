@@ -89,6 +89,12 @@ class RunSummary(BaseModel):
     # per model: {tokens_in, tokens_out, cost_usd, calls}
     tokens_by_model: dict[str, dict[str, float]] = Field(default_factory=dict)
     graph_overhead_s: float = 0.0  # wall time not spent in model calls, builds, validation or profiling
+    # wall time of the loop by where it went: build, validate, profile, model (the writer: a model call or
+    # the offline tier's search), graph (the overhead above), check, setup (problem, SOL, reference timings);
+    # a resumed run's covers the part after the resume
+    time_split_s: dict[str, float] = Field(default_factory=dict)
+    # the kernel cache over the run's builds: kernels asked, found built (hits), hit_rate, ahead_kernels
+    kernel_cache: dict[str, float | None] = Field(default_factory=dict)
     backend_reason: str = ""  # why this backend (``--backend auto`` explains its choice)
     run_id: str = ""
 

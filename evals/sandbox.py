@@ -194,23 +194,34 @@ class CandidateProcess:
     info: dict | None = None
     exit_state: dict | None = None
     findings: list[Finding] = field(default_factory=list)
+    arena: channel.Arena | None = None  # shared memory for the tensors of requests and replies
+    device: str = "cpu"  # where the judge wants the reply's tensors
+    last_transfer: dict = field(default_factory=dict)  # seconds of the last request: pack, wait, unpack
 
     @classmethod
     def start(cls, python: str = sys.executable, cuda_visible: str | None = None,
               rss_limit_bytes: int = 0) -> "CandidateProcess":
         judge_end, cand_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            arena = channel.Arena.create()
+        except OSError:  # no memfd here: tensors travel in the frames
+            arena = None
         workdir = tempfile.mkdtemp(prefix="mucutlass-cand-")
         log = tempfile.TemporaryFile(prefix="mucutlass-candidate-", suffix=".log")  # unnamed: nothing left behind
         env = candidate_env()
         if cuda_visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible
         fd = cand_end.fileno()
+        fds = (fd,) if arena is None else (fd, arena.fd)
+        runner = [python, "-P", "-m", "evals.candidate_runner", "--fd", str(fd)]
+        if arena is not None:
+            runner += ["--arena-fd", str(arena.fd)]
         cmd = [python, "-P", "-m", "evals.supervisor", "--rss-limit-bytes", str(int(rss_limit_bytes)),
-               "--pass-fd", str(fd), "--workdir", workdir, "--", python, "-P", "-m", "evals.candidate_runner", "--fd", str(fd)]
+               *[a for f in fds for a in ("--pass-fd", str(f))], "--workdir", workdir, "--", *runner]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,
-                                env=env, pass_fds=(fd,), start_new_session=True)
+                                env=env, pass_fds=fds, start_new_session=True)
         cand_end.close()
-        return cls(proc=proc, sock=judge_end, workdir=workdir, log=log, started_s=time.monotonic())
+        return cls(proc=proc, sock=judge_end, workdir=workdir, log=log, started_s=time.monotonic(), arena=arena)
 
     # -- requests ---------------------------------------------------------------------------
     def alive(self) -> bool:
@@ -221,10 +232,14 @@ class CandidateProcess:
         anything but the reply bound to this request."""
         self.seq += 1
         nonce = channel.new_nonce()
+        t0 = time.perf_counter()
+        packed, reply_at = channel.pack(payload, self.arena)
+        msg = {"op": op, "nonce": nonce, "seq": self.seq, **packed, "reply_at": reply_at}
         try:
-            channel.send(self.sock, {"op": op, "nonce": nonce, "seq": self.seq, **payload})
+            channel.send(self.sock, msg)
         except OSError:
             raise channel.ChannelError("crash", f"the candidate process was gone before '{op}'{self._tail()}") from None
+        t1 = time.perf_counter()
         deadline = time.monotonic() + timeout_s
         try:
             reply = channel.recv(self.sock, deadline, alive=self._runner_alive)
@@ -239,6 +254,9 @@ class CandidateProcess:
             raise channel.ChannelError("channel", f"a reply to '{op}' not bound to its request (wrong nonce or sequence)")
         if channel.pending_bytes(self.sock):
             raise channel.ChannelError("channel", f"more bytes after the reply to '{op}': a second reply was written")
+        t2 = time.perf_counter()
+        reply = channel.unpack(reply, self.arena, self.device)
+        self.last_transfer = {"pack_s": t1 - t0, "wait_s": t2 - t1, "unpack_s": time.perf_counter() - t2}
         return reply
 
     def _await_exit(self, timeout_s: float) -> None:
@@ -350,4 +368,7 @@ class CandidateProcess:
             self.log.close()
         except OSError:
             pass
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
         return self.exit_state or {}

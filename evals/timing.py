@@ -31,6 +31,7 @@ loop, so neither lands between a start and an end event.
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import time
 from collections import deque
@@ -50,13 +51,17 @@ class TimingMethod:
     """How one measurement is taken. The harness's defaults (``HarnessSettings``) are these."""
 
     warmup: int = 5  # calls before timing; they also estimate the trial count
-    warmup_s: float = 0.0  # then back-to-back calls for this long (clocks and power settle)
+    warmup_s: float = 0.1  # then back-to-back calls for this long (clocks and power settle)
     min_trials: int = 20
     max_trials: int = 200
     target_s: float = 0.5  # time spent in timed calls, within [min_trials, max_trials]
     host_sync: HostSync = "before_and_after"
     l2_flush_mb: int = 256  # 0: no flush
     l2_flush_mode: FlushMode = "fill"
+    # time_candidate: a trial is back-to-back calls spanning about this much GPU time (each behind its flush,
+    # each timed by its own events), and its time is their mean (0: one call per trial)
+    trial_us: float = 2000.0
+    max_calls_per_trial: int = 16
 
     def __post_init__(self):
         if self.host_sync not in HOST_SYNC_MODES:
@@ -67,6 +72,8 @@ class TimingMethod:
             raise ValueError("need warmup >= 1 and 1 <= min_trials <= max_trials")
         if self.warmup_s < 0 or self.target_s <= 0 or self.l2_flush_mb < 0:
             raise ValueError("warmup_s and l2_flush_mb must be >= 0, target_s > 0")
+        if self.trial_us < 0 or self.max_calls_per_trial < 1:
+            raise ValueError("need trial_us >= 0 and max_calls_per_trial >= 1")
 
     @classmethod
     def from_settings(cls, settings: Mapping) -> "TimingMethod":
@@ -78,9 +85,15 @@ class TimingMethod:
 
     def time_cuda_kwargs(self) -> dict:
         kw = asdict(self)
-        kw.pop("l2_flush_mb")
-        kw.pop("l2_flush_mode")
+        for name in ("l2_flush_mb", "l2_flush_mode", "trial_us", "max_calls_per_trial"):
+            kw.pop(name)
         return kw
+
+    def calls_per_trial(self, call_us: float) -> int:
+        """Back-to-back calls in one trial of ``time_candidate`` for calls of about ``call_us``."""
+        if self.trial_us <= 0 or call_us <= 0:
+            return 1
+        return int(min(self.max_calls_per_trial, max(1, math.ceil(self.trial_us / call_us))))
 
 
 @dataclass
@@ -334,10 +347,12 @@ def _eager_entries(fn, input_sets) -> list[dict]:
     return entries
 
 
-def _replay_trials(entries, pairs, flusher, mids=None) -> list[float]:
-    """One call per event pair. The flush is enqueued before the start event, so the GPU is busy
-    flushing (>= 50 us for 256 MB on an H200) while the host launches the call: no host gap inside
-    the window. The device is synchronized after each trial, outside the window (the host never runs
+def _replay_trials(entries, pairs, flusher, mids=None, calls_per_trial: int = 1) -> list[float]:
+    """One call per event pair, ``calls_per_trial`` calls back to back per trial; returns each call's
+    time. The flush is enqueued before the start event, so the GPU is busy flushing (>= 50 us for
+    256 MB on an H200) while the host launches the call: no host gap inside the window, and none
+    between the calls of a trial (the host enqueues flush, events and call far faster than the GPU
+    runs them). The device is synchronized after each trial, outside the windows (the host never runs
     hundreds of trials ahead: on the H200 that made event times wander, see tests/test_harness_gpu.py).
     With ``mids`` (the eager fallback), every stream is drained inside the window: the end event is
     recorded after a device-wide synchronize, so work on any stream is counted."""
@@ -352,8 +367,15 @@ def _replay_trials(entries, pairs, flusher, mids=None) -> list[float]:
             mids[i].record()
             torch.cuda.synchronize()  # every stream drained inside the timed window
         end.record()
-        torch.cuda.synchronize()
+        if (i + 1) % calls_per_trial == 0 or i + 1 == len(pairs):
+            torch.cuda.synchronize()
     return [start.elapsed_time(end) * 1e3 for start, end in pairs]
+
+
+def trial_means(call_us: list[float], calls_per_trial: int) -> list[float]:
+    """Each trial's time: the mean of its calls."""
+    n = max(1, calls_per_trial)
+    return [statistics.fmean(call_us[i:i + n]) for i in range(0, len(call_us) - n + 1, n)]
 
 
 def time_candidate(model, input_sets, flusher, method: TimingMethod, graph: bool = True) -> dict:
@@ -391,10 +413,15 @@ def time_candidate(model, input_sets, flusher, method: TimingMethod, graph: bool
         if method.warmup_s > 0:
             warmup_calls += _warm_for(lambda i: entries[i % len(entries)]["run"](), list(range(len(entries))),
                                       flusher, method.warmup_s)
-        trials = choose_trials(statistics.median(warm_us[-3:]), method.target_s, method.min_trials, method.max_trials)
-        pairs = _event_pairs(trials)
+        call_est_us = statistics.median(warm_us[-3:])
+        # a graph's calls run back to back in a trial, their mean is its time (fast clock and power noise
+        # averages out); the eager fallback keeps one call per trial, each window drained device-wide
+        per_trial = method.calls_per_trial(call_est_us) if name == "cuda_graph" else 1
+        trials = choose_trials(call_est_us * per_trial, method.target_s, method.min_trials, method.max_trials)
+        pairs = _event_pairs(trials * per_trial)
         mids = [torch.cuda.Event(enable_timing=True) for _ in range(trials)] if name != "cuda_graph" else None
-        event_us = _replay_trials(entries, pairs, flusher, mids)
+        call_us = _replay_trials(entries, pairs, flusher, mids, per_trial)
+        event_us = trial_means(call_us, per_trial)
         # the current stream's share of each window (eager fallback): work it does not wait for shows
         # up as a window far longer than the current stream's part of it
         current_us = [s.elapsed_time(m) * 1e3 for (s, _), m in zip(pairs, mids)] if mids is not None else None
@@ -402,9 +429,11 @@ def time_candidate(model, input_sets, flusher, method: TimingMethod, graph: bool
         if gc_was_enabled:
             gc.enable()
     out = {
-        "method": name, "capture_error": capture_error, "event_us": event_us, "median_us": statistics.median(event_us),
+        "method": name, "capture_error": capture_error, "call_us": call_us, "event_us": event_us,
+        "median_us": statistics.median(event_us),
         "mean_us": statistics.fmean(event_us), "min_us": min(event_us), "spread_pct": spread_pct(event_us),
-        "trials": len(event_us), "warmup_calls": warmup_calls, "timed_s": time.perf_counter() - started,
+        "trials": len(event_us), "calls_per_trial": per_trial, "warmup_s": method.warmup_s,
+        "warmup_calls": warmup_calls, "timed_s": time.perf_counter() - started,
         "current_stream_median_us": statistics.median(current_us) if current_us else None,
         "graphs": entries, "last_outputs": [e["outputs"]() for e in entries],
     }

@@ -46,6 +46,10 @@ LIBRARY_KERNEL = re.compile(
 )
 
 
+# Guarded names (evals.candidate_runner) that only measure the work: replaced, the attribution cannot stand.
+ATTRIBUTION_NAMES = ("torch.utils.flop_counter.", "torch.profiler.", "torch.utils._python_dispatch.")
+
+
 class Finding(Exception):
     """A rule broken by the candidate; ends the attempt's checks."""
 
@@ -62,10 +66,6 @@ def _seed() -> int:
 
 def _as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def _cpu(xs) -> list:
-    return [x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x for x in xs]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -91,19 +91,52 @@ def _fp32_strict():
     return tf32_mode(matmul=False, cudnn=False)
 
 
+class Stages:
+    """Where the judge's time goes in one operation (seconds per stage), for the overhead breakdown.
+    Stages nest: an inner stage's time is not counted in the outer one."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._stack: list[list] = []  # [name, started, inner seconds]
+
+    @contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        self._stack.append([name, t0, 0.0])
+        try:
+            yield
+        finally:
+            _, _, inner = self._stack.pop()
+            total = time.perf_counter() - t0
+            self.add(name, total - inner)
+            if self._stack:
+                self._stack[-1][2] += total
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + max(0.0, seconds)
+
+    def take(self) -> dict[str, float]:
+        out, self.seconds = self.seconds, {}
+        return {k: round(v, 4) for k, v in out.items()}
+
+
 class Attempt:
     """One candidate in one candidate process, seen from the judge."""
 
     def __init__(self, judge: "Judge", proc: CandidateProcess, digest: str, device: torch.device, watchdog_s: float):
         self.judge, self.proc, self.digest, self.device, self.watchdog_s = judge, proc, digest, device, watchdog_s
+        proc.device = str(device)  # the reply's tensors land where the judge compares them
         self.loaded = False
         self.is_program = False
-        self.snapshot = judge.snapshot_now()
+        with judge.stages("snapshot"):
+            self.snapshot = judge.snapshot_now()
         self.instances = 0
 
     def request(self, op: str, payload: dict, timeout_s: float | None = None) -> dict:
+        t0 = time.perf_counter()
         try:
             reply = self.proc.request(op, payload, timeout_s or self.watchdog_s)
+            self._account(op, reply, time.perf_counter() - t0)
         except channel.ChannelError as exc:
             if exc.rule in ("crash", "timeout"):
                 state = self.proc.supervisor_report(timeout_s=2.0) or {}
@@ -112,6 +145,9 @@ class Attempt:
             raise Finding(exc.rule, exc.text, died=exc.rule in (verdicts.CRASH, verdicts.TIMEOUT)) from None
         tampered = reply.get("tampered") or (reply.get("result") or {}).get("tampered") or []
         if tampered:
+            if all(str(name).startswith(ATTRIBUTION_NAMES) for name in tampered):
+                raise Finding(verdicts.PYTORCH_ONLY, f"the candidate replaced {', '.join(tampered)}, which the harness "
+                              f"counts its work with: its work cannot be attributed")
             raise Finding(verdicts.TIMING_TAMPERED,
                           f"the candidate replaced {', '.join(tampered)}, which the harness times and checks with")
         if not reply.get("ok"):
@@ -128,10 +164,21 @@ class Attempt:
                           f"the candidate changed framework settings the harness set: {'; '.join(changed[:3])}")
         return result
 
-    def end_checks(self) -> None:
-        """After the attempt's last call: the process must still answer (one that exits right after
-        answering is a crash), no process may have left its session, nothing protected was written."""
-        self.request("ping", {}, timeout_s=10.0)
+    def _account(self, op: str, reply: dict, total_s: float) -> None:
+        """The request's time split into the candidate process's work (its handler, as it reports it:
+        a claim, used for the breakdown only) and the transfer around it."""
+        handler_s = reply.get("handler_s") if isinstance(reply, dict) else None
+        handler_s = min(max(float(handler_s), 0.0), total_s) if isinstance(handler_s, (int, float)) else 0.0
+        stage = "process_start" if op == "ping" and not self.loaded else "candidate"
+        self.judge.stages.add(stage, handler_s if stage == "candidate" else total_s)
+        if stage == "candidate":
+            self.judge.stages.add("transfer", total_s - handler_s)
+
+    def end_checks(self, linger_s: float = 0.0) -> None:
+        """After the attempt's last call: the process must still answer, ``linger_s`` after it (one that
+        exits right after answering is a crash), no process may have left its session, nothing protected
+        was written."""
+        self.request("ping", {"linger_s": linger_s} if linger_s > 0 else {}, timeout_s=10.0 + linger_s)
         state = self.proc.supervisor_report() or {}
         if state.get("escaped"):
             raise Finding(verdicts.CONTAINMENT, f"{state['escaped']} process(es) left the candidate's session or "
@@ -162,6 +209,8 @@ class Judge:
         self.current: Attempt | None = None
         self.tree = ProtectedTree()
         self.ref_flops_cache: dict[tuple, int] = {}
+        self.stages = Stages()
+        self.models: dict[tuple, Any] = {}  # this operation's reference models, by (problem, seed, device)
 
     # -- candidate processes ------------------------------------------------------------------
     def start_spares(self) -> None:
@@ -179,7 +228,8 @@ class Judge:
 
     def end_current(self) -> None:
         if self.current is not None:
-            self.current.proc.finish()
+            with self.stages("process_end"):
+                self.current.proc.finish()
             self.current = None
 
     def attempt_for(self, digest: str, device: torch.device, watchdog_s: float, fresh: bool) -> Attempt:
@@ -187,9 +237,10 @@ class Judge:
         if not fresh and cur is not None and cur.digest == digest and cur.proc.alive() and cur.device == device:
             return cur
         self.end_current()
-        self.start_spares()
-        proc = self.spares.pop(0)
-        self.start_spares()  # the next attempts' processes import torch while this one runs
+        with self.stages("process_start"):
+            self.start_spares()
+            proc = self.spares.pop(0)
+            self.start_spares()  # the next attempts' processes import torch while this one runs
         self.current = Attempt(self, proc, digest, device, watchdog_s)
         return self.current
 
@@ -213,18 +264,34 @@ class Judge:
             return torch.device("cpu")
         return self.device
 
+    def model(self, problem: Problem, seed: int, device) -> Any:
+        """The reference model for ``seed`` on ``device``, built once per operation: one instance is
+        called on every input set, as the candidate's is."""
+        key = (problem.path, problem.source_hash, seed, str(device))
+        if key not in self.models:
+            with self.stages("reference"):
+                self.models[key] = problem.make_model(seed, device)
+        return self.models[key]
+
+    def inputs(self, problem: Problem, seeds: list[int], device) -> list:
+        with self.stages("reference"):
+            return [problem.make_inputs(s, device) for s in seeds]
+
     def reference(self, problem: Problem, seed: int, inputs: list):
         """The reference's outputs (true fp32) for ``inputs``, detached."""
+        device = inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor) else self.device
         try:
-            with torch.no_grad(), _fp32_strict():
-                out = problem.make_model(seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
-                                         else self.device)(*inputs)
+            model = self.model(problem, seed, device)
+            with self.stages("reference"), torch.no_grad(), _fp32_strict():
+                out = model(*inputs)
+        except ProblemError:
+            raise
         except Exception as exc:
             raise ProblemError(f"{problem.path}: the reference failed: {_one_line(exc)}") from None
         return [o.detach() if isinstance(o, torch.Tensor) else o for o in _as_list(out)]
 
     def load(self, attempt: Attempt, problem: Problem, cand: dict, model_seed: int, boot_timeout_s: float) -> None:
-        info = attempt.request("ping", {}, timeout_s=boot_timeout_s)
+        info = attempt.request("ping", {}, timeout_s=boot_timeout_s)  # waits for the process to be ready
         attempt.proc.info = info
         payload: dict[str, Any] = {"candidate": {k: cand.get(k) for k in ("source", "program_json", "backend", "name")},
                                    "init_args": list(problem.module.get_init_inputs()), "device": str(attempt.device)}
@@ -240,8 +307,8 @@ class Judge:
         attempt.instances += 1
         req: dict[str, Any] = {"instance": attempt.instances, "model_seed": model_seed}
         if attempt.is_program:
-            ref = problem.make_model(model_seed, attempt.device)
-            req["state_dict"] = {k: v.detach().to("cpu", copy=True) for k, v in ref.state_dict().items()}
+            ref = self.model(problem, model_seed, attempt.device)
+            req["state_dict"] = {k: v.detach() for k, v in ref.state_dict().items()}  # copied into the arena
         attempt.request("build", req)
         return attempt.instances
 
@@ -251,17 +318,19 @@ class Judge:
         """The candidate's outputs for ``inputs`` (checked: types, inputs unchanged) and the
         comparison with ``refs``: ``{"correct", "max_abs_error", "max_rel_error", "rule", "text"}``."""
         out_nbytes = [r.nbytes for r in refs if isinstance(r, torch.Tensor)]
-        res = attempt.request("call", {"instance": instance, "inputs": _cpu(inputs), "poison": poison,
+        res = attempt.request("call", {"instance": instance, "inputs": list(inputs), "poison": poison,
                                        "keep": keep, "inplace": inplace, "out_nbytes": out_nbytes})
-        outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), refs)
-        after = res.get("inputs_after") or []
-        for i, x in enumerate(inputs):
-            if isinstance(x, torch.Tensor):
-                y = after[i] if i < len(after) else None
-                if not isinstance(y, torch.Tensor) or y.shape != x.shape or not torch.equal(y, x.detach().cpu()):
-                    raise Finding(verdicts.INPUTS_MUTATED, f"input {i} differs from the judge's copy after the call: "
-                                  f"inputs are read-only")
-        return outs, compare(outs, refs, tol)
+        with self.stages("compare"):
+            outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), refs)
+            after = res.get("inputs_after") or []
+            for i, x in enumerate(inputs):
+                if isinstance(x, torch.Tensor):
+                    y = after[i] if i < len(after) else None
+                    if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype != x.dtype or \
+                            not torch.equal(y.to(x.device), x.detach()):
+                        raise Finding(verdicts.INPUTS_MUTATED, f"input {i} differs from the judge's copy after the "
+                                      f"call: inputs are read-only")
+            return outs, compare(outs, refs, tol)
 
     def check_outputs(self, outs, problems, n_outputs, refs) -> list:
         if n_outputs != len(refs) or not isinstance(outs, list):
@@ -295,11 +364,13 @@ class Judge:
         n_sets = int(req.get("n_input_sets", 5))
         seeds = [fixed + 1_000_003 * i for i in range(n_sets)] if fixed is not None else [_seed() for _ in range(n_sets)]
         model_seed = fixed if fixed is not None else _seed()
+        self.models.clear()
+        self.stages.take()
         attempt = self.attempt_for(req["digest"], device, float(settings.get("watchdog_s", 120)), fresh=True)
         sets: list[dict] = []
         info: dict[str, Any] = {"device": str(device)}
         try:
-            ref_inputs = [problem.make_inputs(s, device) for s in seeds]
+            ref_inputs = self.inputs(problem, seeds, device)
             refs = [self.reference(problem, model_seed, x) for x in ref_inputs]
             self.load(attempt, problem, cand, model_seed, float(settings.get("startup_timeout_s", 300)))
             inst = self.build(attempt, problem, model_seed)
@@ -310,15 +381,17 @@ class Judge:
                 sets.append({"seed": seed, **{k: cmp[k] for k in ("correct", "max_abs_error", "max_rel_error")},
                              "reason": cmp["text"], "rule": cmp["rule"]})
             # Output must follow the input: the same output for different inputs (the reference's differ).
-            for i in range(1, len(outs)):
-                if _same(outs[0], outs[i]) and not _close(refs[0], refs[i], tol):
-                    raise Finding(verdicts.INPUT_INDEPENDENT, f"input sets 1 and {i + 1} give the same output (the "
-                                  f"reference's differ): the result does not follow the input")
+            with self.stages("compare"):
+                for i in range(1, len(outs)):
+                    if _same(outs[0], outs[i]) and not _close(refs[0], refs[i], tol):
+                        raise Finding(verdicts.INPUT_INDEPENDENT, f"input sets 1 and {i + 1} give the same output (the "
+                                      f"reference's differ): the result does not follow the input")
             # Repeated call on the same instance, other poison: every element must be written, and right.
             again, cmp_again = self.call(attempt, inst, ref_inputs[0], refs[0], tol, poison=VALUE_POISON)
-            if not _same_or_both_nan(outs[0], again) and not _close(outs[0], again, tol):
-                raise Finding(verdicts.MISMATCH, "a repeated call on the same inputs differs from the first: part of "
-                              "the output depends on memory's previous contents (never written) or on earlier calls")
+            with self.stages("compare"):
+                if not _same_or_both_nan(outs[0], again) and not _close(outs[0], again, tol):
+                    raise Finding(verdicts.MISMATCH, "a repeated call on the same inputs differs from the first: part "
+                                  "of the output depends on memory's previous contents (never written) or on earlier calls")
             bad = next((s for s in sets if not s["correct"]), None)
             if bad is not None:
                 k = sets.index(bad)
@@ -342,10 +415,13 @@ class Judge:
                                      else f": {cmp['text']}"))
             # The same values in another order (first and last element, sum and shape unchanged): a cache
             # keyed by a cheap digest of the content answers stale.
-            shuffled = _interior_permutation(ref_inputs[0])
+            with self.stages("reference"):
+                shuffled = _interior_permutation(ref_inputs[0])
             if shuffled is not None:
                 ref_sh = self.reference(problem, model_seed, shuffled)
-                if not _close(ref_sh, refs[0], tol):
+                with self.stages("compare"):
+                    differs = not _close(ref_sh, refs[0], tol)
+                if differs:
                     _, cmp = self.call(attempt, inst, shuffled, ref_sh, tol)
                     if not cmp["correct"]:
                         raise Finding(verdicts.INPUT_INDEPENDENT, "wrong on input set 1 with its values reordered (first "
@@ -355,11 +431,13 @@ class Judge:
             info.update(self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[0], refs[0], outs[0]))
             # Work attribution: the share of the problem's FLOPs the candidate did outside ATen.
             info.update(self.attribution(attempt, inst, problem, model_seed, ref_inputs[0]))
-            attempt.end_checks()
+            with self.stages("end"):
+                attempt.end_checks(linger_s=float(settings.get("closing_linger_s", 0.25)))
             verdict = None
         except Finding as f:
             verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
-        written = attempt.writes()
+        with self.stages("snapshot"):
+            written = attempt.writes()
         if written is not None and (verdict is None or verdict["rule"] not in (verdicts.CRASH, verdicts.TIMEOUT)):
             verdict = written
         if verdict is not None and verdict["rule"] in (verdicts.CRASH, verdicts.TIMEOUT, verdicts.CHANNEL,
@@ -372,6 +450,8 @@ class Judge:
             flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(
                 verdicts.PYTORCH_ONLY, f"{100 * (1 - info['candidate_work_share']):.0f}% of the problem's FLOPs ran in "
                 f"PyTorch's own operators; less than half of the work is in kernels the candidate brought")})
+        self.models.clear()
+        info["stages"] = self.stages.take()
         return {"sets": sets, "verdict": verdict, "flags": flags, "info": _plain(info), "device": str(device),
                 "crashed": bool(verdict and verdict.get("died"))}
 
@@ -379,20 +459,26 @@ class Judge:
         allowed = tuple(problem.allowed_precisions)
         if all(level in allowed for level in probes.LEVELS):
             return {}
-        model = problem.make_model(model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor) else None)
+        model = self.model(problem, model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
+                           else self.device)
         found, numbers = None, {}
-        probe = probes.signatures(model, inputs, ref)
-        if probe is not None:
-            found, numbers = probes.judge(out, probe, allowed)
-        if found is None:
-            scaled = probes.range_probe(inputs)
-            ref_scaled = self.reference(problem, model_seed, scaled)
-            probe = probes.signatures(model, scaled, ref_scaled)
+        with self.stages("probes"):
+            probe = probes.signatures(model, inputs, ref)
             if probe is not None:
-                res = attempt.request("call", {"instance": inst, "inputs": _cpu(scaled), "poison": None,
+                found, numbers = probes.judge(out, probe, allowed)
+        if found is None:
+            with self.stages("probes"):
+                scaled = probes.range_probe(inputs)
+            ref_scaled = self.reference(problem, model_seed, scaled)
+            with self.stages("probes"):
+                probe = probes.signatures(model, scaled, ref_scaled)
+            if probe is not None:
+                res = attempt.request("call", {"instance": inst, "inputs": scaled, "poison": None,
                                                "keep": None, "inplace": None, "out_nbytes": []})
-                outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), ref_scaled)
-                found, numbers = probes.judge(outs, probe, allowed)
+                with self.stages("probes"):
+                    outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"),
+                                              ref_scaled)
+                    found, numbers = probes.judge(outs, probe, allowed)
         return {"measured_precision": found, "probe": numbers}
 
     def reference_flops(self, problem: Problem, model_seed: int, inputs: list) -> int:
@@ -400,15 +486,18 @@ class Judge:
 
         key = (problem.path, problem.source_hash, tuple(tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)))
         if key not in self.ref_flops_cache:
-            counter = FlopCounterMode(display=False)
-            with torch.no_grad(), counter:
-                problem.make_model(model_seed, self.device if inputs and inputs[0].is_cuda else None)(*inputs)
-            self.ref_flops_cache[key] = int(counter.get_total_flops())
+            model = self.model(problem, model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
+                               else self.device)
+            with self.stages("attribution"):
+                counter = FlopCounterMode(display=False)
+                with torch.no_grad(), counter:
+                    model(*inputs)
+                self.ref_flops_cache[key] = int(counter.get_total_flops())
         return self.ref_flops_cache[key]
 
     def attribution(self, attempt, inst, problem, model_seed, inputs, kernels: bool = False) -> dict:
         """FLOPs (and with ``kernels`` the GPU kernels that ran, from the profiler) of one forward."""
-        res = attempt.request("work", {"instance": inst, "inputs": _cpu(inputs), "kernels": kernels})
+        res = attempt.request("work", {"instance": inst, "inputs": list(inputs), "kernels": kernels})
         ref_flops = self.reference_flops(problem, model_seed, inputs)
         out: dict[str, Any] = {"reference_flops": ref_flops, "aten_flops": res.get("aten_flops")}
         kernels = res.get("kernels") or []
@@ -431,29 +520,40 @@ class Judge:
             return {"timing_source": None, "reason": "no GPU in this process: no measured timing"}
         tol = problem.tolerance
         model_seed = _seed()
+        self.models.clear()
+        self.stages.take()
         attempt = self.attempt_for(req["digest"], device, float(settings.get("watchdog_s", 120)), fresh=False)
         k = int(settings.get("timing_input_sets", 3))
         seeds = [_seed() for _ in range(k + 2)]
         try:
-            inputs = [problem.make_inputs(s, device) for s in seeds]
+            inputs = self.inputs(problem, seeds, device)
             refs = [self.reference(problem, model_seed, x) for x in inputs]
             if not attempt.loaded:
                 self.load(attempt, problem, req["candidate"], model_seed, float(settings.get("startup_timeout_s", 300)))
             inst = self.build(attempt, problem, model_seed)
             t_req = time.perf_counter()
-            res = attempt.request("time", {"instance": inst, "input_sets": [_cpu(x) for x in inputs[:k]],
+            res = attempt.request("time", {"instance": inst, "input_sets": [list(x) for x in inputs[:k]],
                                            "settings": settings, "graph": True})
             request_s = time.perf_counter() - t_req
+            if res.get("threads"):
+                raise Finding(verdicts.TIMING_TAMPERED, f"the candidate keeps {len(res['threads'])} thread(s) running "
+                              f"({', '.join(res['threads'][:3])}): work they launch runs outside the timed calls")
+            _summarize_timing(res)  # from the raw event times, here: not the candidate process's summary
+            timed_s = float(res.get("timed_s") or 0.0)  # the measurement itself, inside the candidate's handler
+            self.stages.add("timed", timed_s)
+            self.stages.add("candidate", -timed_s)
             # every input set's last timed call, then timed calls re-run on new values in the same buffers
             for i, last in enumerate(res["last_outputs"]):
-                outs = self.check_outputs(last["outputs"], last["output_problems"], len(last["outputs"]), refs[i])
-                cmp = compare(outs, refs[i], tol)
+                with self.stages("compare"):
+                    outs = self.check_outputs(last["outputs"], last["output_problems"], len(last["outputs"]), refs[i])
+                    cmp = compare(outs, refs[i], tol)
                 if not cmp["correct"]:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"timed call on input set {i + 1}: {cmp['text']}")
             for j, (x, ref) in enumerate(zip(inputs[k:], refs[k:])):
-                s = attempt.request("timed_sample", {"index": j % k, "inputs": _cpu(x)})
-                outs = self.check_outputs(s["outputs"], s["output_problems"], len(s["outputs"]), ref)
-                cmp = compare(outs, ref, tol)
+                s = attempt.request("timed_sample", {"index": j % k, "inputs": list(x)})
+                with self.stages("compare"):
+                    outs = self.check_outputs(s["outputs"], s["output_problems"], len(s["outputs"]), ref)
+                    cmp = compare(outs, ref, tol)
                 if not cmp["correct"]:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"a timed call re-run on new inputs in the same buffers: "
                                   f"{cmp['text']}")
@@ -475,12 +575,14 @@ class Judge:
                 raise Finding(verdicts.TIMING_TAMPERED, f"the current stream's part of a call took {cur:.1f} us but all "
                               f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
             work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=True)
-            attempt.end_checks()
+            with self.stages("end"):
+                attempt.end_checks()
             verdict = None
         except Finding as f:
             verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
             res, work = locals().get("res") or {}, {}
-        written = attempt.writes()
+        with self.stages("snapshot"):
+            written = attempt.writes()
         if written is not None and (verdict is None or verdict["rule"] not in (verdicts.CRASH, verdicts.TIMEOUT)):
             verdict = written
         self.end_current()  # the attempt is over: its process ends (the spare is already starting)
@@ -493,10 +595,11 @@ class Judge:
                 verdicts.PYTORCH_ONLY, f"{100 * (1 - work['candidate_time_share']):.0f}% of the GPU time ran in library "
                 f"kernels (ATen, cuBLAS, cuDNN); less than half is in kernels the candidate brought")})
         keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
-                "wall_bound_us", "warmup_calls", "request_s")
+                "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s")
         out = {k2: res.get(k2) for k2 in keep}
+        self.models.clear()
         out.update(timing_source="gpu", verdict=verdict, flags=flags, work=_plain(work),
-                   crashed=bool(verdict and verdict.get("died")))
+                   crashed=bool(verdict and verdict.get("died")), stages=self.stages.take())
         return out
 
     def op_end_attempt(self, req: dict) -> dict:
@@ -517,18 +620,19 @@ class Judge:
         out: dict[str, Any] = {"timing_source": "gpu"}
         timed_s = 0.0
 
-        def timed(fn):
+        def timed(fn, name: str):
             r = time_candidate(fn, input_sets, self.flusher, method)
             r.pop("graphs"), r.pop("last_outputs")
+            out.setdefault("calls_per_trial", {})[name] = r["calls_per_trial"]
             return r
 
         with torch.no_grad():
             with tf32_mode(matmul=False, cudnn=True):  # PyTorch's defaults: what "eager" means in KernelBench
-                s = timed(model)
+                s = timed(model, "eager_fp32")
             out["eager_fp32_us"], out["eager_fp32_spread_pct"], out["method"] = s["median_us"], s["spread_pct"], s["method"]
             timed_s += s["timed_s"]
             with tf32_mode(matmul=True, cudnn=True):
-                s = timed(model)
+                s = timed(model, "eager_tf32")
                 out["eager_tf32_us"], out["eager_tf32_spread_pct"] = s["median_us"], s["spread_pct"]
                 timed_s += s["timed_s"]
                 if settings.get("compile", True):
@@ -538,7 +642,7 @@ class Judge:
                         compiled(*input_sets[0])
                         torch.cuda.synchronize()
                         out["compile_s"] = time.perf_counter() - t0
-                        s = timed(compiled)
+                        s = timed(compiled, "compile")
                         out["compile_us"], out["compile_spread_pct"] = s["median_us"], s["spread_pct"]
                         timed_s += s["timed_s"]
                         del compiled
@@ -555,6 +659,22 @@ class Judge:
 
 # ---------------------------------------------------------------------------------------------
 # comparisons
+
+
+def _summarize_timing(res: dict) -> None:
+    """The measurement's median, mean, minimum and spread computed in the judge from the per-call event
+    times the candidate process sent (its own summary is not used): trials of ``calls_per_trial`` calls."""
+    import statistics
+
+    from evals.timing import spread_pct
+
+    calls, n = res.get("call_us"), res.get("calls_per_trial")
+    if not (isinstance(calls, list) and calls and isinstance(n, int) and 1 <= n <= len(calls)
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in calls)):
+        raise Finding(verdicts.TIMING_TAMPERED, "the timing reply carries no usable per-call event times")
+    trials = [statistics.fmean(calls[i:i + n]) for i in range(0, len(calls) - n + 1, n)]
+    res.update(median_us=statistics.median(trials), mean_us=statistics.fmean(trials), min_us=min(trials),
+               spread_pct=spread_pct(trials), trials=len(trials))
 
 
 def _precision_text(info: dict, problem: Problem) -> str:
@@ -606,16 +726,17 @@ def _interior_permutation(inputs: list):
 
 
 def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y.to(x.device)) for x, y in zip(a, b))
 
 
 def _same_or_both_nan(a: list, b: list) -> bool:
+    pairs = [(x, y.to(x.device)) for x, y in zip(a, b)]
     return len(a) == len(b) and all(x.shape == y.shape and bool(((x == y) | (x.isnan() & y.isnan())).all())
-                                    for x, y in zip(a, b))
+                                    for x, y in pairs)
 
 
 def _close(a: list, b: list, tol: float) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and torch.allclose(x.double().cpu(), y.double().cpu(), atol=tol,
+    return len(a) == len(b) and all(x.shape == y.shape and torch.allclose(x.double(), y.to(x.device).double(), atol=tol,
                                                                           rtol=tol) for x, y in zip(a, b))
 
 

@@ -61,6 +61,8 @@ def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: li
     t_sol = state.get("sol", {}).get("t_sol_us")
     refs = state.get("reference_us", {})
     t = attempt.t_us
+    # the judge's flags (validator, profiler: pytorch_only) stay; the SOL ceiling's are added to them
+    flags = [*attempt.flags, *(f for f in flags if f not in attempt.flags)]
     changes: dict[str, Any] = {"reached": "done", "flags": flags, "t_sol_us": t_sol}
     if t and t > 0:
         if t_sol:

@@ -34,14 +34,24 @@ class Services:
         self._harness = None
         self._harness_settings = harness_settings
         self.work_s = 0.0  # time spent inside library calls, to measure the graph's own overhead
+        # the same time by kind (setup, check, build, validate, profile, export): summary.json's split
+        self.work_by_kind_s: dict[str, float] = {}
+        # kernels asked of the kernel cache, found there, and built ahead for expected programs
+        self.kernel_cache = {"kernels": 0, "hits": 0, "ahead_kernels": 0}
+        self._ahead: tuple = ()  # programs the tier expects to write next (a hint for building ahead)
 
     # -- time accounting ------------------------------------------------------------------
     def _timed(self, fn, *args, **kwargs):
+        return self._timed_as("setup", fn, *args, **kwargs)
+
+    def _timed_as(self, kind: str, fn, *args, **kwargs):
         start = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
-            self.work_s += time.perf_counter() - start
+            spent = time.perf_counter() - start
+            self.work_s += spent
+            self.work_by_kind_s[kind] = self.work_by_kind_s.get(kind, 0.0) + spent
 
     # -- problem and speed of light -------------------------------------------------------
     def problem(self, path: str) -> Any:
@@ -82,23 +92,33 @@ class Services:
     def check_text(self, text: str, max_output_bytes: float | None = None) -> tuple[Any, list[Any]]:
         from dsl_compiler.checks import check_text
 
-        return self._timed(check_text, text, max_output_bytes=max_output_bytes)
+        return self._timed_as("check", check_text, text, max_output_bytes=max_output_bytes)
+
+    def expect(self, programs) -> None:
+        """The programs the tier expects to write next: their kernels are built with the next build
+        (one translation unit) or in the background while the current attempt is validated."""
+        self._ahead = tuple(programs or ())
 
     def build(self, program: Any) -> Any:
         from dsl_compiler.build import build_program
 
-        return self._timed(build_program, program)
+        ahead, self._ahead = self._ahead, ()
+        built = self._timed_as("build", build_program, program, ahead=ahead)
+        self.kernel_cache["kernels"] += int(getattr(built, "kernels", 0) or 0)
+        self.kernel_cache["hits"] += int(getattr(built, "cache_hits", 0) or 0)
+        self.kernel_cache["ahead_kernels"] += int(getattr(built, "ahead_kernels", 0) or 0)
+        return built
 
     def export_model_new(self, program: Any, artifacts: dict[str, str] | None, path: str,
                          problem_source: str | None = None) -> None:
         from dsl_compiler.export import export_model_new
 
-        self._timed(export_model_new, program, artifacts or {}, path, problem_source=problem_source)
+        self._timed_as("export", export_model_new, program, artifacts or {}, path, problem_source=problem_source)
 
     def export_model_interpreted(self, program: Any, path: str, problem_source: str | None = None) -> None:
         from dsl_compiler.export import export_model_interpreted
 
-        self._timed(export_model_interpreted, program, path, problem_source=problem_source)
+        self._timed_as("export", export_model_interpreted, program, path, problem_source=problem_source)
 
     def build_model_new(self, text: str) -> tuple[str | None, Any]:
         """A ModelNew module of the cuda variants checked and built (evals.cuda_candidates):
@@ -109,7 +129,7 @@ class Services:
         if errors:
             return None, cc.BuildOutcome(ok=False, reason=errors[0].split(": ", 1)[-1], diagnostics=errors)
         prepared = cc.prepare(text)
-        outcome = self._timed(cc.build, prepared)
+        outcome = self._timed_as("build", cc.build, prepared)
         return (prepared.source if outcome.ok else None), outcome
 
     # -- harness --------------------------------------------------------------------------
@@ -135,14 +155,14 @@ class Services:
 
     def validate(self, path: str, candidate: Any) -> dict[str, Any]:
         """-> {correct, max_abs_error, reason, flags}"""
-        v = self._timed(self.harness().validate, self.problem(path), candidate)
+        v = self._timed_as("validate", self.harness().validate, self.problem(path), candidate)
         return {"correct": bool(v.correct), "max_abs_error": v.max_abs_error, "reason": v.reason or None,
                 "flags": list(v.flags)}
 
     def profile(self, path: str, candidate: Any) -> dict[str, Any]:
         """-> {t_us, t_spread_pct, timing_source, reason, flags}; t_us None when the time cannot be
         trusted (a timing check failed) or was not taken."""
-        t = self._timed(self.harness().profile, self.problem(path), candidate)
+        t = self._timed_as("profile", self.harness().profile, self.problem(path), candidate)
         return {"t_us": t.median_us if t.valid else None, "t_spread_pct": t.spread_pct,
                 "timing_source": t.timing_source, "reason": t.reason, "flags": list(t.flags)}
 

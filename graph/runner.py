@@ -101,8 +101,19 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
         emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "variant": ctx.variant,
               "policy": ctx.policy, "backend": ctx.backend, "backend_reason": backend_reason, "run_dir": str(run_dir),
               "resumed": bool(prior), "attempts_done": len(prior.get("attempts", []))})
-        tracker = EventTracker(emit, ctx.max_attempts, prior)
         work_before = prior.get("work_s", 0.0)
+        svc = ctx.services
+        kinds_before, svc_before = dict(getattr(svc, "work_by_kind_s", {})), getattr(svc, "work_s", 0.0)
+        cache_before = dict(getattr(svc, "kernel_cache", {}))
+
+        def progress(state: dict) -> dict:
+            loop_s = time.perf_counter() - started
+            state_work = state.get("work_s", 0.0) - work_before
+            return {"time_split_s": time_split(getattr(svc, "work_by_kind_s", {}), kinds_before, state_work,
+                                               getattr(svc, "work_s", 0.0) - svc_before, max(0.0, loop_s - state_work)),
+                    "kernel_cache": cache_rate(getattr(svc, "kernel_cache", {}), cache_before)}
+
+        tracker = EventTracker(emit, ctx.max_attempts, prior, progress=progress)
         try:
             # durability="sync": each step's checkpoint is on disk before the next step starts, so a
             # killed run never redoes a finished step (a model call, a build) on resume
@@ -115,6 +126,10 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
             # builds, validation, timing), plus writing the results
             overhead_s = max(0.0, loop_s - (final.get("work_s", 0.0) - work_before))
             summary = summarize(final, ctx, loop_s, overhead_s, backend_reason)
+            summary.time_split_s = time_split(getattr(svc, "work_by_kind_s", {}), kinds_before,
+                                              final.get("work_s", 0.0) - work_before,
+                                              getattr(svc, "work_s", 0.0) - svc_before, overhead_s)
+            summary.kernel_cache = cache_rate(getattr(svc, "kernel_cache", {}), cache_before)
             written = write_outputs(final, summary, ctx, run_dir)
         finally:
             if ctx._owns_services:
@@ -125,6 +140,27 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
           "cost_usd": summary.cost_usd, "stop_reason": summary.stop_reason, "graph_overhead_s": overhead_s,
           "model_new_error": written.get("model_new_error")})
     return summary
+
+
+def time_split(kinds_after: dict[str, float], kinds_before: dict[str, float], state_work_s: float, services_work_s: float,
+               overhead_s: float) -> dict[str, float]:
+    """Where the loop's wall time went: the services' time by kind over the run, the writer's calls (the
+    work the state counted beyond the services': a model call, or the offline tier's search) and the
+    graph's own overhead."""
+    split = {k: round(v - kinds_before.get(k, 0.0), 3) for k, v in kinds_after.items()}
+    split = {k: v for k, v in split.items() if v > 0}
+    split["model"] = round(max(0.0, state_work_s - services_work_s), 3)
+    split["graph"] = round(overhead_s, 3)
+    for k in ("build", "validate", "profile"):
+        split.setdefault(k, 0.0)
+    return split
+
+
+def cache_rate(after: dict[str, int], before: dict[str, int]) -> dict[str, float]:
+    """The kernel cache over one run: kernels asked, found built, the hit rate, kernels built ahead."""
+    out = {k: after.get(k, 0) - before.get(k, 0) for k in ("kernels", "hits", "ahead_kernels")}
+    out["hit_rate"] = round(out["hits"] / out["kernels"], 4) if out["kernels"] else None
+    return out
 
 
 def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, backend_reason: str) -> RunSummary:

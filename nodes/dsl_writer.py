@@ -55,6 +55,9 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     except Exception as exc:  # any tier failure is this attempt's failure, never the run's
         reply = WriterReply("", error=f"tier failed: {type(exc).__name__}: {exc}")
     call_s = time.perf_counter() - start
+    expect = getattr(ctx.services, "expect", None)
+    if expect is not None:  # a hint only: the builds of the next attempts start with this one's
+        expect(tuple(reply.ahead)[:max(0, ctx.max_attempts - index)])  # no more than the budget has attempts for
     plan = hypothesis(state)
     title = reply.hypothesis.title if reply.hypothesis else (plan.title if plan else "")
     if request.diagnostics and not reply.hypothesis:

@@ -68,6 +68,8 @@ class WriterReply:
     cost_usd: float = 0.0
     error: str | None = None  # why no program came back
     hypothesis: Hypothesis | None = None  # what the tier actually did, when it chose itself
+    # programs (dsl_compiler.ir.Program) the tier expects to write next: their kernels are built ahead
+    ahead: tuple = ()
 
 
 @runtime_checkable

@@ -20,9 +20,10 @@ FAKE_NVCC = textwrap.dedent("""\
     out=""; prev=""
     for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
     echo "$@" >> "$(dirname "$0")/calls.log"
-    if grep -q "FAIL_ON_CLUSTER" kernel.cu 2>/dev/null || [ -f "$(dirname "$0")/fail" ]; then
-      line=$(grep -n "knob: cluster" kernel.cu | head -1 | cut -d: -f1)
-      echo "kernel.cu($line): error: static assertion failed with \\"unsupported cluster shape\\"" >&2
+    src=""; for a in "$@"; do case "$a" in *.cu) src="$a";; esac; done
+    if grep -q "FAIL_ON_CLUSTER" "$src" 2>/dev/null || [ -f "$(dirname "$0")/fail" ]; then
+      line=$(grep -n "knob: cluster" "$src" | head -1 | cut -d: -f1)
+      echo "$src($line): error: static assertion failed with \\"unsupported cluster shape\\"" >&2
       exit 2
     fi
     sleep 0.3
@@ -51,7 +52,9 @@ def test_build_then_cache_hit(fake_toolchain, tmp_path):
     prog = program("pipeline_mlp")
     first = build.build_program(prog)
     assert first.ok and not first.cached and set(first.artifacts) == {"fc1", "fc2"}
-    assert len(_calls(fake_toolchain)) == 2
+    assert len(_calls(fake_toolchain)) == 1  # the program's two kernels in one translation unit
+    assert _calls(fake_toolchain)[0].endswith("unit.cu -o unit.so")
+    assert first.kernels == 2 and first.cache_hits == 0
     for path in first.artifacts.values():
         assert path.startswith(str(tmp_path / "cache")) and os.path.exists(path)
     flags = _calls(fake_toolchain)[0]
@@ -59,8 +62,9 @@ def test_build_then_cache_hit(fake_toolchain, tmp_path):
     assert "cutlass_library/source/include" in flags
     second = build.build_program(prog)
     assert second.ok and second.cached and second.artifacts == first.artifacts
-    assert len(_calls(fake_toolchain)) == 2  # nothing rebuilt
+    assert len(_calls(fake_toolchain)) == 1  # nothing rebuilt
     assert all(s == 0.0 for s in second.kernel_build_s.values())
+    assert second.cache_hits == 2
 
 
 def test_a_changed_knob_rebuilds_only_that_kernel(fake_toolchain):
@@ -68,10 +72,12 @@ def test_a_changed_knob_rebuilds_only_that_kernel(fake_toolchain):
     build.build_program(prog)
     prog2, _ = parse(MATRIX["pipeline_mlp"].replace("schedule = pingpong", "schedule = cooperative"))
     res = build.build_program(prog2)
-    assert res.ok and not res.cached and len(_calls(fake_toolchain)) == 3
+    assert res.ok and not res.cached and len(_calls(fake_toolchain)) == 2 and res.cache_hits == 1
+    assert _calls(fake_toolchain)[1].endswith("kernel.cu -o kernel.so")  # one kernel: its own unit
 
 
-def test_builds_run_in_parallel(fake_toolchain):
+def test_builds_run_in_parallel(fake_toolchain, monkeypatch):
+    monkeypatch.setenv("MUCUTLASS_KERNELS_PER_UNIT", "1")  # one kernel per unit: units side by side
     progs = [program(n) for n in ("gemm_bf16_nt_coop", "gemm_f16_nt", "gemm_tf32_nt", "bmm_bf16")]
     t0 = time.perf_counter()
     res = [build.build_program(p, jobs=4) for p in progs]

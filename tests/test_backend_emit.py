@@ -65,12 +65,20 @@ def test_layouts_schedules_clusters_stages_and_schedulers():
     _, tn = _one("gemm_bf16_tn_cluster12")
     assert "cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8, cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8" in tn.source
     assert "cute::Shape<cute::_1, cute::_2, cute::_1>" in tn.source
+    # raster, swizzle and the split count are run-time values of the ABI: one build serves every choice
     _, sk = _one("gemm_split_k")
-    assert "cutlass::gemm::StreamKScheduler" in sk.source and "DecompT::SplitK" in sk.source and "splits = 2" in sk.source
+    knobs = dict(sk.abi.knob_values)
+    assert "cutlass::gemm::StreamKScheduler" in sk.source and "static_cast<DecompT>(I(" in sk.source
+    assert knobs["splits"] == 2 and knobs["decomposition"] == 2  # DecompositionMode::SplitK
     _, st = _one("gemm_stream_k")
-    assert "DecompT::StreamK" in st.source
+    assert dict(st.abi.knob_values)["decomposition"] == 3  # StreamK
     _, ra = _one("gemm_raster_m_swizzle")
-    assert "RasterT::AlongM" in ra.source and "max_swizzle_size = 2" in ra.source
+    assert dict(ra.abi.knob_values) == {"raster": 1, "swizzle": 2}  # RasterOrderOptions::AlongM
+    assert "static_cast<RasterT>(I(" in ra.source and "max_swizzle_size = int(I(" in ra.source
+    for name in ("raster", "swizzle"):
+        assert ra.abi.ints.index(name) == len(ra.abi.ints) - 2 + ("raster", "swizzle").index(name)
+    _, rn = _one("gemm_raster_n_swizzle")
+    assert rn.source == ra.source and dict(rn.abi.knob_values) == {"raster": 2, "swizzle": 4}
     _, tf = _one("gemm_tf32_nt")
     assert "float, cutlass::layout::RowMajor, 4, float, cutlass::layout::ColumnMajor, 4, float" in tf.source
 
@@ -97,7 +105,8 @@ def test_tf32_with_b_n_major_runs_transposed_and_other_layouts_do_not():
     _, e = _one("gemm_tf32_nn_epilogue")  # tile 128x256, cluster 2x1, raster along_m in the program
     src = e.source
     assert "TileShape = cute::Shape<cute::_256, cute::_128, cute::_32>" in src
-    assert "ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>" in src and "RasterT::AlongN" in src
+    assert "ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>" in src
+    assert dict(e.abi.knob_values)["raster"] == 2  # RasterOrderOptions::AlongN: the program's along_m, swapped
     assert "float, cutlass::layout::ColumnMajor, 4, float, cutlass::layout::ColumnMajor, 4," in src  # C and D
     assert "args.epilogue.dD = cute::make_stride(cute::_1{}, I(8), I(9))" in src
     # bias[col] (per N) is per row of D^T, s[row] (per M) per column; row_sum reduces D^T's rows

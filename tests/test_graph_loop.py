@@ -189,6 +189,20 @@ def test_faster_than_light_is_flagged_and_never_best(tmp_path):
     assert summary.best_index == 1 and summary.best_t_us == 80.0
 
 
+def test_the_judges_flags_survive_the_sol_judge():
+    """A result the validator or the profiler flagged (pytorch_only: cuBLAS did the work) keeps its flag
+    through the SOL judge, and a flagged result is never the run's best."""
+    from evals.records import AttemptRecord
+    from graph.attempts import judge
+
+    attempt = AttemptRecord(index=1, correct=True, t_us=50.0, flags=["pytorch_only: 98% of the GPU time in cuBLAS"])
+    done = judge({"sol": {"t_sol_us": 10.0}, "reference_us": {"eager_fp32": 100.0}}, attempt, 0.0, [])
+    record = done["attempts"][-1]
+    assert record["flags"] == ["pytorch_only: 98% of the GPU time in cuBLAS"] and not record["improved"]
+    done = judge({"sol": {"t_sol_us": 10.0}}, attempt, 0.0, ["sol_ceiling: faster than light"])
+    assert done["attempts"][-1]["flags"] == ["pytorch_only: 98% of the GPU time in cuBLAS", "sol_ceiling: faster than light"]
+
+
 def test_ceiling_uses_the_bound_of_the_precision_used():
     from graph.attempts import ceiling_bound_us
 

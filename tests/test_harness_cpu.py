@@ -294,6 +294,45 @@ def test_warmup_by_duration_runs_back_to_back(fake_cuda):
     assert warm_part.count("sync") == 0 and warm_part.count("event_sync") >= extra - 3
 
 
+def test_graph_trials_are_back_to_back_calls_and_their_mean(fake_cuda, monkeypatch):
+    """The default method: a trial is several calls back to back (each behind its flush, each between
+    its own events), the device synchronized only after the trial, and the trial's time their mean."""
+    import time as _time
+
+    from evals import timing
+
+    def fn(inputs):
+        fake_cuda.log.append("fn")
+        _time.sleep(0.0005)
+
+    # the graph capture needs a GPU: replaying the eager call stands in for it
+    monkeypatch.setattr(timing, "_graph_entries", timing._eager_entries)
+    method = timing.TimingMethod(warmup=2, warmup_s=0.0, min_trials=4, max_trials=4, trial_us=1e6,
+                                 max_calls_per_trial=3, l2_flush_mb=0)
+    r = timing.time_candidate(lambda x: fn([x]), [[0], [1]], _LogFlusher(fake_cuda.log), method)
+    assert r["method"] == "cuda_graph" and r["trials"] == 4 and len(r["event_us"]) == 4
+    n = r["calls_per_trial"]
+    assert n == 3 and len(r["call_us"]) == 12  # a 1 s trial of ~0.5 ms calls: the cap
+    log = fake_cuda.log
+    fns = [i for i, op in enumerate(log) if op == "fn"]
+    timed = fns[-4 * n:]
+    between = log[timed[0]:timed[n - 1]]  # inside the first trial: no synchronize, a flush before each call
+    assert between.count("sync") == 0 and between.count("flush") == n - 1
+    assert "sync" in log[timed[n - 1]:timed[n]]  # after the trial
+    assert r["median_us"] >= 450  # the mean of calls, not of trials' sums
+    assert timing.trial_means([1.0, 3.0, 10.0, 20.0, 5.0], 2) == [2.0, 15.0]  # an incomplete trial is dropped
+
+
+def test_calls_per_trial_follow_the_call_time():
+    from evals.timing import TimingMethod
+
+    m = TimingMethod(trial_us=2000.0, max_calls_per_trial=16)
+    assert m.calls_per_trial(340.0) == 6 and m.calls_per_trial(2700.0) == 1 and m.calls_per_trial(5.0) == 16
+    assert TimingMethod(trial_us=0.0).calls_per_trial(10.0) == 1
+    with pytest.raises(ValueError):
+        TimingMethod(max_calls_per_trial=0)
+
+
 def test_timing_method_from_harness_settings():
     from evals.timing import TimingMethod
 
@@ -467,3 +506,20 @@ def test_host_sync_end_enqueues_every_trial_then_synchronizes_once(fake_cuda):
     assert sample.trials == 4 and len(set(sample.wall_us)) == 1  # every call gets the batch's mean wall time
     # the empty calls are batched the same way, behind a flush each
     assert log[:fns[0]].count("flush") == 5 + 1
+
+
+def test_the_judge_summarizes_raw_event_times_itself():
+    """The median, spread and trial count come from the per-call times, computed in the judge: a
+    candidate process's own summary (its statistics module may be patched) is replaced."""
+    from evals import worker
+
+    res = {"call_us": [100.0, 102.0, 98.0, 100.0, 400.0, 404.0], "calls_per_trial": 2, "median_us": 1.0,
+           "spread_pct": 0.0, "trials": 99}
+    worker._summarize_timing(res)
+    assert res["trials"] == 3 and res["median_us"] == pytest.approx(101.0) and res["min_us"] == pytest.approx(99.0)
+    assert res["mean_us"] == pytest.approx((101.0 + 99.0 + 402.0) / 3)
+    for bad in ({"call_us": [], "calls_per_trial": 1}, {"call_us": [1.0, float("nan")], "calls_per_trial": 1},
+                {"call_us": [1.0, 2.0], "calls_per_trial": 3}, {"call_us": "fast", "calls_per_trial": 1}):
+        with pytest.raises(worker.Finding) as err:
+            worker._summarize_timing(dict(bad))
+        assert err.value.rule == "timing_tampered"

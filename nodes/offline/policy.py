@@ -7,7 +7,9 @@ order of the config-aware estimate (``search``):
    measured one from the per-shape record), in the math precision the estimate ranks fastest:
    where the problem allows 16-bit math at a tolerance of at least 1e-3, programs computing in
    f16 (TF32's 10-bit mantissa, twice its tensor-core rate; bf16 when f16 is not allowed) are
-   ranked beside the TF32 ones, and TF32 operands that are not K-major both as stored and after a
+   ranked beside the TF32 ones, if the error model (``dsl_compiler.frontend.error_model``: the
+   reference run on its own inputs with GEMM / conv operands rounded) predicts the precision within
+   the tolerance (f16 overflows past 65504; bf16's 8-bit mantissa misses 1e-2 after a norm), and TF32 operands that are not K-major both as stored and after a
    transposing copy;
 2. later attempts vary one kernel's configuration at a time, in estimated order; once measured
    times exist, the untried candidates are re-ranked by the ratio measured / estimated of the
@@ -45,6 +47,9 @@ MEASURED_MISS = 1.25  # re-rank when a measurement is this far (either way) from
 # 16-bit math over fp32 data: f16 first (10 mantissa bits, as TF32; bf16 has 7), at tolerances it meets
 HALF_MATHS = ("f16", "bf16")
 HALF_MIN_TOLERANCE = 1e-3
+# candidates after the chosen one whose kernels are built with it, in one translation unit (a unit's
+# front-end time is most of its cost: dsl_compiler.build.KERNELS_PER_UNIT = 8 kernels a unit)
+BUILD_AHEAD = 7
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,23 @@ def half_math(allowed_precisions, tolerance) -> str | None:
     return next((m for m in HALF_MATHS if m in tuple(allowed_precisions or ())), None)
 
 
+def choose_half_math(problem: Any, allowed_precisions, tolerance) -> tuple[str | None, dict]:
+    """The 16-bit math the tier tries beside TF32, and the predicted errors behind the choice: the first of
+    ``half_math``'s candidates (f16, then bf16) that the error model (``dsl_compiler.frontend.error_model``,
+    the reference run with its GEMM / conv operands rounded) predicts within the tolerance; None when none
+    is. Without a prediction (a reference that does not run on the CPU) the rule of ``half_math`` stands."""
+    from dsl_compiler.frontend.error_model import predict_errors
+
+    first = half_math(allowed_precisions, tolerance)
+    if first is None:
+        return None, {}
+    candidates = tuple(m for m in HALF_MATHS if m in tuple(allowed_precisions or ()))
+    errors = predict_errors(problem, candidates, float(tolerance), until_pass=True)
+    if not errors:
+        return first, {}
+    return next((m for m in candidates if m in errors and errors[m].passes), None), errors
+
+
 def attempt_math(a: AttemptRecord) -> str | None:
     """The 16-bit math an attempt's program computed in (None: TF32 / the storage types' own)."""
     program = _program_of(a)
@@ -126,11 +148,13 @@ class OfflineTier:
     name = "offline"
 
     def __init__(self, record: search.ConfigRecord | None = None, configs_per_kernel: int = CONFIGS_PER_KERNEL,
-                 use_record: bool = True):
+                 use_record: bool = True, error_model: bool = True):
         self.configs_per_kernel = configs_per_kernel
+        self.error_model = error_model  # predict each 16-bit math's error before proposing it
         self._record = record
         self.use_record = use_record
         self._plans: dict[tuple, _Plan] = {}
+        self._precision: dict[tuple, tuple[str | None, dict]] = {}
 
     # -- state derived from the history ----------------------------------------------------------
     @property
@@ -247,7 +271,10 @@ class OfflineTier:
             allowed_precisions = getattr(problem, "allowed_precisions", ())
         if tolerance is None:
             tolerance = getattr(problem, "tolerance", None)
-        half = half_math(allowed_precisions, tolerance)
+        if self.error_model and kernel_names:
+            half, _ = self.precision_choice(problem, allowed_precisions, tolerance)
+        else:
+            half = half_math(allowed_precisions, tolerance)
         if half is None or not kernel_names:
             return plans
         tried = [a for a in history if attempt_math(a) == half]
@@ -261,6 +288,13 @@ class OfflineTier:
                 k.config.math == half for k in program.kernels):
             plans.append(plan)
         return plans
+
+    def precision_choice(self, problem: Any, allowed_precisions, tolerance) -> tuple[str | None, dict]:
+        """``choose_half_math`` once per problem and tolerance."""
+        key = (_problem_key(problem), tuple(allowed_precisions or ()), tolerance)
+        if key not in self._precision:
+            self._precision[key] = choose_half_math(problem, allowed_precisions, tolerance)
+        return self._precision[key]
 
     def _state(self, request: WriterRequest) -> tuple[_Plan, list[tuple[Candidate, float]], dict[str, AttemptRecord]]:
         """The plan that explains the program (the first), and the untried candidates of every plan
@@ -362,9 +396,10 @@ class OfflineTier:
             if wanted and wanted.startswith(c.title):
                 chosen = c
                 break
+        ahead = tuple(c.program for c, _ in untried if c is not chosen)[:BUILD_AHEAD]
         return WriterReply(chosen.program_text, tokens_in=0, tokens_out=0, model=MODEL_NAME, cost_usd=0.0,
                            hypothesis=Hypothesis(title=chosen.title, rationale="offline configuration search",
-                                                 expected_gain=1.0, risk=1.0))
+                                                 expected_gain=1.0, risk=1.0), ahead=ahead)
 
 
 def _merged(plans: list[_Plan]) -> list[Candidate]:

@@ -106,7 +106,8 @@ CASES: list[Case] = [
     # 1 separation: the candidate runs beside the reference, its outputs and the comparison
     Case("steal_reference_frames.py", "mismatch", 1, also=("nonfinite", "input_independent"),
          what="walks the interpreter's frames and gc for the reference's output (matched by one row it computes) and returns a copy"),
-    Case("steal_judge_memory.py", "mismatch", 1, gpu=False, also=("nonfinite", "input_independent"), pending=_p(1),
+    # the judge is undumpable and the candidate has no CAP_SYS_PTRACE; the channel's arena holds inputs only
+    Case("steal_judge_memory.py", "mismatch", 1, gpu=False, also=("nonfinite", "input_independent"),
          what="scans /proc/<pid>/mem of every process of its user for the reference's output"),
     Case("calls_reference.py", "pytorch_only", 1, also=("mismatch",),
          what="finds the reference Model class in sys.modules and runs its forward on its own parameters"),
@@ -167,13 +168,16 @@ CASES: list[Case] = [
     # 5 timing
     Case("side_stream.py", "timing_tampered", 5, stage="profile", cpu=False,
          what="does the work on a side stream the current stream never waits for"),
-    Case("background_thread.py", "timing_tampered", 5, stage="profile", cpu=False, pending=_p(5),
+    # caught before anything is timed: a thread the candidate started is alive when the timing request comes
+    Case("background_thread.py", "timing_tampered", 5, stage="profile", cpu=False,
          what="a host thread launches the work on its own stream after forward returns"),
     Case("patched_timer.py", "timing_tampered", 5, stage="profile",
          what="scales torch.cuda.Event.elapsed_time and time.perf_counter at import"),
-    Case("patch_harness_timer.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True, pending=_p(5),
+    # the harness's own functions (timing, channel, runner) are guarded in the candidate process by identity and code
+    Case("patch_harness_timer.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True,
          what="replaces the worker's time_cuda (not a guarded name) with one that reports a quarter of the real time"),
-    Case("sync_noop_side_stream.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True, pending=_p(5),
+    # torch._C's synchronize, current-stream and set-stream entry points are guarded like torch.cuda's names
+    Case("sync_noop_side_stream.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True,
          what="makes torch.cuda.synchronize a no-op through torch._C and hides the work on a side stream"),
     # 6 precision
     Case("half_precision.py", "precision", 6, problem="linear_relu_tf32",
@@ -225,9 +229,9 @@ CASES: list[Case] = [
          what="writes a forged reply and carries on: the real reply then answers the next request"),
     Case("prints_fake_result.py", "mismatch", 9, also=("nonfinite",),
          what="prints a fake all-correct result on stdout and stderr, returns noise"),
-    # the exit 0.2 s after the last call races the judge's closing ping: caught when the judge's own steps
-    # after the last call take longer than that, not otherwise (a later exit is seen by the next request)
-    Case("exit_after_answer.py", "crash", 9, taints=True, pending="judge: 9 channel (a race with the closing ping)",
+    # the closing ping of a validation is answered closing_linger_s (0.25 s) after it is sent: an exit in that
+    # window is a crash (a later one is seen by the next request; after the attempt's end it gains nothing)
+    Case("exit_after_answer.py", "crash", 9, taints=True,
          what="answers correctly, then exits before anything after the answer can look at it"),
 ]
 

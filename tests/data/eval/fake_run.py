@@ -89,3 +89,30 @@ def needs_key(spec, on_event=None) -> RunSummary:
                           backend="interpreter", gpu="none", attempts=[],
                           stop_reason=f"setup failed: the environment variable {NEEDS_KEY} holding its API key is not set")
     return run(spec, on_event)
+
+
+def pinned(spec, on_event=None) -> RunSummary:
+    """``run``, noting where it ran: the device its worker was pinned to and the worker's nvcc share."""
+    summary = run(spec, on_event)
+    where = f"gpu={os.environ.get('CUDA_VISIBLE_DEVICES', '')} build_jobs={os.environ.get('MUCUTLASS_BUILD_JOBS', '')}"
+    return summary.model_copy(update={"backend_reason": where})
+
+
+PLATEAU_TIMES = (100.0, 80.0, 60.0, 50.0)  # then 55 us for every later attempt: the best stays at attempt 4
+
+
+def plateau(spec, on_event=None) -> RunSummary:
+    """A log whose best comes at attempt 4 and never improves after: attempt 1 takes 10 s of wall time
+    (its build), every later one 1 s; t_SOL 10 us, eager fp32 120 us (beaten from attempt 2)."""
+    attempts = []
+    for index in range(1, spec.max_attempts + 1):
+        t_us = PLATEAU_TIMES[index - 1] if index <= len(PLATEAU_TIMES) else 55.0
+        a = AttemptRecord(index=index, hypothesis=f"try {index}", program_text=f"program p{index}", reached="done",
+                          compile_ok=True, correct=True, t_us=t_us, timing_source="gpu", t_sol_us=10.0,
+                          speedup_vs_eager_fp32=120.0 / t_us, wall_s=10.0 if index == 1 else 1.0)
+        attempts.append(a)
+        if on_event:
+            on_event({"attempt": a})
+    return RunSummary(problem=Path(spec.problem_path).stem, tier=spec.tier, policy=spec.policy, backend="cutlass",
+                      gpu="h200", attempts=attempts, best_index=4, best_t_us=50.0, t_sol_us=10.0,
+                      reference_us={"eager_fp32": 120.0}, stop_reason="fixed: budget spent")

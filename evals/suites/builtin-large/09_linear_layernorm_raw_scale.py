@@ -1,4 +1,4 @@
-"""nn.Linear 4096 -> 2048 on unnormalised features (values up to 1e5, beyond f16's range), then a sum over each row: a GEMM with a row reduction whose inputs only TF32 or bf16 can hold."""
+"""nn.Linear 4096 -> 2048 on unnormalised features (values up to 1e5, beyond f16's range), then LayerNorm: f16 overflows, and after the norm bf16's 8-bit mantissa misses 1e-2; TF32 holds both."""
 
 import torch
 import torch.nn as nn
@@ -15,9 +15,10 @@ class Model(nn.Module):
     def __init__(self, in_features, out_features):
         super().__init__()
         self.fc = nn.Linear(in_features, out_features)
+        self.norm = nn.LayerNorm(out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x).sum(dim=1, keepdim=True)
+        return self.norm(self.fc(x))
 
 
 def get_inputs():

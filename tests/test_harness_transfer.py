@@ -1,0 +1,241 @@
+"""Tensors between the judge and the candidate go through a shared arena (evals.channel.Arena), not
+pickled frames: the round trip is exact, a descriptor the candidate forges cannot make the judge read
+outside the arena, the candidate cannot shrink the arena under the judge's mapping, the arena never
+holds the expected outputs, and the judge reports where its time goes (stages)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+import torch
+
+from evals import channel
+from evals.harness import Candidate
+from evals.problems import load_suite
+from tests.adversarial.shared import shared_harness
+
+
+@pytest.fixture()
+def arena():
+    a = channel.Arena.create(1 << 20)
+    yield a
+    a.close()
+
+
+def test_round_trip_is_exact_for_every_kind_of_tensor(arena):
+    xs = {
+        "f32": torch.randn(3, 5), "f64": torch.randn(4), "bf16": torch.randn(7).bfloat16(), "i64": torch.arange(9),
+        "bool": torch.rand(6) > 0.5, "scalar": torch.tensor(2.5), "empty": torch.empty(0, 3),
+        "strided": torch.randn(6, 4).t(), "u8": torch.randint(0, 255, (5,), dtype=torch.uint8),
+    }
+    packed, end = channel.pack({"inputs": list(xs.values()), "n": 3, "text": "x"}, arena)
+    assert all(isinstance(d, dict) and channel.DESCRIPTOR in d for d in packed["inputs"])  # none in the frame
+    assert end % channel.ALIGN == 0 and end <= arena.nbytes
+    back = channel.unpack(packed, channel.Arena.attach(os.dup(arena.fd)))
+    assert back["n"] == 3 and back["text"] == "x"
+    for x, y in zip(xs.values(), back["inputs"]):
+        assert y.dtype == x.dtype and y.shape == x.shape and torch.equal(y, x)
+    # a copy, not a view of the arena: the next request's bytes do not change it
+    arena.bytes().fill_(0)
+    assert torch.equal(back["inputs"][0], xs["f32"])
+
+
+def test_a_tensor_larger_than_the_arena_travels_in_the_frame(arena):
+    big = torch.randn(arena.nbytes // 4 + 1)
+    packed, _ = channel.pack({"x": big, "y": torch.ones(3)}, arena)
+    assert isinstance(packed["x"], torch.Tensor) and channel.DESCRIPTOR in packed["y"]
+    back = channel.unpack(packed, arena)
+    assert torch.equal(back["x"], big) and torch.equal(back["y"], torch.ones(3))
+
+
+@pytest.mark.parametrize("descriptor", [
+    {channel.DESCRIPTOR: [0, 1 << 30], "dtype": "uint8", "shape": [1 << 30]},  # past the end
+    {channel.DESCRIPTOR: [-256, 16], "dtype": "float32", "shape": [4]},  # before the start
+    {channel.DESCRIPTOR: [3, 16], "dtype": "float32", "shape": [4]},  # misaligned
+    {channel.DESCRIPTOR: [0, 16], "dtype": "float32", "shape": [5]},  # bytes do not match the shape
+    {channel.DESCRIPTOR: [0, 16], "dtype": "object", "shape": [4]},  # not a tensor dtype
+    {channel.DESCRIPTOR: [0, 16], "dtype": "float32", "shape": [-4]},
+    {channel.DESCRIPTOR: "0,16", "dtype": "float32", "shape": [4]},
+])
+def test_a_forged_descriptor_is_a_channel_error(arena, descriptor):
+    with pytest.raises(channel.ChannelError) as err:
+        channel.unpack({"outputs": [descriptor]}, arena)
+    assert err.value.rule == "channel"
+
+
+def test_the_arena_cannot_be_shrunk_or_grown_by_the_other_side(arena):
+    other = os.dup(arena.fd)  # what the candidate holds
+    try:
+        with pytest.raises(PermissionError):
+            os.ftruncate(other, 0)
+        with pytest.raises(PermissionError):
+            os.ftruncate(other, arena.nbytes * 2)
+    finally:
+        os.close(other)
+    arena.bytes()[-1] = 7  # the judge's mapping is intact
+    assert int(arena.bytes()[-1]) == 7
+
+
+# ---------------------------------------------------------------------------------------------
+# through the judge
+
+HEAD = """
+import os, sys
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+"""
+HONEST = HEAD + "        return torch.relu(self.fc(x))\n"
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return next(p for p in load_suite("smoke") if p.name == "02_linear_relu_tiny")
+
+
+@pytest.fixture(scope="module")
+def harness():
+    return shared_harness(device="cpu", watchdog_s=30, n_input_sets=3)
+
+
+def _arena_fd_source() -> str:
+    return textwrap.dedent("""
+        def _arena_fd():
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    if "mucutlass-arena" in os.readlink(f"/proc/self/fd/{fd}"):
+                        return int(fd)
+                except OSError:
+                    pass
+            return None
+    """)
+
+
+def test_honest_candidate_reports_its_stages(harness, problem):
+    v = harness.validate(problem, Candidate.from_source(HONEST))
+    assert v.correct, v.reason
+    stages = v.info["stages"]
+    for name in ("reference", "candidate", "transfer", "compare", "snapshot"):
+        assert name in stages and stages[name] >= 0.0, stages
+    assert sum(stages.values()) <= v.wall_s + 0.05
+
+
+def test_candidate_that_truncates_the_arena_does_not_crash_the_judge(harness, problem):
+    source = _arena_fd_source() + HEAD + textwrap.indent(textwrap.dedent("""
+        fd = _arena_fd()
+        assert fd is not None, "no arena descriptor"
+        for size in (0, 4096):
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+        return torch.relu(self.fc(x))
+    """), " " * 8)
+    v = harness.validate(problem, Candidate.from_source(source))
+    assert v.correct, v.reason  # the seal refused it; the judge's mapping stayed whole
+    after = harness.validate(problem, Candidate.from_source(HONEST))
+    assert after.correct, after.reason
+
+
+def test_the_arena_never_holds_the_expected_output(harness, problem):
+    """The candidate maps the whole arena and looks for the reference's output (it computes the first
+    row itself, as a thief would, to recognise it): the arena holds inputs and its own replies only,
+    so a stolen answer is never found and its noise fails."""
+    source = _arena_fd_source() + textwrap.dedent("""
+        import mmap
+        import numpy as np
+
+        def _steal(row, n_rows):
+            fd = _arena_fd()
+            mm = mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ)
+            used = 64 << 20
+            vals = np.frombuffer(mm, dtype=np.float32, count=used // 4)
+            pivot = int(np.argmax(row != 0))
+            for h in np.nonzero(vals == row[pivot])[0][:64]:
+                start = int(h) - pivot
+                if start >= 0 and np.array_equal(vals[start:start + row.size], row):
+                    return torch.from_numpy(vals[start:start + row.size * n_rows].copy())
+            return None
+    """) + HEAD + textwrap.indent(textwrap.dedent("""
+        with torch.no_grad():
+            first = torch.relu(self.fc(x[:1]))[0].numpy()
+        found = _steal(first, x.shape[0])
+        if found is not None and found.numel() == x.shape[0] * first.size:
+            return found.reshape(x.shape[0], -1)
+        return torch.rand(x.shape[0], self.fc.out_features)
+    """), " " * 8)
+    v = harness.validate(problem, Candidate.from_source(source))
+    assert not v.correct and v.rule in ("mismatch", "input_independent"), v
+
+
+def test_a_reply_with_a_forged_descriptor_is_a_channel_verdict(harness, problem):
+    """The candidate rewrites the runner's reply frames on their way out (the socket's sendall), so
+    an output's descriptor points far outside the arena: the judge refuses it, reads nothing."""
+    source = HEAD.replace("class ModelNew", textwrap.dedent("""
+        import io
+        import socket as _socket
+
+        _real_sendall = _socket.socket.sendall
+
+        def _forged(self, data, *args):
+            try:
+                obj = torch.load(io.BytesIO(bytes(data[8:])), weights_only=False)
+                res = obj.get("result") if isinstance(obj, dict) else None
+                if isinstance(res, dict) and res.get("outputs"):
+                    res["outputs"][0] = {"__arena__": [0, 1 << 40], "dtype": "uint8", "shape": [1 << 40]}
+                    buf = io.BytesIO()
+                    torch.save(obj, buf)
+                    data = len(buf.getvalue()).to_bytes(8, "big") + buf.getvalue()
+            except Exception:
+                pass
+            return _real_sendall(self, data, *args)
+
+        _socket.socket.sendall = _forged
+
+
+        class ModelNew""")) + "        return torch.relu(self.fc(x))\n"
+    v = harness.validate(problem, Candidate.from_source(source))
+    assert not v.correct and v.rule == "channel", v
+    after = harness.validate(problem, Candidate.from_source(HONEST))
+    assert after.correct, after.reason
+
+
+def test_replacing_the_harness_timing_or_channel_functions_is_tampering(harness, problem):
+    """A function of the timing library (or the channel) replaced, or its code swapped, in the candidate
+    process: reported at once, and put back."""
+    for plant in ("from evals import timing as _t\n_t.time_candidate = lambda *a, **k: None\n",
+                  "from evals import channel as _c\n_c.unpack.__code__ = (lambda obj, arena, device=None: obj).__code__\n"):
+        source = HEAD.replace("class ModelNew", plant + "\n\nclass ModelNew") + "        return torch.relu(self.fc(x))\n"
+        v = harness.validate(problem, Candidate.from_source(source))
+        assert not v.correct and v.rule == "timing_tampered", v
+    after = harness.validate(problem, Candidate.from_source(HONEST))
+    assert after.correct, after.reason
+
+
+def test_threads_started_by_the_candidate_are_found():
+    """What the timing request checks before it times anything: threads alive that the candidate started."""
+    import threading
+
+    from evals import candidate_runner as cr
+
+    cr._OWN_THREADS.clear()
+    cr._OWN_THREADS.update(t.ident for t in threading.enumerate())
+    assert cr.candidate_threads() == []
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="launcher", daemon=True)
+    t.start()
+    try:
+        assert cr.candidate_threads() == ["launcher"]
+    finally:
+        stop.set()
+        t.join()
+    assert cr.candidate_threads() == []
