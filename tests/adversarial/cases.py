@@ -326,7 +326,7 @@ CONTROLS: list[Control] = [
     Control("honest_prepacked_weight.py", problem="linear_relu_f32", flags_ok=("pytorch_only",),
             what="packs its weight on the first call and reads the packed copy after: the first call takes another path"),
     Control("honest_beside_writer.py", flags_ok=("pytorch_only",),
-            pending="judge: 8 containment (writes into the project and the kernel caches are found by comparing snapshots, so a write by any other process during the attempt (a build, a recorder, another test) is blamed on the candidate and undone, i.e. deleted; attribute writes to the candidate's processes (fanotify with pids) or deny them (a read-only bind of the protected folders in a mount namespace) instead)",
+            pending="judge: 8 containment (writes into the project and the kernel caches are found by comparing snapshots, so a write by any other process during the attempt (a build, a recorder, another test) is blamed on the candidate and undone (the other process's new file deleted, its changed file reverted); attribute writes to the candidate's processes (fanotify with pids) or deny them (a read-only bind of the protected folders in a mount namespace) instead)",
             what="a plain correct ModelNew judged while another process writes a file into the project tree"),
 ]
 

@@ -198,16 +198,21 @@ class _BesideWriter:
         self.thread.start()
 
     def _run(self) -> None:
-        n = 0
+        n, last = 0, None
         while not self.done.is_set():
-            if n and not self.path.exists():
-                self.lost = True  # removed by someone else since our last write
-            self.path.write_text(f"written by another process, {n}\n")
+            self._check(last)
+            last = f"written by another process, {n}\n"
+            self.path.write_text(last)
             n += 1
             self.done.wait(0.05)
+        self._check(last)
+
+    def _check(self, last: str | None) -> None:
+        if last is not None and (not self.path.exists() or self.path.read_text() != last):
+            self.lost = True  # removed or put back by someone else since our last write
 
     def stop(self) -> bool:
-        """Stops writing; whether the file was never removed under it. The file is removed."""
+        """Stops writing; whether the file was never removed or reverted under it. The file is removed."""
         self.done.set()
         self.thread.join()
         kept = not self.lost and self.path.exists()
@@ -233,7 +238,7 @@ def run_control(harness, control: Control, on_gpu: bool, scratch: Scratch) -> Ou
         problems.append(f"flagged {rule}")
     problems += [f"flag {f}" for f in v.flags if f.split(":", 1)[0] not in control.flags_ok]
     if not kept:
-        problems.append("the judge deleted a file another process wrote into the project during the attempt")
+        problems.append("the judge deleted or reverted a file another process wrote into the project during the attempt")
     if on_gpu:
         t = judge_file(harness, control.file, p, scratch, "profile")
         if not t.valid or not t.median_us:
