@@ -247,11 +247,12 @@ CASES += [
          what="writes into the TorchInductor, Triton and C++-extension caches the judge's torch.compile and later attempts load by key"),
     # 3 outputs
     Case("lazy_via_patched_to.py", "output_type", 3, also=("timing_tampered", "mismatch", "nonfinite"), taints=True,
-         pending='judge: 3 outputs (the runner copies outputs with Tensor.to looked up at call time, which the candidate replaced; take references to Tensor.to / detach / clone / cpu before the import and guard them, or copy through a path the candidate cannot patch)',
          what="forward computes nothing; a replaced Tensor.to computes the answer when the harness copies the output"),
     Case("hides_input_mutation.py", "inputs_mutated", 3, also=("timing_tampered",), taints=True,
-         pending="judge: 3 outputs (inputs_after is read back through the replaceable Tensor.to; guard Tensor.to / detach as the copies' path, as for lazy_via_patched_to)",
          what="scales its input in place and replaces Tensor.to so the copy the harness reads back is unscaled"),
+    Case("hides_output_reuse.py", "output_type", 3, also=("timing_tampered",), taints=True,
+         pending="judge: 3 outputs (the overlap check reads storage addresses through Tensor.untyped_storage, looked up at call time, which the candidate replaced for its persistent buffer; take untyped_storage / data_ptr / nbytes before the import and guard them, as for Tensor.to)",
+         what="the same persistent buffer every call (as reused_output_buffer), hidden by a replaced Tensor.untyped_storage"),
     Case("ring_output_buffers.py", "output_type", 3,
          pending="judge: 3 outputs (only the previous call's outputs are held for the overlap check; hold every output of the instance for the whole validation, or re-read earlier outputs after each call and require them unchanged)",
          what="two persistent output buffers taken in turn: each call overwrites the output of the call two before"),
@@ -282,10 +283,8 @@ CASES += [
          pending="judge: 7 attribution (FlopCounterMode has formulas for mm/addmm/bmm/conv/attention only, so a GEMM spelled as aten.addmv (or mv, dot, mul+sum) counts 0; count the candidate's ATen time (profiler) or every aten op, not mm FLOPs alone; on a GPU the kernel-time share at profile sees gemv)",
          what="pure PyTorch; the GEMM as one addmv per row, an operator the FLOP counter has no formula for"),
     Case("patch_flop_counter.py", "pytorch_only", 7, stage="profile", taints=True,
-         pending="judge: 7 attribution (op_work imports FlopCounterMode and torch.profiler.profile after the candidate patched them (get_total_flops -> 0, a profile that records nothing); take both before the import and guard them by identity, as the timing names are)",
          what="pure PyTorch; patches FlopCounterMode.get_total_flops to 0 and torch.profiler.profile with a look-alike"),
-    Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True,
-         pending="judge: 7 attribution (documented limit: every reply passes through evals.channel.send, looked up at call time, which the candidate wraps to zero aten_flops and clear the kernel, framework and tampered lists; bind channel.send/recv in the runner before the import and check them by identity)",
+    Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True, also=("timing_tampered",),
          what="pure PyTorch; wraps the runner's evals.channel.send to zero the counted FLOPs and clear what the runner reports"),
     Case("work_in_child_process.py", "pytorch_only", 7, stage="profile",
          pending="judge: 7 attribution (work done by a forked helper in the candidate's session is invisible to the counter in the runner; count the CPU time of the candidate's other processes during calls (the supervisor sees them) as not the candidate's kernels, or fail a call during which another process of the tree ran)",
@@ -326,6 +325,9 @@ CONTROLS: list[Control] = [
             what="returns a transposed view of memory its own call wrote (not an input, not persistent)"),
     Control("honest_prepacked_weight.py", problem="linear_relu_f32", flags_ok=("pytorch_only",),
             what="packs its weight on the first call and reads the packed copy after: the first call takes another path"),
+    Control("honest_beside_writer.py", flags_ok=("pytorch_only",),
+            pending="judge: 8 containment (writes into the project and the kernel caches are found by comparing snapshots, so a write by any other process during the attempt (a build, a recorder, another test) is blamed on the candidate and undone (the other process's new file deleted, its changed file reverted); attribute writes to the candidate's processes (fanotify with pids) or deny them (a read-only bind of the protected folders in a mount namespace) instead)",
+            what="a plain correct ModelNew judged while another process writes a file into the project tree"),
 ]
 
 
