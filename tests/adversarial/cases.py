@@ -250,8 +250,8 @@ CASES += [
          what="forward computes nothing; a replaced Tensor.to computes the answer when the harness copies the output"),
     Case("hides_input_mutation.py", "inputs_mutated", 3, also=("timing_tampered",), taints=True,
          what="scales its input in place and replaces Tensor.to so the copy the harness reads back is unscaled"),
+    # the runner copies outputs with its own references to Tensor.to: the replacement never runs, the unwritten output mismatches
     Case("rewrites_guard_table.py", "output_type", 3, also=("timing_tampered", "mismatch", "nonfinite"), taints=True,
-         pending="judge: 3 outputs (documented limit, now one line: the guard compares torch's names with _ORIGINALS, a plain dict in the runner's own module (sys.modules['__main__']) that the candidate rewrites; keep the originals where Python cannot reach them (a closure captured before the import, checked against a copy the judge holds) or copy outputs with C-level calls the guard does not depend on)",
          what="the lazy Tensor.to output, with the replacement also written into the runner's _ORIGINALS dict"),
     Case("hides_output_reuse.py", "output_type", 3, also=("timing_tampered",), taints=True,
          pending="judge: 3 outputs (the overlap check reads storage addresses through Tensor.untyped_storage, looked up at call time, which the candidate replaced for its persistent buffer; take untyped_storage / data_ptr / nbytes before the import and guard them, as for Tensor.to)",
