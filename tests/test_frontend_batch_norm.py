@@ -208,3 +208,32 @@ def test_step_types_are_inferred_once_per_argument_types(monkeypatch):
     torch_steps.infer(other_eps, f32)
     assert torch_steps.infer(other_eps, f32) == first
     assert calls == ["batch_norm"] * 3  # f32 once, f16 once, the other eps once
+
+
+class FunctionalBn(nn.Module):
+    """F.batch_norm with the module's own tensors: the same op as nn.BatchNorm2d."""
+
+    def __init__(self, training):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 32, 1, bias=False)
+        self.gamma, self.beta = nn.Parameter(torch.rand(32) + 0.5), nn.Parameter(torch.randn(32))
+        self.register_buffer("mean", torch.randn(32) * 0.1)
+        self.register_buffer("var", torch.rand(32) + 0.5)
+        self.use_batch = training
+
+    def forward(self, x):
+        y = nn.functional.batch_norm(self.conv(x), self.mean, self.var, self.gamma, self.beta,
+                                     training=self.use_batch, eps=1e-3)
+        return torch.relu(y)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_functional_batch_norm_is_the_same_op(training):
+    cls = type("Case", (FunctionalBn,), {"__init__": lambda self: FunctionalBn.__init__(self, training)})
+    result = run_both(problem_of(cls, [torch.randn(2, 16, 8, 8)]), TraceOptions(batch_norm="fold"))
+    (fold,) = steps(result.program, "fold_batch_norm")
+    assert {k.key: k.value for k in fold.kwargs}["eps"] == 1e-3
+    assert len(steps(result.program, "var_mean")) == (1 if training else 0)
+    step = run_both(problem_of(cls, [torch.randn(2, 16, 8, 8)]), TraceOptions(batch_norm="step")).program
+    (bn,) = steps(step, "batch_norm")
+    assert len(bn.args) == (3 if training else 5)
