@@ -58,9 +58,9 @@ def candidate_programs(problem, gpu: str, count: int) -> list:
     return programs
 
 
-# CUTLASS 4.2 for sm_90a on the H200 host: a translation unit costs ~46 s of nvcc front end whatever it holds, each
-# kernel in it ~9 s more (dsl_compiler.build.KERNELS_PER_UNIT)
-UNIT_S, KERNEL_IN_UNIT_S = 46.0, 9.0
+# CUTLASS 4.2 for sm_90a on the H200 host (benchmarks/results/2026-12-01-h200-build.md): one kernel a unit 47 s,
+# eight kernels in one unit 83.6 s, so a unit costs ~42 s whatever it holds and each kernel in it ~5.2 s more
+UNIT_S, KERNEL_IN_UNIT_S = 41.8, 5.2
 
 
 def unique_kernels(programs: list) -> set[str]:
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"suite": args.suite, "problems": len(problems), "max_attempts": args.max_attempts,
                           "programs": len(programs), "unique_kernels": kernels, "jobs": args.jobs,
                           "kernels_per_unit": kernels_per_unit_for(kernels, args.jobs),
-                          "build_estimate_s": build_estimate_s(kernels, args.jobs)}))
+                          "build_estimate_s": round(build_estimate_s(kernels, args.jobs))}))
         return 0
     if args.prebuild or args.prebuild_only:
         doc["prebuild"] = prebuild(problems, args.gpu, args.max_attempts, args.jobs)

@@ -6,8 +6,9 @@
 # Each runs benchmarks/h200_suite.sh's offline stage: 2 attempts per problem (fixed policy; sol+plateau replayed),
 # the kernels of each problem's first 4 candidates built first in one round of translation units (counted on the
 # CPU with `python3 benchmarks/bench_offline.py --suite S --max-attempts 4 --jobs 16 --count-kernels`:
-#   builtin-large: 24 problems, 96 programs, 67 unique kernels, 5 to a unit, ~82 s of nvcc on 16 cores;
-#   builtin:       31 problems, 121 programs, 96 unique kernels, 6 to a unit, ~91 s),
+#   builtin-large: 24 problems, 96 programs, 67 unique kernels, 5 to a unit, ~63 s of nvcc on 16 cores;
+#   builtin:       31 problems, 121 programs, 96 unique kernels, 6 to a unit, ~68 s; the first two candidates alone
+#   are 40 and 55 kernels), listing the candidates takes ~30-60 s of CPU (tracing, ranking, the error model),
 # then the evaluation, then the table. Time limits (seconds): wheels ~15, candidates + build <= 180, evaluation
 # <= 260 (resumable: the same command again finishes what is left), table <= 40, report <= 30: <= 525 s.
 # Results in $OUT: <date>-h200-offline-<suite>.{json,md} (per problem: eager fp32, eager TF32, torch.compile, ours,

@@ -254,6 +254,12 @@ CASES += [
     # caught by design: Tensor.to / detach / clone / cpu are guarded names in the candidate process
     Case("hides_input_mutation.py", "inputs_mutated", 3, also=("timing_tampered",), taints=True,
          what="scales its input in place and replaces Tensor.to so the copy the harness reads back is unscaled"),
+    # the runner copies outputs with its own references to Tensor.to: the replacement never runs, the unwritten output mismatches
+    Case("rewrites_guard_table.py", "output_type", 3, also=("timing_tampered", "mismatch", "nonfinite"), taints=True,
+         what="the lazy Tensor.to output, with the replacement also written into the runner's _ORIGINALS dict"),
+    Case("hides_output_reuse.py", "output_type", 3, also=("timing_tampered",), taints=True,
+         pending="judge: 3 outputs (the overlap check reads storage addresses through Tensor.untyped_storage, looked up at call time, which the candidate replaced for its persistent buffer; take untyped_storage / data_ptr / nbytes before the import and guard them, as for Tensor.to)",
+         what="the same persistent buffer every call (as reused_output_buffer), hidden by a replaced Tensor.untyped_storage"),
     Case("ring_output_buffers.py", "output_type", 3,
          pending="judge: 3 outputs (only the previous call's outputs are held for the overlap check; hold every output of the instance for the whole validation, or re-read earlier outputs after each call and require them unchanged)",
          what="two persistent output buffers taken in turn: each call overwrites the output of the call two before"),
@@ -286,8 +292,7 @@ CASES += [
     # caught by design: FlopCounterMode, its get_total_flops and torch.profiler.profile are taken before the import and guarded
     Case("patch_flop_counter.py", "pytorch_only", 7, stage="profile", taints=True,
          what="pure PyTorch; patches FlopCounterMode.get_total_flops to 0 and torch.profiler.profile with a look-alike"),
-    Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True,
-         pending="judge: 7 attribution (documented limit: every reply passes through evals.channel.send, looked up at call time, which the candidate wraps to zero aten_flops and clear the kernel, framework and tampered lists; bind channel.send/recv in the runner before the import and check them by identity)",
+    Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True, also=("timing_tampered",),
          what="pure PyTorch; wraps the runner's evals.channel.send to zero the counted FLOPs and clear what the runner reports"),
     Case("work_in_child_process.py", "pytorch_only", 7, stage="profile",
          pending="judge: 7 attribution (work done by a forked helper in the candidate's session is invisible to the counter in the runner; count the CPU time of the candidate's other processes during calls (the supervisor sees them) as not the candidate's kernels, or fail a call during which another process of the tree ran)",
@@ -328,6 +333,9 @@ CONTROLS: list[Control] = [
             what="returns a transposed view of memory its own call wrote (not an input, not persistent)"),
     Control("honest_prepacked_weight.py", problem="linear_relu_f32", flags_ok=("pytorch_only",),
             what="packs its weight on the first call and reads the packed copy after: the first call takes another path"),
+    Control("honest_beside_writer.py", flags_ok=("pytorch_only",),
+            pending="judge: 8 containment (writes into the project and the kernel caches are found by comparing snapshots, so a write by any other process during the attempt (a build, a recorder, another test) is blamed on the candidate and undone (the other process's new file deleted, its changed file reverted); attribute writes to the candidate's processes (fanotify with pids) or deny them (a read-only bind of the protected folders in a mount namespace) instead)",
+            what="a plain correct ModelNew judged while another process writes a file into the project tree"),
 ]
 
 
