@@ -455,6 +455,8 @@ class Runner:
                     _cuda_sync()
                 outs = entry["outputs"]()
             copies, problems = inspect_outputs(_flatten(outs), ins, self.device.type)
+            # copied now: the next graph's replay may overwrite the buffer before the reply is packed
+            copies = [_ORIGINALS["torch.Tensor.clone"](c) if c is not None else None for c in copies]
             outputs.append({"outputs": copies, "output_problems": problems})
         result["last_outputs"] = outputs
         result["framework"] = framework_changes()

@@ -19,8 +19,8 @@ set -uo pipefail
 export OUT=${OUT:-/tmp/mucutlass-out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-timeout 300 bash benchmarks/h200_suite.sh harness
+timeout 320 bash benchmarks/h200_suite.sh harness
 echo "harness stage: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/speed13.log"
 t1=$(date +%s)
-timeout 215 bash benchmarks/h200_suite.sh timing
+timeout 220 bash benchmarks/h200_suite.sh timing
 echo "timing stage: exit $? after $(( $(date +%s) - t1 )) s" | tee -a "$OUT/speed13.log"
