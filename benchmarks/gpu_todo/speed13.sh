@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The judge's speed and timing spread, and its GPU tests and adversarial set (issue 13), on one H200 in one
 # command of under 9 minutes: the `harness` stage of benchmarks/h200_suite.sh (GPU tests, then the adversarial
-# set in 6 shards; under 5 minutes), then its `timing` stage (bench_harness.py; under 3.5 minutes).
+# set in 8 shards; under 5 minutes), then its `timing` stage (bench_harness.py; under 3.5 minutes).
 # Run from the repository root:   OUT=... bash benchmarks/gpu_todo/speed13.sh
 # Results in $OUT: stage-harness.log (pytest -m gpu tests/test_harness_gpu.py and the adversarial summary),
 # <date>-h200-adversarial.{json,md}, shards.log, stage-timing.log, <date>-h200-harness.{json,md}.
