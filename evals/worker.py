@@ -99,12 +99,13 @@ class Stages:
         finally:
             _, _, inner = self._stack.pop()
             total = time.perf_counter() - t0
-            self.add(name, total - inner)
+            self.add(name, max(0.0, total - inner))
             if self._stack:
                 self._stack[-1][2] += total
 
     def add(self, name: str, seconds: float) -> None:
-        self.seconds[name] = self.seconds.get(name, 0.0) + max(0.0, seconds)
+        """``seconds`` more in ``name`` (negative: moved out of it, as the measurement out of `candidate`)."""
+        self.seconds[name] = max(0.0, self.seconds.get(name, 0.0) + seconds)
 
     def take(self) -> dict[str, float]:
         out, self.seconds = self.seconds, {}
