@@ -58,30 +58,79 @@ def candidate_programs(problem, gpu: str, count: int) -> list:
     return programs
 
 
-def prebuild(problems: list, gpu: str, count: int, jobs: int, log=print) -> dict:
-    """Build the candidate kernels of every problem up front, ``jobs`` nvcc processes at a time."""
-    from dsl_compiler.build import build_program
+# CUTLASS 4.2 for sm_90a on the H200 host (benchmarks/results/2026-12-01-h200-build.md): one kernel a unit 47 s,
+# eight kernels in one unit 83.6 s, so a unit costs ~42 s whatever it holds and each kernel in it ~5.2 s more
+UNIT_S, KERNEL_IN_UNIT_S = 41.8, 5.2
 
-    # Every problem's first candidate, then every second one...: cut short, each problem still has its first.
+
+def unique_kernels(programs: list) -> set[str]:
+    """The kernels the programs need, by the hash of their CUTLASS source (what the build cache keys on, less
+    the toolchain): programs that share a configuration and epilogue share a kernel."""
+    import hashlib
+
+    from dsl_compiler.emit_cutlass import emit_program
+
+    keys = set()
+    for program in programs:
+        emitted, _ = emit_program(program)
+        keys |= {hashlib.sha256(e.source.encode()).hexdigest() for e in emitted}
+    return keys
+
+
+def kernels_per_unit_for(kernels: int, jobs: int) -> int:
+    """Kernels to a translation unit so that the units spread over ``jobs`` cores in one round (at most 8)."""
+    return max(1, min(8, -(-kernels // max(1, jobs))))
+
+
+def build_estimate_s(kernels: int, jobs: int) -> float:
+    """Wall time of building ``kernels`` on ``jobs`` cores, in units of ``kernels_per_unit_for`` each."""
+    if kernels == 0:
+        return 0.0
+    per_unit = kernels_per_unit_for(kernels, jobs)
+    units = -(-kernels // per_unit)
+    rounds = -(-units // max(1, jobs))
+    return rounds * (UNIT_S + KERNEL_IN_UNIT_S * (per_unit - 1))
+
+
+def planned_programs(problems: list, gpu: str, count: int) -> list:
+    """(problem name, program) of every problem's candidates: every first one, then every second one..."""
     per_problem = [[(p.name, prog) for prog in candidate_programs(p, gpu, count)] for p in problems]
-    programs = [progs[i] for i in range(count) for progs in per_problem if i < len(progs)]
-    log(f"prebuild: {len(programs)} programs of {len(problems)} problems, {jobs} parallel builds")
+    return [progs[i] for i in range(max((len(x) for x in per_problem), default=0)) for progs in per_problem
+            if i < len(progs)]
+
+
+def prebuild(problems: list, gpu: str, count: int, jobs: int, log=print) -> dict:
+    """Build the candidate kernels of every problem up front: all of them spread over ``jobs`` translation units
+    built side by side (``dsl_compiler.build.build_ahead``), then each program checked against the cache."""
+    from dsl_compiler import build
+
+    programs = planned_programs(problems, gpu, count)
+    kernels = len(unique_kernels([prog for _, prog in programs]))
+    per_unit = kernels_per_unit_for(kernels, jobs)
+    log(f"prebuild: {len(programs)} programs of {len(problems)} problems, {kernels} unique kernels, "
+        f"{per_unit} to a unit on {jobs} cores (estimate {build_estimate_s(kernels, jobs):.0f} s)")
     start = time.perf_counter()
-    failures: list[str] = []
-
-    def one(item):
-        name, program = item
-        result = build_program(program, jobs=1)
-        if not result.ok:
-            failures.append(f"{name}: {result.diagnostics[0].message if result.diagnostics else 'build failed'}")
-        return result
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(one, programs))
-    built = sum(1 for r in results if r.ok and not r.cached)
-    log(f"prebuild: {built} built, {sum(1 for r in results if r.cached)} cached, {len(failures)} failed "
-        f"in {time.perf_counter() - start:.0f} s")
-    return {"programs": len(programs), "built": built, "failed": failures, "seconds": time.perf_counter() - start}
+    saved = {k: os.environ.get(k) for k in ("MUCUTLASS_KERNELS_PER_UNIT", "MUCUTLASS_BUILD_JOBS")}
+    os.environ["MUCUTLASS_KERNELS_PER_UNIT"], os.environ["MUCUTLASS_BUILD_JOBS"] = str(per_unit), str(jobs)
+    try:
+        started = build.build_ahead([prog for _, prog in programs])
+        build.wait_ahead()
+        failures: list[str] = []
+        cached = 0
+        for name, program in programs:  # all in the cache now, or a unit failed: this builds what is left
+            result = build.build_program(program, jobs=jobs)
+            cached += int(result.cached)
+            if not result.ok:
+                failures.append(f"{name}: {result.diagnostics[0].message if result.diagnostics else 'build failed'}")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    seconds = time.perf_counter() - start
+    log(f"prebuild: {started} kernels built, {len(failures)} programs failed in {seconds:.0f} s")
+    return {"programs": len(programs), "kernels": kernels, "built": started, "failed": failures, "seconds": seconds}
 
 
 def why_short(problem, summary, sol: dict, gpu: str) -> str:
@@ -326,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prebuild", action="store_true", help="build every problem's candidate kernels first, in parallel")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc builds for --prebuild")
     parser.add_argument("--prebuild-only", action="store_true", help="stop after --prebuild")
+    parser.add_argument("--count-kernels", action="store_true",
+                        help="print the programs and unique kernels --prebuild would build, and an estimate of the "
+                             "build's wall time on --jobs cores (no nvcc, no GPU)")
     parser.add_argument("--from-eval", default=None, metavar="RESULTS",
                         help="write the table from a finished `mucutlass eval` (its results.sqlite) instead of running")
     parser.add_argument("--sol-peaks", choices=("datasheet", "calibrated"), default="datasheet",
@@ -349,6 +401,14 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     doc: dict = {"suite": args.suite, "gpu": args.gpu, "backend": args.backend, "date": args.date, "sol_peaks": args.sol_peaks,
                  "max_attempts": args.max_attempts, "policy": args.policy}
+    if args.count_kernels:
+        programs = planned_programs(problems, args.gpu, args.max_attempts)
+        kernels = len(unique_kernels([prog for _, prog in programs]))
+        print(json.dumps({"suite": args.suite, "problems": len(problems), "max_attempts": args.max_attempts,
+                          "programs": len(programs), "unique_kernels": kernels, "jobs": args.jobs,
+                          "kernels_per_unit": kernels_per_unit_for(kernels, args.jobs),
+                          "build_estimate_s": round(build_estimate_s(kernels, args.jobs))}))
+        return 0
     if args.prebuild or args.prebuild_only:
         doc["prebuild"] = prebuild(problems, args.gpu, args.max_attempts, args.jobs)
         if args.prebuild_only:

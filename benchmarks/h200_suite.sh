@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The product's GPU checks beyond the backend's (benchmarks/gpu_check_backend.sh), as stages that each fit one
 # 10-minute command on an H200 (run them back to back while the machine is warm: .cache/ lives between them).
-#   harness: the harness's GPU tests, then the adversarial set (6 shards side by side); under 5 minutes;
+#   harness: the harness's GPU tests, then the adversarial set (8 shards side by side); under 5 minutes;
 #   timing: the harness's own numbers (bench_harness.py: overhead per attempt with its stages, memory, timing spread
 #           of the default method, cuda_graph, beside variants of it), on a quiet host; under 3.5 minutes
 #   (harness and timing back to back fit one 10-minute command: benchmarks/gpu_todo/speed13.sh);
 #   variants: hand-written CUDA ModelNew modules through the cuda variant beside the offline tier (bench_variants.py);
-#   offline: build the offline tier's candidate kernels for the built-in suite (one nvcc per core), evaluate the
-#            suite (resumable: run the stage again to finish), write the offline benchmark table and the report.
+#   offline: build the offline tier's candidate kernels for suite $SUITE (builtin or builtin-large; spread over
+#            one translation unit per core), evaluate the suite (resumable: run the stage again to finish), write
+#            the offline benchmark table <date>-h200-offline-$SUITE.{json,md} and the report.
 # Needs the wheels of `mucutlass wheelhouse` in .whl/; kernels built elsewhere with the same nvcc and CUTLASS may
 # come as .cache/kernels.tar.xz (same content hash, same cache entry). Results land in $OUT (at most 8 files).
-# Environment: ATTEMPTS (default 3), PREBUILD_S (default 300), EVAL_S (seconds left for the evaluation).
+# Environment: ATTEMPTS (default 3), PREBUILD_S (default 300), EVAL_S (seconds left for the evaluation); offline
+# stage: SUITE (default builtin), PREBUILD_ATTEMPTS (candidates built per problem, default ATTEMPTS + 2),
+# TABLE_S and REPORT_S (default 60 each).
 set -uo pipefail
 stage=${1:?usage: h200_suite.sh harness|variants|offline}
 OUT=${OUT:-/tmp/mucutlass-out}
@@ -33,13 +36,13 @@ python3 -c "import torch, platform; print('python', platform.python_version(), '
 
 if [ "$stage" = harness ]; then
   # the GPU tests first, on a quiet GPU (their spread and overhead limits), then the adversarial set, every case at
-  # its stage, and the controls, in 6 shards side by side (each its own judge), merged into <date>-h200-adversarial.*
-  timeout 100 python3 -m pytest -q -m gpu tests/test_harness_gpu.py -p no:cacheprovider -rfE -x --durations=5 \
+  # its stage, and the controls, in 8 shards side by side (each its own judge), merged into <date>-h200-adversarial.*
+  timeout 110 python3 -m pytest -q -m gpu tests/test_harness_gpu.py -p no:cacheprovider -rfE --durations=5 \
     >> "$log" 2>&1
   say "pytest exit $?"
   say "adversarial"
-  for k in 0 1 2 3 4 5; do
-    timeout 175 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 --shard $k/6 \
+  for k in 0 1 2 3 4 5 6 7; do
+    timeout 165 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 --shard $k/8 \
       >> "$OUT/shards.log" 2>&1 &
   done
   wait
@@ -50,9 +53,8 @@ fi
 
 if [ "$stage" = timing ]; then
   say "bench_harness"
-  timeout 185 python3 benchmarks/bench_harness.py --out "$OUT" --attempts 5 --memory-attempts 5 --repeats 3 \
-    --pause-s 1.5 --variants cuda_graph,cuda_graph_one_call,cuda_graph_no_warmup,cuda_graph_trial_5ms \
-    --budget-s 165 >> "$log" 2>&1
+  timeout 195 python3 benchmarks/bench_harness.py --out "$OUT" --attempts 4 --memory-attempts 3 --repeats 3 \
+    --pause-s 1.0 --variants cuda_graph,cuda_graph_one_call,cuda_graph_no_warmup --budget-s 175 >> "$log" 2>&1
   say "bench_harness exit $?"
 fi
 
@@ -63,19 +65,24 @@ if [ "$stage" = variants ]; then
 fi
 
 if [ "$stage" = offline ]; then
-  EVAL=.cache/eval
-  say "kernels in cache: $(ls "$MUCUTLASS_CACHE_DIR/kernels" 2>/dev/null | wc -l)"
-  timeout "${PREBUILD_S:-300}" python3 benchmarks/bench_offline.py --suite builtin --prebuild-only \
-    --max-attempts "$ATTEMPTS" --jobs "$(nproc)" >> "$log" 2>&1
+  # SUITE: builtin (default) or builtin-large; the eval store is per suite, so each resumes on its own
+  SUITE=${SUITE:-builtin}
+  EVAL=.cache/eval-$SUITE
+  # a measured time that misses its estimate re-ranks the next candidates: build a few more than are tried
+  PREBUILD_ATTEMPTS=${PREBUILD_ATTEMPTS:-$(( ATTEMPTS + 2 ))}
+  say "suite $SUITE: kernels in cache: $(ls "$MUCUTLASS_CACHE_DIR/kernels" 2>/dev/null | wc -l)"
+  timeout "${PREBUILD_S:-300}" python3 benchmarks/bench_offline.py --suite "$SUITE" --prebuild-only \
+    --max-attempts "$PREBUILD_ATTEMPTS" --jobs "$(nproc)" >> "$log" 2>&1
   say "prebuild exit $?; kernels in cache: $(ls "$MUCUTLASS_CACHE_DIR/kernels" | wc -l)"
-  timeout "${EVAL_S:-240}" python3 -m mucutlass eval --suite builtin --tiers offline --policies fixed,sol+plateau \
+  timeout "${EVAL_S:-240}" python3 -m mucutlass eval --suite "$SUITE" --tiers offline --policies fixed,sol+plateau \
     --max-attempts "$ATTEMPTS" --backend cutlass --out "$EVAL" --no-progress >> "$log" 2>&1
   say "eval exit $?"
-  timeout 60 python3 benchmarks/bench_offline.py --suite builtin --from-eval "$EVAL/results.sqlite" \
+  # <date>-h200-offline-$SUITE.{json,md}: ours, PyTorch's best allowed variant (the floor) and fallbacks per problem
+  timeout "${TABLE_S:-60}" python3 benchmarks/bench_offline.py --suite "$SUITE" --from-eval "$EVAL/results.sqlite" \
     --out "$OUT" >> "$log" 2>&1
   say "bench table exit $?"
-  timeout 60 python3 -m mucutlass report "$EVAL" --out "$EVAL/report" >> "$log" 2>&1
+  timeout "${REPORT_S:-60}" python3 -m mucutlass report "$EVAL" --out "$EVAL/report" >> "$log" 2>&1
   say "report exit $?"
-  tar -czf "$OUT/eval.tgz" --exclude='*.so' --exclude='checkpoints.sqlite*' "$EVAL" 2>/dev/null
+  tar -czf "$OUT/eval-$SUITE.tgz" --exclude='*.so' --exclude='checkpoints.sqlite*' "$EVAL" 2>/dev/null
 fi
 say done

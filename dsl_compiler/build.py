@@ -393,7 +393,9 @@ def _run_nvcc(nvcc: str, flags: list[str], cwd: Path, src: str, out: str) -> tup
 def _compile_unit_locked(jobs: list[_Job], nvcc: str, flags: list[str]) -> dict[str, tuple[bool, float, str]]:
     kernels = [j.emitted for j in jobs]
     source = unit_source(kernels)
-    tmp = Path(tempfile.mkdtemp(prefix=".unit.", dir=jobs[0].dir.parent))
+    # named after its first kernel's key (held locked here): the judge's containment check knows such names as
+    # builds running beside an attempt (evals.sandbox.KERNEL_ENTRY), not as files planted in the cache
+    tmp = Path(tempfile.mkdtemp(prefix=f".{jobs[0].key}.unit-", dir=jobs[0].dir.parent))
     try:
         (tmp / "unit.cu").write_text(source)
         ok, unit_s, log = _run_nvcc(nvcc, flags, tmp, "unit.cu", "unit.so")

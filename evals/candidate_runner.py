@@ -300,7 +300,7 @@ class Runner:
         self.flusher = None
         self.is_program = False
         self.sealed = None  # the staged sets of a sealed-call measurement
-        self.previous: dict[int, list] = {}  # per instance: the last call's outputs, held
+        self.previous: dict[int, list] = {}  # per instance: every earlier call's outputs, held (a ring of buffers shows)
 
     def dev(self, x):
         return x.to(self.device) if _type(x) is _Tensor else x
@@ -384,7 +384,7 @@ class Runner:
         earlier = self.previous.get(int(req["instance"]), [])
         copies, problems = inspect_outputs(outs, inputs, self.device.type, others=(
             ("the model's own parameters or buffers", held), ("an output of an earlier call", earlier)))
-        self.previous[int(req["instance"])] = [o for o in outs if _type(o) is _Tensor]
+        self.previous[int(req["instance"])] = earlier + [o for o in outs if _type(o) is _Tensor]
         inputs_after = [x.detach() if _type(x) is _Tensor else None for x in inputs]  # copied with the reply
         return {"outputs": copies, "output_problems": problems, "n_outputs": len(outs), "inputs_after": inputs_after,
                 "framework": changed, "tampered": tampered(), "wall_s": wall_s}
@@ -461,6 +461,8 @@ class Runner:
                     _cuda_sync()
                 outs = entry["outputs"]()
             copies, problems = inspect_outputs(_flatten(outs), ins, self.device.type)
+            # copied now: the next graph's replay may overwrite the buffer before the reply is packed
+            copies = [_ORIGINALS["torch.Tensor.clone"](c) if c is not None else None for c in copies]
             outputs.append({"outputs": copies, "output_problems": problems})
         result["last_outputs"] = outputs
         result["framework"] = framework_changes()

@@ -1,8 +1,8 @@
 """Where an evaluation's runs execute.
 
 - ``LocalExecutor``: one worker per visible GPU (each a process pinned to its GPU through
-  CUDA_VISIBLE_DEVICES when it starts, so the judge's processes it starts use that GPU too); runs are
-  dealt to the workers round-robin, in the evaluation's order, and each worker's builds get its share
+  CUDA_VISIBLE_DEVICES when it starts, so the judge's processes it starts use that GPU too); problems are
+  dealt to the workers round-robin, each with all its runs, and each worker's builds get its share
   of the host's cores (``MUCUTLASS_BUILD_JOBS``); with one worker, or on a CPU machine, runs in this
   process. ``MUCUTLASS_GPU_IDS`` (e.g. ``0,1``) names the devices to spread over.
 - ``RayExecutor``: one Ray task per run (in replay mode: per problem and tier), one GPU each when the
@@ -102,8 +102,16 @@ def _process_worker(gpu: str | None, run_fn: str, tasks, events, build_jobs: int
 
 
 def assign_round_robin(specs: Sequence[RunSpec], workers: int) -> list[list[RunSpec]]:
-    """Run i goes to worker i mod ``workers``: the same evaluation puts each run on the same device."""
-    return [list(specs[i::workers]) for i in range(workers)]
+    """Problems dealt to the workers round-robin in the evaluation's order, each with all its runs (tiers,
+    variants, policies): a worker times a problem's references and builds its kernels once, and the same
+    evaluation puts each run on the same device."""
+    slot: dict[str, int] = {}
+    for spec in specs:
+        slot.setdefault(spec.problem, len(slot) % workers)
+    shares: list[list[RunSpec]] = [[] for _ in range(workers)]
+    for spec in specs:
+        shares[slot[spec.problem]].append(spec)
+    return shares
 
 
 def _deliver(kind: str, spec: RunSpec, payload, sink: RunSink) -> bool:

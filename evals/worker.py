@@ -30,20 +30,15 @@ from typing import Any
 import torch
 
 from evals import channel, probes, sealed, verdicts
+from evals.attribution import WorkSplit, pytorch_only_reason, split_kernel_time
 from evals.problems import Problem, ProblemError
 from evals.sandbox import CandidateProcess, ProtectedTree
 from evals.timing import TimingMethod, make_flusher, time_candidate
 
 NAN_POISON = float("nan")
 VALUE_POISON = 1.0e4
-# Kernel names of libraries (ATen, cuBLAS, cuDNN, torch.compile's generated kernels): GPU time in
-# them is not work the candidate brought.
-LIBRARY_KERNEL = re.compile(
-    r"at::|at_cuda_detail|\bcublas|cudnn|cutlass_80|cutlass3x|sm\d+_xmma|\bxmma|nvjet|gemv|gemmk1|splitKreduce|"
-    r"ampere_|volta_|turing_|implicit_convolve|precomputed_convolve|winograd|\bfft|elementwise_kernel|"
-    r"reduce_kernel|triton_(poi|red|per|tem)_|Memcpy|Memset|memcpy|memset",
-    re.IGNORECASE,
-)
+# Guarded names (evals.candidate_runner) that only measure the work: replaced, the attribution cannot stand.
+ATTRIBUTION_NAMES = ("torch.utils.flop_counter.", "torch.profiler.", "torch.utils._python_dispatch.")
 
 
 class Finding(Exception):
@@ -104,12 +99,13 @@ class Stages:
         finally:
             _, _, inner = self._stack.pop()
             total = time.perf_counter() - t0
-            self.add(name, total - inner)
+            self.add(name, max(0.0, total - inner))
             if self._stack:
                 self._stack[-1][2] += total
 
     def add(self, name: str, seconds: float) -> None:
-        self.seconds[name] = self.seconds.get(name, 0.0) + max(0.0, seconds)
+        """``seconds`` more in ``name`` (negative: moved out of it, as the measurement out of `candidate`)."""
+        self.seconds[name] = max(0.0, self.seconds.get(name, 0.0) + seconds)
 
     def take(self) -> dict[str, float]:
         out, self.seconds = self.seconds, {}
@@ -141,6 +137,9 @@ class Attempt:
             raise Finding(exc.rule, exc.text, died=exc.rule in (verdicts.CRASH, verdicts.TIMEOUT)) from None
         tampered = reply.get("tampered") or (reply.get("result") or {}).get("tampered") or []
         if tampered:
+            if all(str(name).startswith(ATTRIBUTION_NAMES) for name in tampered):
+                raise Finding(verdicts.PYTORCH_ONLY, f"the candidate replaced {', '.join(tampered)}, which the harness "
+                              f"counts its work with: its work cannot be attributed")
             raise Finding(verdicts.TIMING_TAMPERED,
                           f"the candidate replaced {', '.join(tampered)}, which the harness times and checks with")
         if not reply.get("ok"):
@@ -495,10 +494,10 @@ class Judge:
         out: dict[str, Any] = {"reference_flops": ref_flops, "aten_flops": res.get("aten_flops")}
         kernels = res.get("kernels") or []
         if kernels:
-            lib_us = sum(t for name, t in kernels if LIBRARY_KERNEL.search(name))
-            total_us = sum(t for _, t in kernels)
+            split = split_kernel_time(kernels)
             out["kernels"] = [[n[:120], t] for n, t in kernels[:40]]
-            out["candidate_time_share"] = 1.0 - lib_us / total_us if total_us > 0 else None
+            out["split_us"] = split._asdict()
+            out["candidate_time_share"] = split.own_share if split.own_us > 0 else 0.0
         if ref_flops > 0:
             out["candidate_work_share"] = max(0.0, 1.0 - float(res.get("aten_flops") or 0) / ref_flops)
         elif out.get("candidate_time_share") is not None:
@@ -585,10 +584,13 @@ class Judge:
         # GPU time says who did the work where the candidate's kernels are real ones: Python candidates and
         # built programs (a program on the interpreter runs its kernels as PyTorch operators by design)
         timed_kernels = req["candidate"].get("source") is not None or req["candidate"].get("backend") == "cutlass"
-        if timed_kernels and work.get("candidate_time_share") is not None and work["candidate_time_share"] < 0.5:
-            flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(
-                verdicts.PYTORCH_ONLY, f"{100 * (1 - work['candidate_time_share']):.0f}% of the GPU time ran in library "
-                f"kernels (ATen, cuBLAS, cuDNN); less than half is in kernels the candidate brought")})
+        why = None
+        if timed_kernels and work.get("split_us") is not None:
+            # the validation flags by ATen-counted FLOPs; here the kernels' names say it (a library called
+            # from C++ bypasses the FLOP counter), with data movement around the candidate's kernels left out
+            why = pytorch_only_reason(WorkSplit(**work["split_us"]), None)
+        if why:
+            flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)})
         keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
                 "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s", "sealed")
         out = {k2: res.get(k2) for k2 in keep}

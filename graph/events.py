@@ -16,11 +16,15 @@ SETUP_FAILED = "setup failed"  # the stop reason of a run that never reached its
 class EventTracker:
     """Mirrors the state from the ``updates`` stream and emits an event per finished attempt."""
 
-    def __init__(self, emit: EventSink | None, max_attempts: int, state: dict[str, Any] | None = None):
+    def __init__(self, emit: EventSink | None, max_attempts: int, state: dict[str, Any] | None = None,
+                 progress: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
         self.emit = emit or (lambda e: None)
         self.max_attempts = max_attempts
         self.state: dict[str, Any] = dict(state or {})
         self.seen = len(self.state.get("attempts", []))
+        # the run's counters so far (time split, kernel cache) for each attempt event, so that a run cut short
+        # still says where its time went
+        self.progress = progress
 
     def update(self, node: str, update: dict[str, Any] | None) -> None:
         if not update:
@@ -38,7 +42,10 @@ class EventTracker:
                        "candidates": [p.get("title") for p in update.get("plan", [])]})
         attempts = self.state.get("attempts", [])
         for a in attempts[self.seen:]:
-            self.emit(self.attempt_event(a))
+            event = self.attempt_event(a)
+            if self.progress is not None:
+                event.update(self.progress(self.state))
+            self.emit(event)
         self.seen = len(attempts)
         if update.get("stop_reason"):
             self.emit({"event": "stop", "reason": update["stop_reason"]})

@@ -101,11 +101,19 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
         emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "variant": ctx.variant,
               "policy": ctx.policy, "backend": ctx.backend, "backend_reason": backend_reason, "run_dir": str(run_dir),
               "resumed": bool(prior), "attempts_done": len(prior.get("attempts", []))})
-        tracker = EventTracker(emit, ctx.max_attempts, prior)
         work_before = prior.get("work_s", 0.0)
         svc = ctx.services
         kinds_before, svc_before = dict(getattr(svc, "work_by_kind_s", {})), getattr(svc, "work_s", 0.0)
         cache_before = dict(getattr(svc, "kernel_cache", {}))
+
+        def progress(state: dict) -> dict:
+            loop_s = time.perf_counter() - started
+            state_work = state.get("work_s", 0.0) - work_before
+            return {"time_split_s": time_split(getattr(svc, "work_by_kind_s", {}), kinds_before, state_work,
+                                               getattr(svc, "work_s", 0.0) - svc_before, max(0.0, loop_s - state_work)),
+                    "kernel_cache": cache_rate(getattr(svc, "kernel_cache", {}), cache_before)}
+
+        tracker = EventTracker(emit, ctx.max_attempts, prior, progress=progress)
         try:
             # durability="sync": each step's checkpoint is on disk before the next step starts, so a
             # killed run never redoes a finished step (a model call, a build) on resume

@@ -629,6 +629,23 @@ def _torch_step_flops(fn: str, in_elems: int, out_elems: int) -> float:
     return _ELEMENTWISE.get(base, 0.0) * out_elems
 
 
+def _permute_is_view(step: Any, types: dict[str, Any]) -> bool:
+    """A permute between a dense NHWC buffer and its NCHW-shaped channels-last view moves nothing: the step's
+    output is stored as the permute leaves it (``torch_steps.dense`` keeps channels-last strides)."""
+    from dsl_compiler import ir
+
+    if step.fn != "permute" or len(step.args) != 2 or not isinstance(step.args[0], ir.TensorArg):
+        return False
+    src = types.get(step.args[0].name)
+    perm = tuple(getattr(step.args[1], "value", ()) or ())
+    if src is None or len(perm) != len(src.shape) or len(perm) < 3:
+        return False
+    r = len(perm)
+    to_nchw = (0, r - 1) + tuple(range(1, r - 1))  # dense [N, H, W, C] -> channels-last [N, C, H, W]
+    to_nhwc = (0,) + tuple(range(2, r)) + (1,)  # channels-last [N, C, H, W] -> dense [N, H, W, C]
+    return (src.layout != "channels_last" and perm == to_nchw) or (src.layout == "channels_last" and perm == to_nhwc)
+
+
 def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
     """Per-step FLOPs and bytes of a program, and the inferred types of its tensors.
     Raises ProgramCountError when shapes cannot be inferred."""
@@ -674,7 +691,7 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
         else:
             ins = [a.name for a in step.args if isinstance(a, ir.TensorArg)]
             ins = list(dict.fromkeys(ins))
-            free = step.fn in _FREE_TORCH_STEPS
+            free = step.fn in _FREE_TORCH_STEPS or _permute_is_view(step, types)
             read = 0.0 if free else sum(_bytes_of(types[n]) for n in ins if n in types)
             written = 0.0 if free else sum(_bytes_of(types[n]) for n in step.outputs if n in types)
             in_elems = max((types[n].numel for n in ins if n in types), default=0)

@@ -275,3 +275,22 @@ def _quiet_ahead_pool():
     yield
     build.wait_ahead(timeout_s=30)  # builds ahead of one test finish before the next test's cache appears
     build._AHEAD.clear()
+
+
+def test_a_unit_building_beside_an_attempt_is_not_taken_for_a_planted_file(nvcc_units, monkeypatch):
+    """The judge's containment check reads new kernel-cache entries by name (evals.sandbox.KERNEL_ENTRY):
+    a unit's temporary folder, built in the background while an attempt is judged, must read as a build."""
+    from evals.sandbox import ProtectedTree
+
+    monkeypatch.setenv("FAKE_NVCC_S", "1.0")
+    progs = [_variant("gemm_bf16_nt_coop", t) for t in ("128x128x64", "128x256x64", "256x128x64")]
+    assert build.build_program(progs[0]).ok
+    cache = build.cache_dir()
+    tree = ProtectedTree([(cache, False)])
+    before = tree.snapshot()
+    build.build_program(progs[0], ahead=progs[1:])  # returns at once; the unit builds behind it
+    time.sleep(0.5)
+    building = [p.name for p in cache.iterdir() if "unit" in p.name and p.is_dir()]
+    assert building and tree.written(before) == []  # mid-build: nothing counts as written by the attempt
+    build.wait_ahead(timeout_s=30)
+    assert tree.written(before) == [] and all(build.build_program(p).cached for p in progs)

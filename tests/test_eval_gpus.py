@@ -1,7 +1,7 @@
-"""Several GPUs: the local executor deals runs to one worker per device round-robin, pins each worker
-to its device before anything starts (CUDA_VISIBLE_DEVICES, inherited by the judge's processes),
-shares the host's cores out among the workers' builds, and gives the same results as one worker.
-The devices are named by MUCUTLASS_GPU_IDS, so this runs on a machine without GPUs."""
+"""Several GPUs: the local executor deals problems (each with all its runs) to one worker per device
+round-robin, pins each worker to its device before anything starts (CUDA_VISIBLE_DEVICES, inherited by the
+judge's processes), shares the host's cores out among the workers' builds, and gives the same results as
+one worker. The devices are named by MUCUTLASS_GPU_IDS, so this runs on a machine without GPUs."""
 
 from __future__ import annotations
 
@@ -40,11 +40,13 @@ def _specs(tmp_path, n=5, tag="a"):
     return specs
 
 
-def test_round_robin_keeps_the_evaluation_order():
-    specs = list(range(7))
-    assert assign_round_robin(specs, 2) == [[0, 2, 4, 6], [1, 3, 5]]
-    assert assign_round_robin(specs, 3) == [[0, 3, 6], [1, 4], [2, 5]]
-    assert assign_round_robin(specs[:1], 2) == [[0], []]
+def test_problems_are_dealt_round_robin_with_all_their_runs(tmp_path):
+    specs = [s.model_copy(update={"variant": v}) for s in _specs(tmp_path, n=3) for v in ("dsl", "dsl+sol")]
+    shares = assign_round_robin(specs, 2)
+    assert [[(s.problem, s.variant) for s in share] for share in shares] == [
+        [("mini/p0", "dsl"), ("mini/p0", "dsl+sol"), ("mini/p2", "dsl"), ("mini/p2", "dsl+sol")],
+        [("mini/p1", "dsl"), ("mini/p1", "dsl+sol")]]
+    assert [len(x) for x in assign_round_robin(specs[:2], 3)] == [2, 0, 0]
 
 
 def test_runs_are_spread_over_the_named_devices_with_the_same_results(tmp_path, monkeypatch):

@@ -169,3 +169,23 @@ def test_a_slower_program_is_kept_as_a_fallback_to_pytorch(tmp_path):
     assert s["slowest_vs_pytorch_best"] == pytest.approx(100.0 / 150.0)
     md = next(out.glob("*-offline-smoke.md")).read_text()
     assert "**eager_tf32**" in md and "1 fallback(s)" in md
+
+
+def test_kernel_count_and_build_estimate(tmp_path, capsys, monkeypatch):
+    """--count-kernels: the programs --prebuild would build and their unique kernels (programs sharing a
+    configuration and epilogue share one), spread one translation unit per core."""
+    monkeypatch.setenv("MUCUTLASS_RECORD", str(tmp_path / "record.json"))
+    bench = load_bench()
+    assert bench.kernels_per_unit_for(40, 16) == 3 and bench.kernels_per_unit_for(400, 16) == 8
+    assert bench.build_estimate_s(40, 16) == bench.UNIT_S + 2 * bench.KERNEL_IN_UNIT_S
+    assert bench.build_estimate_s(0, 16) == 0.0
+    # 400 kernels at 8 a unit: 50 units, 4 rounds on 16 cores
+    assert bench.build_estimate_s(400, 16) == 4 * (bench.UNIT_S + 7 * bench.KERNEL_IN_UNIT_S)
+    assert bench.main(["--suite", "smoke", "--max-attempts", "2", "--jobs", "4", "--count-kernels", "--out", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["problems"] == 5 and doc["programs"] >= 5 and 1 <= doc["unique_kernels"] <= doc["programs"] + 5
+    from evals.problems import load_suite
+
+    problems = load_suite("smoke")
+    programs = [prog for _, prog in bench.planned_programs(problems, "h200", 2)]
+    assert len(bench.unique_kernels(programs + programs)) == doc["unique_kernels"]  # the same kernel counts once

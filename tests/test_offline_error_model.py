@@ -145,6 +145,10 @@ def test_images_are_sampled_within_budget(tmp_path):
 def test_predictions_are_cached_on_disk(tmp_path, monkeypatch):
     problem = _problem(tmp_path, "lin", LINEAR_RELU)
     first = predict_errors(problem, ("f16", "bf16"), 1e-2)
+    from dsl_compiler.build import cache_dir
+
+    # beside the kernel cache, never in it (the judge counts a changed file there against the candidate)
+    assert list((cache_dir().parent / "error_model").glob("*.json")) and not cache_dir().exists()
     monkeypatch.setattr(error_model, "_predict", lambda *a, **k: pytest.fail("recomputed"))
     assert predict_errors(problem, ("f16", "bf16"), 1e-2) == first
 

@@ -71,3 +71,17 @@ def test_offline_run_builds_ahead_and_reports_its_cache_and_time_split(nvcc_unit
     assert {"build", "validate", "profile", "model", "graph"} <= set(split)
     assert split["validate"] >= 5 * 0.2 and split["profile"] >= 5 * 0.1 and split["build"] >= 1.0
     assert sum(split.values()) <= data["wall_s"] + 0.5
+
+
+def test_each_attempt_event_carries_the_split_so_far(nvcc_units, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_NVCC_FAIL", "no kernel has this line")
+    events = []
+    ctx = RunContext(tier="offline", policy="fixed", max_attempts=3, backend="cutlass", services=FakeGpuServices())
+    run_optimize(PROBLEM, ctx, tmp_path / "run", on_event=events.append)
+    attempts = [e for e in events if e["event"] == "attempt"]
+    assert [e["index"] for e in attempts] == [1, 2, 3]
+    validate = [e["time_split_s"]["validate"] for e in attempts]
+    assert validate[0] >= 0.2 and validate[1] >= validate[0] + 0.2 and validate[2] >= validate[1] + 0.2
+    assert [e["kernel_cache"]["kernels"] for e in attempts] == [1, 2, 3]
+    final = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert final["time_split_s"]["validate"] >= validate[-1]

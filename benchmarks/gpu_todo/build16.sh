@@ -10,10 +10,16 @@
 #       -> opt20-summary.json (time_split_s: build / validate / profile / model / graph; kernel_cache hit rate),
 #       opt20-events.jsonl (one line per attempt, kept if the run is cut short), opt20-attempts.csv;
 #     - the nvcc + GPU test: one library built once runs two GEMM shapes like the interpreter -> pytest-units.log.
+#     (run on 2026-12-01: benchmarks/results/2026-12-01-h200-build.{json,md}; the optimize was cut at 220 s)
 #   two H200s (nvidia-h200-x2), under 5 minutes:  bash benchmarks/gpu_todo/build16.sh two
-#     - the smoke suite, offline tier, variants dsl and dsl+sol (10 runs), 2 attempts, on 2 GPUs then on 1,
-#       kernels built first into a shared cache -> gpus.{json,md}: wall-time ratio (target >= 1.7) and whether
-#       every run tried the same programs with the same outcomes and kept the same best.
+#     - the smoke suite's first 4 problems, offline tier, variants dsl and dsl+sol (8 runs), 2 attempts, on 2 GPUs
+#       then on 1 (problems dealt round-robin, 2 a GPU), kernels built first into a shared cache -> gpus.{json,md}:
+#       wall-time ratio (target >= 1.7) and whether every run tried the same programs with the same outcomes and
+#       kept the same best.
+#   one H200, about 7 minutes (a fix-up slot):       bash benchmarks/gpu_todo/build16.sh opt
+#     - the 40-attempt optimize of builtin/20 alone, cold cache, to its end (16 candidates, ~18 s of harness each
+#       after the first unit) -> opt20-summary.json with time_split_s and kernel_cache; opt20-events.jsonl carries
+#       the split so far with every attempt, so a cut run still says where its time went.
 # Needs the wheels of `mucutlass wheelhouse` in .whl/ (as benchmarks/h200_suite.sh).
 set -uo pipefail
 stage=${1:?usage: build16.sh one|two}
@@ -60,8 +66,31 @@ PY
 fi
 
 if [ "$stage" = two ]; then
-  timeout 280 python3 benchmarks/bench_gpus.py --out "$OUT" --gpus 2 --eval-timeout-s 105 > "$OUT/bench_gpus.log" 2>&1
+  timeout 290 python3 benchmarks/bench_gpus.py --out "$OUT" --gpus 2 --problems 4 --budget-s 280 > "$OUT/bench_gpus.log" 2>&1
   say "bench_gpus exit $?"
   cat "$OUT/gpus.md" 2>/dev/null | tee -a "$OUT/build16-two.log"
 fi
+
+if [ "$stage" = opt ]; then
+  export MUCUTLASS_CACHE_DIR=$(mktemp -d /tmp/mucutlass-opt20-XXXX)
+  timeout 570 python3 -m mucutlass optimize evals/suites/builtin/20_conv2d_bias_relu.py --max-attempts 40 \
+    --policy fixed --tier offline --backend cutlass --out /tmp/opt20 --json > "$OUT/opt20-events.jsonl" 2> "$OUT/opt20.err"
+  say "optimize exit $?"
+  cp /tmp/opt20/summary.json "$OUT/opt20-summary.json" 2>/dev/null
+  cp /tmp/opt20/attempts.csv "$OUT/opt20-attempts.csv" 2>/dev/null
+  python3 - "$OUT" <<'PY' | tee -a "$OUT/build16-opt.log"
+import json, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+ev = [json.loads(l) for l in (out / "opt20-events.jsonl").read_text().splitlines() if l.startswith("{")]
+att = [e for e in ev if e.get("event") == "attempt"]
+if att:
+    last = att[-1]
+    print(len(att), "attempts; split so far", last.get("time_split_s"), "; cache", last.get("kernel_cache"))
+s = out / "opt20-summary.json"
+if s.exists():
+    d = json.loads(s.read_text())
+    print("done:", d.get("attempts"), "attempts,", round(d.get("wall_s", 0), 1), "s;", d.get("stop_reason"))
+PY
+fi
+
 say "done"

