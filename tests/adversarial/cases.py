@@ -304,8 +304,8 @@ CASES += [
          pending="judge: 7 attribution (a program's share is 1 - counted ATen FLOPs, and mul+sum steps count 0; attribute a program by its own kernels' FLOPs from their shapes (here 1 x N x K) against the reference's)",
          what="a one-row decoy kernel; the GEMM as torch steps (broadcast mul + sum over K) the FLOP counter does not count"),
     # 5 timing
+    # sealed calls: the K sets are new to the memo, so the go request does the GEMMs the timed calls skipped
     Case("memo_eager_fallback.py", "timing_tampered", 5, stage="profile", cpu=False, also=("timed_call_wrong",),
-         pending="judge: 5 timing (a host sync in forward makes capture fail, and the eager fallback rotates the same input sets, so a memo keyed by an input fingerprint is what gets timed; write fresh values into the inputs before every timed eager call, outside the window)",
          what="an .item() fingerprint breaks graph capture; eager timed calls on repeated inputs are answered from a memo, no GEMM"),
     # caught by design: the judge summarizes the raw event times itself; statistics' functions are guarded too
     Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=False,
