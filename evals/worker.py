@@ -606,6 +606,10 @@ class Judge:
         ``res["sealed"]``; a reported time under the bound's rule, a wrong output or a checksum that does
         not match the fetched outputs is a Finding."""
         t_us = float(res["median_us"])
+        if not any(isinstance(x, torch.Tensor) and x.numel() for x in x0) or \
+                not all(isinstance(r, torch.Tensor) for r in ref0):
+            res["sealed"] = {"skipped": "no tensor inputs or a non-tensor output: nothing to mask or checksum"}
+            return
         in_bytes = sum(x.numel() * x.element_size() for x in x0 if isinstance(x, torch.Tensor))
         out_bytes = sum(r.numel() * r.element_size() for r in ref0)
         out_numel = sum(r.numel() for r in ref0)
@@ -622,7 +626,7 @@ class Judge:
         # a few go requests with fresh sets, the least disturbed one judged: the host's other work can only
         # lengthen a request, never shorten it
         for _ in range(sealed.REPEATS.get(device.type, 1)):
-            wall_s, ping_s, cpu_s, ping_cpu_s = self.sealed_go(attempt, inst, problem, model_seed, x0, ref0, k)
+            wall_s, ping_s, cpu_s, ping_cpu_s = self.sealed_go(attempt, inst, problem, model_seed, x0, ref0, k, device)
             # the judge's clock; on the CPU also the kernel's count of the candidate's processes' CPU time (a
             # shared host's waits for a core lengthen the first, not the second); the smaller bound is judged
             pairs = [(wall_s, ping_s)] + ([(cpu_s, ping_cpu_s)] if cpu_s is not None and ping_cpu_s is not None else [])
@@ -639,12 +643,11 @@ class Judge:
             raise Finding(verdicts.TIMING_TAMPERED, sealed.rule_text(t_us, u_us, k, beta))
 
     def sealed_go(self, attempt: Attempt, inst: int, problem: Problem, model_seed: int, x0: list, ref0: list,
-                  k: int) -> tuple[float, float, float | None, float | None]:
+                  k: int, device) -> tuple[float, float, float | None, float | None]:
         """One stage, go and fetch of ``k`` fresh sets; returns the go request's and a ping's round trip
         (seconds, from sending to the reply's arrival) and, on the CPU, the CPU time the candidate's processes
         spent in each, after checking every output and checksum."""
-        sets = self.inputs(problem, [_seed() for _ in range(k)], device=x0[0].device if x0 and isinstance(
-            x0[0], torch.Tensor) else self.device)
+        sets = self.inputs(problem, [_seed() for _ in range(k)], device)
         mask_seeds = [sealed.seed() for _ in x0]
         with self.stages("sealed_mask"):
             masked = [sealed.mask(torch.stack([s[p] for s in sets]), mask_seeds[p]) if isinstance(x, torch.Tensor)
@@ -652,8 +655,7 @@ class Judge:
         attempt.request("sealed_stage", {"instance": inst, "masked": masked, "out_specs": [
             [list(r.shape), sealed.dtype_name(r.dtype)] for r in ref0]})
         del masked
-        on_cpu = x0 and isinstance(x0[0], torch.Tensor) and x0[0].device.type == "cpu"
-        cpu = (lambda: sealed.tree_cpu_s(attempt.proc.proc.pid)) if on_cpu else (lambda: None)
+        cpu = (lambda: sealed.tree_cpu_s(attempt.proc.proc.pid)) if device.type == "cpu" else (lambda: None)
         c0 = cpu()
         attempt.request("ping", {})
         ping_s = float(attempt.proc.last_transfer.get("wait_s", 0.0))
