@@ -299,14 +299,14 @@ CASES += [
     Case("memo_eager_fallback.py", "timing_tampered", 5, stage="profile", cpu=False, also=("timed_call_wrong",),
          pending="judge: 5 timing (a host sync in forward makes capture fail, and the eager fallback rotates the same input sets, so a memo keyed by an input fingerprint is what gets timed; write fresh values into the inputs before every timed eager call, outside the window)",
          what="an .item() fingerprint breaks graph capture; eager timed calls on repeated inputs are answered from a memo, no GEMM"),
-    Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=False,
-         pending="judge: 5 timing (median / mean / spread are computed in the candidate process with statistics.* looked up at call time, and the wall bound only flags times under half of the judge's clock; send raw event times and summarise them in the judge, tighten the bound for calls >= 100 us)",
+    # caught when the candidate is loaded: the replaced names are guarded (on a CPU too)
+    Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces statistics.median / fmean / quantiles for callers in the timing module: reports 0.6x, above the wall bound's 0.5x"),
-    Case("fake_cuda_graph.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True,
-         pending="judge: 5 timing (evals.timing looks up torch.cuda.CUDAGraph and torch.cuda.graph at call time, after the candidate replaced them with look-alikes whose replay does nothing unless an input's version changed; bind both (and Stream, stream) before the import, guard them by identity, and check the captured graph has kernels)",
+    # caught when the candidate is loaded: the replaced names are guarded (on a CPU too)
+    Case("fake_cuda_graph.py", "timing_tampered", 5, stage="profile", cpu=True, taints=True,
          what="replaces torch.cuda.CUDAGraph / torch.cuda.graph: capture runs forward once, replay is empty unless an input was rewritten"),
-    Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=False,
-         pending="judge: 5 timing (documented limit: the L2 flush is evals.timing.L2Flusher.flush, reachable from the candidate's process; guard the timing module's functions by identity (taken before the import) or enqueue the flush from a graph captured before the candidate is imported)",
+    # caught when the candidate is loaded: the replaced names are guarded (on a CPU too)
+    Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces the harness's L2Flusher.flush with a no-op: every timed call runs with a warm L2"),
     # 8 containment
     Case("freezes_supervisor.py", "containment", 8, guarantee=True, taints=True,
