@@ -56,39 +56,46 @@ def _candidates(args: tuple[str, str, int]) -> tuple[str, list[str], float]:
 
 
 def prebuild(names: list[str], gpu: str, count: int, jobs: int) -> dict:
+    """List every problem's candidates in parallel processes and build each problem's kernels as soon as its list
+    is ready (one nvcc per core): a slow listing (the LSTM's 65 kernels) holds back only its own builds."""
+    from concurrent.futures import as_completed
+
     from dsl_compiler.build import build_program
     from dsl_compiler.emit_cutlass import emit_program
     from dsl_compiler.ir import Program
 
     start = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(names)))) as pool:
-        listed = list(pool.map(_candidates, [(n, gpu, count) for n in names]))
-    per_problem = [[(name, Program.model_validate_json(text)) for text in texts] for name, texts, _ in listed]
-    # every problem's first candidate, then every second one...: cut short by a timeout, each problem has its first
-    programs = [progs[i] for i in range(max(map(len, per_problem), default=0)) for progs in per_problem if i < len(progs)]
-    unique = set()
-    for _, program in programs:
-        emitted, _ = emit_program(program)
-        unique.update(e.source for e in emitted)
-    print(f"prebuild: {len(programs)} programs, {len(unique)} unique kernels, candidates listed in "
-          f"{time.perf_counter() - start:.0f} s ({', '.join(f'{n} {s:.0f} s' for n, _, s in listed)})", flush=True)
     failures: list[str] = []
+    unique: set[str] = set()
+    counts = {"programs": 0, "built": 0, "cached": 0}
 
-    def one(item):
-        name, program = item
+    def build(name: str, program) -> None:
         result = build_program(program, jobs=1)
         if not result.ok:
             failures.append(f"{name}: {result.diagnostics[0].message if result.diagnostics else 'build failed'}")
-        return result
+        else:
+            counts["cached" if result.cached else "built"] += 1
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(one, programs))
-    built = sum(1 for r in results if r.ok and not r.cached)
-    print(f"prebuild: {built} built, {sum(1 for r in results if r.cached)} cached, {len(failures)} failed in "
-          f"{time.perf_counter() - start:.0f} s", flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as builders, \
+            ProcessPoolExecutor(max_workers=max(1, min(jobs, len(names)))) as listers:
+        pending = [listers.submit(_candidates, (n, gpu, count)) for n in names]
+        builds = []
+        for done in as_completed(pending):
+            name, texts, seconds = done.result()
+            programs = [Program.model_validate_json(text) for text in texts]
+            for program in programs:
+                unique.update(e.source for e in emit_program(program)[0])
+            counts["programs"] += len(programs)
+            print(f"prebuild: {name}: {len(programs)} program(s) listed in {seconds:.0f} s, "
+                  f"+{time.perf_counter() - start:.0f} s", flush=True)
+            builds += [builders.submit(build, name, program) for program in programs]
+        for b in builds:
+            b.result()
+    print(f"prebuild: {counts['programs']} programs, {len(unique)} unique kernels: {counts['built']} programs built, "
+          f"{counts['cached']} cached, {len(failures)} failed in {time.perf_counter() - start:.0f} s", flush=True)
     for f in failures:
         print(f"  {f}", flush=True)
-    return {"programs": len(programs), "unique_kernels": len(unique), "built": built, "failed": failures}
+    return {**counts, "unique_kernels": len(unique), "failed": failures}
 
 
 def coverage_columns(problem) -> dict:

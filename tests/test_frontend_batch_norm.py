@@ -237,3 +237,22 @@ def test_functional_batch_norm_is_the_same_op(training):
     step = run_both(problem_of(cls, [torch.randn(2, 16, 8, 8)]), TraceOptions(batch_norm="step")).program
     (bn,) = steps(step, "batch_norm")
     assert len(bn.args) == (3 if training else 5)
+
+
+class SixChannels(nn.Module):
+    """6 output channels: 24-byte rows, padded to 8 channels by the kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 6, 3, padding=1)
+        self.bn = nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("eval_mode", [False, True])
+def test_a_kernel_that_pads_its_output_channels_leaves_the_norm_to_a_step(eval_mode):
+    result = run_both(problem_of(SixChannels, [torch.randn(2, 16, 8, 8)], eval_mode), TraceOptions(batch_norm="fold"))
+    (row,) = [r for r in result.coverage if r.target == "nn.BatchNorm2d"]
+    assert row.placement == "torch_step" and "pads" in row.reason
