@@ -307,14 +307,14 @@ CASES += [
     # sealed calls: the K sets are new to the memo, so the go request does the GEMMs the timed calls skipped
     Case("memo_eager_fallback.py", "timing_tampered", 5, stage="profile", cpu=False, also=("timed_call_wrong",),
          what="an .item() fingerprint breaks graph capture; eager timed calls on repeated inputs are answered from a memo, no GEMM"),
-    # caught by design: the judge summarizes the raw event times itself; statistics' functions are guarded too
-    Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=False,
+    # caught by design: the judge summarizes the raw event times itself; statistics' functions are guarded too (caught when loaded, on a CPU too)
+    Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces statistics.median / fmean / quantiles for callers in the timing module: reports 0.6x, above the wall bound's 0.5x"),
     # caught by design: torch.cuda.CUDAGraph, torch.cuda.graph and their capture methods are guarded names
-    Case("fake_cuda_graph.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True,
+    Case("fake_cuda_graph.py", "timing_tampered", 5, stage="profile", cpu=True, taints=True,
          what="replaces torch.cuda.CUDAGraph / torch.cuda.graph: capture runs forward once, replay is empty unless an input was rewritten"),
     # caught by design: every function of evals.timing (L2Flusher.flush included) is guarded by identity and code
-    Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=False,
+    Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces the harness's L2Flusher.flush with a no-op: every timed call runs with a warm L2"),
     # 8 containment
     Case("freezes_supervisor.py", "containment", 8, guarantee=True, taints=True,
