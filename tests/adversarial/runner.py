@@ -127,11 +127,20 @@ def judge_file(harness, file: str, problem, scratch: Scratch, stage: str):
     return harness.profile(problem, cand) if stage == "profile" else harness.validate(problem, cand)
 
 
+def stage_of(harness, case: Case, on_gpu: bool) -> str:
+    """The call that judges ``case`` here: its stage on a GPU; on the CPU validate, except the timing cases
+    (property 5) where the harness measures on the CPU (``cpu_timing``: sealed calls bound the time)."""
+    if on_gpu:
+        return case.stage
+    cpu_timing = bool(getattr(harness.settings, "cpu_timing", False))
+    return "profile" if case.stage == "profile" and case.prop == 5 and cpu_timing else "validate"
+
+
 def run_case(harness, case: Case, on_gpu: bool, scratch: Scratch, check_next: bool = True) -> Outcome:
     """Judge the case (and its ``then`` partner) at its stage, check the guarantees around it, then
     judge the canary to see whether the next attempt starts clean."""
     problem = problem_for(case.problem, on_gpu)
-    stage = case.stage if on_gpu else "validate"
+    stage = stage_of(harness, case, on_gpu)
     t0 = time.perf_counter()
     try:
         result = judge_file(harness, case.file, problem, scratch, stage)
@@ -239,7 +248,7 @@ def run_control(harness, control: Control, on_gpu: bool, scratch: Scratch) -> Ou
     problems += [f"flag {f}" for f in v.flags if f.split(":", 1)[0] not in control.flags_ok]
     if not kept:
         problems.append("the judge deleted or reverted a file another process wrote into the project during the attempt")
-    if on_gpu:
+    if on_gpu or getattr(harness.settings, "cpu_timing", False):
         t = judge_file(harness, control.file, p, scratch, "profile")
         if not t.valid or not t.median_us:
             problems.append(f"timing: {t.reason}")
