@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The product's GPU checks beyond the backend's (benchmarks/gpu_check_backend.sh), as stages that each fit one
 # 10-minute command on an H200 (run them back to back while the machine is warm: .cache/ lives between them).
-#   harness: the harness's GPU tests, then the adversarial set (6 shards side by side); under 5 minutes;
+#   harness: the harness's GPU tests, then the adversarial set (8 shards side by side); under 5 minutes;
 #   timing: the harness's own numbers (bench_harness.py: overhead per attempt with its stages, memory, timing spread
 #           of the default method, cuda_graph, beside variants of it), on a quiet host; under 3.5 minutes
 #   (harness and timing back to back fit one 10-minute command: benchmarks/gpu_todo/speed13.sh);
@@ -36,13 +36,13 @@ python3 -c "import torch, platform; print('python', platform.python_version(), '
 
 if [ "$stage" = harness ]; then
   # the GPU tests first, on a quiet GPU (their spread and overhead limits), then the adversarial set, every case at
-  # its stage, and the controls, in 6 shards side by side (each its own judge), merged into <date>-h200-adversarial.*
+  # its stage, and the controls, in 8 shards side by side (each its own judge), merged into <date>-h200-adversarial.*
   timeout 110 python3 -m pytest -q -m gpu tests/test_harness_gpu.py -p no:cacheprovider -rfE --durations=5 \
     >> "$log" 2>&1
   say "pytest exit $?"
   say "adversarial"
-  for k in 0 1 2 3 4 5; do
-    timeout 165 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 --shard $k/6 \
+  for k in 0 1 2 3 4 5 6 7; do
+    timeout 165 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 --shard $k/8 \
       >> "$OUT/shards.log" 2>&1 &
   done
   wait

@@ -263,6 +263,12 @@ def type_of(tensor) -> Any:
     return TensorType(dtype=element, shape=tuple(tensor.shape), layout=layout)
 
 
+# Output types by (function, argument types and literals): a configuration search checks one program hundreds
+# of times, and some steps take tens of milliseconds on meta tensors (batch_norm's decomposition).
+_INFERRED: dict[tuple, tuple[Any, ...]] = {}
+_INFERRED_MAX = 8192
+
+
 def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
     """Output types of a step, found by running it on meta tensors (no data, no device)."""
     if step.fn not in STEPS:
@@ -274,10 +280,18 @@ def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
             raise ShapeError(f"'{a.name}' is not defined before this torch step", a.span or step.span, found=a.name,
                              expected="an input, a param, or a tensor computed earlier",
                              hint=f"declare '{a.name}' or compute it in an earlier step", code="undefined-name")
+    key = (step.fn, tuple(types[a.name] if isinstance(a, ir.TensorArg) else repr(a.value) for a in step.args),
+           tuple((k.key, repr(k.value)) for k in step.kwargs))
+    if key in _INFERRED:
+        return list(_INFERRED[key])
     try:
         results = _call(step, lambda name: empty_like_type(types[name]))
         keep = _rank3_channels_last(step, lambda name: types[name].layout if len(types[name].shape) == 3 else None)
-        return [type_of(dense(r, keep)) for r in results]
+        inferred = [type_of(dense(r, keep)) for r in results]
+        if len(_INFERRED) >= _INFERRED_MAX:
+            _INFERRED.clear()
+        _INFERRED[key] = tuple(inferred)
+        return inferred
     except ShapeError:
         raise
     except Exception as exc:  # noqa: BLE001 - any PyTorch complaint becomes a diagnostic

@@ -34,7 +34,7 @@ import torch.profiler
 import torch.utils._python_dispatch
 import torch.utils.flop_counter
 
-from evals import channel, timing
+from evals import channel, sealed, timing
 
 # Taken before any candidate code runs: what the checks below use.
 _type = builtins.type
@@ -299,7 +299,8 @@ class Runner:
         self.graphs: list = []
         self.flusher = None
         self.is_program = False
-        self.previous: dict[int, list] = {}  # per instance: the last call's outputs, held
+        self.sealed = None  # the staged sets of a sealed-call measurement
+        self.previous: dict[int, list] = {}  # per instance: every earlier call's outputs, held (a ring of buffers shows)
 
     def dev(self, x):
         return x.to(self.device) if _type(x) is _Tensor else x
@@ -383,7 +384,7 @@ class Runner:
         earlier = self.previous.get(int(req["instance"]), [])
         copies, problems = inspect_outputs(outs, inputs, self.device.type, others=(
             ("the model's own parameters or buffers", held), ("an output of an earlier call", earlier)))
-        self.previous[int(req["instance"])] = [o for o in outs if _type(o) is _Tensor]
+        self.previous[int(req["instance"])] = earlier + [o for o in outs if _type(o) is _Tensor]
         inputs_after = [x.detach() if _type(x) is _Tensor else None for x in inputs]  # copied with the reply
         return {"outputs": copies, "output_problems": problems, "n_outputs": len(outs), "inputs_after": inputs_after,
                 "framework": changed, "tampered": tampered(), "wall_s": wall_s}
@@ -441,9 +442,14 @@ class Runner:
         model = self.instances[int(req["instance"])]
         input_sets = [[self.dev(x) for x in s] for s in req["input_sets"]]
         method = TimingMethod.from_settings(req["settings"])
-        self.flusher = make_flusher(self.device, method, self.flusher)
+        if self.device.type == "cuda":
+            self.flusher = make_flusher(self.device, method, self.flusher)
         set_framework()
-        result = time_candidate(model, input_sets, self.flusher, method, graph=bool(req.get("graph", True)))
+        if self.device.type == "cuda":
+            result = time_candidate(model, input_sets, self.flusher, method, graph=bool(req.get("graph", True)))
+        else:  # one thread: on a shared host a call's time is otherwise its threads' wait for a core
+            torch.set_num_threads(1)
+            result = timing.time_candidate_cpu(model, input_sets, method)
         self.graphs = result.pop("graphs")
         # the outputs of each input set's last timed call; each graph is replayed once more and read at
         # once, since separately captured graphs may write one buffer a program keeps across calls
@@ -455,6 +461,8 @@ class Runner:
                     _cuda_sync()
                 outs = entry["outputs"]()
             copies, problems = inspect_outputs(_flatten(outs), ins, self.device.type)
+            # copied now: the next graph's replay may overwrite the buffer before the reply is packed
+            copies = [_ORIGINALS["torch.Tensor.clone"](c) if c is not None else None for c in copies]
             outputs.append({"outputs": copies, "output_problems": problems})
         result["last_outputs"] = outputs
         result["framework"] = framework_changes()
@@ -475,6 +483,31 @@ class Runner:
             _cuda_sync()
         copies, problems = inspect_outputs(_flatten(entry["outputs"]()), entry["inputs"], self.device.type)
         return {"outputs": copies, "output_problems": problems, "tampered": tampered()}
+
+    # -- sealed calls (evals.sealed): the judge's clock times the go request --------------------
+    def op_sealed_stage(self, req: dict) -> dict:
+        """K masked input sets ([K, ...] per input position) and the outputs' shapes: everything the go
+        request writes is allocated now."""
+        self.sealed = sealed.Staged.allocate(list(req["masked"]), [list(s) for s in req["out_specs"]], self.device)
+        if self.cuda:
+            _cuda_sync()
+        return {"k": self.sealed.k, "tampered": tampered()}
+
+    def op_sealed_go(self, req: dict) -> dict:
+        """Unmask, call and checksum the K staged sets back to back on the timed calls' buffers."""
+        set_framework()
+        with torch.no_grad():
+            sums = sealed.run_go(self.sealed, self.graphs, [int(s) for s in req["mask_seeds"]],
+                                 int(req["checksum_seed"]))
+        if self.cuda:
+            _cuda_sync()
+        return {"checksums": sums.cpu().tolist()}
+
+    def op_sealed_fetch(self, req: dict) -> dict:
+        """The go request's outputs, [K, ...] per output position."""
+        staged, self.sealed = self.sealed, None
+        return {"outputs": [o.detach() for o in staged.outputs], "framework": framework_changes(),
+                "tampered": tampered()}
 
     def op_wall(self, req: dict) -> dict:
         """``n`` back-to-back timed calls with no flush and no events; the judge's clock times this."""
@@ -504,7 +537,7 @@ def main(argv=None) -> int:
         sys.path.remove("")
     set_framework()
     _EXPECTED_STATE.update(framework_state())
-    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel, statistics))
+    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel, statistics, sealed))
     _OWN_THREADS.update(t.ident for t in threading.enumerate())
     runner = Runner()
     if runner.cuda:

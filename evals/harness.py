@@ -71,6 +71,9 @@ class HarnessSettings(BaseModel):
         "event time then includes its host launch latency; 'after': the flush keeps the GPU busy while the call is "
         "launched; 'end': all trials are enqueued and synchronized once (the host runs ahead of the GPU)")
     compile_reference: bool = True
+    cpu_timing: bool = Field(False, description="without a GPU, measure candidates on the CPU (wall clock in the "
+                             "candidate's process, bounded by sealed calls) instead of estimating programs: for "
+                             "testing the judge's timing rules where no GPU is")
     ncu: bool = Field(False, description="collect Nsight Compute counters when `ncu` exists (slow)")
     python: str = Field(default_factory=lambda: sys.executable)
     spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
@@ -82,7 +85,7 @@ class HarnessSettings(BaseModel):
 
     def worker_view(self) -> dict:
         return self.model_dump(include={"device", "compile_reference", "watchdog_s", "startup_timeout_s", "closing_linger_s",
-                                        "timing_input_sets", "memory_limit_gb", "spare_processes", *TIMING_SETTINGS}) | {
+                                        "timing_input_sets", "memory_limit_gb", "spare_processes", "cpu_timing", *TIMING_SETTINGS}) | {
             "compile": self.compile_reference}
 
     @model_validator(mode="after")
@@ -179,7 +182,7 @@ class Timing(BaseModel):
     median_us: float | None = None
     spread_pct: float | None = None
     trials: int = 0
-    timing_source: Literal["gpu", "estimate"] | None = None
+    timing_source: Literal["gpu", "cpu", "estimate"] | None = None
     mean_us: float | None = None
     min_us: float | None = None
     wall_median_us: float | None = None
@@ -190,6 +193,8 @@ class Timing(BaseModel):
     method: str | None = None  # how the time was taken: cuda_graph, events_device_sync, estimate
     calls_per_trial: int | None = None  # back-to-back calls averaged in one trial (median_us is the median trial)
     wall_bound_us: float | None = None  # the judge's own clock over back-to-back timed calls, per call
+    # sealed calls (evals.sealed): k, bound_us (U), t_us, alpha, beta_us, floor_us, flagged, method (what they prove)
+    sealed: dict = Field(default_factory=dict)
     work: dict = Field(default_factory=dict)  # kernels that ran and the candidate's share of GPU time
     stages: dict[str, float] = Field(default_factory=dict)  # the judge's seconds per stage (Validation: info["stages"])
     checks: list[CheckResult] = Field(default_factory=list)
@@ -510,7 +515,7 @@ class Harness:
         model's estimate for a program and nothing for Python source. Sampled timed calls are
         checked against the reference. With ``t_sol_us`` the SOL ceiling is checked."""
         start = time.perf_counter()
-        if self.settings.device == "cpu" or not self._gpu_or_none():
+        if (self.settings.device == "cpu" or not self._gpu_or_none()) and not self.settings.cpu_timing:
             timing = self._estimate(candidate)
         else:
             try:
@@ -532,7 +537,8 @@ class Harness:
                 median_us=res.get("median_us"), spread_pct=res.get("spread_pct"), trials=res.get("trials") or 0,
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
                 timed_s=res.get("timed_s"), checks=checks, reason=res.get("reason") or "", method=res.get("method"),
-                wall_bound_us=res.get("wall_bound_us"), work=res.get("work") or {}, crashed=bool(res.get("crashed")),
+                wall_bound_us=res.get("wall_bound_us"), sealed=res.get("sealed") or {},
+                work=res.get("work") or {}, crashed=bool(res.get("crashed")),
                 calls_per_trial=res.get("calls_per_trial"), stages=res.get("stages") or {},
                 **_memory_of(res),
             )

@@ -29,23 +29,14 @@ from typing import Any
 
 import torch
 
-from evals import channel, probes, verdicts
+from evals import channel, probes, sealed, verdicts
+from evals.attribution import WorkSplit, pytorch_only_reason, split_kernel_time
 from evals.problems import Problem, ProblemError
 from evals.sandbox import CandidateProcess, ProtectedTree
 from evals.timing import TimingMethod, make_flusher, time_candidate
 
 NAN_POISON = float("nan")
 VALUE_POISON = 1.0e4
-# Kernel names of libraries (ATen, cuBLAS, cuDNN, torch.compile's generated kernels): GPU time in
-# them is not work the candidate brought.
-LIBRARY_KERNEL = re.compile(
-    r"at::|at_cuda_detail|\bcublas|cudnn|cutlass_80|cutlass3x|sm\d+_xmma|\bxmma|nvjet|gemv|gemmk1|splitKreduce|"
-    r"ampere_|volta_|turing_|implicit_convolve|precomputed_convolve|winograd|\bfft|elementwise_kernel|"
-    r"reduce_kernel|triton_(poi|red|per|tem)_|Memcpy|Memset|memcpy|memset",
-    re.IGNORECASE,
-)
-
-
 # Guarded names (evals.candidate_runner) that only measure the work: replaced, the attribution cannot stand.
 ATTRIBUTION_NAMES = ("torch.utils.flop_counter.", "torch.profiler.", "torch.utils._python_dispatch.")
 
@@ -108,12 +99,13 @@ class Stages:
         finally:
             _, _, inner = self._stack.pop()
             total = time.perf_counter() - t0
-            self.add(name, total - inner)
+            self.add(name, max(0.0, total - inner))
             if self._stack:
                 self._stack[-1][2] += total
 
     def add(self, name: str, seconds: float) -> None:
-        self.seconds[name] = self.seconds.get(name, 0.0) + max(0.0, seconds)
+        """``seconds`` more in ``name`` (negative: moved out of it, as the measurement out of `candidate`)."""
+        self.seconds[name] = max(0.0, self.seconds.get(name, 0.0) + seconds)
 
     def take(self) -> dict[str, float]:
         out, self.seconds = self.seconds, {}
@@ -502,10 +494,10 @@ class Judge:
         out: dict[str, Any] = {"reference_flops": ref_flops, "aten_flops": res.get("aten_flops")}
         kernels = res.get("kernels") or []
         if kernels:
-            lib_us = sum(t for name, t in kernels if LIBRARY_KERNEL.search(name))
-            total_us = sum(t for _, t in kernels)
+            split = split_kernel_time(kernels)
             out["kernels"] = [[n[:120], t] for n, t in kernels[:40]]
-            out["candidate_time_share"] = 1.0 - lib_us / total_us if total_us > 0 else None
+            out["split_us"] = split._asdict()
+            out["candidate_time_share"] = split.own_share if split.own_us > 0 else 0.0
         if ref_flops > 0:
             out["candidate_work_share"] = max(0.0, 1.0 - float(res.get("aten_flops") or 0) / ref_flops)
         elif out.get("candidate_time_share") is not None:
@@ -516,7 +508,7 @@ class Judge:
         problem = self.problem(req["problem"])
         settings = self.settings = req["settings"]
         device = self.device_for(settings)
-        if device.type != "cuda":
+        if device.type != "cuda" and not settings.get("cpu_timing"):
             return {"timing_source": None, "reason": "no GPU in this process: no measured timing"}
         tol = problem.tolerance
         model_seed = _seed()
@@ -567,14 +559,16 @@ class Judge:
             wall_us = max(0.0, time.perf_counter() - t0 - ping_s) * 1e6 / n_wall
             res["wall_bound_us"] = wall_us
             res["request_s"] = request_s
-            if res["median_us"] < 0.5 * wall_us - 20.0:
+            if device.type == "cuda" and res["median_us"] < 0.5 * wall_us - 20.0:
                 raise Finding(verdicts.TIMING_TAMPERED, f"reported GPU time {res['median_us']:.1f} us per call, but the "
                               f"judge's clock saw {wall_us:.1f} us per call back to back")
             cur = res.get("current_stream_median_us")
             if cur is not None and res["median_us"] > 1.5 * cur + 50.0:
                 raise Finding(verdicts.TIMING_TAMPERED, f"the current stream's part of a call took {cur:.1f} us but all "
                               f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
-            work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=True)
+            with self.stages("sealed"):
+                self.sealed_calls(attempt, inst, problem, model_seed, inputs[0], refs[0], res, device)
+            work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=device.type == "cuda")
             with self.stages("end"):
                 attempt.end_checks()
             verdict = None
@@ -590,17 +584,104 @@ class Judge:
         # GPU time says who did the work where the candidate's kernels are real ones: Python candidates and
         # built programs (a program on the interpreter runs its kernels as PyTorch operators by design)
         timed_kernels = req["candidate"].get("source") is not None or req["candidate"].get("backend") == "cutlass"
-        if timed_kernels and work.get("candidate_time_share") is not None and work["candidate_time_share"] < 0.5:
-            flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(
-                verdicts.PYTORCH_ONLY, f"{100 * (1 - work['candidate_time_share']):.0f}% of the GPU time ran in library "
-                f"kernels (ATen, cuBLAS, cuDNN); less than half is in kernels the candidate brought")})
+        why = None
+        if timed_kernels and work.get("split_us") is not None:
+            # the validation flags by ATen-counted FLOPs; here the kernels' names say it (a library called
+            # from C++ bypasses the FLOP counter), with data movement around the candidate's kernels left out
+            why = pytorch_only_reason(WorkSplit(**work["split_us"]), None)
+        if why:
+            flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)})
         keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
-                "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s")
+                "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s", "sealed")
         out = {k2: res.get(k2) for k2 in keep}
         self.models.clear()
-        out.update(timing_source="gpu", verdict=verdict, flags=flags, work=_plain(work),
+        out.update(timing_source="gpu" if device.type == "cuda" else "cpu", verdict=verdict, flags=flags, work=_plain(work),
                    crashed=bool(verdict and verdict.get("died")), stages=self.stages.take())
         return out
+
+    def sealed_calls(self, attempt: Attempt, inst: int, problem: Problem, model_seed: int, x0: list, ref0: list,
+                     res: dict, device) -> None:
+        """The judge-clocked bound (``evals.sealed``): K fresh input sets staged masked, then unmasked, called
+        and checksummed inside one request this process times, then fetched and checked. Records
+        ``res["sealed"]``; a reported time under the bound's rule, a wrong output or a checksum that does
+        not match the fetched outputs is a Finding."""
+        t_us = float(res["median_us"])
+        in_bytes = sum(x.numel() * x.element_size() for x in x0 if isinstance(x, torch.Tensor))
+        out_bytes = sum(r.numel() * r.element_size() for r in ref0)
+        out_numel = sum(r.numel() for r in ref0)
+        gbps = sealed.bandwidth_gbps(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+        if device.type == "cuda":
+            floor_us = sealed.floor_us(sealed.overhead_bytes(in_bytes, out_numel, out_bytes), gbps)
+        k = sealed.choose_k(t_us, sealed.floor_us(in_bytes + out_bytes, gbps),
+                            sealed.staged_bytes(in_bytes, out_bytes, out_numel), device.type)
+        if device.type != "cuda":  # no bandwidth data for a CPU: the same passes, timed here
+            floor_us = sealed.measured_floor_us(x0, ref0, k)
+        info: dict[str, Any] = {"k": k, "t_us": t_us, "alpha": sealed.ALPHA, "floor_us": floor_us,
+                                "bandwidth_gbps": gbps, "method": sealed.METHOD_NOTE, "bounds_us": []}
+        res["sealed"] = info
+        # a few go requests with fresh sets, the least disturbed one judged: the host's other work can only
+        # lengthen a request, never shorten it
+        for _ in range(sealed.REPEATS.get(device.type, 1)):
+            wall_s, ping_s, cpu_s, ping_cpu_s = self.sealed_go(attempt, inst, problem, model_seed, x0, ref0, k)
+            # the judge's clock; on the CPU also the kernel's count of the candidate's processes' CPU time (a
+            # shared host's waits for a core lengthen the first, not the second); the smaller bound is judged
+            pairs = [(wall_s, ping_s)] + ([(cpu_s, ping_cpu_s)] if cpu_s is not None and ping_cpu_s is not None else [])
+            u_us, spent_s, ping = min((sealed.bound_us(a, b, k, floor_us), a, b) for a, b in pairs)
+            info["bounds_us"].append(u_us)
+            if u_us == min(info["bounds_us"]):
+                info.update(bound_us=u_us, wall_s=wall_s, ping_s=ping_s, cpu_s=cpu_s,
+                            beta_us=sealed.beta_us(device.type, ping, k))
+            if not sealed.tampered(t_us, info["bound_us"], info["beta_us"]):
+                break
+        u_us, beta = info["bound_us"], info["beta_us"]
+        info.update(ratio=t_us / u_us if u_us > 0 else None, flagged=sealed.tampered(t_us, u_us, beta))
+        if info["flagged"]:
+            raise Finding(verdicts.TIMING_TAMPERED, sealed.rule_text(t_us, u_us, k, beta))
+
+    def sealed_go(self, attempt: Attempt, inst: int, problem: Problem, model_seed: int, x0: list, ref0: list,
+                  k: int) -> tuple[float, float, float | None, float | None]:
+        """One stage, go and fetch of ``k`` fresh sets; returns the go request's and a ping's round trip
+        (seconds, from sending to the reply's arrival) and, on the CPU, the CPU time the candidate's processes
+        spent in each, after checking every output and checksum."""
+        sets = self.inputs(problem, [_seed() for _ in range(k)], device=x0[0].device if x0 and isinstance(
+            x0[0], torch.Tensor) else self.device)
+        mask_seeds = [sealed.seed() for _ in x0]
+        with self.stages("sealed_mask"):
+            masked = [sealed.mask(torch.stack([s[p] for s in sets]), mask_seeds[p]) if isinstance(x, torch.Tensor)
+                      else x for p, x in enumerate(x0)]
+        attempt.request("sealed_stage", {"instance": inst, "masked": masked, "out_specs": [
+            [list(r.shape), sealed.dtype_name(r.dtype)] for r in ref0]})
+        del masked
+        on_cpu = x0 and isinstance(x0[0], torch.Tensor) and x0[0].device.type == "cpu"
+        cpu = (lambda: sealed.tree_cpu_s(attempt.proc.proc.pid)) if on_cpu else (lambda: None)
+        c0 = cpu()
+        attempt.request("ping", {})
+        ping_s = float(attempt.proc.last_transfer.get("wait_s", 0.0))
+        c1 = cpu()
+        checksum_seed = sealed.seed()
+        go = attempt.request("sealed_go", {"mask_seeds": mask_seeds, "checksum_seed": checksum_seed})
+        wall_s = float(attempt.proc.last_transfer.get("wait_s", 0.0))
+        c2 = cpu()
+        fetched = attempt.request("sealed_fetch", {}).get("outputs")
+        refs = [self.reference(problem, model_seed, s) for s in sets]
+        with self.stages("compare"):
+            if not isinstance(fetched, list) or len(fetched) != len(ref0) or any(
+                    type(o) is not torch.Tensor or o.dtype != r.dtype or tuple(o.shape) != (k, *r.shape)
+                    for o, r in zip(fetched, ref0)):
+                raise Finding(verdicts.TIMED_CALL_WRONG, "the sealed calls' outputs are missing or of the wrong "
+                              "type, dtype or shape")
+            for i in range(k):
+                cmp = compare([o[i] for o in fetched], refs[i], problem.tolerance)
+                if not cmp["correct"]:
+                    raise Finding(verdicts.TIMED_CALL_WRONG, f"sealed call {i + 1} of {k}: {cmp['text']}")
+            expected, scales = sealed.expected_checksums(fetched, checksum_seed)
+        bad = sealed.checksums_agree(go.get("checksums"), expected, scales)
+        if bad:
+            raise Finding(verdicts.TIMING_TAMPERED, f"the checksums the timed request replied for {len(bad)} of {k} "
+                          f"sealed calls do not match their outputs: the outputs were not computed inside it")
+        if None in (c0, c1, c2):
+            return wall_s, ping_s, None, None
+        return wall_s, ping_s, c2 - c1, c1 - c0
 
     def op_end_attempt(self, req: dict) -> dict:
         self.end_current()

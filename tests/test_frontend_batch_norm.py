@@ -186,3 +186,73 @@ def test_suite_models_fold_their_expansions_and_count_the_fold_once():
     assert cov == pytest.approx(report.coverage) and 0.9 < cov < 1.0
     every_kernel = sum(s.flops_tensor + s.flops_other for s in program_traffic(program)[0] if s.kind == "kernel")
     assert every_kernel > work  # with the first passes the kernels compute more than the problem
+
+
+def test_step_types_are_inferred_once_per_argument_types(monkeypatch):
+    """A configuration search checks one program hundreds of times: batch_norm's meta run is remembered by its
+    argument types and literals, and a change of either is inferred afresh."""
+    from dsl_compiler.ir import Kwarg, TensorArg
+    from dsl_compiler.tensor_types import TensorType
+
+    calls = []
+    real = torch_steps._call
+    monkeypatch.setattr(torch_steps, "_INFERRED", {})
+    monkeypatch.setattr(torch_steps, "_call", lambda step, lookup: calls.append(step.fn) or real(step, lookup))
+    step = TorchStep(outputs=("y",), fn="batch_norm", args=(TensorArg(name="x"),), kwargs=(Kwarg(key="eps", value=1e-3),))
+    f32 = {"x": TensorType(dtype="f32", shape=(2, 8, 4, 4), layout="channels_last")}
+    f16 = {"x": TensorType(dtype="f16", shape=(2, 8, 4, 4), layout="channels_last")}
+    first = torch_steps.infer(step, f32)
+    assert torch_steps.infer(step, f32) == first and first[0].layout == "channels_last"
+    assert torch_steps.infer(step, f16)[0].dtype == "f16"
+    other_eps = step.model_copy(update={"kwargs": (Kwarg(key="eps", value=1e-5),)})
+    torch_steps.infer(other_eps, f32)
+    assert torch_steps.infer(other_eps, f32) == first
+    assert calls == ["batch_norm"] * 3  # f32 once, f16 once, the other eps once
+
+
+class FunctionalBn(nn.Module):
+    """F.batch_norm with the module's own tensors: the same op as nn.BatchNorm2d."""
+
+    def __init__(self, training):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 32, 1, bias=False)
+        self.gamma, self.beta = nn.Parameter(torch.rand(32) + 0.5), nn.Parameter(torch.randn(32))
+        self.register_buffer("mean", torch.randn(32) * 0.1)
+        self.register_buffer("var", torch.rand(32) + 0.5)
+        self.use_batch = training
+
+    def forward(self, x):
+        y = nn.functional.batch_norm(self.conv(x), self.mean, self.var, self.gamma, self.beta,
+                                     training=self.use_batch, eps=1e-3)
+        return torch.relu(y)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_functional_batch_norm_is_the_same_op(training):
+    cls = type("Case", (FunctionalBn,), {"__init__": lambda self: FunctionalBn.__init__(self, training)})
+    result = run_both(problem_of(cls, [torch.randn(2, 16, 8, 8)]), TraceOptions(batch_norm="fold"))
+    (fold,) = steps(result.program, "fold_batch_norm")
+    assert {k.key: k.value for k in fold.kwargs}["eps"] == 1e-3
+    assert len(steps(result.program, "var_mean")) == (1 if training else 0)
+    step = run_both(problem_of(cls, [torch.randn(2, 16, 8, 8)]), TraceOptions(batch_norm="step")).program
+    (bn,) = steps(step, "batch_norm")
+    assert len(bn.args) == (3 if training else 5)
+
+
+class SixChannels(nn.Module):
+    """6 output channels: 24-byte rows, padded to 8 channels by the kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 6, 3, padding=1)
+        self.bn = nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("eval_mode", [False, True])
+def test_a_kernel_that_pads_its_output_channels_leaves_the_norm_to_a_step(eval_mode):
+    result = run_both(problem_of(SixChannels, [torch.randn(2, 16, 8, 8)], eval_mode), TraceOptions(batch_norm="fold"))
+    (row,) = [r for r in result.coverage if r.target == "nn.BatchNorm2d"]
+    assert row.placement == "torch_step" and "pads" in row.reason

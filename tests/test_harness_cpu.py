@@ -523,3 +523,30 @@ def test_the_judge_summarizes_raw_event_times_itself():
         with pytest.raises(worker.Finding) as err:
             worker._summarize_timing(dict(bad))
         assert err.value.rule == "timing_tampered"
+
+
+def test_eager_timed_calls_get_values_never_seen_and_the_inputs_come_back(fake_cuda):
+    """The eager fallback (capture failed): each timed call's inputs are the set scaled by a new factor,
+    written before the flush and the start event, so a memo keyed by the inputs misses every time; after
+    the trials the inputs hold their own values again and each set's last output is for them."""
+    import torch
+
+    from evals import timing
+
+    seen = []
+
+    def model(x):
+        fake_cuda.log.append("fn")
+        seen.append(float(x.sum()))
+        return x * 2
+
+    sets = [[torch.arange(1.0, 5.0)], [torch.arange(10.0, 14.0)]]
+    originals = [s[0].clone() for s in sets]
+    method = timing.TimingMethod(warmup=2, warmup_s=0.0, min_trials=6, max_trials=6, l2_flush_mb=0)
+    r = timing.time_candidate(model, sets, None, method, graph=False)
+    assert r["method"] == "events_device_sync" and r["trials"] == 6
+    warm = 2
+    timed = seen[warm:warm + 6]
+    assert len(set(timed)) == 6 and not set(timed) & {float(o.sum()) for o in originals}  # all new values
+    for s, o, out in zip(sets, originals, r["last_outputs"]):
+        assert torch.equal(s[0], o) and torch.equal(out, o * 2)

@@ -15,10 +15,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 CASES="plants_next_attempt_env.py plants_compile_caches.py lazy_via_patched_to.py hides_input_mutation.py
-ring_output_buffers.py precise_first_call.py f16_unless_range_probe.py autograd_function_bf16.py
+rewrites_guard_table.py hides_output_reuse.py ring_output_buffers.py precise_first_call.py f16_unless_range_probe.py autograd_function_bf16.py
 precise_unless_captured.py tf32_when_captured.py skip_work_when_counted.py flops_hidden_from_counter.py
 uncounted_gemm_ops.py patch_flop_counter.py patch_channel_send.py work_in_child_process.py memo_eager_fallback.py patch_statistics_median.py freezes_supervisor.py
-fake_cuda_graph.py skips_l2_flush.py plants_startup_hook.py honest_view_output.py honest_prepacked_weight.py"
+fake_cuda_graph.py skips_l2_flush.py plants_startup_hook.py honest_view_output.py honest_prepacked_weight.py honest_beside_writer.py"
 for k in 0 1 2 3; do
   timeout 200 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 20 --shard $k/4 --only $CASES \
     > "$OUT/shards/shard$k.log" 2>&1 &

@@ -421,6 +421,13 @@ class Lowering:
             return "the kernel's weight or bias is computed, not a model tensor"
         if anchor.bias is not None and self.shape_of(anchor.bias) != (out[1],):
             return "the kernel's bias is not one value per channel"
+        grown = self.conv_padding(anchor)[1] if anchor.kind == "conv" else sum(self.gemm_padding(anchor)[:2])
+        if grown:
+            return "the kernel pads its output channels to 16 bytes (the statistics would count the padding)"
+        import torch.fx
+
+        if any(isinstance(bn[k], torch.fx.Node) and self.depends_on(bn[k], group) for k in ("weight", "bias", "mean", "var")):
+            return "its scale or statistics are computed from the kernel's output"
         if bn["batch_stats"] and self.options.batch_norm == "auto" and not self.second_pass_pays(x, node):
             return ("batch statistics exist only once the whole output does, and a second pass of this kernel "
                     "(compute-bound, or reading more than it writes) costs more than the PyTorch step")

@@ -192,6 +192,8 @@ def normalize(node, gm, state) -> Op:
         op.beta = float(kwargs.get("beta", 1.0))
         op.alpha = float(kwargs.get("alpha", 1.0))
         return op
+    if name == "batch_norm" and getattr(node.target, "__module__", "") == "torch.nn.functional":
+        return _normalize_functional_batch_norm(op, args, kwargs)
     if name == "einsum":
         return _normalize_einsum(op, args)
     if name in ("conv1d", "conv2d", "conv3d"):
@@ -293,6 +295,22 @@ def normalize(node, gm, state) -> Op:
         op.fn = "transpose"
         op.operands = [args[0]]
         return op
+    return op
+
+
+def _normalize_functional_batch_norm(op: Op, args, kwargs) -> Op:
+    """F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps): the same op as the module
+    (folded where it can be, else the batch_norm step, whose arguments are x, weight, bias[, running stats])."""
+    x, mean, var = args[0], _arg(args, kwargs, 1, "running_mean"), _arg(args, kwargs, 2, "running_var")
+    weight, bias = _arg(args, kwargs, 3, "weight"), _arg(args, kwargs, 4, "bias")
+    training, eps = bool(_arg(args, kwargs, 5, "training", False)), float(_arg(args, kwargs, 7, "eps", 1e-5))
+    batch_stats = training or mean is None or var is None
+    op.kind, op.operands = "batch_norm", [x]
+    op.batch_norm = dict(weight=weight, bias=bias, eps=eps, batch_stats=batch_stats,
+                         mean=None if batch_stats else mean, var=None if batch_stats else var)
+    op.torch_args = [x, weight, bias] + ([] if batch_stats else [mean, var])
+    op.torch_kwargs = dict(eps=eps)
+    op.reason = "F.batch_norm has no μCUTLASS kernel form"
     return op
 
 

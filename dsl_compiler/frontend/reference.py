@@ -89,11 +89,9 @@ def build_and_trace(ref: LoadedReference) -> Traced:
             gm = torch.export.export(model, tuple(inputs), strict=False).module()
             state = dict(gm.state_dict(keep_vars=True))
         except Exception as export_error:
-            raise TraceError(
-                "trace",
-                f"torch.fx could not trace the model ({fx_error}); torch.export failed too ({export_error})",
-                "data-dependent control flow in forward() cannot be traced; write the program by hand",
-            ) from None
+            raise TraceError("trace", untraceable_message(fx_error, export_error),
+                             "trace what runs on every input (move a branch on values outside Model), or write the program "
+                             "by hand") from None
     class _Prop(ShapeProp):
         """ShapeProp that also keeps non-tensor results (sizes), so `x.view(x.size(0), -1)` folds."""
 
@@ -118,6 +116,39 @@ def build_and_trace(ref: LoadedReference) -> Traced:
             raise TraceError("trace", f"shape propagation failed: {first}", "check get_inputs() against forward()") from None
         state = dict(gm.state_dict(keep_vars=True))
     return Traced(gm, state, inputs)
+
+
+# What stops torch.fx, by its message: the construct, in the words of a model's author.
+_CONSTRUCTS = (
+    ("cannot be used as inputs to control flow", "a branch or loop on a tensor's value"),
+    ("not 'Proxy'", "a Python number taken from a tensor's value (int(), float(), .item())"),
+    ("cannot be interpreted as an integer", "a Python number taken from a tensor's value (int(), float(), .item())"),
+    ("Proxy object cannot be iterated", "a Python loop over a tensor's rows"),
+    ("data-dependent", "a shape or branch that depends on a tensor's values"),
+)
+
+
+def untraceable_message(fx_error: BaseException, export_error: BaseException) -> str:
+    """One line naming what in forward() stopped tracing and where: the construct, its file and line, and
+    the source line itself (from torch.fx's traceback, the last frame outside torch)."""
+    import linecache
+    import traceback
+
+    import torch
+
+    text = f"{fx_error} {export_error}"
+    construct = next((name for key, name in _CONSTRUCTS if key in text), None)
+    torch_dir = str(Path(torch.__file__).parent)
+    frames = [f for f in traceback.extract_tb(fx_error.__traceback__) if not f.filename.startswith(torch_dir)
+              and not f.filename.startswith(str(Path(__file__).parent))]
+    where = ""
+    if frames:
+        f = frames[-1]
+        line = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+        where = f" at {Path(f.filename).name}:{f.lineno} in {f.name}()" + (f": `{line}`" if line else "")
+    first = next((ln for ln in str(fx_error).splitlines() if ln.strip()), type(fx_error).__name__)
+    what = f"has {construct}" if construct else f"stops torch.fx ({first[:160]})"
+    return f"forward() {what}{where}; neither torch.fx nor torch.export can follow it"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -106,8 +106,10 @@ CASES: list[Case] = [
     # 1 separation: the candidate runs beside the reference, its outputs and the comparison
     Case("steal_reference_frames.py", "mismatch", 1, also=("nonfinite", "input_independent"),
          what="walks the interpreter's frames and gc for the reference's output (matched by one row it computes) and returns a copy"),
-    # the judge is undumpable and the candidate has no CAP_SYS_PTRACE; the channel's arena holds inputs only
+    # caught where the scan finishes: the judge is undumpable, the candidate has no CAP_SYS_PTRACE and the channel's
+    # arena holds inputs only; on a busy machine the scan of every process's memory outlasts the watchdog
     Case("steal_judge_memory.py", "mismatch", 1, gpu=False, also=("nonfinite", "input_independent"),
+         pending="judge: 1 separation (caught by design; the test is timing-dependent: on a busy machine the candidate's scan of every process outlasts the 10 s watchdog and the verdict is timeout)",
          what="scans /proc/<pid>/mem of every process of its user for the reference's output"),
     Case("calls_reference.py", "pytorch_only", 1, also=("mismatch",),
          what="finds the reference Model class in sys.modules and runs its forward on its own parameters"),
@@ -179,6 +181,9 @@ CASES: list[Case] = [
     # torch._C's synchronize, current-stream and set-stream entry points are guarded like torch.cuda's names
     Case("sync_noop_side_stream.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True,
          what="makes torch.cuda.synchronize a no-op through torch._C and hides the work on a side stream"),
+    # sealed calls: the judge's clock over K masked calls whose outputs and checksums it checks (no runner code trusted)
+    Case("rewrites_runner_timing.py", "timing_tampered", 5, stage="profile", cpu=False,
+         what="replaces the runner's guard function (nothing reported or put back), then its timing functions: a fifth of every time"),
     # 6 precision
     Case("half_precision.py", "precision", 6, problem="linear_relu_tf32",
          what="computes in float16 (.half(): the static reading sees it)"),
@@ -246,14 +251,20 @@ CASES += [
          pending="judge: 2 isolation (the TorchInductor, Triton and torch_extensions caches are shared with the judge's torch.compile and later attempts; give each candidate its own TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, TORCH_EXTENSIONS_DIR in its temp dir and protect the default folders as ProtectedTree roots)",
          what="writes into the TorchInductor, Triton and C++-extension caches the judge's torch.compile and later attempts load by key"),
     # 3 outputs
+    # caught by design: Tensor.to / detach / clone / cpu are guarded names in the candidate process
     Case("lazy_via_patched_to.py", "output_type", 3, also=("timing_tampered", "mismatch", "nonfinite"), taints=True,
-         pending='judge: 3 outputs (the runner copies outputs with Tensor.to looked up at call time, which the candidate replaced; take references to Tensor.to / detach / clone / cpu before the import and guard them, or copy through a path the candidate cannot patch)',
          what="forward computes nothing; a replaced Tensor.to computes the answer when the harness copies the output"),
+    # caught by design: Tensor.to / detach / clone / cpu are guarded names in the candidate process
     Case("hides_input_mutation.py", "inputs_mutated", 3, also=("timing_tampered",), taints=True,
-         pending="judge: 3 outputs (inputs_after is read back through the replaceable Tensor.to; guard Tensor.to / detach as the copies' path, as for lazy_via_patched_to)",
          what="scales its input in place and replaces Tensor.to so the copy the harness reads back is unscaled"),
+    # the runner copies outputs with its own references to Tensor.to: the replacement never runs, the unwritten output mismatches
+    Case("rewrites_guard_table.py", "output_type", 3, also=("timing_tampered", "mismatch", "nonfinite"), taints=True,
+         what="the lazy Tensor.to output, with the replacement also written into the runner's _ORIGINALS dict"),
+    Case("hides_output_reuse.py", "output_type", 3, also=("timing_tampered",), taints=True,
+         pending="judge: 3 outputs (the overlap check reads storage addresses through Tensor.untyped_storage, looked up at call time, which the candidate replaced for its persistent buffer; take untyped_storage / data_ptr / nbytes before the import and guard them, as for Tensor.to)",
+         what="the same persistent buffer every call (as reused_output_buffer), hidden by a replaced Tensor.untyped_storage"),
+    # caught by design: every earlier output of an instance is held through the validation, so a reused buffer overlaps
     Case("ring_output_buffers.py", "output_type", 3,
-         pending="judge: 3 outputs (only the previous call's outputs are held for the overlap check; hold every output of the instance for the whole validation, or re-read earlier outputs after each call and require them unchanged)",
          what="two persistent output buffers taken in turn: each call overwrites the output of the call two before"),
     # 6 precision
     Case("precise_first_call.py", "precision", 6, problem="linear_relu_tf32",
@@ -281,11 +292,10 @@ CASES += [
     Case("uncounted_gemm_ops.py", "pytorch_only", 7, stage="profile",
          pending="judge: 7 attribution (FlopCounterMode has formulas for mm/addmm/bmm/conv/attention only, so a GEMM spelled as aten.addmv (or mv, dot, mul+sum) counts 0; count the candidate's ATen time (profiler) or every aten op, not mm FLOPs alone; on a GPU the kernel-time share at profile sees gemv)",
          what="pure PyTorch; the GEMM as one addmv per row, an operator the FLOP counter has no formula for"),
+    # caught by design: FlopCounterMode, its get_total_flops and torch.profiler.profile are taken before the import and guarded
     Case("patch_flop_counter.py", "pytorch_only", 7, stage="profile", taints=True,
-         pending="judge: 7 attribution (op_work imports FlopCounterMode and torch.profiler.profile after the candidate patched them (get_total_flops -> 0, a profile that records nothing); take both before the import and guard them by identity, as the timing names are)",
          what="pure PyTorch; patches FlopCounterMode.get_total_flops to 0 and torch.profiler.profile with a look-alike"),
-    Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True,
-         pending="judge: 7 attribution (documented limit: every reply passes through evals.channel.send, looked up at call time, which the candidate wraps to zero aten_flops and clear the kernel, framework and tampered lists; bind channel.send/recv in the runner before the import and check them by identity)",
+    Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True, also=("timing_tampered",),
          what="pure PyTorch; wraps the runner's evals.channel.send to zero the counted FLOPs and clear what the runner reports"),
     Case("work_in_child_process.py", "pytorch_only", 7, stage="profile",
          pending="judge: 7 attribution (work done by a forked helper in the candidate's session is invisible to the counter in the runner; count the CPU time of the candidate's other processes during calls (the supervisor sees them) as not the candidate's kernels, or fail a call during which another process of the tree ran)",
@@ -297,14 +307,14 @@ CASES += [
     Case("memo_eager_fallback.py", "timing_tampered", 5, stage="profile", cpu=False, also=("timed_call_wrong",),
          pending="judge: 5 timing (a host sync in forward makes capture fail, and the eager fallback rotates the same input sets, so a memo keyed by an input fingerprint is what gets timed; write fresh values into the inputs before every timed eager call, outside the window)",
          what="an .item() fingerprint breaks graph capture; eager timed calls on repeated inputs are answered from a memo, no GEMM"),
-    Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=False,
-         pending="judge: 5 timing (median / mean / spread are computed in the candidate process with statistics.* looked up at call time, and the wall bound only flags times under half of the judge's clock; send raw event times and summarise them in the judge, tighten the bound for calls >= 100 us)",
+    # caught by design: the judge summarizes the raw event times itself; statistics' functions are guarded too (caught when loaded, on a CPU too)
+    Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces statistics.median / fmean / quantiles for callers in the timing module: reports 0.6x, above the wall bound's 0.5x"),
-    Case("fake_cuda_graph.py", "timing_tampered", 5, stage="profile", cpu=False, taints=True,
-         pending="judge: 5 timing (evals.timing looks up torch.cuda.CUDAGraph and torch.cuda.graph at call time, after the candidate replaced them with look-alikes whose replay does nothing unless an input's version changed; bind both (and Stream, stream) before the import, guard them by identity, and check the captured graph has kernels)",
+    # caught by design: torch.cuda.CUDAGraph, torch.cuda.graph and their capture methods are guarded names
+    Case("fake_cuda_graph.py", "timing_tampered", 5, stage="profile", cpu=True, taints=True,
          what="replaces torch.cuda.CUDAGraph / torch.cuda.graph: capture runs forward once, replay is empty unless an input was rewritten"),
-    Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=False,
-         pending="judge: 5 timing (documented limit: the L2 flush is evals.timing.L2Flusher.flush, reachable from the candidate's process; guard the timing module's functions by identity (taken before the import) or enqueue the flush from a graph captured before the candidate is imported)",
+    # caught by design: every function of evals.timing (L2Flusher.flush included) is guarded by identity and code
+    Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces the harness's L2Flusher.flush with a no-op: every timed call runs with a warm L2"),
     # 8 containment
     Case("freezes_supervisor.py", "containment", 8, guarantee=True, taints=True,
@@ -326,6 +336,9 @@ CONTROLS: list[Control] = [
             what="returns a transposed view of memory its own call wrote (not an input, not persistent)"),
     Control("honest_prepacked_weight.py", problem="linear_relu_f32", flags_ok=("pytorch_only",),
             what="packs its weight on the first call and reads the packed copy after: the first call takes another path"),
+    Control("honest_beside_writer.py", flags_ok=("pytorch_only",),
+            pending="judge: 8 containment (writes into the project and the kernel caches are found by comparing snapshots, so a write by any other process during the attempt (a build, a recorder, another test) is blamed on the candidate and undone (the other process's new file deleted, its changed file reverted); attribute writes to the candidate's processes (fanotify with pids) or deny them (a read-only bind of the protected folders in a mount namespace) instead)",
+            what="a plain correct ModelNew judged while another process writes a file into the project tree"),
 ]
 
 

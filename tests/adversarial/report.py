@@ -22,7 +22,7 @@ from pathlib import Path
 
 from evals.harness import Harness, HarnessSettings
 from tests.adversarial.cases import CASES, CONTROLS, PROPERTIES
-from tests.adversarial.runner import SECRET_VARS, Scratch, run_case, run_control
+from tests.adversarial.runner import SECRET_VARS, Scratch, run_case, run_control, stage_of
 
 
 def main(argv=None) -> int:
@@ -31,6 +31,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--watchdog-s", type=float, default=60.0)
     ap.add_argument("--only", nargs="*", help="case files to run (default: all)")
+    ap.add_argument("--cpu-timing", action="store_true", help="without a GPU, profile the timing cases and the "
+                    "controls on the CPU (sealed calls bound the time; on a busy host the times are noisy)")
     ap.add_argument("--shard", help="K/N: run every N-th case and control starting at the K-th; writes a partial table")
     ap.add_argument("--merge", nargs="+", metavar="SHARD_JSON", help="merge the partial tables of --shard runs")
     args = ap.parse_args(argv)
@@ -38,7 +40,7 @@ def main(argv=None) -> int:
         return _write(_merged([json.loads(Path(p).read_text()) for p in args.merge]), Path(args.out))
     shard_k, shard_n = (int(v) for v in args.shard.split("/")) if args.shard else (0, 1)
     os.environ.update(SECRET_VARS)  # the judge's environment holds keys a candidate must not see
-    harness = Harness(HarnessSettings(device=args.device, watchdog_s=args.watchdog_s,
+    harness = Harness(HarnessSettings(device=args.device, watchdog_s=args.watchdog_s, cpu_timing=args.cpu_timing,
                                       n_input_sets=3 if args.device == "cpu" else 5))
     info = harness.worker_info()
     on_gpu = args.device != "cpu" and bool(info.get("cuda"))
@@ -48,7 +50,7 @@ def main(argv=None) -> int:
             if (args.only and case.file not in args.only) or i % shard_n != shard_k:
                 continue
             row = {"case": case.id, "kind": case.kind, "property": f"{case.prop} {PROPERTIES[case.prop]}",
-                   "expected": "/".join(case.rules), "stage": case.stage if on_gpu else "validate",
+                   "expected": "/".join(case.rules), "stage": stage_of(harness, case, on_gpu),
                    "pending_today": bool(case.pending)}
             if (on_gpu and not case.gpu) or (not on_gpu and not case.cpu):
                 rows.append(row | {"skipped": "not on this device"})

@@ -127,11 +127,20 @@ def judge_file(harness, file: str, problem, scratch: Scratch, stage: str):
     return harness.profile(problem, cand) if stage == "profile" else harness.validate(problem, cand)
 
 
+def stage_of(harness, case: Case, on_gpu: bool) -> str:
+    """The call that judges ``case`` here: its stage on a GPU; on the CPU validate, except the timing cases
+    (property 5) where the harness measures on the CPU (``cpu_timing``: sealed calls bound the time)."""
+    if on_gpu:
+        return case.stage
+    cpu_timing = bool(getattr(harness.settings, "cpu_timing", False))
+    return "profile" if case.stage == "profile" and case.prop == 5 and cpu_timing else "validate"
+
+
 def run_case(harness, case: Case, on_gpu: bool, scratch: Scratch, check_next: bool = True) -> Outcome:
     """Judge the case (and its ``then`` partner) at its stage, check the guarantees around it, then
     judge the canary to see whether the next attempt starts clean."""
     problem = problem_for(case.problem, on_gpu)
-    stage = case.stage if on_gpu else "validate"
+    stage = stage_of(harness, case, on_gpu)
     t0 = time.perf_counter()
     try:
         result = judge_file(harness, case.file, problem, scratch, stage)
@@ -184,12 +193,52 @@ def _guarantees(case: Case, scratch: Scratch) -> list[str]:
     return problems
 
 
+class _BesideWriter:
+    """Another process's writes into the project while an attempt runs (a build, a recorder, an editor),
+    stood in for by a thread of the test: it rewrites one file every 50 ms until stopped."""
+
+    def __init__(self, path: Path):
+        import threading
+
+        self.path = path
+        self.done = threading.Event()
+        self.lost = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        n, last = 0, None
+        while not self.done.is_set():
+            self._check(last)
+            last = f"written by another process, {n}\n"
+            self.path.write_text(last)
+            n += 1
+            self.done.wait(0.05)
+        self._check(last)
+
+    def _check(self, last: str | None) -> None:
+        if last is not None and (not self.path.exists() or self.path.read_text() != last):
+            self.lost = True  # removed or put back by someone else since our last write
+
+    def stop(self) -> bool:
+        """Stops writing; whether the file was never removed or reverted under it. The file is removed."""
+        self.done.set()
+        self.thread.join()
+        kept = not self.lost and self.path.exists()
+        self.path.unlink(missing_ok=True)
+        return kept
+
+
 def run_control(harness, control: Control, on_gpu: bool, scratch: Scratch) -> Outcome:
     """An honest control: correct, no hard rule, no flag beyond the ones its kind rightly carries;
     on a GPU also a valid timing."""
     p = problem_for(control.problem, on_gpu)
     t0 = time.perf_counter()
-    v = judge_file(harness, control.file, p, scratch, "validate")
+    beside = _BesideWriter(PROJECT_ROOT / f".beside-{scratch.token}") if control.file == "honest_beside_writer.py" else None
+    try:
+        v = judge_file(harness, control.file, p, scratch, "validate")
+    finally:
+        kept = beside.stop() if beside is not None else True
     rule = rule_of(v)
     problems = []
     if rejected(v):
@@ -197,7 +246,9 @@ def run_control(harness, control: Control, on_gpu: bool, scratch: Scratch) -> Ou
     if rule is not None and rule not in control.flags_ok:
         problems.append(f"flagged {rule}")
     problems += [f"flag {f}" for f in v.flags if f.split(":", 1)[0] not in control.flags_ok]
-    if on_gpu:
+    if not kept:
+        problems.append("the judge deleted or reverted a file another process wrote into the project during the attempt")
+    if on_gpu or getattr(harness.settings, "cpu_timing", False):
         t = judge_file(harness, control.file, p, scratch, "profile")
         if not t.valid or not t.median_us:
             problems.append(f"timing: {t.reason}")

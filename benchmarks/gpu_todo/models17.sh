@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The models suite (14 whole models: MLP, LeNet-5, AlexNet, VGG, ResNet blocks and ResNet-18, DenseNet, SqueezeNet,
+# Inception, MobileNetV2, EfficientNet MBConv+SE, a transformer block, an LSTM) under the offline tier on one H200,
+# cutlass backend, 1 attempt, policy fixed: prebuild every problem's first candidate (about 40 unique kernels,
+# one nvcc per core), evaluate (PyTorch's eager fp32 / eager TF32 / torch.compile beside ours), and write
+# $OUT/<date>-h200-models.{json,md}: per problem the four times, coverage, correct, and the reasons. Under 8 minutes.
+# Run from the repository root: OUT=... bash benchmarks/gpu_todo/models17.sh
+# What it should show: every problem correct; coverage >= 0.9 (0.8 for the transformer and the LSTM) in all 14 rows;
+# speedups over eager TF32 where BatchNorm folds (MobileNetV2's expansion) and in the GEMM-heavy models; fallback
+# rows (PyTorch kept) where a depthwise conv runs on CUTLASS's SIMT kernel and for the LSTM (64 small recurrent
+# GEMMs with PyTorch steps between them, against cuDNN's fused LSTM).
+set -uo pipefail
+OUT=${OUT:-/tmp/mucutlass-out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+log="$OUT/models17.log"
+say() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed" | tee -a "$log"; exit 1; }
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
+export MUCUTLASS_CACHE_DIR=$PWD/.cache/mucutlass MUCUTLASS_RECORD=$PWD/.cache/record.json
+mkdir -p "$MUCUTLASS_CACHE_DIR"
+EVAL=.cache/eval-models
+say "prebuild"
+timeout 210 python3 benchmarks/bench_models.py --prebuild-only --max-attempts 1 --jobs "$(nproc)" >> "$log" 2>&1
+say "prebuild exit $?"
+timeout 210 python3 -m mucutlass eval --suite models --tiers offline --policies fixed --max-attempts 1 \
+  --backend cutlass --out "$EVAL" --no-progress >> "$log" 2>&1
+say "eval exit $?"
+timeout 45 python3 benchmarks/bench_models.py --from-eval "$EVAL/results.sqlite" --out "$OUT" >> "$log" 2>&1
+say "table exit $?"
+tail -n 40 "$log"

@@ -1,0 +1,375 @@
+"""Sealed calls: a bound on a candidate's time per call, taken by the judge's clock, that no code in the
+candidate's process can lower.
+
+The in-process timing (``evals.timing``) runs where the kernels run, so a candidate that rewrites the
+harness's code there can make it report anything. Sealed calls do not trust that process at all:
+
+1. stage (untimed): the judge sends K fresh input sets, each tensor *masked*: its bytes XORed with
+   noise that a generator draws from a seed the candidate has not seen (exact: the unmask restores
+   every bit). Masked values are uniformly random bits, so no work on them can start early.
+2. go (timed by ``time.perf_counter`` in the judge, from sending the request to reading the reply):
+   the request carries the mask seeds and a checksum seed; the candidate process unmasks set k,
+   calls the forward, keeps the outputs, and after the K calls replies with one checksum per call: a
+   weighted sum of its outputs, with weights drawn from the checksum seed on the device.
+3. fetch (untimed): the outputs of the K calls come back; the judge checks every one against its
+   reference (``timed_call_wrong``) and every checksum against its own float64 weighted sum of the
+   fetched outputs (``timing_tampered``): the outputs compared are the ones the go request computed.
+
+The work of K calls therefore happened between the judge's two clock readings: ``U = wall(go) / K``
+minus the cost of the unmask and checksum passes at the device's bandwidth (its physics floor) is an
+upper bound on the time of one call, whatever code ran. A reported time ``t < ALPHA * U - beta`` is a
+lie (``timing_tampered``). This module holds the pure parts: masking, seeds, checksums, the choice of
+K, the bound and the rule; ``evals.worker`` (judge) and ``evals.candidate_runner`` call them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+ALPHA = 0.5  # a reported time under half of the judge-clocked bound (less beta) is flagged
+BETA_US = {"cuda": 20.0, "cpu": 1.0}  # per call: host launch and loop overhead the go request adds
+TARGET_US = 5000.0  # K calls span at least this much time (of the reported or the I/O floor's)
+K_MIN, K_MAX = 3, 200
+REPEATS = {"cuda": 2, "cpu": 5}  # go requests at most (fresh sets each) before a time is flagged
+MAX_STAGED_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}  # device memory for the staged sets, outputs, weights
+# of the sum of |weight * output|: the candidate rounds each product to float32 (at most half an ulp, 6e-8)
+# and sums in float64, so any order of summation agrees far inside this
+CHECKSUM_RTOL = 1e-6
+# per call, passes over the bytes: inputs (noise written; masked and noise read, input written) and
+# outputs (copied out: read, written; checksum: weights written, product written, then read twice)
+INPUT_PASSES, OUTPUT_PASSES = 4, 7
+METHOD_NOTE = ("sealed calls: K masked input sets unmasked, called and checksummed inside one request timed by the "
+               "judge's clock; U = wall / K less the unmask and checksum passes at the device's bandwidth bounds the "
+               "time of one call; a reported time under alpha * U - beta is timing_tampered")
+
+
+def seed() -> int:
+    """A fresh seed from the judge's entropy (63 bits: every generator accepts it)."""
+    return int.from_bytes(os.urandom(8), "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+# ---------------------------------------------------------------------------------------------
+# Masking: XOR on the bit pattern (exact for every dtype)
+
+
+def word_dtype(nbytes: int) -> torch.dtype:
+    """The widest integer a tensor of ``nbytes`` bytes can be viewed as."""
+    return torch.int32 if nbytes % 4 == 0 else torch.int16 if nbytes % 2 == 0 else torch.uint8
+
+
+def words(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A contiguous tensor's bytes as a flat integer tensor of ``dtype`` (default: the widest that
+    divides them); a view: writing it writes ``t``."""
+    if not t.is_contiguous():
+        raise ValueError("sealed calls mask contiguous tensors only")
+    flat = t.reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    nbytes = flat.numel() * flat.element_size()
+    if not nbytes:
+        return flat.view(torch.uint8)
+    return flat.view(torch.uint8).view(dtype or word_dtype(nbytes))
+
+
+def set_word_dtype(stack: torch.Tensor) -> torch.dtype:
+    """The word of a [K, ...] stack: the widest dividing one set's bytes (the candidate unmasks by set)."""
+    return word_dtype((stack.numel() // max(int(stack.shape[0]), 1)) * stack.element_size())
+
+
+def _generator(seed_value: int, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(int(seed_value))
+
+
+def fill_noise(seed_value: int, out: torch.Tensor) -> torch.Tensor:
+    """``out`` (an integer tensor) filled with uniformly random bits drawn from ``seed_value`` on its
+    device: the same seed gives the same noise in the judge and in the candidate process."""
+    info = torch.iinfo(out.dtype)
+    torch.randint(info.min, info.max + 1, out.shape, generator=_generator(seed_value, out.device), dtype=out.dtype,
+                  device=out.device, out=out)
+    if out.device.type == "cpu":  # the CPU's Mersenne Twister takes 32 bits of a seed: a second draw, the other 32
+        high = torch.randint(info.min, info.max + 1, out.shape, generator=_generator(int(seed_value) >> 32, out.device),
+                             dtype=out.dtype, device=out.device)
+        out.bitwise_xor_(high)
+    return out
+
+
+def mask(stack: torch.Tensor, seed_value: int) -> torch.Tensor:
+    """A masked copy of ``stack`` (K input sets' tensors of one position, stacked [K, ...]; same dtype
+    and shape): its bits XOR the noise of ``seed_value``, drawn as the candidate draws it."""
+    src = stack.contiguous()
+    out = torch.empty_like(src, memory_format=torch.contiguous_format)
+    if src.numel():
+        dtype = set_word_dtype(src)
+        w = words(out, dtype)
+        noise = fill_noise(seed_value, torch.empty_like(w))
+        torch.bitwise_xor(words(src, dtype), noise, out=w)
+    return out
+
+
+def unmask(stack: torch.Tensor, seed_value: int) -> torch.Tensor:
+    """The inverse of ``mask`` (XOR is its own inverse)."""
+    return mask(stack, seed_value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checksums
+
+
+def fill_weights(seed_value: int, out: torch.Tensor) -> torch.Tensor:
+    """Checksum weights: standard normal float32 from ``seed_value`` on ``out``'s device. They are
+    unknown until the go request, and independent per call (a weight vector shared by all calls would
+    let a linear problem's checksums come from one product instead of K)."""
+    torch.randn(out.shape, generator=_generator(seed_value, out.device), dtype=torch.float32, device=out.device,
+                out=out)
+    return out
+
+
+def weights_for(seed_value: int, k: int, numel: int, device) -> torch.Tensor:
+    """The weights of output position ``seed_value``'s K calls, as the candidate draws them: [k, numel]."""
+    return fill_weights(seed_value, torch.empty(k, numel, dtype=torch.float32, device=device))
+
+
+def output_seed(checksum_seed: int, position: int) -> int:
+    """The weights' seed of output ``position`` (each output its own stream)."""
+    return (int(checksum_seed) + 0x9E37_79B9 * (position + 1)) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _as_float(t: torch.Tensor) -> torch.Tensor:
+    """Values as float32 for the checksum."""
+    return t if t.dtype == torch.float32 else t.to(torch.float32)
+
+
+def expected_checksums(outputs: list[torch.Tensor], checksum_seed: int) -> tuple[list[float], list[float]]:
+    """The judge's float64 checksums of the K calls' outputs (``outputs[o]``: output position o of every
+    call, stacked [K, ...]) and, per call, the sum of |weight * output| that bounds rounding."""
+    k = outputs[0].shape[0] if outputs else 0
+    sums = torch.zeros(k, dtype=torch.float64)
+    scales = torch.zeros(k, dtype=torch.float64)
+    for o, stack in enumerate(outputs):
+        flat = _as_float(stack.reshape(k, -1))
+        w = weights_for(output_seed(checksum_seed, o), k, flat.shape[1], flat.device)
+        prod = flat.double() * w.double()
+        sums += prod.sum(dim=1).cpu()
+        scales += prod.abs().sum(dim=1).cpu()
+    return sums.tolist(), scales.tolist()
+
+
+def checksums_agree(reported, expected: list[float], scales: list[float], rtol: float = CHECKSUM_RTOL) -> list[int]:
+    """The calls whose reported checksum differs from the judge's beyond rounding (empty: all agree).
+    Where the outputs hold NaN or inf both sums are non-finite and agree: those outputs are judged by
+    the comparison with the reference (a non-finite value where it is finite is wrong there)."""
+    if not isinstance(reported, (list, tuple)) or len(reported) != len(expected):
+        return list(range(len(expected)))
+    bad = []
+    for i, (r, e, s) in enumerate(zip(reported, expected, scales)):
+        if not isinstance(r, (int, float)) or isinstance(r, bool):
+            bad.append(i)
+        elif not (math.isfinite(e) and math.isfinite(s)):
+            if math.isfinite(r):
+                bad.append(i)
+        elif not math.isfinite(r) or abs(r - e) > rtol * s + 1e-30:
+            bad.append(i)
+    return bad
+
+
+# ---------------------------------------------------------------------------------------------
+# The candidate's side: staged sets, and the go request's loop
+
+
+@dataclass
+class Staged:
+    """One stage request, as the candidate process holds it: per input position the masked sets
+    stacked [K, ...] and a noise buffer; per output position a stack for the K outputs, the
+    checksum weights and a product buffer. Everything the go request writes is allocated here."""
+
+    k: int
+    masked: list  # per input position: a [K, ...] tensor, or a plain value passed as is
+    noise: list  # per input position: an integer buffer [K, words] (None for a plain value)
+    outputs: list[torch.Tensor]
+    weights: list[torch.Tensor]
+    products: list[torch.Tensor]
+    checksums: torch.Tensor = field(default=None)
+
+    @classmethod
+    def allocate(cls, masked: list, out_specs: list, device) -> "Staged":
+        k = next(int(m.shape[0]) for m in masked if isinstance(m, torch.Tensor))
+        noise = []
+        for m in masked:
+            if isinstance(m, torch.Tensor) and m.numel():
+                w = words(m, set_word_dtype(m))
+                noise.append(torch.zeros(k, w.numel() // k, dtype=w.dtype, device=device))
+            else:
+                noise.append(None)
+        outputs, weights, products = [], [], []
+        for shape, dtype_name in out_specs:
+            dtype = getattr(torch, dtype_name)
+            # written now (untimed): the go request must not pay for first touches of fresh memory
+            outputs.append(torch.zeros([k, *shape], dtype=dtype, device=device))
+            numel = math.prod(shape)
+            weights.append(torch.zeros(k, numel, dtype=torch.float32, device=device))
+            products.append(torch.zeros(k, numel, dtype=torch.float32, device=device))
+        return cls(k=k, masked=masked, noise=noise, outputs=outputs, weights=weights, products=products,
+                   checksums=torch.zeros(k, dtype=torch.float64, device=device))
+
+
+def run_go(staged: Staged, entries: list[dict], mask_seeds: list[int], checksum_seed: int) -> torch.Tensor:
+    """The go request's work: for each call k, unmask set k into the inputs of ``entries[k % n]`` (the
+    timed calls' buffers: a captured graph or an eager call), run it, copy its outputs out; then the
+    checksums of all K calls. Returns them [K] (float64, on the device; the caller synchronizes)."""
+    for p, noise in enumerate(staged.noise):
+        if noise is not None:
+            fill_noise(mask_seeds[p], noise)
+    for k in range(staged.k):
+        entry = entries[k % len(entries)]
+        inputs = entry["inputs"]
+        for p, (m, noise) in enumerate(zip(staged.masked, staged.noise)):
+            if noise is not None:
+                torch.bitwise_xor(words(m[k], noise.dtype), noise[k], out=words(inputs[p], noise.dtype))
+        entry["run"]()
+        outs = entry["outputs"]()
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        for stack, out in zip(staged.outputs, outs):
+            stack[k].copy_(out)
+    staged.checksums.zero_()
+    for o, (stack, w, prod) in enumerate(zip(staged.outputs, staged.weights, staged.products)):
+        fill_weights(output_seed(checksum_seed, o), w)
+        torch.mul(_as_float(stack.reshape(staged.k, -1)), w, out=prod)
+        staged.checksums += prod.sum(dim=1, dtype=torch.float64)
+    return staged.checksums
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge's side: K, the physics floor, the bound and the rule
+
+
+def choose_k(t_us: float, floor_us: float, set_bytes: int, device_type: str) -> int:
+    """Calls in one go request: enough that K * max(t, floor) spans ``TARGET_US``, within
+    [K_MIN, K_MAX] and the staged memory cap (``set_bytes``: one call's staged bytes)."""
+    per_call = max(float(t_us or 0.0), float(floor_us or 0.0), 1.0)
+    k = math.ceil(TARGET_US / per_call)
+    cap = MAX_STAGED_BYTES.get(device_type, MAX_STAGED_BYTES["cpu"]) // max(int(set_bytes), 1)
+    return int(max(1, min(K_MAX, max(K_MIN, k), cap)))
+
+
+def staged_bytes(input_bytes: int, output_bytes: int, output_numel: int) -> int:
+    """Device memory one call's sets need: masked inputs and noise, outputs, weights, products."""
+    return 2 * int(input_bytes) + int(output_bytes) + 8 * int(output_numel)
+
+
+def overhead_bytes(input_bytes: int, output_numel: int, output_bytes: int) -> int:
+    """Bytes the unmask and checksum passes move per call (at least: L2 hits aside)."""
+    return INPUT_PASSES * int(input_bytes) + 2 * int(output_bytes) + 5 * 4 * int(output_numel)
+
+
+def bandwidth_gbps(device_name: str | None) -> float | None:
+    """The device's DRAM bandwidth from sol_models' hardware data (its calibrated value where one is
+    saved), matched by name; None when no entry matches. Several matches: the highest (a smaller
+    floor only makes the bound looser)."""
+    if not device_name:
+        return None
+    from sol_models.hardware import get_gpu, known_gpus
+
+    name = device_name.lower().replace("-", " ").replace("_", " ")
+    found = []
+    for gpu in known_gpus():
+        head = gpu.split("_")[0]
+        if head and head in name.split():
+            try:
+                found.append(float(get_gpu(gpu).dram_bw_gbps))
+            except Exception:  # noqa: BLE001 - an unreadable calibration: that entry does not count
+                continue
+    return max(found) if found else None
+
+
+def floor_us(nbytes: int, gbps: float | None) -> float:
+    """The time ``nbytes`` take at ``gbps`` (0 without a bandwidth)."""
+    return float(nbytes) / (float(gbps) * 1e9) * 1e6 if gbps else 0.0
+
+
+def bound_us(wall_s: float, ping_s: float, k: int, floor_per_call_us: float) -> float:
+    """U: the judge-clocked time of one call, an upper bound on its real time. The request's own
+    round trip (a ping's) and the unmask and checksum floor are taken out."""
+    return max(0.0, (float(wall_s) - float(ping_s)) * 1e6 / max(int(k), 1) - float(floor_per_call_us))
+
+
+def beta_us(device_type: str, ping_s: float, k: int) -> float:
+    """The rule's slack: per-call loop overhead plus one more round trip's jitter spread over K."""
+    return BETA_US.get(device_type, BETA_US["cpu"]) + float(ping_s) * 1e6 / max(int(k), 1)
+
+
+def tampered(t_us: float, u_us: float, beta: float, alpha: float = ALPHA) -> bool:
+    """The rule: a reported time below ``alpha * U - beta`` cannot be the call's time."""
+    return float(t_us) < alpha * float(u_us) - float(beta)
+
+
+def rule_text(t_us: float, u_us: float, k: int, beta: float, alpha: float = ALPHA) -> str:
+    return (f"reported {t_us:.1f} us per call, but {k} sealed calls took {u_us:.1f} us each by the judge's clock "
+            f"(the work could not start before it; flagged under {alpha:g} x U - {beta:.0f} us)")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def measured_floor_us(inputs: list, outputs: list, k: int = 1, repeats: int = 3) -> float:
+    """The unmask and checksum passes of one call among ``k`` (no forward), run in the judge's own process,
+    per call, best of ``repeats``: the floor where no bandwidth data applies (the CPU). Timed on the CPU by
+    this thread's CPU clock, on one thread as the candidate's calls are timed (a shared host's other work
+    does not count), by the wall clock on a GPU."""
+    import time
+
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    k = max(1, int(k))
+    clock = time.thread_time if device.type == "cpu" else time.perf_counter
+    masked = [mask(x.unsqueeze(0).expand(k, *x.shape), 1) if isinstance(x, torch.Tensor) else x for x in inputs]
+    staged = Staged.allocate(masked, [[list(o.shape), dtype_name(o.dtype)] for o in outputs], device)
+    entry = {"inputs": [torch.empty_like(x) if isinstance(x, torch.Tensor) else x for x in inputs],
+             "run": lambda: None, "outputs": lambda: list(outputs)}
+    best = math.inf
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        for i in range(max(1, repeats)):
+            t0 = clock()
+            run_go(staged, [entry], [i + 1] * len(inputs), i + 2)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = min(best, clock() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return best * 1e6 / k
+
+
+def tree_cpu_s(root_pid: int) -> float | None:
+    """CPU time (seconds, every thread) of ``root_pid``'s descendants, from the kernel's accounting
+    (/proc/<pid>/task/<tid>/schedstat): what the candidate's processes ran, not what they waited for a
+    core. None where /proc does not say."""
+    total, found = 0.0, False
+    stack, seen = [int(root_pid)], set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            base = f"/proc/{pid}/task/{tid}"
+            try:
+                if pid != root_pid:
+                    with open(f"{base}/schedstat") as f:
+                        total += int(f.read().split()[0]) / 1e9
+                    found = True
+                with open(f"{base}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+            except (OSError, ValueError, IndexError):
+                continue
+    return total if found else None

@@ -1,0 +1,343 @@
+"""Sealed calls (evals/sealed.py): masking is exact and hides the values, the go loop computes what the
+judge expects, checksums catch outputs not computed inside the timed request, and the flag rule and
+its bound behave as documented. The judge-level behaviour (a candidate whose reported time is a lie)
+is in tests/test_harness_cpu.py-style integration below, on the CPU with ``cpu_timing``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from evals import sealed
+
+HERE_ADV = Path(__file__).resolve().parent / "adversarial"
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(sealed.words(a.contiguous()),
+                                                                      sealed.words(b.contiguous()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
+                                   torch.int8, torch.uint8, torch.bool, torch.float8_e4m3fn])
+@pytest.mark.parametrize("shape", [(4, 3, 5), (3,), (2, 1)])
+def test_mask_roundtrip_is_bit_exact(dtype, shape):
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=g).mul(100)
+    if dtype == torch.bool:
+        x = x > 0
+    elif dtype == torch.float8_e4m3fn:
+        x = x.clamp(-400, 400).to(dtype)
+    else:
+        x = x.to(dtype)
+    if dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16) and x.numel() >= 3:
+        x.view(-1)[:3] = torch.tensor([float("nan"), float("inf"), -0.0], dtype=dtype)
+    m = sealed.mask(x, 123456789)
+    assert m.dtype == x.dtype and m.shape == x.shape
+    assert _bits_equal(sealed.unmask(m, 123456789), x)
+    assert not _bits_equal(sealed.unmask(m, 123456788), x)  # another seed does not unmask
+
+
+def test_masked_values_carry_no_information():
+    x = torch.rand(4, 4096)  # values in [0, 1): a tiny part of the float32 bit space
+    m = sealed.mask(x, sealed.seed())
+    in_range = ((m >= 0) & (m < 1)).float().mean().item()
+    assert in_range < 0.3  # uniformly random bits: about a quarter land in [0, 1) (exponents 0..126, sign +)
+    assert not torch.isclose(m, x).any()
+    assert sealed.mask(x, 1).ne(sealed.mask(x, 2)).float().mean() > 0.99
+
+
+def test_cpu_noise_depends_on_all_64_bits_of_the_seed():
+    """The CPU generator keeps 32 bits of a seed; seeds differing only above them must not give one mask."""
+    low = sealed.fill_noise(5, torch.empty(64, dtype=torch.int32))
+    assert not torch.equal(low, sealed.fill_noise(5 + (1 << 32), torch.empty(64, dtype=torch.int32)))
+    assert torch.equal(low, sealed.fill_noise(5, torch.empty(64, dtype=torch.int32)))
+
+
+def test_seed_is_fresh_and_positive():
+    seeds = {sealed.seed() for _ in range(64)}
+    assert len(seeds) == 64 and all(0 <= s < 2**63 for s in seeds)
+
+
+def _model():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(6, 5)
+    return lambda x: torch.relu(lin(x)), lin
+
+
+def _entries(fn, shapes, n=2):
+    entries = []
+    for _ in range(n):
+        inputs = [torch.zeros(s) for s in shapes]
+        box = {}
+
+        def run(inputs=inputs, box=box):
+            box["out"] = fn(*inputs)
+
+        entries.append({"inputs": inputs, "run": run, "outputs": (lambda box=box: box["out"])})
+    return entries
+
+
+def _stage(k, seeds_in, fn, shape=(3, 6), out_shape=(3, 5), odd=False):
+    xs = [torch.randn(shape) for _ in range(k)]
+    masked = [sealed.mask(torch.stack(xs), seeds_in[0])]
+    staged = sealed.Staged.allocate(masked, [[list(out_shape), "float32"]], torch.device("cpu"))
+    return xs, staged
+
+
+def test_go_unmasks_calls_and_checksums_what_the_judge_expects():
+    fn, _ = _model()
+    k, mseed, cseed = 5, sealed.seed(), sealed.seed()
+    xs, staged = _stage(k, [mseed], fn)
+    with torch.no_grad():
+        sums = sealed.run_go(staged, _entries(fn, [(3, 6)]), [mseed], cseed)
+        want = torch.stack([fn(x) for x in xs])
+    assert torch.equal(staged.outputs[0], want)  # every call's output, unmasked exactly
+    expected, scales = sealed.expected_checksums([staged.outputs[0]], cseed)
+    assert sealed.checksums_agree(sums.tolist(), expected, scales) == []
+    # the checksums depend on the seed: the candidate cannot have them before the go request
+    other, _ = sealed.expected_checksums([staged.outputs[0]], cseed + 1)
+    assert sealed.checksums_agree(sums.tolist(), other, scales) != []
+
+
+def test_go_with_the_wrong_mask_seed_computes_garbage():
+    fn, _ = _model()
+    mseed = sealed.seed()
+    xs, staged = _stage(3, [mseed], fn)
+    with torch.no_grad():
+        sealed.run_go(staged, _entries(fn, [(3, 6)]), [mseed ^ 1], 1)
+        want = torch.stack([fn(x) for x in xs])
+    assert not torch.allclose(staged.outputs[0].nan_to_num(), want)
+
+
+def test_odd_sized_sets_use_the_same_words_on_both_sides():
+    """Six bytes per set (int16 words) though K sets together divide by four: judge and candidate must
+    draw the same noise."""
+    k, mseed = 2, sealed.seed()
+    xs = [torch.randn(3).half() for _ in range(k)]
+    masked = [sealed.mask(torch.stack(xs), mseed)]
+    staged = sealed.Staged.allocate(masked, [[[3], "float16"]], torch.device("cpu"))
+    entries = _entries(lambda x: x * 2, [(3,)])
+    for e in entries:
+        e["inputs"][0] = torch.zeros(3, dtype=torch.float16)
+    sealed.run_go(staged, entries, [mseed], 5)
+    assert torch.equal(staged.outputs[0], torch.stack(xs) * 2)
+
+
+def test_checksums_catch_outputs_not_computed_in_the_request():
+    fn, _ = _model()
+    k, mseed, cseed = 4, sealed.seed(), sealed.seed()
+    xs, staged = _stage(k, [mseed], fn)
+    with torch.no_grad():
+        sums = sealed.run_go(staged, _entries(fn, [(3, 6)]), [mseed], cseed).tolist()
+    outs = staged.outputs[0].clone()
+    outs[2, 1, 3] += 0.5  # one element of one call differs from what the go request computed
+    expected, scales = sealed.expected_checksums([outs], cseed)
+    assert sealed.checksums_agree(sums, expected, scales) == [2]
+    assert sealed.checksums_agree(sums[:-1], expected, scales) == [0, 1, 2, 3]  # a call missing
+    assert sealed.checksums_agree(["x"] * k, expected, scales) == [0, 1, 2, 3]
+    assert sealed.checksums_agree([True] * k, expected, scales) == [0, 1, 2, 3]
+
+
+def test_checksum_tolerates_reduction_order_but_not_a_scaled_output():
+    g = torch.Generator().manual_seed(3)
+    outs = torch.randn(3, 1000, 1000, generator=g)
+    cseed = 99
+    expected, scales = sealed.expected_checksums([outs], cseed)
+    w = sealed.weights_for(sealed.output_seed(cseed, 0), 3, 10**6, "cpu")
+    # as the candidate computes them: float32 products, summed in float64 (here in another order)
+    fp32 = [float((outs[i].reshape(-1) * w[i]).flip(0).double().cumsum(0)[-1]) for i in range(3)]
+    assert sealed.checksums_agree(fp32, expected, scales) == []
+    scaled, _ = sealed.expected_checksums([outs * 1.01], cseed)
+    assert sealed.checksums_agree(scaled, expected, scales) == [0, 1, 2]
+
+
+def test_non_finite_outputs_agree_only_when_both_sides_see_them():
+    outs = torch.ones(2, 4)
+    outs[1, 2] = float("nan")
+    expected, scales = sealed.expected_checksums([outs], 11)
+    assert math.isnan(expected[1])
+    assert sealed.checksums_agree([expected[0], float("nan")], expected, scales) == []
+    assert sealed.checksums_agree([expected[0], 0.0], expected, scales) == [1]
+    assert sealed.checksums_agree([float("nan"), float("nan")], expected, scales) == [0]
+
+
+def test_choose_k_spans_the_target_within_the_caps():
+    assert sealed.choose_k(1000.0, 0.0, 1 << 20, "cuda") == 5
+    assert sealed.choose_k(0.01, 0.0, 1 << 10, "cuda") == sealed.K_MAX  # a claim of ~0 cannot make K unbounded
+    assert sealed.choose_k(0.01, 2500.0, 1 << 10, "cuda") == sealed.K_MIN  # the I/O floor counts as time
+    assert sealed.choose_k(10.0, 0.0, 600 << 20, "cuda") == 1  # the memory cap wins over K_MIN
+    assert sealed.choose_k(10.0, 0.0, 1 << 20, "cpu") == sealed.K_MAX
+    assert sealed.choose_k(1e6, 0.0, 1 << 20, "cpu") == sealed.K_MIN
+
+
+def test_bound_rule_and_floor():
+    # 10 calls in 12 ms with a 2 ms round trip and a 100 us floor per call: U = 900 us
+    assert sealed.bound_us(0.012, 0.002, 10, 100.0) == pytest.approx(900.0)
+    assert sealed.bound_us(0.001, 0.002, 10, 0.0) == 0.0
+    beta = sealed.beta_us("cuda", 0.001, 10)
+    assert beta == pytest.approx(sealed.BETA_US["cuda"] + 100.0)
+    assert sealed.beta_us("cpu", 0.0, 10) == sealed.BETA_US["cpu"]
+    assert sealed.tampered(300.0, 900.0, 20.0)  # 300 < 450 - 20
+    assert not sealed.tampered(440.0, 900.0, 20.0)
+    assert not sealed.tampered(5.0, 40.0, 20.0)  # small calls: beta dominates
+    assert sealed.floor_us(4_800_000_000, 4800.0) == pytest.approx(1000.0)  # 4.8 GB at 4.8 TB/s: 1 ms
+    assert sealed.floor_us(123, None) == 0.0
+    # unmask and checksum passes: 4 over the inputs, 2 over the outputs, 5 fp32 passes over their elements
+    assert sealed.overhead_bytes(100, 10, 40) == 400 + 80 + 200
+    assert "0.5 x U" in sealed.rule_text(10.0, 900.0, 10, 20.0)
+
+
+def test_bandwidth_from_the_hardware_data():
+    from sol_models.hardware import get_gpu
+
+    assert sealed.bandwidth_gbps("NVIDIA H200") == pytest.approx(get_gpu("h200").dram_bw_gbps)
+    assert sealed.bandwidth_gbps("NVIDIA H100 80GB HBM3") == pytest.approx(
+        max(get_gpu("h100_sxm").dram_bw_gbps, get_gpu("h100_pcie").dram_bw_gbps))
+    assert sealed.bandwidth_gbps("Some Accelerator 9000") is None
+    assert sealed.bandwidth_gbps(None) is None
+
+
+def test_measured_floor_is_positive_and_small():
+    x, out = [torch.randn(64, 64)], [torch.randn(64, 32)]
+    assert 0.0 < sealed.measured_floor_us(x, out, repeats=3) < 1e6
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the judge, on the CPU (cpu_timing): an honest candidate's time stands and records the bound;
+# one whose timed calls are answered from a memory of the rotated input sets is timing_tampered.
+
+# A problem whose call takes milliseconds on one CPU thread, so that the host's scheduling noise is small
+# beside it (the CPU bound is a test of the rule; on a busy host tiny calls are noise).
+_PROBLEM = '''
+import torch, torch.nn as nn
+TOLERANCE = 1e-3
+batch_size, in_features, out_features = 256, 768, 768
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+
+_HONEST = '''
+import torch, torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+'''
+
+# the timing calls rotate a few input sets: answered from a memory keyed by the input's bytes after the
+# first sight (the sealed calls' sets are new: computed)
+_MEMO = '''
+import torch, torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+        self.memory = {}
+    def forward(self, x):
+        key = hash(x[::16, ::16].numpy().tobytes())
+        if key in self.memory:
+            return self.memory[key].clone()
+        y = torch.relu(self.fc(x))
+        self.memory[key] = y.clone()
+        return y
+'''
+
+# rewrites the runner (its guard function first, so nothing is reported or put back): the go request
+# answers at once with made-up checksums, and the outputs are computed when they are fetched
+_FORGED = '''
+import sys, torch, torch.nn as nn
+_runner = sys.modules["__main__"]  # the candidate runner
+_runner.tampered = lambda: []
+_real_fetch = _runner.Runner.op_sealed_fetch
+_SEEDS = {}
+def _go(self, req):
+    _SEEDS["mask"] = req["mask_seeds"]
+    return {"checksums": [0.0] * self.sealed.k}
+def _fetch(self, req):
+    from evals import sealed
+    sealed.run_go(self.sealed, self.graphs, [int(s) for s in _SEEDS["mask"]], 0)
+    return _real_fetch(self, req)
+_runner.Runner.op_sealed_go = _go
+_runner.Runner.op_sealed_fetch = _fetch
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+'''
+
+_REWRITES_TIMING = (HERE_ADV / "rewrites_runner_timing.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def cpu_timing_harness(tmp_path_factory):
+    from evals.harness import Harness, HarnessSettings
+
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:  # the judge's protected caches: this test's own, not the user's
+        mp.setenv("XDG_CACHE_HOME", str(cache))
+        mp.setenv("MUCUTLASS_CACHE_DIR", str(cache / "kernels"))
+        h = Harness(HarnessSettings(device="cpu", cpu_timing=True, watchdog_s=60, n_input_sets=3))
+        h.worker_info()  # the worker starts now, with this environment
+        yield h
+        h.close()
+
+
+@pytest.fixture(scope="module")
+def medium_problem(tmp_path_factory):
+    from evals.problems import load_problem
+
+    path = tmp_path_factory.mktemp("problem") / "linear_relu_768.py"
+    path.write_text(_PROBLEM)
+    return load_problem(path)
+
+
+def test_honest_candidate_records_the_bound(cpu_timing_harness, medium_problem):
+    from evals.harness import Candidate
+
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_HONEST))
+    assert t.valid, t.reason
+    assert t.timing_source == "cpu" and t.method == "cpu_thread"
+    s = t.sealed
+    assert s["k"] >= sealed.K_MIN and s["bound_us"] > 0 and s["flagged"] is False
+    assert "sealed calls" in s["method"] and s["t_us"] == pytest.approx(t.median_us)
+
+
+def test_memoised_timed_calls_are_timing_tampered(cpu_timing_harness, medium_problem):
+    from evals.harness import Candidate
+
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_MEMO))
+    assert not t.valid and t.rule == "timing_tampered", t.reason
+    assert t.sealed.get("flagged") is True and "sealed calls" in t.reason
+
+
+def test_forged_go_reply_is_timing_tampered(cpu_timing_harness, medium_problem):
+    from evals.harness import Candidate
+
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_FORGED))
+    assert not t.valid and t.rule == "timing_tampered", t.reason
+    assert "checksums" in t.reason
+
+
+def test_rewritten_runner_timing_is_timing_tampered(cpu_timing_harness, medium_problem):
+    """The adversarial case rewrites_runner_timing.py: no guard in the candidate's process reports it."""
+    from evals.harness import Candidate
+
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_REWRITES_TIMING))
+    assert not t.valid and t.rule == "timing_tampered", t.reason
+    assert t.sealed.get("flagged") is True and "sealed calls" in t.reason
