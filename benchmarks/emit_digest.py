@@ -22,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 from dsl_compiler.emit_cutlass import emit_program  # noqa: E402
 from dsl_compiler.parser import parse  # noqa: E402
 
-SUITES = ("builtin", "builtin-strict", "smoke")
+SUITES = ("builtin", "builtin-large", "builtin-strict", "smoke")
 
 
 def digest(program) -> str:

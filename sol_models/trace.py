@@ -77,9 +77,24 @@ def statistics_passes(program: Any) -> set[str]:
 _FOLDED_NORM_FLOPS = 4.0
 
 
-def kernel_flops(program: Any) -> float:
+def _padding_share(program: Any, kernel: Any, state_shapes: dict[str, tuple[int, ...]] | None) -> float:
+    """The share of a kernel's work that is the problem's: a weight declared larger than the model's tensor
+    (zero-padded channels, rows or columns) scales it by the real size over the declared one."""
+    import math
+
+    share = 1.0
+    for operand in kernel.operands if state_shapes else ():
+        decl = program.decl(operand.name)
+        real = state_shapes.get(decl.source or decl.name) if decl is not None and decl.kind == "param" else None
+        if real is not None and math.prod(decl.shape) > math.prod(real) > 0:
+            share *= math.prod(real) / math.prod(decl.shape)
+    return share
+
+
+def kernel_flops(program: Any, state_shapes: dict[str, tuple[int, ...]] | None = None) -> float:
     """FLOPs of the problem that a program's CUTLASS kernels take: their GEMM / conv work, their epilogues,
-    and the normalisation of a BatchNorm folded into their weights (statistics passes aside)."""
+    and the normalisation of a BatchNorm folded into their weights (statistics passes aside; with the model's
+    ``state_shapes``, a kernel padded to 16-byte rows counts its real channels only)."""
     from dsl_compiler import ir
 
     steps, _ = program_traffic(program)
@@ -90,16 +105,31 @@ def kernel_flops(program: Any) -> float:
     for kernel, s in zip((st for st in program.steps if isinstance(st, ir.Kernel)), (t for t in steps if t.kind == "kernel")):
         if s.name in skip:
             continue
-        total += s.flops_tensor + s.flops_other
+        work = s.flops_tensor + s.flops_other
         if s.dims is not None and any(o.name in folded for o in kernel.operands):
-            total += _FOLDED_NORM_FLOPS * s.dims[0] * s.dims[1] * s.dims[2]
+            work += _FOLDED_NORM_FLOPS * s.dims[0] * s.dims[1] * s.dims[2]
+        total += work * _padding_share(program, kernel, state_shapes)
     return total
 
 
-def coverage_of(program: Any, problem_flops: float) -> tuple[float, float]:
+def state_shapes_of(problem: Any) -> dict[str, tuple[int, ...]] | None:
+    """The shapes of the model's state_dict (built on the meta device), None where it cannot be built."""
+    import torch
+
+    module = problem.module
+    try:
+        init = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
+        with torch.device("meta"):
+            model = module.Model(*init)
+        return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    except Exception:  # noqa: BLE001 - coverage then counts padded kernels whole
+        return None
+
+
+def coverage_of(program: Any, problem_flops: float, state_shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[float, float]:
     """(coverage, kernel FLOPs): the share of ``problem_flops`` the program's kernels run, clamped to
     0..1 (the program's epilogue rules and the problem's count can differ by an op or two)."""
-    flops = kernel_flops(program)
+    flops = kernel_flops(program, state_shapes)
     if problem_flops <= 0:
         return (1.0 if flops > 0 else 0.0), flops
     return max(0.0, min(1.0, flops / problem_flops)), flops
@@ -153,7 +183,7 @@ def trace_report(problem: Any, gpu: Any | None = None, options: Any = None) -> T
                    for r in result.coverage if r.placement in ("torch_step", "unsupported")],
     )
     try:
-        report.coverage, report.flops_kernels = coverage_of(program, work.flops)
+        report.coverage, report.flops_kernels = coverage_of(program, work.flops, _quietly(state_shapes_of, problem))
         if gpu is None:
             from sol_models.hardware import get_gpu
 

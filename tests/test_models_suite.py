@@ -138,3 +138,16 @@ def test_a_one_channel_or_one_pixel_tensor_is_read_as_channels_last_by_a_conv():
     assert conv_errors((4, 64, 1, 1), (32, 64, 1, 1)) == []  # one pixel
     assert conv_errors((4, 64, 3, 3), (32, 64, 1, 1)) == ["layout"]  # NCHW proper
     assert set(conv_errors((4, 1, 8, 8), (32, 1, 3, 3))) == {"alignment"}  # one channel: 4-byte rows
+
+
+def test_padded_kernels_count_their_real_channels_only():
+    """LeNet's convs read 1 and 6 channels padded to 4 and 8 (16-byte rows): the zeros are no work of the problem."""
+    from sol_models.trace import kernel_flops, state_shapes_of
+
+    lenet = next(p for p in MODELS if p.name == "02_lenet5")
+    program = trace_problem(lenet).program
+    assert any(d.name.endswith("_pad") for d in program.decls)
+    shapes = state_shapes_of(lenet)
+    assert shapes["conv1.weight"] == (6, 1, 5, 5)
+    assert kernel_flops(program, shapes) < 0.8 * kernel_flops(program)
+    assert 0.9 <= trace_report(lenet).coverage < 1.0
