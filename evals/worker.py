@@ -106,6 +106,8 @@ class Stages:
     def add(self, name: str, seconds: float) -> None:
         """``seconds`` more in ``name`` (negative: moved out of it, as the measurement out of `candidate`)."""
         self.seconds[name] = max(0.0, self.seconds.get(name, 0.0) + seconds)
+        if seconds > 0.0 and self._stack:  # spent inside an open stage (a request in `end`): not twice
+            self._stack[-1][2] += seconds
 
     def take(self) -> dict[str, float]:
         out, self.seconds = self.seconds, {}

@@ -239,3 +239,20 @@ def test_threads_started_by_the_candidate_are_found():
         stop.set()
         t.join()
     assert cr.candidate_threads() == []
+
+
+def test_time_added_inside_an_open_stage_is_not_counted_twice():
+    """A request's time added to `candidate` while the `end` stage is open (the closing ping) leaves `end`."""
+    import time
+
+    from evals.worker import Stages
+
+    stages = Stages()
+    t0 = time.perf_counter()
+    with stages("end"):
+        time.sleep(0.05)
+        stages.add("candidate", 0.04)  # as Attempt._account does for a request made inside the stage
+    wall = time.perf_counter() - t0
+    split = stages.take()
+    assert split["candidate"] == 0.04 and split["end"] <= wall - 0.04 + 1e-3
+    assert sum(split.values()) <= wall + 1e-3
