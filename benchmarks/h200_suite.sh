@@ -23,9 +23,7 @@ t0=$(date +%s)
 log="$OUT/stage-$stage.log"
 say() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "wheel install failed" | tee -a "$log"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
+source benchmarks/gpu_env.sh || { echo "wheel install failed" | tee -a "$log"; exit 1; }
 export MUCUTLASS_CACHE_DIR=$PWD/.cache/mucutlass MUCUTLASS_RECORD=$PWD/.cache/record.json
 mkdir -p "$MUCUTLASS_CACHE_DIR"
 if [ -f .cache/kernels.tar.xz ] && [ ! -f .cache/kernels.unpacked ]; then

@@ -27,11 +27,7 @@ OUT=${OUT:-/tmp/mucutlass-out}
 mkdir -p "$OUT"
 t0=$(date +%s)
 say() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$OUT/build16-$stage.log"; }
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { say "wheel install failed"; exit 1; }
-fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
+source benchmarks/gpu_env.sh || { say "wheel install failed"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$OUT/build16-$stage.log" 2>&1
 say "start ($(nproc) cores)"
 

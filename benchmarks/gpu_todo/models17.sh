@@ -15,11 +15,7 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 log="$OUT/models17.log"
 say() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed" | tee -a "$log"; exit 1; }
-fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
+source benchmarks/gpu_env.sh || { echo "wheel install failed" | tee -a "$log"; exit 1; }
 export MUCUTLASS_CACHE_DIR=$PWD/.cache/mucutlass MUCUTLASS_RECORD=$PWD/.cache/record.json
 mkdir -p "$MUCUTLASS_CACHE_DIR"
 EVAL=.cache/eval-models

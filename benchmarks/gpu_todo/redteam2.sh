@@ -9,11 +9,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/mucutlass-out}
 mkdir -p "$OUT/shards"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
-fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/gpu_env.sh || { echo "wheel install failed"; exit 1; }
 CASES="plants_next_attempt_env.py plants_compile_caches.py lazy_via_patched_to.py hides_input_mutation.py
 rewrites_guard_table.py hides_output_reuse.py ring_output_buffers.py precise_first_call.py f16_unless_range_probe.py autograd_function_bf16.py
 precise_unless_captured.py tf32_when_captured.py skip_work_when_counted.py flops_hidden_from_counter.py

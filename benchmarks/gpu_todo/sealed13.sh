@@ -10,9 +10,5 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/mucutlass-out}
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
-fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/gpu_env.sh || { echo "wheel install failed"; exit 1; }
 timeout 175 python3 benchmarks/bench_sealed.py --out "$OUT" --budget-s 150 2>&1 | tee "$OUT/sealed13.log"
