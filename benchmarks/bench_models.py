@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from evals.metrics import geomean  # noqa: E402
+from bench_offline import _fmt  # noqa: E402  (the same cell format as the offline table)
 
 SUITE = "models"
 # the targets on the H200
@@ -128,16 +129,6 @@ def table(problems: list, results_path: Path, gpu: str) -> dict:
         "targets": {"vs_eager_tf32": TARGET_VS_EAGER_TF32, "vs_compile": TARGET_VS_COMPILE},
     })
     return doc
-
-
-def _fmt(v, kind="us") -> str:
-    if v is None:
-        return "-"
-    if kind == "us":
-        return f"{v:.1f}" if v >= 10 else f"{v:.3g}"
-    if kind == "x":
-        return f"{v:.2f}x"
-    return f"{v:.0%}" if kind == "pct" else str(v)
 
 
 def to_markdown(doc: dict) -> str:

@@ -616,11 +616,11 @@ class Judge:
         out_bytes = sum(r.numel() * r.element_size() for r in ref0)
         out_numel = sum(r.numel() for r in ref0)
         gbps = sealed.bandwidth_gbps(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
-        if device.type == "cuda":
-            floor_us = sealed.floor_us(sealed.overhead_bytes(in_bytes, out_numel, out_bytes), gbps)
         k = sealed.choose_k(t_us, sealed.floor_us(in_bytes + out_bytes, gbps),
                             sealed.staged_bytes(in_bytes, out_bytes, out_numel), device.type)
-        if device.type != "cuda":  # no bandwidth data for a CPU: the same passes, timed here
+        if device.type == "cuda":
+            floor_us = sealed.floor_us(sealed.overhead_bytes(in_bytes, out_numel, out_bytes), gbps)
+        else:  # no bandwidth data for a CPU: the same passes, timed here
             floor_us = sealed.measured_floor_us(x0, ref0, k)
         info: dict[str, Any] = {"k": k, "t_us": t_us, "alpha": sealed.ALPHA, "floor_us": floor_us,
                                 "bandwidth_gbps": gbps, "method": sealed.METHOD_NOTE, "bounds_us": []}
