@@ -78,6 +78,8 @@ class HarnessSettings(BaseModel):
     python: str = Field(default_factory=lambda: sys.executable)
     spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
                                         "(each imports torch and starts CUDA; None: 3 with a GPU, 1 without)")
+    warm_profiler: bool = Field(False, description="candidate processes start the profiler (CUPTI) while they wait as "
+                                "spares, not in the attempt's work request (GPU only; off until measured on the H200)")
     memory_limit_gb: float = Field(
         default_factory=lambda: float(os.environ.get("MUCUTLASS_MEMORY_LIMIT_GB", 8.0)), ge=0,
         description="resident host memory of a candidate's whole process tree before it is killed (0: no limit; "
@@ -268,6 +270,8 @@ class WorkerProcess:
             env["CUDA_VISIBLE_DEVICES"] = outer[settings.gpu_index] if settings.gpu_index < len(outer) else str(settings.gpu_index)
         if settings.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
+        if settings.warm_profiler:  # read by the candidate processes the worker starts (evals.candidate_runner)
+            env["MUCUTLASS_WARM_PROFILER"] = "1"
         # the worker's stderr goes to an unnamed temporary file: nothing is left in the temp folder
         # however this process ends (SIGKILL included); stderr_tail reads it through the descriptor
         self.log = tempfile.TemporaryFile(prefix="mucutlass-worker-", suffix=".log")

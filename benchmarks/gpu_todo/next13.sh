@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Shows, on one H200 in under 8 minutes: the adversarial set caught with clean controls (controls first, results kept
 # even when a shard runs out of time), the harness overhead per attempt <= 1.5 s with its stages beside the earlier
-# H200 run, and the sealed calls' t / U on honest candidates and cheats. Three stages, in order, each writing into
+# H200 run, and the sealed calls' t / U on honest candidates and cheats. Four stages, in order, each writing into
 # $OUT as it finishes (a stage cut by its limit still leaves its files):
-#   1. adversarial (<= 185 s): tests/adversarial/report.py in 8 shards side by side, each with a 150 s budget (no case
+#   1. adversarial (<= 160 s): tests/adversarial/report.py in 8 shards side by side, each with a 130 s budget (no case
 #      starts that would end past it; the rest are listed as not reached), merged into <date>-h200-adversarial.{json,md};
 #      per-shard rows in shards/*.jsonl as they finish.
-#   2. overhead (<= 150 s): benchmarks/bench_harness.py, sections memory and overhead, 4 attempts with a 1 s pause (the
+#   2. overhead (<= 130 s): benchmarks/bench_harness.py, sections memory and overhead, 4 attempts with a 1 s pause (the
 #      model's turn), with benchmarks/results/2026-12-01-h200-harness.json beside it -> <date>-h200-harness-overhead.*
-#   3. sealed (<= 115 s): benchmarks/bench_sealed.py (the calibration of benchmarks/gpu_todo/sealed13.sh) -> sealed13-h200.*
+#   3. warm profiler (<= 70 s): the overhead again with HarnessSettings.warm_profiler (CUPTI started while a candidate
+#      process waits as a spare), beside stage 2's -> <date>-h200-harness-overhead-warm-profiler.*
+#   4. sealed (<= 90 s): benchmarks/bench_sealed.py (the calibration of benchmarks/gpu_todo/sealed13.sh) -> sealed13-h200.*
 # Run from the repository root:   OUT=... bash benchmarks/gpu_todo/next13.sh
 # What it should show:
 #   - <date>-h200-adversarial.md: controls passed (they ran first), caught = cases, not_reached empty or short;
@@ -17,6 +19,8 @@
 #     candidate process's exit is awaited in a thread, the next input sets are drawn during the closing linger and
 #     between requests) and `compare` down on the tiny problem (the sealed calls compared at once);
 #     summary.overhead_under_1_5s true, all_attempts_correct true, memory growth 0;
+#   - ...-warm-profiler.md: `candidate` lower than in stage 2 by the profiler's start (if so, warm_profiler can be on
+#     by default), process_start not higher (the spares are still ready in time);
 #   - sealed13-h200.md: honest rows valid with t / U near 1 (GEMM) / above 0.5 (memory-bound), cheats timing_tampered.
 set -uo pipefail
 export OUT=${OUT:-/tmp/mucutlass-out}
@@ -31,7 +35,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=cs
 
 say "adversarial"
 for k in 0 1 2 3 4 5 6 7; do
-  timeout 185 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 --shard $k/8 --budget-s 150 \
+  timeout 160 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 --shard $k/8 --budget-s 130 \
     > "$OUT/shards/shard$k.log" 2>&1 &
 done
 wait
@@ -40,13 +44,19 @@ say "adversarial exit $?"
 grep -hE "caught=False|next_clean=False|passed=False|Traceback|stopping" "$OUT"/shards/shard*.log >> "$log"
 
 say "overhead"
-timeout 150 python3 benchmarks/bench_harness.py --out "$OUT" --sections memory,overhead --attempts 4 \
-  --memory-attempts 3 --pause-s 1.0 --budget-s 140 --stem harness-overhead \
+timeout 130 python3 benchmarks/bench_harness.py --out "$OUT" --sections memory,overhead --attempts 4 \
+  --memory-attempts 2 --pause-s 1.0 --budget-s 120 --stem harness-overhead \
   --before benchmarks/results/2026-12-01-h200-harness.json --label "$(git rev-parse --short HEAD 2>/dev/null)" \
   >> "$log" 2>&1
 say "overhead exit $?"
 
+say "warm profiler"
+timeout 70 python3 benchmarks/bench_harness.py --out "$OUT" --sections overhead --attempts 3 --pause-s 1.0 --no-cutlass \
+  --budget-s 60 --warm-profiler --stem harness-overhead-warm-profiler --label warm_profiler \
+  --before "$(ls "$OUT"/*-h200-harness-overhead.json 2>/dev/null | head -1)" >> "$log" 2>&1
+say "warm profiler exit $?"
+
 say "sealed"
-timeout 115 python3 benchmarks/bench_sealed.py --out "$OUT" --budget-s 95 > "$OUT/sealed13.log" 2>&1
+timeout 90 python3 benchmarks/bench_sealed.py --out "$OUT" --budget-s 70 > "$OUT/sealed13.log" 2>&1
 say "sealed exit $?"
 say done
