@@ -544,6 +544,8 @@ def main(argv=None) -> int:
         torch.empty(1, device="cuda")  # the CUDA context, before the judge needs it
         if os.environ.get("MUCUTLASS_WARM_PROFILER") == "1":
             _warm_profiler()
+        if arena is not None and os.environ.get("MUCUTLASS_PIN_ARENA_MB"):
+            arena.pin(int(os.environ["MUCUTLASS_PIN_ARENA_MB"]) << 20)  # while a spare: the judge pins its side too
     gc.freeze()
     while True:
         try:

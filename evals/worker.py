@@ -377,6 +377,13 @@ class Judge:
     def idle(self, busy) -> None:
         """While no request waits (``busy()`` false): the next validation's and profile's sets for the
         problem last judged."""
+        pin_mb = int(os.environ.get("MUCUTLASS_PIN_ARENA_MB") or 0)
+        if pin_mb and self.cuda:  # the spares' arenas, on the judge's side (HarnessSettings.pin_arena_mb)
+            for spare in self.spares:
+                if busy():
+                    return
+                if spare.arena is not None and not spare.arena.pinned:
+                    spare.arena.pin(pin_mb << 20)
         nxt, self.next_up = self.next_up, None
         if nxt is None:
             return
@@ -980,13 +987,21 @@ def _same(a: list, b: list) -> bool:
 
 def _same_or_both_nan(a: list, b: list) -> bool:
     pairs = [(x, y.to(x.device)) for x, y in zip(a, b)]
-    return len(a) == len(b) and all(x.shape == y.shape and bool(((x == y) | (x.isnan() & y.isnan())).all())
+    return len(a) == len(b) and all(x.shape == y.shape and (torch.equal(x, y) or bool(((x == y) | (x.isnan() & y.isnan())).all()))
                                     for x, y in pairs)
 
 
 def _close(a: list, b: list, tol: float) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and torch.allclose(x.double(), y.to(x.device).double(), atol=tol,
-                                                                          rtol=tol) for x, y in zip(a, b))
+    return len(a) == len(b) and all(x.shape == y.shape and _allclose(x, y.to(x.device), tol) for x, y in zip(a, b))
+
+
+def _allclose(x: torch.Tensor, y: torch.Tensor, tol: float) -> bool:
+    """``allclose`` in float64; on the CPU slice by slice, stopping at the first slice that differs."""
+    if x.device.type != "cpu" or x.numel() <= 2 * COMPARE_CHUNK:
+        return torch.allclose(x.double(), y.double(), atol=tol, rtol=tol)
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    return all(torch.allclose(xf[i:i + COMPARE_CHUNK].double(), yf[i:i + COMPARE_CHUNK].double(), atol=tol, rtol=tol)
+               for i in range(0, xf.numel(), COMPARE_CHUNK))
 
 
 def _finite(t) -> bool:

@@ -181,3 +181,47 @@ def test_the_judge_works_while_the_candidate_answers_and_no_reply_is_left_unread
     judge.end_current()
     judge.reap()
     assert judge.ending == [] and not attempt.proc.alive()
+
+
+def test_sliced_allclose_agrees_with_allclose():
+    from evals.worker import COMPARE_CHUNK, _allclose, _same_or_both_nan
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2 * COMPARE_CHUNK + 17, generator=g)
+    for y, want in ((x + 1e-7, True), (x.clone().index_fill_(0, torch.tensor([len(x) - 1]), 5.0), False),
+                    (x.clone().index_fill_(0, torch.tensor([0]), float("nan")), False)):
+        assert _allclose(x, y, 1e-5) is want and torch.allclose(x.double(), y.double(), atol=1e-5, rtol=1e-5) is want
+    nan = x.clone()
+    nan[5] = float("nan")
+    assert _same_or_both_nan([nan], [nan.clone()]) and not _same_or_both_nan([nan], [x])
+
+
+def _pinned_round_trip():
+    from evals import channel
+
+    a = channel.Arena.create(8 << 20)
+    try:
+        pinned = a.pin(4 << 20)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        x = torch.randn(256, 1024, device=device)  # 1 MB in the pinned part, a second one past it
+        y = torch.randn(1024, 1024, device=device)
+        packed, _ = channel.pack({"x": x, "y": y, "z": torch.randn(3, device=device)}, a)
+        back = channel.unpack(packed, a, device)
+        assert all(torch.equal(back[k], v) for k, v in (("x", x), ("y", y)))
+    finally:
+        a.close()
+    assert a.pinned == 0  # unregistered before the mapping goes
+    return pinned
+
+
+def test_pinning_the_arena_without_cuda_changes_nothing():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: test_pinned_arena_round_trip_on_gpu")
+    assert _pinned_round_trip() == 0
+
+
+@pytest.mark.gpu
+def test_pinned_arena_round_trip_on_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    assert _pinned_round_trip() == 4 << 20
