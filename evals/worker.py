@@ -820,14 +820,15 @@ class Judge:
                     for o, r in zip(fetched, ref0)):
                 raise Finding(verdicts.TIMED_CALL_WRONG, "the sealed calls' outputs are missing or of the wrong "
                               "type, dtype or shape")
-            # the K calls compared at once (the rules are elementwise); a failure is then found call by call
-            stacked = [torch.stack([refs[i][o] for i in range(k)]) for o in range(len(ref0))]
-            if not compare(fetched, stacked, problem.tolerance)["correct"]:
+            # on a GPU the K calls are compared at once (the rules are elementwise; one read-back instead of K), a
+            # failure then found call by call; on the CPU call by call (small operations: no thread pool to wake)
+            together = device.type == "cuda" and k > 1
+            if not together or not compare(fetched, [torch.stack([refs[i][o] for i in range(k)])
+                                                     for o in range(len(ref0))], problem.tolerance)["correct"]:
                 for i in range(k):
                     cmp = compare([o[i] for o in fetched], refs[i], problem.tolerance)
                     if not cmp["correct"]:
                         raise Finding(verdicts.TIMED_CALL_WRONG, f"sealed call {i + 1} of {k}: {cmp['text']}")
-            del stacked
             expected, scales = sealed.expected_checksums(fetched, checksum_seed)
         bad = sealed.checksums_agree(go.get("checksums"), expected, scales)
         if bad:
@@ -938,17 +939,9 @@ def compare(outs: list, refs: list, tol: float) -> dict:
     return dict(correct=True, max_abs_error=max_abs, max_rel_error=max_rel, rule=None, text="")
 
 
-COMPARE_CHUNK = 1 << 20  # elements per slice on the CPU: the passes over a slice stay in cache
-
-
 def _compare_stats(o: torch.Tensor, r: torch.Tensor, tol: float) -> torch.Tensor:
     """[non-finite where the reference is finite, max abs error, max rel error, elements not close] as
     float64 on the device (no read back). The errors count where the reference is finite only."""
-    if r.device.type == "cpu" and r.numel() > 2 * COMPARE_CHUNK and o.shape == r.shape:
-        of, rf = o.reshape(-1), r.reshape(-1)
-        parts = torch.stack([_compare_stats(of[i:i + COMPARE_CHUNK], rf[i:i + COMPARE_CHUNK], tol)
-                             for i in range(0, rf.numel(), COMPARE_CHUNK)])
-        return torch.stack([parts[:, 0].sum(), parts[:, 1].max(), parts[:, 2].max(), parts[:, 3].sum()])
     finite_r = torch.isfinite(r)
     n_nonfinite = (finite_r & ~torch.isfinite(o)).sum()
     if o.numel():
@@ -992,16 +985,8 @@ def _same_or_both_nan(a: list, b: list) -> bool:
 
 
 def _close(a: list, b: list, tol: float) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and _allclose(x, y.to(x.device), tol) for x, y in zip(a, b))
-
-
-def _allclose(x: torch.Tensor, y: torch.Tensor, tol: float) -> bool:
-    """``allclose`` in float64; on the CPU slice by slice, stopping at the first slice that differs."""
-    if x.device.type != "cpu" or x.numel() <= 2 * COMPARE_CHUNK:
-        return torch.allclose(x.double(), y.double(), atol=tol, rtol=tol)
-    xf, yf = x.reshape(-1), y.reshape(-1)
-    return all(torch.allclose(xf[i:i + COMPARE_CHUNK].double(), yf[i:i + COMPARE_CHUNK].double(), atol=tol, rtol=tol)
-               for i in range(0, xf.numel(), COMPARE_CHUNK))
+    return len(a) == len(b) and all(x.shape == y.shape and torch.allclose(x.double(), y.to(x.device).double(), atol=tol,
+                                                                          rtol=tol) for x, y in zip(a, b))
 
 
 def _finite(t) -> bool:
