@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from evals import channel, probes, sealed, verdicts
-from evals.attribution import WorkSplit, pytorch_only_reason, split_kernel_time
+from evals.attribution import OpRecorder, WorkSplit, pytorch_only_reason, split_kernel_time, work_share
 from evals.problems import Problem, ProblemError
 from evals.sandbox import CandidateProcess, ProtectedTree
 from evals.timing import TimingMethod, make_flusher, time_candidate
@@ -125,6 +125,8 @@ class Attempt:
         with judge.stages("snapshot"):
             self.snapshot = judge.snapshot_now()
         self.instances = 0
+        self.work: dict | None = None  # what the last counted call recorded
+        self.program = None  # a μCUTLASS candidate's IR
 
     def request(self, op: str, payload: dict, timeout_s: float | None = None) -> dict:
         t0 = time.perf_counter()
@@ -291,6 +293,13 @@ class Judge:
                                    "init_args": list(problem.module.get_init_inputs()), "device": str(attempt.device)}
         payload["candidate"]["artifacts"] = dict(cand.get("artifacts") or {})
         attempt.is_program = cand.get("program_json") is not None
+        if attempt.is_program:
+            from dsl_compiler.ir import Program
+
+            try:
+                attempt.program = Program.model_validate_json(cand["program_json"])
+            except ValueError:
+                attempt.program = None
         attempt.request("load", payload, timeout_s=2 * attempt.watchdog_s)  # the candidate's import runs here
         attempt.loaded = True
 
@@ -308,12 +317,20 @@ class Judge:
 
     # -- one call, judged -----------------------------------------------------------------------
     def call(self, attempt: Attempt, instance: int, inputs: list, refs: list, tol: float, *, poison=None,
-             keep: str | None = None, inplace: str | None = None) -> tuple[list, dict]:
+             keep: str | None = None, inplace: str | None = None, count: dict | None = None) -> tuple[list, dict]:
         """The candidate's outputs for ``inputs`` (checked: types, inputs unchanged) and the
-        comparison with ``refs``: ``{"correct", "max_abs_error", "max_rel_error", "rule", "text"}``."""
+        comparison with ``refs``: ``{"correct", "max_abs_error", "max_rel_error", "rule", "text"}``.
+        With ``count`` the call's work is recorded as well (``attempt.work``): the operators it dispatched
+        and the CPU time the candidate's other processes spent meanwhile."""
         out_nbytes = [r.nbytes for r in refs if isinstance(r, torch.Tensor)]
+        runner_pid = (getattr(attempt.proc, "info", None) or {}).get("pid") if count else None
+        others_before = sealed.tree_cpu_s(runner_pid) if runner_pid else None
         res = attempt.request("call", {"instance": instance, "inputs": list(inputs), "poison": poison,
-                                       "keep": keep, "inplace": inplace, "out_nbytes": out_nbytes})
+                                       "keep": keep, "inplace": inplace, "out_nbytes": out_nbytes, "count": count})
+        if count:
+            others_after = sealed.tree_cpu_s(runner_pid) if runner_pid else None
+            attempt.work = dict(res.get("work") or {"error": "the counted call reported no work"})
+            attempt.work["other_processes_cpu_s"] = (others_after or 0.0) - (others_before or 0.0)
         with self.stages("compare"):
             outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), refs)
             after = res.get("inputs_after") or []
@@ -369,8 +386,10 @@ class Judge:
             self.load(attempt, problem, cand, model_seed, float(settings.get("startup_timeout_s", 300)))
             inst = self.build(attempt, problem, model_seed)
             outs = []
+            counted = len(seeds) - 1  # the work is recorded on a set the candidate has not seen, and compared
             for i, (seed, inputs, ref) in enumerate(zip(seeds, ref_inputs, refs)):
-                o, cmp = self.call(attempt, inst, inputs, ref, tol, poison=NAN_POISON if i == 0 else None, keep=f"set{i}")
+                o, cmp = self.call(attempt, inst, inputs, ref, tol, poison=NAN_POISON if i == 0 else None, keep=f"set{i}",
+                                   count={"kernels": False} if i == counted else None)
                 outs.append(o)
                 sets.append({"seed": seed, **{k: cmp[k] for k in ("correct", "max_abs_error", "max_rel_error")},
                              "reason": cmp["text"], "rule": cmp["rule"]})
@@ -423,8 +442,8 @@ class Judge:
                                       f"content; {cmp['text']}")
             # Precision, measured: an ordinary probe (mantissa) and a range probe (f16's range).
             info.update(self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[0], refs[0], outs[0]))
-            # Work attribution: the share of the problem's FLOPs the candidate did outside ATen.
-            info.update(self.attribution(attempt, inst, problem, model_seed, ref_inputs[0]))
+            # Work attribution: the share of the problem's FLOPs the candidate did outside ATen (the counted call).
+            info.update(self.attribution(attempt, problem, model_seed, ref_inputs[counted]))
             with self.stages("end"):
                 attempt.end_checks(linger_s=float(settings.get("closing_linger_s", 0.25)))
             verdict = None
@@ -442,8 +461,9 @@ class Judge:
         flags = []
         if info.get("candidate_work_share") is not None and info["candidate_work_share"] < 0.5:
             flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(
-                verdicts.PYTORCH_ONLY, f"{100 * (1 - info['candidate_work_share']):.0f}% of the problem's FLOPs ran in "
-                f"PyTorch's own operators; less than half of the work is in kernels the candidate brought")})
+                verdicts.PYTORCH_ONLY, info.get("work_reason") or f"{100 * (1 - info['candidate_work_share']):.0f}% "
+                f"of the problem's FLOPs ran in PyTorch's own operators; less than half of the work is in kernels "
+                f"the candidate brought")})
         self.models.clear()
         info["stages"] = self.stages.take()
         return {"sets": sets, "verdict": verdict, "flags": flags, "info": _plain(info), "device": str(device),
@@ -475,35 +495,25 @@ class Judge:
                     found, numbers = probes.judge(outs, probe, allowed)
         return {"measured_precision": found, "probe": numbers}
 
-    def reference_flops(self, problem: Problem, model_seed: int, inputs: list) -> int:
-        from torch.utils.flop_counter import FlopCounterMode
-
+    def reference_flops(self, problem: Problem, model_seed: int, inputs: list) -> float:
+        """The reference forward's FLOPs by the formulas the candidate's operators are counted with
+        (``evals.attribution.op_flops``), once per problem and input shapes."""
         key = (problem.path, problem.source_hash, tuple(tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)))
         if key not in self.ref_flops_cache:
             model = self.model(problem, model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
                                else self.device)
-            with self.stages("attribution"):
-                counter = FlopCounterMode(display=False)
-                with torch.no_grad(), counter:
-                    model(*inputs)
-                self.ref_flops_cache[key] = int(counter.get_total_flops())
+            with self.stages("attribution"), torch.no_grad(), OpRecorder() as recorder:
+                model(*inputs)
+            self.ref_flops_cache[key] = recorder.flops
         return self.ref_flops_cache[key]
 
-    def attribution(self, attempt, inst, problem, model_seed, inputs, kernels: bool = False) -> dict:
-        """FLOPs (and with ``kernels`` the GPU kernels that ran, from the profiler) of one forward."""
-        res = attempt.request("work", {"instance": inst, "inputs": list(inputs), "kernels": kernels})
+    def attribution(self, attempt: Attempt, problem: Problem, model_seed: int, inputs: list) -> dict:
+        """Who did the counted call's work (``attempt.work``): the share of the reference's FLOPs the
+        candidate's own code did, with the GPU kernels that ran where they were recorded."""
+        work = attempt.work or {"error": "no call was counted"}
         ref_flops = self.reference_flops(problem, model_seed, inputs)
-        out: dict[str, Any] = {"reference_flops": ref_flops, "aten_flops": res.get("aten_flops")}
-        kernels = res.get("kernels") or []
-        if kernels:
-            split = split_kernel_time(kernels)
-            out["kernels"] = [[n[:120], t] for n, t in kernels[:40]]
-            out["split_us"] = split._asdict()
-            out["candidate_time_share"] = split.own_share if split.own_us > 0 else 0.0
-        if ref_flops > 0:
-            out["candidate_work_share"] = max(0.0, 1.0 - float(res.get("aten_flops") or 0) / ref_flops)
-        elif out.get("candidate_time_share") is not None:
-            out["candidate_work_share"] = out["candidate_time_share"]
+        with self.stages("attribution"):
+            out = work_share(work, ref_flops, attempt.program, problem)
         return out
 
     def op_profile(self, req: dict) -> dict:
@@ -518,7 +528,7 @@ class Judge:
         self.stages.take()
         attempt = self.attempt_for(req["digest"], device, float(settings.get("watchdog_s", 120)), fresh=False)
         k = int(settings.get("timing_input_sets", 3))
-        seeds = [_seed() for _ in range(k + 2)]
+        seeds = [_seed() for _ in range(k + 3)]  # k timed, 2 re-run in the timed buffers, 1 counted
         try:
             inputs = self.inputs(problem, seeds, device)
             refs = [self.reference(problem, model_seed, x) for x in inputs]
@@ -543,7 +553,7 @@ class Judge:
                     cmp = compare(outs, refs[i], tol)
                 if not cmp["correct"]:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"timed call on input set {i + 1}: {cmp['text']}")
-            for j, (x, ref) in enumerate(zip(inputs[k:], refs[k:])):
+            for j, (x, ref) in enumerate(zip(inputs[k:k + 2], refs[k:k + 2])):
                 s = attempt.request("timed_sample", {"index": j % k, "inputs": list(x)})
                 with self.stages("compare"):
                     outs = self.check_outputs(s["outputs"], s["output_problems"], len(s["outputs"]), ref)
@@ -570,7 +580,11 @@ class Judge:
                               f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
             with self.stages("sealed"):
                 self.sealed_calls(attempt, inst, problem, model_seed, inputs[0], refs[0], res, device)
-            work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=device.type == "cuda")
+            # the work, recorded on a fresh set in a call whose output is compared like every other's
+            _, cmp = self.call(attempt, inst, inputs[k + 2], refs[k + 2], tol, count={"kernels": device.type == "cuda"})
+            if not cmp["correct"]:
+                raise Finding(cmp["rule"], f"the call whose work was recorded: {cmp['text']}")
+            work = self.attribution(attempt, problem, model_seed, inputs[k + 2])
             with self.stages("end"):
                 attempt.end_checks()
             verdict = None
@@ -587,10 +601,16 @@ class Judge:
         # built programs (a program on the interpreter runs its kernels as PyTorch operators by design)
         timed_kernels = req["candidate"].get("source") is not None or req["candidate"].get("backend") == "cutlass"
         why = None
-        if timed_kernels and work.get("split_us") is not None:
-            # the validation flags by ATen-counted FLOPs; here the kernels' names say it (a library called
-            # from C++ bypasses the FLOP counter), with data movement around the candidate's kernels left out
-            why = pytorch_only_reason(WorkSplit(**work["split_us"]), None)
+        if work.get("work_reason"):  # the work ran where no record reaches (another process)
+            why = work["work_reason"]
+        elif timed_kernels and work.get("split_us") is not None:
+            # the kernels' names say it (a library called from C++ bypasses a FLOP counter), with data movement
+            # around the candidate's kernels left out; a Python candidate's operator FLOPs beside them
+            why = pytorch_only_reason(WorkSplit(**work["split_us"]),
+                                      work.get("candidate_work_share") if not attempt.is_program else None)
+        elif work.get("candidate_work_share") is not None and work["candidate_work_share"] < 0.5:
+            why = (f"{100 * (1 - work['candidate_work_share']):.0f}% of the problem's FLOPs ran in PyTorch's own "
+                   f"operators; less than half of the work is in kernels the candidate brought")
         if why:
             flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)})
         keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
