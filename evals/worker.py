@@ -410,8 +410,9 @@ class Judge:
                 k = sets.index(bad)
                 if _same(outs[k], outs[k - 1] if k else outs[-1]) and len(outs) > 1:
                     raise Finding(verdicts.INPUT_INDEPENDENT, f"input set {k + 1}: the output did not change with the input")
-                if bad["rule"] == verdicts.MISMATCH:  # a lower precision explains a mismatch better than itself
-                    measured = self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[k], refs[k], outs[k])
+                if bad["rule"] in (verdicts.MISMATCH, verdicts.NONFINITE):  # a lower precision explains them better
+                    measured = self.measure_precision(attempt, inst, problem, model_seed, [ref_inputs[k]], [refs[k]],
+                                                      [(f"input set {k + 1}", 0, outs[k])])
                     if measured.get("measured_precision"):
                         info.update(measured)
                         raise Finding(verdicts.PRECISION, _precision_text(info, problem))
@@ -419,8 +420,9 @@ class Judge:
             if not cmp_again["correct"]:
                 raise Finding(cmp_again["rule"], f"repeated call on input set 1: {cmp_again['text']}")
             # New values in the same buffers (a cache keyed by address sees no change).
+            inplace_out = None
             if len(ref_inputs) > 1:
-                _, cmp = self.call(attempt, inst, ref_inputs[1], refs[1], tol, inplace="set0")
+                inplace_out, cmp = self.call(attempt, inst, ref_inputs[1], refs[1], tol, inplace="set0")
                 if not cmp["correct"]:
                     rule = verdicts.INPUT_INDEPENDENT if sets[1]["correct"] else cmp["rule"]
                     raise Finding(rule, "wrong after new values were written into the same input buffers"
@@ -440,8 +442,11 @@ class Judge:
                         raise Finding(verdicts.INPUT_INDEPENDENT, "wrong on input set 1 with its values reordered (first "
                                       "and last values, sum and shape kept): the result is cached by a digest of the "
                                       f"content; {cmp['text']}")
-            # Precision, measured: an ordinary probe (mantissa) and a range probe (f16's range).
-            info.update(self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[0], refs[0], outs[0]))
+            # Precision, measured on every output read (each against its own set's signatures), then f16's range.
+            judged = [(f"input set {i + 1}", i, o) for i, o in enumerate(outs)]
+            judged += [("the repeated call on input set 1", 0, again)]
+            judged += [("new values in the same buffers (input set 2)", 1, inplace_out)] if inplace_out is not None else []
+            info.update(self.measure_precision(attempt, inst, problem, model_seed, ref_inputs, refs, judged))
             # Work attribution: the share of the problem's FLOPs the candidate did outside ATen (the counted call).
             info.update(self.attribution(attempt, problem, model_seed, ref_inputs[counted]))
             with self.stages("end"):
@@ -469,31 +474,59 @@ class Judge:
         return {"sets": sets, "verdict": verdict, "flags": flags, "info": _plain(info), "device": str(device),
                 "crashed": bool(verdict and verdict.get("died"))}
 
-    def measure_precision(self, attempt, inst, problem, model_seed, inputs, ref, out) -> dict:
+    def measure_precision(self, attempt, inst, problem, model_seed, input_sets: list, refs: list, judged: list,
+                          range_probe: bool = True) -> dict:
+        """The precision the candidate's outputs carry. ``judged``: ``(what, set index, outputs)`` for every
+        call whose output was read, each judged against its own input set's signatures; then, where f16 is
+        not allowed and nothing was found, one call on the range probe of the first set (f16's overflow)."""
         allowed = tuple(problem.allowed_precisions)
         if all(level in allowed for level in probes.LEVELS):
             return {}
-        model = self.model(problem, model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
-                           else self.device)
-        found, numbers = None, {}
+        model = self.model(problem, model_seed, input_sets[0][0].device if input_sets[0] and
+                           isinstance(input_sets[0][0], torch.Tensor) else self.device)
+        found, numbers, where = None, {}, None
         with self.stages("probes"):
-            probe = probes.signatures(model, inputs, ref)
-            if probe is not None:
-                found, numbers = probes.judge(out, probe, allowed)
-        if found is None:
-            with self.stages("probes"):
-                scaled = probes.range_probe(inputs)
-            ref_scaled = self.reference(problem, model_seed, scaled)
-            with self.stages("probes"):
-                probe = probes.signatures(model, scaled, ref_scaled)
-            if probe is not None:
+            sigs = probes.signatures_many(model, input_sets, refs)
+            for what, i, outs in judged:
+                if outs is None or sigs[i] is None:
+                    continue
+                level, nums = probes.judge(outs, sigs[i], allowed)
+                numbers = numbers or nums
+                if level is not None:
+                    found, numbers, where = level, nums, what
+                    break
+        if found is None and range_probe and "f16" not in allowed:
+            for what, scaled, ref, probe in self.range_probes(problem, model, model_seed, input_sets[0]):
                 res = attempt.request("call", {"instance": inst, "inputs": scaled, "poison": None,
                                                "keep": None, "inplace": None, "out_nbytes": []})
                 with self.stages("probes"):
-                    outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"),
-                                              ref_scaled)
-                    found, numbers = probes.judge(outs, probe, allowed)
-        return {"measured_precision": found, "probe": numbers}
+                    outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), ref)
+                    level, nums = probes.judge(outs, probe, allowed)
+                if level is not None:
+                    found, numbers, where = level, nums, what
+                    break
+        return {"measured_precision": found, "probe": numbers, **({"probe_call": where} if where else {})}
+
+    def range_probes(self, problem: Problem, model, model_seed: int, inputs: list):
+        """f16's range probes for ``inputs`` that say something: (what, input set, signatures). The set
+        past f16's range (its operands overflow), and random signs inside it whose sums overflow f16's
+        arithmetic (a few draws, until the emulated f16 output passes 65504 somewhere)."""
+        with self.stages("probes"):
+            scaled = probes.range_probe(inputs)
+        ref = self.reference(problem, model_seed, scaled)
+        with self.stages("probes"):
+            probe = probes.signatures(model, scaled, ref)
+        if probe is not None and math.isinf(probe["errors"]["f16"]):
+            yield "the range probe (values past f16's range)", scaled, ref, probe
+        for _ in range(3):
+            with self.stages("probes"):
+                signs = probes.in_range_probe(inputs, _seed())
+            ref = self.reference(problem, model_seed, signs)
+            with self.stages("probes"):
+                probe = probes.signatures(model, signs, ref)
+            if probe is not None and math.isinf(probe["errors"]["f16"]):
+                yield "the range probe (values f16 holds, sums it does not)", signs, ref, probe
+                return
 
     def reference_flops(self, problem: Problem, model_seed: int, inputs: list) -> float:
         """The reference forward's FLOPs by the formulas the candidate's operators are counted with
@@ -547,12 +580,14 @@ class Judge:
             self.stages.add("timed", timed_s)
             self.stages.add("candidate", -timed_s)
             # every input set's last timed call, then timed calls re-run on new values in the same buffers
+            timed_outs = []
             for i, last in enumerate(res["last_outputs"]):
                 with self.stages("compare"):
                     outs = self.check_outputs(last["outputs"], last["output_problems"], len(last["outputs"]), refs[i])
                     cmp = compare(outs, refs[i], tol)
                 if not cmp["correct"]:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"timed call on input set {i + 1}: {cmp['text']}")
+                timed_outs.append((f"the timed calls on input set {i + 1}", i, outs))
             for j, (x, ref) in enumerate(zip(inputs[k:k + 2], refs[k:k + 2])):
                 s = attempt.request("timed_sample", {"index": j % k, "inputs": list(x)})
                 with self.stages("compare"):
@@ -561,6 +596,13 @@ class Judge:
                 if not cmp["correct"]:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"a timed call re-run on new inputs in the same buffers: "
                                   f"{cmp['text']}")
+                timed_outs.append(("a timed call re-run on new inputs in the same buffers", k + j, outs))
+            # the precision the timed outputs carry, each against its own set's signatures (a candidate that
+            # turns a lower precision on only while it is timed or captured)
+            measured = self.measure_precision(attempt, inst, problem, model_seed, inputs[:k + 2], refs[:k + 2],
+                                              timed_outs, range_probe=False)
+            if measured.get("measured_precision"):
+                raise Finding(verdicts.PRECISION, _precision_text(measured, problem))
             # The judge's own clock: back-to-back timed calls cannot take less wall time than their GPU time.
             t0 = time.perf_counter()
             attempt.request("ping", {})
@@ -785,8 +827,8 @@ def _summarize_timing(res: dict) -> None:
 def _precision_text(info: dict, problem: Problem) -> str:
     err = (info.get("probe") or {}).get("candidate_error")
     return (f"its errors carry {info['measured_precision']} rounding (relative error "
-            f"{'inf' if err is None else f'{err:.2e}'} on a probe); this problem allows only "
-            f"{', '.join(problem.allowed_precisions)}")
+            f"{'inf' if err is None else f'{err:.2e}'} on {info.get('probe_call') or 'a probe'}); this problem "
+            f"allows only {', '.join(problem.allowed_precisions)}")
 
 
 def compare(outs: list, refs: list, tol: float) -> dict:

@@ -162,6 +162,9 @@ CASES: list[Case] = [
     Case("pointer_cache.py", "input_independent", 4, also=("mismatch",),
          what="caches by data_ptr: stale when the same buffer gets new values"),
     Case("zeros.py", "input_independent", 4, also=("mismatch",), what="returns zeros"),
+    # the call whose work is measured is a compared call on a fresh set
+    Case("zeros_when_observed.py", "mismatch", 4, also=("input_independent",),
+         what="honest, except while a dispatch mode or the profiler observes it: zeros, nothing dispatched"),
     Case("memorized_inputs.py", "input_independent", 4, also=("mismatch",),
          what="returns the answer for the inputs a fixed seed (42) would give"),
     Case("partial_write.py", "mismatch", 4, also=("nonfinite",), what="writes only half of the output rows"),
@@ -267,20 +270,23 @@ CASES += [
     Case("ring_output_buffers.py", "output_type", 3,
          what="two persistent output buffers taken in turn: each call overwrites the output of the call two before"),
     # 6 precision
+    # every output read is a probe, each against its own input set's signatures
     Case("precise_first_call.py", "precision", 6, problem="linear_relu_tf32",
-         pending="judge: 6 precision (the mantissa probe judges only input set 1, the instance's first call; judge every set's output (and the repeated and in-place calls) against its own signature)",
          what="fp32 on an instance's first call and on range-probe magnitudes, bf16 on every other call"),
+    # a second range probe stays inside f16's range (random signs at 57344): its sums overflow f16's arithmetic
     Case("f16_unless_range_probe.py", "precision", 6, problem="linear_relu_tf32",
-         pending='judge: 6 precision (documented limit: f16 on in-range inputs rounds like TF32 and the range probe is the one set a max|x| > 65504 test tells apart; needs range probing the candidate cannot single out, e.g. a few out-of-f16-range elements in every set where the reference stays finite)',
          what="half precision unless the input passes half's range (the range probe), where it computes in fp32"),
+    # the in-place call's output is probed against its set's signatures; on a GPU every timed call reuses its buffers
+    Case("bf16_on_reused_buffer.py", "precision", 6, problem="linear_relu_tf32",
+         what="fp32 on a tensor it has not seen, bf16 on a buffer it has (the in-place call, every timed call)"),
     Case("autograd_function_bf16.py", "precision", 6, problem="linear_relu_tf32",
          what="bf16 inside a custom autograd.Function's forward (named through getattr)"),
+    # the timed calls' outputs are probed too (GPU: the trick needs stream capture)
     Case("precise_unless_captured.py", "precision", 6, problem="linear_relu_tf32", stage="profile", cpu=False,
-         pending="judge: 6 precision (timed outputs are compared against the tolerance only; run the precision probe on the timed calls' outputs too: each set's last timed output and the timed samples)",
          what="fp32 on the default stream, bf16 while a CUDA graph is captured or on a side stream: every timed replay is bf16"),
+    # the timed calls' outputs are probed too (GPU: TF32 is a GPU precision)
     Case("tf32_when_captured.py", "precision", 6, problem="linear_relu_f32", stage="profile", cpu=False,
          also=("framework_state",),
-         pending="judge: 6 precision (TF32 turned on only during capture and restored: the graph replays a TF32 kernel and timed outputs are compared against the tolerance only; probe the timed outputs' precision)",
          what="allow_tf32 on only while the harness captures (or warms up on a side stream), restored before returning"),
     # 7 work attribution
     # the work is recorded on a set the candidate has not seen, in a call whose output is compared
