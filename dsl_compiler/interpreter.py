@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from dsl_compiler import ir, precision, torch_steps
+from dsl_compiler import ir, precision, shapes, torch_steps
 from dsl_compiler.torch_steps import channels_last
 
 Env = dict[str, torch.Tensor]
@@ -241,8 +241,22 @@ def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, to
             out[store.name] = value.to(dtype).contiguous()
             continue
         value = torch.broadcast_to(value, acc.shape).to(dtype)
+        if store.channels is not None:
+            out[store.name] = _store_channels(program, kernel, store, value, env)
+            continue
         out[store.name] = channels_last(value) if keep_channels_last else value.contiguous()
     return out
+
+
+def _store_channels(program: ir.Program, kernel: ir.Kernel, store: ir.Store, value: torch.Tensor, env: Env) -> torch.Tensor:
+    """``store y[a:b]``: the value written as channels a..b of y (allocated by its first writer, in that writer's
+    form: channels-last for a conv, [..., M, total] for a GEMM), exactly as the CUTLASS backend's views."""
+    from dsl_compiler.cutlass_runtime import _slice_output
+
+    spec = {"name": store.name, "channels": (store.channels[0], shapes.slice_totals(program)[store.name])}
+    buf, view = _slice_output(env, spec, tuple(value.shape), value.dtype, value.device, isinstance(kernel.op, ir.ConvOp))
+    view.copy_(value)
+    return buf
 
 
 def kernel_math(kernel: ir.Kernel, env: Env) -> str:
