@@ -348,7 +348,7 @@ class Runner:
                 state = {k: v.to(self.device) for k, v in state_dict.items()}
                 params = runtime.bind_params(program, _State(state))
                 module = runtime.load(program, cand.get("backend", "interpreter"), params, cand.get("artifacts") or None,
-                                      options)
+                                      options=options)
                 return module.to(self.device) if hasattr(module, "to") else module
         self.factory = build
         return {"framework": framework_changes(), "tampered": tampered()}

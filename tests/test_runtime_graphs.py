@@ -213,7 +213,7 @@ def test_program_module_replays_through_program_graphs_when_the_option_is_on():
     prog = _chain(3)
     w = torch.randn(16, 16)
     ex = _FakeExecutor()
-    module = runtime.ProgramModule(prog, ex, {"w": w}, RuntimeOptions(cuda_graph=True))
+    module = runtime.ProgramModule(prog, ex, {"w": w}, options=RuntimeOptions(cuda_graph=True))
     assert isinstance(module.graphs, ProgramGraphs)
     module.graphs.capture, module.graphs.unsafe_reason = FakeCapture(), lambda inputs: ""
     eager = runtime.ProgramModule(prog, _FakeExecutor(), {"w": w})
@@ -254,3 +254,13 @@ def test_cuda_graph_replay_matches_eager_on_new_inputs_and_returns_new_memory():
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out[0], a * 1.5 + b)
+
+
+def test_a_program_with_module_steps_is_never_captured():
+    prog, diags = parse('program m\ninput x: f32[4, 8]\ntorch y = module(x, path="block", shape=(4, 8))\noutput y\n')
+    assert prog is not None, diags
+    module = runtime.ProgramModule(prog, _FakeExecutor(), {}, {"block": torch.nn.ReLU()},
+                                   options=RuntimeOptions(cuda_graph=True))
+    assert module.graphs is None  # the model's own Python may sync with the host or branch on values
+    x = torch.randn(4, 8)
+    assert torch.equal(module(x), torch.relu(x))
