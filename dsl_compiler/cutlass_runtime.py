@@ -460,7 +460,7 @@ def _dense(t):
 
 def graph_unsafe_reason(inputs):
     """Why a call cannot run from a CUDA graph now (empty when it can): work the caller is capturing
-    itself, a dispatch mode that counts or profiles torch calls (a replay would hide them), autograd,
+    itself, a dispatch mode that counts torch calls or the profiler (a replay would hide them), autograd,
     or inputs that are not dense CUDA tensors."""
     if not torch.cuda.is_available():
         return "no CUDA device"
@@ -468,6 +468,8 @@ def graph_unsafe_reason(inputs):
         return "the caller is capturing a CUDA graph (its graph holds these launches)"
     if torch.utils._python_dispatch.is_in_torch_dispatch_mode() or torch._C._is_torch_function_mode_enabled():
         return "a torch dispatch or function mode is active (counting or profiling sees every call)"
+    if torch.autograd._profiler_enabled():
+        return "the profiler is on (it attributes each kernel to the call that launched it)"
     for x in inputs:
         if not isinstance(x, torch.Tensor) or x.device.type != "cuda":
             return "an input is not a CUDA tensor"

@@ -132,6 +132,8 @@ def test_graph_unsafe_reasons(monkeypatch):
 
     with FlopCounterMode(display=False):  # a replay would hide the library calls a count must see
         assert "dispatch" in graph_unsafe_reason([x])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert "profiler" in graph_unsafe_reason([x])
 
 
 def test_dense_check_refuses_broadcast_views():
