@@ -352,11 +352,15 @@ class Runner:
 
             self.is_program = True
             program = Program.model_validate_json(cand["program_json"])
+            from sol_models.estimate import runtime_options
+
+            options = runtime_options(program)  # MUCUTLASS_CUDA_GRAPH / MUCUTLASS_FUSED_CASTS, off by default
 
             def build(seed: int, state_dict: dict):
                 state = {k: v.to(self.device) for k, v in state_dict.items()}
                 params = runtime.bind_params(program, _State(state))
-                module = runtime.load(program, cand.get("backend", "interpreter"), params, cand.get("artifacts") or None)
+                module = runtime.load(program, cand.get("backend", "interpreter"), params, cand.get("artifacts") or None,
+                                      options=options)
                 return module.to(self.device) if hasattr(module, "to") else module
         self.factory = build
         return {"framework": framework_changes(), "tampered": tampered()}
