@@ -438,8 +438,10 @@ class Runner:
         try:
             with contextlib.ExitStack() as stack:
                 if activities:
+                    # every thread for a Python candidate; a program's kernels launch from the calling thread, where
+                    # the runtime sees the profiler on (and runs eagerly, each kernel under its launch)
                     prof = stack.enter_context(profile(activities=activities, record_shapes=record_ops,
-                                                       experimental_config=_all_threads_config()))
+                                                       experimental_config=_all_threads_config() if record_ops else None))
                 if counter is not None:
                     stack.enter_context(counter)
                 out = model(*inputs)
