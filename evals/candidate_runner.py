@@ -135,6 +135,37 @@ def candidate_threads() -> list[str]:
     return sorted(t.name for t in threading.enumerate() if t.ident not in _OWN_THREADS and t.is_alive())
 
 
+# CPU time a thread of the candidate's may spend while it is timed: an idle thread (a compile pool's reader
+# blocked on a pipe, a worker waiting on a queue) spends none or a few wake-ups; one that launches work, or
+# computes beside the timed calls, spends that work's CPU time.
+THREAD_CPU_S = 0.002
+THREAD_CPU_SHARE = 0.02  # of the timed region's wall time, for long measurements
+
+
+def thread_cpu_s() -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of each live Python thread the candidate started (the kernel's per-thread clock)."""
+    out = {}
+    for t in threading.enumerate():
+        if t.ident in _OWN_THREADS or not t.is_alive():
+            continue
+        try:
+            out[t.ident] = (t.name, time.clock_gettime(time.pthread_getcpuclockid(t.ident)))
+        except (OSError, AttributeError, OverflowError):  # it ended meanwhile
+            pass
+    return out
+
+
+def busy_threads(before: dict, after: dict, region_s: float) -> list[str]:
+    """The candidate's threads that ran during a timed region (started before it or in it), with their CPU time."""
+    limit = max(THREAD_CPU_S, THREAD_CPU_SHARE * region_s)
+    busy = []
+    for ident, (name, cpu) in after.items():
+        spent = cpu - before.get(ident, (name, 0.0))[1]
+        if spent > limit:
+            busy.append(f"{name} ({1e3 * spent:.1f} ms of CPU)")
+    return sorted(busy)
+
+
 # ---------------------------------------------------------------------------------------------
 # Framework state: set by the harness before every call, read back after it
 
@@ -476,9 +507,9 @@ class Runner:
     def op_time(self, req: dict) -> dict:
         from evals.timing import TimingMethod, make_flusher, time_candidate
 
-        threads = candidate_threads()
-        if threads:  # work such a thread launches runs beside or after the timed calls, never inside them
-            return {"threads": threads, "tampered": tampered()}
+        # a thread of the candidate's may exist (the runtime's compile workers do) but not run while it is timed:
+        # work such a thread launches runs beside or after the timed calls, never inside them
+        threads_before, t_region = thread_cpu_s(), _perf()
         model = self.instances[int(req["instance"])]
         input_sets = [[self.dev(x) for x in s] for s in req["input_sets"]]
         method = TimingMethod.from_settings(req["settings"])
@@ -507,7 +538,7 @@ class Runner:
         result["last_outputs"] = outputs
         result["framework"] = framework_changes()
         result["tampered"] = tampered()
-        result["threads"] = candidate_threads()
+        result["threads"] = busy_threads(threads_before, thread_cpu_s(), _perf() - t_region)
         return result
 
     def op_timed_sample(self, req: dict) -> dict:

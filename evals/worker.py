@@ -573,8 +573,8 @@ class Judge:
                                            "settings": settings, "graph": True})
             request_s = time.perf_counter() - t_req
             if res.get("threads"):
-                raise Finding(verdicts.TIMING_TAMPERED, f"the candidate keeps {len(res['threads'])} thread(s) running "
-                              f"({', '.join(res['threads'][:3])}): work they launch runs outside the timed calls")
+                raise Finding(verdicts.TIMING_TAMPERED, f"{len(res['threads'])} thread(s) of the candidate's ran while it "
+                              f"was timed ({', '.join(res['threads'][:3])}): work they launch runs outside the timed calls")
             _summarize_timing(res)  # from the raw event times, here: not the candidate process's summary
             timed_s = float(res.get("timed_s") or 0.0)  # the measurement itself, inside the candidate's handler
             self.stages.add("timed", timed_s)

@@ -1,5 +1,7 @@
-"""Precision measured on every output the judge reads (evals.probes, evals.worker): f16's range probed
-inside its range as well as past it, and the timed calls' outputs probed like the validation's."""
+"""What the judge measures around the timed calls, on the CPU: precision on every output it reads
+(evals.probes, evals.worker), f16's range probed inside its range as well as past it, the timed calls'
+outputs probed like the validation's; and the thread rule (evals.candidate_runner): a thread of the
+candidate's may exist, as the runtime's compile workers do, but not run while it is timed."""
 
 from __future__ import annotations
 
@@ -151,3 +153,55 @@ def test_an_honest_candidates_timed_outputs_carry_no_lower_precision(timing_harn
     t = timing_harness.profile(tf32_problem, Candidate.from_source(_HONEST))
     assert t.valid, t.reason
     assert t.rule in (None, "pytorch_only")
+
+
+def test_the_thread_rule_counts_cpu_spent_while_timed_not_threads_alive():
+    from evals import candidate_runner as cr
+
+    before = {1: ("idle", 0.50), 2: ("launcher", 0.10)}
+    after = {1: ("idle", 0.5001), 2: ("launcher", 0.30), 3: ("started while timed", 0.05)}
+    assert cr.busy_threads(before, after, region_s=1.0) == ["launcher (200.0 ms of CPU)",
+                                                           "started while timed (50.0 ms of CPU)"]
+    assert cr.busy_threads(before, before, region_s=1.0) == []
+
+
+# a thread that waits, as a compile pool's reader thread or an async-compile worker does
+_IDLE_THREAD = _HONEST + '''
+
+import threading
+
+_wake = threading.Event()
+threading.Thread(target=_wake.wait, name="compile-worker-reader", daemon=True).start()
+'''
+
+# a thread that keeps computing beside the calls (a precomputation, a launcher that never stops)
+_BUSY_THREAD = _HONEST + '''
+
+import threading
+import time
+
+
+def _spin():
+    a = torch.rand(256, 256)
+    while True:
+        torch.mm(a, a)
+        time.sleep(0.0005)
+
+
+threading.Thread(target=_spin, name="prefetch", daemon=True).start()
+'''
+
+
+def test_an_idle_thread_of_the_runtime_is_not_timing_tampering(timing_harness, tf32_problem):
+    from evals.harness import Candidate
+
+    t = timing_harness.profile(tf32_problem, Candidate.from_source(_IDLE_THREAD))
+    assert t.valid, t.reason
+
+
+def test_a_thread_that_runs_while_timed_is_timing_tampering(timing_harness, tf32_problem):
+    from evals.harness import Candidate
+
+    t = timing_harness.profile(tf32_problem, Candidate.from_source(_BUSY_THREAD))
+    assert not t.valid and t.rule == "timing_tampered", t.reason
+    assert "prefetch" in t.reason
