@@ -672,8 +672,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="without a GPU, profile on the CPU too (HarnessSettings.cpu_timing: sealed calls and the "
                     "timing checks run, so the profile's stages are measured; --no-cpu-timing: estimates only; "
                     "default: on, off with --quick)")
-    ap.add_argument("--warm-profiler", action="store_true", help="HarnessSettings.warm_profiler: candidate processes "
-                    "start the profiler while they wait as spares")
     ap.add_argument("--pin-arena-mb", type=int, default=0, help="HarnessSettings.pin_arena_mb: page-lock this much of "
                     "each channel arena (GPU)")
     ap.add_argument("--stem", default="harness", help="results file name: <date>-<gpu>-<stem>.{json,md}")
@@ -699,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     smoke = {p.name: p for p in load_suite("smoke")}
     builtin = {p.name: p for p in load_suite("builtin")}
     harness = Harness(HarnessSettings(device=args.device, watchdog_s=120, n_input_sets=5, cpu_timing=args.cpu_timing,
-                                      warm_profiler=args.warm_profiler, pin_arena_mb=args.pin_arena_mb))
+                                      pin_arena_mb=args.pin_arena_mb))
     info = harness.worker_info()
     cuda = bool(info.get("cuda")) and args.device != "cpu"
     note = "" if cuda else ("No GPU: validation ran on the CPU, programs on the interpreter backend, profiles "
@@ -740,8 +738,7 @@ def main(argv: list[str] | None = None) -> int:
         "sections": sections,
         "settings": {"attempts": args.attempts, "memory_attempts": args.memory_attempts, "repeats": args.repeats,
                      "budget_s": args.budget_s, "quick": args.quick, "pause_s": args.pause_s,
-                     "cpu_timing": args.cpu_timing, "warm_profiler": args.warm_profiler,
-                     "pin_arena_mb": args.pin_arena_mb},
+                     "cpu_timing": args.cpu_timing, "pin_arena_mb": args.pin_arena_mb},
         "variants": {k: asdict(v) | ({"host_load": True} if k in loaded_variants([k]) else {}) for k, v in variants.items()},
         "spread_info": spread_info,
         "rows": rows,

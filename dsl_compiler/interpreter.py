@@ -276,14 +276,14 @@ class InterpreterExecutor:
         return run_kernel(program, kernel, env)
 
 
-def run_steps(program: ir.Program, env: Env, kernel_runner: KernelRunner) -> Env:
+def run_steps(program: ir.Program, env: Env, kernel_runner: KernelRunner, modules: dict[str, Any] | None = None) -> Env:
     """Run every step in order over ``env`` (name -> tensor); kernels by ``kernel_runner``, torch steps by
-    ``torch_steps.run`` on every backend."""
+    ``torch_steps.run`` on every backend (``module`` steps call ``modules[path]``)."""
     for step in program.steps:
         if isinstance(step, ir.Kernel):
             env.update(kernel_runner(program, step, env))
         else:
-            env.update(torch_steps.run(step, env))
+            env.update(torch_steps.run(step, env, modules))
     return env
 
 
@@ -297,8 +297,10 @@ def bind_inputs(program: ir.Program, inputs: list[torch.Tensor] | tuple[torch.Te
     return {d.name: as_declared(x, d) for d, x in zip(decls, inputs)}
 
 
-def run(program: ir.Program, inputs: list[torch.Tensor], params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Run the whole program on the interpreter; returns the outputs in order."""
+def run(program: ir.Program, inputs: list[torch.Tensor], params: dict[str, torch.Tensor],
+        modules: dict[str, Any] | None = None) -> list[torch.Tensor]:
+    """Run the whole program on the interpreter; returns the outputs in order. ``modules``: the reference
+    model's submodules by path, for ``module`` steps (``runtime.bind_modules``)."""
     env = bind_inputs(program, inputs)
     device = inputs[0].device if inputs else None
     for d in program.params:
@@ -306,5 +308,5 @@ def run(program: ir.Program, inputs: list[torch.Tensor], params: dict[str, torch
             raise ValueError(f"param '{d.name}' is not bound")
         p = params[d.name]
         env[d.name] = as_declared(p.to(device) if device is not None else p, d)
-    run_steps(program, env, run_kernel)
+    run_steps(program, env, run_kernel, modules)
     return [env[name] for name in program.outputs]

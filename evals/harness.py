@@ -78,8 +78,6 @@ class HarnessSettings(BaseModel):
     python: str = Field(default_factory=lambda: sys.executable)
     spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
                                         "(each imports torch and starts CUDA; None: 3 with a GPU, 1 without)")
-    warm_profiler: bool = Field(False, description="candidate processes start the profiler (CUPTI) while they wait as "
-                                "spares, not in the attempt's work request (GPU only; off until measured on the H200)")
     pin_arena_mb: int = Field(0, ge=0, description="page-lock this much of each candidate channel's shared arena in "
                               "both processes (GPU only: tensors cross at DMA speed; 0: pageable; off until measured)")
     memory_limit_gb: float = Field(
@@ -272,8 +270,6 @@ class WorkerProcess:
             env["CUDA_VISIBLE_DEVICES"] = outer[settings.gpu_index] if settings.gpu_index < len(outer) else str(settings.gpu_index)
         if settings.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-        if settings.warm_profiler:  # read by the candidate processes the worker starts (evals.candidate_runner)
-            env["MUCUTLASS_WARM_PROFILER"] = "1"
         if settings.pin_arena_mb:  # read by the worker (its side of each arena) and the candidate processes
             env["MUCUTLASS_PIN_ARENA_MB"] = str(settings.pin_arena_mb)
         # the worker's stderr goes to an unnamed temporary file: nothing is left in the temp folder

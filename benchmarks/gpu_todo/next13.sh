@@ -8,10 +8,8 @@
 #      per-shard rows in shards/*.jsonl as they finish.
 #   2. overhead (<= 130 s): benchmarks/bench_harness.py, sections memory and overhead, 4 attempts with a 1 s pause (the
 #      model's turn), with benchmarks/results/2026-12-01-h200-harness.json beside it -> <date>-h200-harness-overhead.*
-#   3. opt-in (<= 70 s): the overhead again with the two settings that are off until measured, beside stage 2's ->
-#      <date>-h200-harness-overhead-opt-in.*: warm_profiler (CUPTI started while a candidate process waits as a spare:
-#      shows in `candidate`) and pin_arena_mb=512 (the channel's arena page-locked in both processes: shows in
-#      `transfer`)
+#   3. opt-in (<= 70 s): the overhead again with pin_arena_mb=512 (off until measured: the channel's arena page-locked
+#      in both processes; shows in `transfer`), beside stage 2's -> <date>-h200-harness-overhead-opt-in.*
 #   4. sealed (<= 90 s): benchmarks/bench_sealed.py (the calibration of benchmarks/gpu_todo/sealed13.sh) -> sealed13-h200.*
 # Run from the repository root:   OUT=... bash benchmarks/gpu_todo/next13.sh
 # What it should show:
@@ -21,9 +19,9 @@
 #     candidate process's exit is awaited in a thread, the next input sets are drawn during the closing linger and
 #     between requests) and `compare` down on the tiny problem (the sealed calls compared at once);
 #     summary.overhead_under_1_5s true, all_attempts_correct true, memory growth 0;
-#   - ...-opt-in.md, "Before and after": `candidate` lower than in stage 2 by the profiler's start and `transfer`
-#     lower on 11_linear_relu (each setting can then be on by default), process_start not higher (spares ready in time),
-#     all attempts correct;
+#   - ...-opt-in.md, "Before and after": `transfer` (and `candidate`, which holds the candidate's side of the
+#     copies) lower on 11_linear_relu than in stage 2 (pin_arena_mb can then be on by default), process_start not
+#     higher (spares still ready in time), all attempts correct;
 #   - sealed13-h200.md: honest rows valid with t / U near 1 (GEMM) / above 0.5 (memory-bound), cheats timing_tampered.
 set -uo pipefail
 export OUT=${OUT:-/tmp/mucutlass-out}
@@ -55,7 +53,7 @@ say "overhead exit $?"
 
 say "opt-in settings"
 timeout 70 python3 benchmarks/bench_harness.py --out "$OUT" --sections overhead --attempts 3 --pause-s 1.0 --no-cutlass \
-  --budget-s 60 --warm-profiler --pin-arena-mb 512 --stem harness-overhead-opt-in --label "warm_profiler, pin_arena_mb=512" \
+  --budget-s 60 --pin-arena-mb 512 --stem harness-overhead-opt-in --label "pin_arena_mb=512" \
   --before "$(ls "$OUT"/*-h200-harness-overhead.json 2>/dev/null | head -1)" >> "$log" 2>&1
 say "opt-in exit $?"
 
