@@ -108,7 +108,7 @@ def run_program(inputs, params, modules=None):
         cast = run_fused_casts(_lib_path(FUSED_CAST_LIB), RUNTIME["fused_casts"], env)
         if cast is not None:  # else (an input not contiguous on the GPU) the steps below run them
             env.update(cast)
-            done = {j["step_index"] for j in RUNTIME["fused_casts"]}
+            done = {i for j in RUNTIME["fused_casts"] for i in j["steps"]}
     for i, step in enumerate(PROGRAM["steps"]):
         if i in done:
             continue
