@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from dsl_compiler import interpreter, ir, torch_steps
+from dsl_compiler import interpreter, ir, shapes, torch_steps
 from dsl_compiler.run_settings import RUNTIME_SETTINGS, RuntimeOptions, runtime_setting  # noqa: F401 - re-exported
 
 Backend = Literal["interpreter", "cutlass"]
@@ -108,6 +108,7 @@ class ProgramModule(nn.Module):
             jobs = fused_cast.plan_input_casts(program)
             self.cast_jobs = [j.as_dict() for j in jobs]
             self.rest = fused_cast.remaining_steps(program, jobs)
+        self.slice_totals = shapes.slice_totals(program)  # channels of each tensor that slices fill
         self.graphs = None
         if self.options.cuda_graph and not module_paths(program):
             from dsl_compiler.cutlass_runtime import ProgramGraphs  # torch only; loads no kernel
@@ -139,7 +140,7 @@ class ProgramModule(nn.Module):
             if isinstance(step, ir.Kernel):
                 env.update(self.executor.run_kernel(self.program, step, env))
             else:
-                env.update(torch_steps.run(step, env, modules))
+                env.update(torch_steps.run(step, env, modules, self.slice_totals))
         return [env[name] for name in self.program.outputs]
 
 
