@@ -107,7 +107,8 @@ def plan_input_casts(program: ir.Program) -> tuple[CastJob, ...]:
         return r[0] if len(r) == 1 and name not in outputs else None
 
     def cast_of(step) -> tuple[str, bool] | None:  # (element type, relayout) of a to / channels_last step
-        if not isinstance(step, ir.TorchStep) or step.fn not in ("to", "channels_last") or len(step.outputs) != 1:
+        if (not isinstance(step, ir.TorchStep) or step.fn not in ("to", "channels_last") or len(step.outputs) != 1
+                or step.channels is not None):  # a write into channels of a shared tensor stays a step
             return None
         if len(step.args) != 1 or not isinstance(step.args[0], ir.TensorArg) or any(k.key != "dtype" for k in step.kwargs):
             return None
@@ -118,7 +119,8 @@ def plan_input_casts(program: ir.Program) -> tuple[CastJob, ...]:
 
     jobs, used = [], set()
     for i, step in enumerate(steps):
-        if i in used or not isinstance(step, ir.TorchStep) or not step.args or not isinstance(step.args[0], ir.TensorArg):
+        if (i in used or not isinstance(step, ir.TorchStep) or not step.args or not isinstance(step.args[0], ir.TensorArg)
+                or step.channels is not None):
             continue
         decl = inputs.get(step.args[0].name)
         if decl is None:

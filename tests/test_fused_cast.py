@@ -134,7 +134,7 @@ def test_program_module_runs_the_plan_once_then_the_other_steps(decline, monkeyp
     ex = _Executor(decline)
     ran = []
     real_run = torch_steps.run
-    monkeypatch.setattr(torch_steps, "run", lambda step, env, modules=None: ran.append(step.outputs[0]) or real_run(step, env, modules))
+    monkeypatch.setattr(torch_steps, "run", lambda step, env, *rest: ran.append(step.outputs[0]) or real_run(step, env, *rest))
     module = runtime.ProgramModule(prog, ex, params, options=RuntimeOptions(fused_casts=True))
     out = module(*_inputs())
     by_module = set(ran)  # the module's steps, not the reference's below
