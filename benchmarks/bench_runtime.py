@@ -10,7 +10,8 @@ Per problem and setting: the time of one forward as a caller sees it (``calls`` 
 two CUDA events, host overhead included: what a graph removes), its correctness against the reference (the
 problem's tolerance) and against the plain setting (a replay and the fused casts must give the same bits), and
 the estimate's decision on ``auto``. Per problem with casts: the casts alone, as torch steps and as one launch,
-with their bandwidth (bytes read and written over the time; the H200's datasheet is 4.8 TB/s).
+with their bandwidth (the bytes the one launch reads and writes over each time: a cast then a pad as steps
+moves more; the H200's datasheet is 4.8 TB/s).
 """
 
 from __future__ import annotations
@@ -137,13 +138,14 @@ def measure(problem, row: dict, artifacts: dict, calls: int, repeats: int) -> di
     jobs = [j.as_dict() for j in fused_cast.plan_input_casts(program)]
     if jobs and fused_cast.ARTIFACT in artifacts:
         env = {d.name: x for d, x in zip(program.inputs, inputs)}
-        steps = [program.steps[j["step_index"]] for j in jobs]
-        moved = sum(env[j["src"]].numel() * (env[j["src"]].element_size() + torch_steps.torch_dtype(j["dtype"]).itemsize)
-                    for j in jobs)
+        steps = [program.steps[i] for j in jobs for i in j["steps"]]
+        moved = sum(env[j["src"]].numel() * env[j["src"]].element_size() for j in jobs) + sum(
+            t.numel() * t.element_size() for t in cutlass_runtime.run_fused_casts(artifacts[fused_cast.ARTIFACT], jobs, env).values())
 
         def as_steps():
+            local = dict(env)
             for s in steps:
-                torch_steps.run(s, env)
+                local.update(torch_steps.run(s, local))
 
         def as_one():
             cutlass_runtime.run_fused_casts(artifacts[fused_cast.ARTIFACT], jobs, env)
