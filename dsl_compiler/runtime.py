@@ -99,6 +99,7 @@ class ProgramModule(nn.Module):
         self.opaque = nn.ModuleDict({f"m{i}": m for i, m in enumerate((modules or {}).values())})
         self._opaque_paths = {f"m{i}": path for i, path in enumerate(modules or {})}
         self.options = options or RuntimeOptions()
+        self._slice_totals = shapes.slice_totals(program)  # channels of the tensors slices fill (store y[a:b])
         # the input casts as one launch, where the executor can (CUTLASS); the other steps run as written
         self.cast_jobs: list[dict] = []
         self.rest = tuple(program.steps)
@@ -108,7 +109,6 @@ class ProgramModule(nn.Module):
             jobs = fused_cast.plan_input_casts(program)
             self.cast_jobs = [j.as_dict() for j in jobs]
             self.rest = fused_cast.remaining_steps(program, jobs)
-        self.slice_totals = shapes.slice_totals(program)  # channels of each tensor that slices fill
         self.graphs = None
         if self.options.cuda_graph and not module_paths(program):
             from dsl_compiler.cutlass_runtime import ProgramGraphs  # torch only; loads no kernel
@@ -140,7 +140,7 @@ class ProgramModule(nn.Module):
             if isinstance(step, ir.Kernel):
                 env.update(self.executor.run_kernel(self.program, step, env))
             else:
-                env.update(torch_steps.run(step, env, modules, self.slice_totals))
+                env.update(torch_steps.run(step, env, modules, self._slice_totals))
         return [env[name] for name in self.program.outputs]
 
 

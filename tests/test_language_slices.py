@@ -114,6 +114,10 @@ def test_a_dense_block_reads_the_channels_written_so_far_and_matches_cat():
             features.append(F.conv2d(t(h), t(p[wi]), padding=1))
         expected = torch.cat(features, 1)
     assert out.shape == (2, 48, 8, 8) and torch.allclose(out, expected, atol=1e-3, rtol=1e-3)
+    from dsl_compiler import runtime
+
+    with torch.no_grad():  # the module the backends load runs the same steps
+        assert torch.equal(runtime.load(program, "interpreter", p)(x), out)
 
 
 @pytest.mark.parametrize(("edit", "words"), [
