@@ -259,22 +259,27 @@ def test_real_nvcc_compiles_a_conv_that_stores_into_its_channels(tmp_path, monke
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("text", [FIRE, CONV_FIRST], ids=["gemm_first", "conv_first"])
+@pytest.mark.parametrize("text", [FIRE, CONV_FIRST, DENSE], ids=["gemm_first", "conv_first", "torch_step_first"])
 def test_cutlass_kernels_fill_their_channels_on_the_gpu(text, tmp_path, monkeypatch):
+    """Built kernels write their channels through the runtime's views (a conv's pixel stride, a GEMM's leading
+    dimension): the same values as the interpreter (checked against torch.cat above), the second call too."""
     from dsl_compiler import build, runtime
 
     monkeypatch.setenv("MUCUTLASS_CACHE_DIR", str(tmp_path / "cache"))
     program = parse(text)[0]
     res = build.build_program(program)
     assert res.ok, "\n".join(d.render() for d in res.diagnostics)
-    x, p = torch.randn(2, 16, 8, 8), _params()
+    g = torch.Generator().manual_seed(0)
+    p = {d.name: torch.randn(*d.shape, generator=g) for d in program.params}
+    x = torch.randn(2, 16, 8, 8, generator=g)
+    (expected,) = interpreter.run(program, [x], p)
     module = runtime.load(program, "cutlass", {d.name: interpreter.as_declared(p[d.name], d).cuda() for d in program.params},
                           res.artifacts)
     with torch.no_grad():
-        out = module(x.cuda())
+        out = module(x.cuda()).clone()
         again = module(x.cuda())  # the second call reuses the call plans
-    expected = _reference(x, p)
-    assert torch.allclose(out.cpu(), expected, atol=1e-4, rtol=1e-4) and torch.equal(out, again)
+    assert torch.allclose(out.cpu(), expected, atol=1e-3, rtol=1e-3), (out.cpu() - expected).abs().max()
+    assert torch.equal(out, again)
 
 
 def test_the_language_reference_states_the_slice_store():
