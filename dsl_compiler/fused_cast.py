@@ -106,9 +106,12 @@ def plan_input_casts(program: ir.Program) -> tuple[CastJob, ...]:
         r = readers.get(name, [])
         return r[0] if len(r) == 1 and name not in outputs else None
 
+    def whole(step) -> bool:  # reads and writes whole tensors (not the channels of one that slices fill)
+        return isinstance(step, ir.TorchStep) and step.channels is None and not any(
+            isinstance(a, ir.TensorArg) and a.channels is not None for a in step.args)
+
     def cast_of(step) -> tuple[str, bool] | None:  # (element type, relayout) of a to / channels_last step
-        if (not isinstance(step, ir.TorchStep) or step.fn not in ("to", "channels_last") or len(step.outputs) != 1
-                or step.channels is not None):  # a write into channels of a shared tensor stays a step
+        if not whole(step) or step.fn not in ("to", "channels_last") or len(step.outputs) != 1:
             return None
         if len(step.args) != 1 or not isinstance(step.args[0], ir.TensorArg) or any(k.key != "dtype" for k in step.kwargs):
             return None
@@ -119,8 +122,7 @@ def plan_input_casts(program: ir.Program) -> tuple[CastJob, ...]:
 
     jobs, used = [], set()
     for i, step in enumerate(steps):
-        if (i in used or not isinstance(step, ir.TorchStep) or not step.args or not isinstance(step.args[0], ir.TensorArg)
-                or step.channels is not None):
+        if i in used or not whole(step) or not step.args or not isinstance(step.args[0], ir.TensorArg):
             continue
         decl = inputs.get(step.args[0].name)
         if decl is None:
@@ -139,7 +141,7 @@ def plan_input_casts(program: ir.Program) -> tuple[CastJob, ...]:
                 cast = ("", False)
         elif cast is not None:
             nxt = only_reader(dst)  # the cast, then a pad of the narrower copy
-            if nxt is not None and nxt not in used and isinstance(steps[nxt], ir.TorchStep) and steps[nxt].fn == "pad" \
+            if nxt is not None and nxt not in used and whole(steps[nxt]) and steps[nxt].fn == "pad" \
                     and steps[nxt].args and isinstance(steps[nxt].args[0], ir.TensorArg) and steps[nxt].args[0].name == dst:
                 pad = _right_pad(steps[nxt], rank)
                 if pad is not None and _pad_fits(pad, cast[1] and rank >= 3):

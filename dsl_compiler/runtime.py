@@ -19,6 +19,7 @@ from dsl_compiler.run_settings import RUNTIME_SETTINGS, RuntimeOptions, runtime_
 
 Backend = Literal["interpreter", "cutlass"]
 
+
 class BindError(ValueError):
     """A param cannot be bound from the model (missing key, wrong shape); the message says which."""
 

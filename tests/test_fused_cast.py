@@ -321,3 +321,15 @@ def test_one_launch_gives_what_the_steps_give(tmp_path):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured["a16"], env["a"].half())
+
+
+def test_a_copy_into_the_channels_slices_fill_stays_a_step():
+    from test_language_slices import DENSE
+
+    prog = _program("program dense\n" + DENSE.replace("param g0: f32[16]", 'param g0: f32[16] = "g0"'))
+    assert fused_cast.plan_input_casts(prog) == ()  # `torch feat[0:16] = channels_last(x)` writes into feat
+    torch.manual_seed(0)
+    params = {d.name: torch.randn(d.shape) for d in prog.params}
+    x = torch.randn(2, 16, 8, 8)
+    out = runtime.ProgramModule(prog, _Executor(), params, options=RuntimeOptions(fused_casts=True))(x)
+    assert torch.equal(out, interpreter.run(prog, [x], params)[0])
