@@ -280,8 +280,10 @@ def run(step: ir.TorchStep, env: dict[str, Any], modules: dict[str, Any] | None 
         out = {name: dense(r, keep) for name, r in zip(step.outputs, results)}
     if step.channels is not None:
         name = step.outputs[0]
-        total = (totals or {}).get(name, step.channels[1])
-        out[name] = write_channels(out[name], name, step.channels, total, env)
+        if name not in (totals or {}):
+            raise StepError(f"torch {name}[{step.channels[0]}:{step.channels[1]}]: the channel count of '{name}' is "
+                            "not given (run it with totals=shapes.slice_totals(program))")
+        out[name] = write_channels(out[name], name, step.channels, totals[name], env)
     return out
 
 
