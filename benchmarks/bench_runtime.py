@@ -9,8 +9,10 @@ off, on the offline tier's first program of each chosen problem. Writes
 Per problem and setting: the time of one forward as a caller sees it (``calls`` back-to-back calls between
 two CUDA events, host overhead included: what a graph removes), its correctness against the reference (the
 problem's tolerance) and against the plain setting (a replay and the fused casts must give the same bits), and
-the estimate's decision on ``auto``. Per problem with casts: the casts alone, as torch steps and as one launch,
-with their bandwidth (bytes read and written over the time; the H200's datasheet is 4.8 TB/s).
+the estimate's decision on ``auto``, and the host time of one call alone (to calibrate the estimate's
+``HOST_US_*`` constants against the ``host_est_us`` it predicts). Per problem with casts: the casts alone, as torch steps and as one launch,
+with their bandwidth (the bytes the one launch reads and writes over each time: a cast then a pad as steps
+moves more; the H200's datasheet is 4.8 TB/s).
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def plan_rows(problems: list, gpu: str = "h200") -> list[dict]:
         decision = graph_estimate(program, apart, spec)
         rows.append({"problem": p.key, "program": program, "casts": [j.dst for j in jobs], "steps": len(program.steps),
                      "t_est_us": round(apart.t_us, 1), "t_est_fused_us": round(fused.t_us, 1),
-                     "graph_auto": decision.pays, "graph_reason": decision.reason})
+                     "graph_auto": decision.pays, "graph_reason": decision.reason,
+                     "host_est_us": round(decision.t_host_us, 1)})
     return rows
 
 
@@ -92,6 +95,20 @@ def _time_calls(fn, calls: int) -> float:
 
 def _median(fn, calls: int, repeats: int) -> float:
     return sorted(_time_calls(fn, calls) for _ in range(repeats))[repeats // 2]
+
+
+def _host_us(fn, calls: int = 20) -> float:
+    """Median host time of one call (the CPU side alone: what the estimate's HOST_US_* constants model)."""
+    import torch
+
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return sorted(times)[calls // 2]
 
 
 def measure(problem, row: dict, artifacts: dict, calls: int, repeats: int) -> dict:
@@ -127,9 +144,10 @@ def measure(problem, row: dict, artifacts: dict, calls: int, repeats: int) -> di
             else:
                 same_bits = all(torch.equal(g, b) for g, b in zip(got, base_outputs))
             t_us = _median(lambda: mod(*inputs), calls, repeats)
+            host_us = _host_us(lambda: mod(*inputs))
         graphs = getattr(mod, "graphs", None)
         out["settings"][f"graph {graph}, fused {fused}"] = {
-            "t_us": round(t_us, 2), "correct": bool(correct), "same_bits_as_plain": bool(same_bits),
+            "t_us": round(t_us, 2), "host_us": round(host_us, 2), "correct": bool(correct), "same_bits_as_plain": bool(same_bits),
             "replays": graphs.replays if graphs is not None else 0,
             "last_reason": graphs.last_reason if graphs is not None else "",
             "fused_jobs": len(getattr(mod, "cast_jobs", [])),
@@ -137,13 +155,14 @@ def measure(problem, row: dict, artifacts: dict, calls: int, repeats: int) -> di
     jobs = [j.as_dict() for j in fused_cast.plan_input_casts(program)]
     if jobs and fused_cast.ARTIFACT in artifacts:
         env = {d.name: x for d, x in zip(program.inputs, inputs)}
-        steps = [program.steps[j["step_index"]] for j in jobs]
-        moved = sum(env[j["src"]].numel() * (env[j["src"]].element_size() + torch_steps.torch_dtype(j["dtype"]).itemsize)
-                    for j in jobs)
+        steps = [program.steps[i] for j in jobs for i in j["steps"]]
+        moved = sum(env[j["src"]].numel() * env[j["src"]].element_size() for j in jobs) + sum(
+            t.numel() * t.element_size() for t in cutlass_runtime.run_fused_casts(artifacts[fused_cast.ARTIFACT], jobs, env).values())
 
         def as_steps():
+            local = dict(env)
             for s in steps:
-                torch_steps.run(s, env)
+                local.update(torch_steps.run(s, local))
 
         def as_one():
             cutlass_runtime.run_fused_casts(artifacts[fused_cast.ARTIFACT], jobs, env)
@@ -189,12 +208,12 @@ def to_markdown(doc: dict) -> str:
              "median of repeats; correct against the reference at the problem's tolerance; `bits` = identical to the "
              "plain setting. Graph auto: the estimate's decision (sol_models.estimate.graph_estimate).", "",
              "| problem | steps | casts | plain us | fused us | graph us | both us | best vs plain | correct | bits "
-             "| graph auto | casts: steps us / one launch us (TB/s) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |"]
+             "| graph auto | host us: plain / estimate | casts: steps us / one launch us (TB/s) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |"]
     for r in doc["rows"]:
         s = r.get("settings") or {}
         if not s:
-            lines.append(f"| {r['problem']} | - | - | - | - | - | - | - | - | - | - | {r.get('error', '')} |")
+            lines.append(f"| {r['problem']} | - | - | - | - | - | - | - | - | - | - | - | {r.get('error', '')} |")
             continue
         t = [s[f"graph {g}, fused {f}"]["t_us"] for g, f in SETTINGS]
         correct = all(v["correct"] for v in s.values())
@@ -203,7 +222,8 @@ def to_markdown(doc: dict) -> str:
         casts = f"{c['t_steps_us']} / {c['t_fused_us']} ({c['steps_tb_s']} / {c['fused_tb_s']})" if c else "-"
         lines.append(f"| {r['problem']} | {r['steps']} | {len(r['casts'])} | {t[0]:.1f} | {t[1]:.1f} | {t[2]:.1f} | "
                      f"{t[3]:.1f} | {t[0] / min(t):.2f}x | {'yes' if correct else '**no**'} | {'yes' if bits else '**no**'} "
-                     f"| {'on' if r['graph_auto'] else 'off'} | {casts} |")
+                     f"| {'on' if r['graph_auto'] else 'off'} | {s['graph off, fused off'].get('host_us', '-')} / "
+                     f"{r.get('host_est_us', '-')} | {casts} |")
     return "\n".join(lines) + "\n"
 
 

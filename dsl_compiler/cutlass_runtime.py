@@ -373,9 +373,9 @@ _CAST_MAX_JOBS, _CAST_THREADS, _CAST_VEC, _CAST_TILE = 16, 256, 8, 64
 
 class _CastJob(ctypes.Structure):
     _fields_ = [("src", ctypes.c_void_p), ("dst", ctypes.c_void_p), ("outer", ctypes.c_int64),
-                ("channels", ctypes.c_int64), ("inner", ctypes.c_int64), ("first_block", ctypes.c_int64),
-                ("src_type", ctypes.c_int32), ("dst_type", ctypes.c_int32), ("relayout", ctypes.c_int32),
-                ("vector", ctypes.c_int32)]
+                ("channels", ctypes.c_int64), ("inner", ctypes.c_int64), ("channels_out", ctypes.c_int64),
+                ("inner_out", ctypes.c_int64), ("first_block", ctypes.c_int64), ("src_type", ctypes.c_int32),
+                ("dst_type", ctypes.c_int32), ("mode", ctypes.c_int32), ("vector", ctypes.c_int32)]
 
 
 class _CastJobs(ctypes.Structure):
@@ -398,18 +398,27 @@ def _cast_library(path):
         return lib
 
 
-def cast_blocks(job, shape):
-    """Blocks one job takes: 8 elements a thread for a plain cast, a 64x64 [C, positions] tile a block for a
-    layout copy of [N, C, *spatial]."""
+def cast_geometry(job, shape):
+    """(mode, outer, channels, inner, channels_out, inner_out, blocks) of one job on a source of ``shape``: a plain
+    copy [outer, channels, inner] -> [outer, channels_out, inner_out] at 8 elements a thread; a layout copy of
+    [N, C, *spatial] by 64x64 [C, positions] tiles, or a thread a position where it has 16 channels or fewer."""
+    pad = list(job.get("pad") or ()) or [0] * len(shape)
     if job["relayout"]:
         n, c, positions = shape[0], shape[1], math.prod(shape[2:])
-        return n * -(-c // _CAST_TILE) * -(-positions // _CAST_TILE)
-    return -(-math.prod(shape) // (_CAST_THREADS * _CAST_VEC))
+        c_out = c + pad[1]
+        if c_out <= 16:
+            return 2, n, c, positions, c_out, positions, -(-(n * positions) // _CAST_THREADS)
+        return 1, n, c, positions, c_out, positions, n * -(-c_out // _CAST_TILE) * -(-positions // _CAST_TILE)
+    dims = [1] * max(0, 2 - len(shape)) + list(shape)
+    extra = [0] * max(0, 2 - len(shape)) + pad
+    outer, channels, inner = math.prod(dims[:-2]), dims[-2], dims[-1]
+    channels_out, inner_out = channels + extra[-2], inner + extra[-1]
+    return 0, outer, channels, inner, channels_out, inner_out, -(-(outer * channels_out * inner_out) // (_CAST_THREADS * _CAST_VEC))
 
 
 def run_fused_casts(lib_path, jobs, env):
     """The fused-cast plan's jobs (dicts) in one launch on the current stream:
-    dst name -> tensor, each as its ``to`` / ``channels_last`` step gives it. None when a source is not a
+    dst name -> tensor, each as its ``to`` / ``channels_last`` / ``pad`` steps give it. None when a source is not a
     dense, contiguous CUDA tensor of a carried type (the caller runs the steps themselves)."""
     sources = [env.get(j["src"]) for j in jobs]
     if not jobs or any(not isinstance(x, torch.Tensor) or x.device.type != "cuda" or x.dtype not in _CAST_TYPES
@@ -423,19 +432,20 @@ def run_fused_casts(lib_path, jobs, env):
         blocks = 0
         for k, (j, x) in enumerate(zip(jobs[start:start + _CAST_MAX_JOBS], sources[start:start + _CAST_MAX_JOBS])):
             dtype = TORCH_DTYPE[j["dtype"]]
+            mode, outer, channels, inner, channels_out, inner_out, job_blocks = cast_geometry(j, tuple(x.shape))
+            pad = list(j.get("pad") or ()) or [0] * x.dim()
+            shape = [s + e for s, e in zip(x.shape, pad)]
             if j["relayout"]:
-                n, c, *spatial = x.shape
-                out = torch.empty((n, *spatial, c), dtype=dtype, device=device)
+                out = torch.empty((shape[0], *shape[2:], shape[1]), dtype=dtype, device=device)
                 results[j["dst"]] = _channels_last_view(out)
-                outer, channels, inner = n, c, math.prod(spatial)
             else:
-                out = results[j["dst"]] = torch.empty(x.shape, dtype=dtype, device=device)
-                outer, channels, inner = 1, x.numel(), 1
+                out = results[j["dst"]] = torch.empty(shape, dtype=dtype, device=device)
             job = batch.job[k]
             job.src, job.dst, job.outer, job.channels, job.inner = x.data_ptr(), out.data_ptr(), outer, channels, inner
-            job.first_block, job.src_type, job.dst_type = blocks, _CAST_TYPES[x.dtype], _CAST_TYPES[dtype]
-            job.relayout, job.vector = int(j["relayout"]), int(x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
-            blocks += cast_blocks(j, tuple(x.shape))
+            job.channels_out, job.inner_out, job.first_block = channels_out, inner_out, blocks
+            job.src_type, job.dst_type, job.mode = _CAST_TYPES[x.dtype], _CAST_TYPES[dtype], mode
+            job.vector = int(mode == 0 and not any(pad) and x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
+            blocks += job_blocks
             batch.count = k + 1
         if blocks == 0:
             continue  # empty tensors: nothing to move

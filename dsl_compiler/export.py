@@ -63,11 +63,30 @@ def _channels_last_step(x, dtype=None):
     return _channels_last_view(out)
 
 
+def _channel_view(x, channels):
+    if not channels:
+        return x
+    cl = x.dim() >= 3 and not x.is_contiguous() and x.permute(0, *range(2, x.dim()), 1).is_contiguous()
+    return x.narrow(1 if cl else x.dim() - 1, channels[0], channels[1] - channels[0])
+
+
 def _torch_step(index, step, env, modules=None):
     if _TORCH_STEPS is not None:
-        return _torch_steps.run(_TORCH_STEPS[index], env, modules)
+        return _torch_steps.run(_TORCH_STEPS[index], env, modules, _TOTALS)
+    out = _plain_torch_step(step, env, modules)
+    if step.get("channels"):  # torch y[a:b] = ...: written into channels a..b of y
+        name, value = step["outputs"][0], out[step["outputs"][0]]
+        cl = value.dim() >= 3 and not value.is_contiguous() and value.permute(0, *range(2, value.dim()), 1).is_contiguous()
+        spec = {"name": name, "channels": (step["channels"][0], _TOTALS_PLAIN.get(name, step["channels"][1]))}
+        buf, view = _slice_output(env, spec, tuple(value.shape), value.dtype, value.device, cl)
+        view.copy_(value)
+        out[name] = buf
+    return out
+
+
+def _plain_torch_step(step, env, modules):
     import torch.nn.functional as F
-    args = [env[a["name"]] if a["kind"] == "tensor" else a["value"] for a in step["args"]]
+    args = [_channel_view(env[a["name"]], a.get("channels")) if a["kind"] == "tensor" else a["value"] for a in step["args"]]
     kwargs = {k["key"]: k["value"] for k in step["kwargs"]}
     if step["fn"] == "module":  # the model's own submodule (a part torch.fx cannot follow)
         if kwargs["path"] not in (modules or {}):
@@ -88,9 +107,18 @@ def _torch_step(index, step, env, modules=None):
     return dict(zip(step["outputs"], results))
 
 
+# channels of each tensor that kernels and steps fill by slices (store y[a:b]): the largest end
+_TOTALS_PLAIN = {}
+for _s in PROGRAM["steps"]:
+    for _name, _ch in ([(st["name"], st.get("channels")) for st in _s.get("stores", ())] if "op" in _s
+                       else [(_s["outputs"][0], _s.get("channels"))]):
+        if _ch:
+            _TOTALS_PLAIN[_name] = max(_TOTALS_PLAIN.get(_name, 0), _ch[1])
+
 try:  # the exact whitelist when mucutlass is installed; its steps are validated once, here
     from dsl_compiler import ir as _ir, torch_steps as _torch_steps
     _TORCH_STEPS = {i: _ir.TorchStep.model_validate(s) for i, s in enumerate(PROGRAM["steps"]) if "op" not in s}
+    _TOTALS = _TOTALS_PLAIN
 except ImportError:
     _TORCH_STEPS = None
 
@@ -108,7 +136,7 @@ def run_program(inputs, params, modules=None):
         cast = run_fused_casts(_lib_path(FUSED_CAST_LIB), RUNTIME["fused_casts"], env)
         if cast is not None:  # else (an input not contiguous on the GPU) the steps below run them
             env.update(cast)
-            done = {j["step_index"] for j in RUNTIME["fused_casts"]}
+            done = {i for j in RUNTIME["fused_casts"] for i in j["steps"]}
     for i, step in enumerate(PROGRAM["steps"]):
         if i in done:
             continue

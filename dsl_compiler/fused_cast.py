@@ -5,7 +5,9 @@ activation a conv reads NHWC with one ``channels_last(x[, dtype=...])`` step: a 
 another. Those steps read only program inputs, so they can all run first, together: ``plan_input_casts``
 finds them and ``CUDA_SOURCE`` is one kernel that does every one of them in a single grid (a block
 belongs to one job; a plain cast moves 8 elements a thread with 16-byte loads and stores, a layout copy
-moves a 64x64 tile of [C, positions] through shared memory, converting on the way). The library does
+moves a 64x64 tile of [C, positions] through shared memory, or, for 16 channels or fewer, a thread writes one
+position's channels; zero padding at the end of a GEMM operand's last two dims or of a conv input's channels
+is written in the same pass). The library does
 not depend on the program (a job list is its argument), so it is built once per toolchain
 and kept in the kernel cache like a kernel. ``cutlass_runtime.run_fused_casts`` calls
 it; ``dsl_compiler.build.build_fused_cast_library`` builds it; the exported ``ModelNew`` carries the plan and a copy of the library.
@@ -28,50 +30,140 @@ ARTIFACT = "<fused_cast>"  # the library's key among a build's artifacts (no ker
 
 @dataclasses.dataclass(frozen=True)
 class CastJob:
-    """One step of the plan: ``dst`` is ``src`` (a program input) in ``dtype``, NHWC when ``relayout``."""
+    """``dst`` is program input ``src`` in ``dtype`` (NHWC when ``relayout``), grown by ``pad`` zeros at the end of
+    its dims (one amount per dim of ``src``; empty: none); ``steps`` are the program steps it stands for."""
 
-    step_index: int
+    steps: tuple[int, ...]
     src: str
     dst: str
     dtype: str
     relayout: bool
+    pad: tuple[int, ...] = ()
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
+def _names(step) -> set[str]:
+    """Every name a step mentions (an over-approximation of what it reads: safe for "read nowhere else")."""
+    found: set[str] = set()
+
+    def walk(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k == "name" and isinstance(x, str):
+                    found.add(x)
+                else:
+                    walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+
+    walk(step.model_dump(mode="json"))
+    return found
+
+
+def _right_pad(step: ir.TorchStep, rank: int) -> tuple[int, ...] | None:
+    """Zeros a ``pad`` step adds at the end of each dim; None for anything else (left pads, cuts, a value, a mode)."""
+    if len(step.args) != 2 or not isinstance(step.args[1], ir.LiteralArg) or len(step.outputs) != 1:
+        return None
+    if any(k.key != "value" or k.value not in (0, 0.0) for k in step.kwargs):
+        return None
+    spec = step.args[1].value
+    if not isinstance(spec, (tuple, list)) or len(spec) % 2 or len(spec) // 2 > rank:
+        return None
+    extra = [0] * rank
+    for i in range(len(spec) // 2):
+        left, right = spec[2 * i], spec[2 * i + 1]
+        if not isinstance(left, int) or not isinstance(right, int) or left != 0 or right < 0:
+            return None
+        extra[rank - 1 - i] = right
+    return tuple(extra) if any(extra) else None
+
+
+def _pad_fits(extra: tuple[int, ...], relayout: bool) -> bool:
+    """What the kernel pads: a plain copy its last two dims, a layout copy its channels (dim 1)."""
+    if relayout:
+        return all(e == 0 for i, e in enumerate(extra) if i != 1)
+    return all(e == 0 for e in extra[:-2])
+
+
 def plan_input_casts(program: ir.Program) -> tuple[CastJob, ...]:
-    """The ``to`` and ``channels_last`` steps that copy a program input (type and / or layout): they read
-    nothing computed, so all of them can run first, as one launch. Steps that only rename (a ``to`` into
-    the input's own type, ``channels_last`` of a rank < 3 tensor without a type) are left alone."""
-    inputs = {d.name: d for d in program.inputs}
-    jobs = []
-    for i, step in enumerate(program.steps):
-        if not isinstance(step, ir.TorchStep) or step.fn not in ("to", "channels_last") or len(step.outputs) != 1:
-            continue
-        if not step.args or not isinstance(step.args[0], ir.TensorArg) or step.args[0].name not in inputs:
-            continue
-        decl = inputs[step.args[0].name]
-        if decl.layout == "channels_last":
-            continue
-        if len(step.args) != 1 or any(k.key != "dtype" for k in step.kwargs):
-            continue
+    """The steps that copy a program input: ``to`` (a type), ``channels_last`` (a layout, and a type), and a
+    ``pad`` with zeros at the end of a GEMM operand's last two dims or a conv input's channels, alone or
+    together with the cast it feeds or follows. They read nothing computed, so all of them can run first,
+    as one launch. Steps that only rename (a ``to`` into the input's own type, ``channels_last`` of a rank < 3
+    tensor without a type) are left alone; a step's result that another step also reads is not folded away."""
+    inputs = {d.name: d for d in program.inputs if d.layout != "channels_last"}
+    steps = list(program.steps)
+    readers: dict[str, list[int]] = {}
+    for i, step in enumerate(steps):
+        for name in _names(step) - (set(step.outputs) if isinstance(step, ir.TorchStep) else set()):
+            readers.setdefault(name, []).append(i)
+    outputs = set(program.outputs)
+
+    def only_reader(name: str) -> int | None:
+        r = readers.get(name, [])
+        return r[0] if len(r) == 1 and name not in outputs else None
+
+    def whole(step) -> bool:  # reads and writes whole tensors (not the channels of one that slices fill)
+        return isinstance(step, ir.TorchStep) and step.channels is None and not any(
+            isinstance(a, ir.TensorArg) and a.channels is not None for a in step.args)
+
+    def cast_of(step) -> tuple[str, bool] | None:  # (element type, relayout) of a to / channels_last step
+        if not whole(step) or step.fn not in ("to", "channels_last") or len(step.outputs) != 1:
+            return None
+        if len(step.args) != 1 or not isinstance(step.args[0], ir.TensorArg) or any(k.key != "dtype" for k in step.kwargs):
+            return None
         dtype = next((k.value for k in step.kwargs if k.key == "dtype"), None)
-        if dtype is not None and dtype not in ("f32", "f16", "bf16"):
+        if (dtype is None and step.fn == "to") or (dtype is not None and dtype not in ("f32", "f16", "bf16")):
+            return None
+        return dtype or "", step.fn == "channels_last"
+
+    jobs, used = [], set()
+    for i, step in enumerate(steps):
+        if i in used or not whole(step) or not step.args or not isinstance(step.args[0], ir.TensorArg):
             continue
-        relayout = step.fn == "channels_last" and len(decl.shape) >= 3
-        target = dtype or decl.dtype
-        if step.fn == "to" and dtype is None:
+        decl = inputs.get(step.args[0].name)
+        if decl is None:
             continue
-        if not relayout and target == decl.dtype:
+        rank = len(decl.shape)
+        cast, pad, members, dst = cast_of(step), None, [i], step.outputs[0] if step.outputs else None
+        if cast is None and step.fn == "pad":
+            pad = _right_pad(step, rank)
+            if pad is None:
+                continue
+            nxt = only_reader(dst)  # pad, then the conv input's channels-last copy
+            follow = cast_of(steps[nxt]) if nxt is not None else None
+            if follow is not None and follow[1] and rank >= 3 and nxt not in used:
+                cast, members, dst = follow, [i, nxt], steps[nxt].outputs[0]
+            else:
+                cast = ("", False)
+        elif cast is not None:
+            nxt = only_reader(dst)  # the cast, then a pad of the narrower copy
+            if nxt is not None and nxt not in used and whole(steps[nxt]) and steps[nxt].fn == "pad" \
+                    and steps[nxt].args and isinstance(steps[nxt].args[0], ir.TensorArg) and steps[nxt].args[0].name == dst:
+                pad = _right_pad(steps[nxt], rank)
+                if pad is not None and _pad_fits(pad, cast[1] and rank >= 3):
+                    members, dst = [i, nxt], steps[nxt].outputs[0]
+                else:
+                    pad = None
+        if cast is None:
+            continue
+        dtype, relayout = cast[0] or decl.dtype, cast[1] and rank >= 3
+        if pad is not None and not _pad_fits(pad, relayout):
+            continue
+        if not relayout and dtype == decl.dtype and pad is None:
             continue  # the same tensor: no copy to fuse
-        jobs.append(CastJob(step_index=i, src=decl.name, dst=step.outputs[0], dtype=target, relayout=relayout))
+        used.update(members)
+        jobs.append(CastJob(steps=tuple(members), src=decl.name, dst=dst, dtype=dtype, relayout=relayout,
+                            pad=pad or ()))
     return tuple(jobs)
 
 
 def remaining_steps(program: ir.Program, jobs: tuple[CastJob, ...]) -> tuple:
     """The program's steps without the ones the plan runs."""
-    done = {j.step_index for j in jobs}
+    done = {i for j in jobs for i in j.steps}
     return tuple(s for i, s in enumerate(program.steps) if i not in done)
 
 
@@ -90,14 +182,17 @@ CUDA_SOURCE = r"""// mucutlass fused casts: every input cast / NCHW -> NHWC copy
 struct MucutlassCastJob {
   const void* src;
   void* dst;
-  int64_t outer;        // N of [N, C, P] (1 for a plain cast)
-  int64_t channels;     // C (the element count of a plain cast)
-  int64_t inner;        // P: positions per channel (1 for a plain cast)
-  int64_t first_block;  // the job's first block in the grid
-  int32_t src_type;     // 0 f32, 1 f16, 2 bf16
+  int64_t outer;         // src viewed [outer, channels, inner]
+  int64_t channels;
+  int64_t inner;
+  int64_t channels_out;  // zeros past `channels` (a padded GEMM operand's rows, a conv input's channels)
+  int64_t inner_out;     // plain copies: zeros past `inner` (a padded K); layout copies: = inner
+  int64_t first_block;   // the job's first block in the grid
+  int32_t src_type;      // 0 f32, 1 f16, 2 bf16
   int32_t dst_type;
-  int32_t relayout;     // 0: same order; 1: [N, C, P] -> [N, P, C]
-  int32_t vector;       // 1: both pointers 16-byte aligned (plain casts use 16-byte loads and stores)
+  int32_t mode;          // 0: [outer, channels_out, inner_out]; 1: [outer, inner, channels_out] by 64x64 tiles;
+                         // 2: the same, a thread per position (channels_out <= 16)
+  int32_t vector;        // 1: both pointers 16-byte aligned and no padding (16-byte loads and stores)
 };
 
 struct MucutlassCastJobs {
@@ -126,7 +221,7 @@ __device__ __forceinline__ float mucutlass_from16(uint16_t bits, int t) {
 }
 
 __device__ void mucutlass_cast_block(const MucutlassCastJob& j, int64_t block) {
-  const int64_t n = j.channels;
+  const int64_t n = j.outer * j.channels_out * j.inner_out;
   const int64_t i0 = (block * MUCUTLASS_CAST_THREADS + threadIdx.x) * MUCUTLASS_CAST_VEC;
   if (i0 >= n) return;
   float v[MUCUTLASS_CAST_VEC];
@@ -154,14 +249,28 @@ __device__ void mucutlass_cast_block(const MucutlassCastJob& j, int64_t block) {
     }
     return;
   }
-  for (int64_t i = i0; i < n && i < i0 + MUCUTLASS_CAST_VEC; ++i)
-    mucutlass_store(j.dst, i, j.dst_type, mucutlass_load(j.src, i, j.src_type));
+  for (int64_t i = i0; i < n && i < i0 + MUCUTLASS_CAST_VEC; ++i) {
+    const int64_t w = i % j.inner_out, rest = i / j.inner_out;
+    const int64_t c = rest % j.channels_out, a = rest / j.channels_out;
+    const float x = (c < j.channels && w < j.inner) ? mucutlass_load(j.src, (a * j.channels + c) * j.inner + w, j.src_type)
+                                                     : 0.0f;
+    mucutlass_store(j.dst, i, j.dst_type, x);
+  }
+}
+
+__device__ void mucutlass_relayout_narrow_block(const MucutlassCastJob& j, int64_t block) {
+  const int64_t C = j.channels, P = j.inner, Cout = j.channels_out;
+  const int64_t q = block * MUCUTLASS_CAST_THREADS + threadIdx.x;  // (n, position)
+  if (q >= j.outer * P) return;
+  const int64_t n = q / P, p = q % P;
+  for (int64_t c = 0; c < Cout; ++c)  // reads along positions across the warp, writes one position's channels
+    mucutlass_store(j.dst, q * Cout + c, j.dst_type, c < C ? mucutlass_load(j.src, (n * C + c) * P + p, j.src_type) : 0.0f);
 }
 
 __device__ void mucutlass_relayout_block(const MucutlassCastJob& j, int64_t block) {
   __shared__ float tile[MUCUTLASS_CAST_TILE][MUCUTLASS_CAST_TILE + 1];
-  const int64_t C = j.channels, P = j.inner;
-  const int64_t c_tiles = (C + MUCUTLASS_CAST_TILE - 1) / MUCUTLASS_CAST_TILE;
+  const int64_t C = j.channels, P = j.inner, Cout = j.channels_out;
+  const int64_t c_tiles = (Cout + MUCUTLASS_CAST_TILE - 1) / MUCUTLASS_CAST_TILE;
   const int64_t p_tiles = (P + MUCUTLASS_CAST_TILE - 1) / MUCUTLASS_CAST_TILE;
   const int64_t n = block / (c_tiles * p_tiles);
   const int64_t rem = block % (c_tiles * p_tiles);
@@ -170,12 +279,12 @@ __device__ void mucutlass_relayout_block(const MucutlassCastJob& j, int64_t bloc
   const int rows = MUCUTLASS_CAST_THREADS / MUCUTLASS_CAST_TILE;
   for (int r = ty; r < MUCUTLASS_CAST_TILE; r += rows) {  // read along positions (NCHW rows)
     const int64_t c = c0 + r, p = p0 + tx;
-    if (c < C && p < P) tile[r][tx] = mucutlass_load(j.src, (n * C + c) * P + p, j.src_type);
+    if (c < Cout && p < P) tile[r][tx] = c < C ? mucutlass_load(j.src, (n * C + c) * P + p, j.src_type) : 0.0f;
   }
   __syncthreads();
   for (int r = ty; r < MUCUTLASS_CAST_TILE; r += rows) {  // write along channels (NHWC rows)
     const int64_t p = p0 + r, c = c0 + tx;
-    if (p < P && c < C) mucutlass_store(j.dst, (n * P + p) * C + c, j.dst_type, tile[tx][r]);
+    if (p < P && c < Cout) mucutlass_store(j.dst, (n * P + p) * Cout + c, j.dst_type, tile[tx][r]);
   }
 }
 
@@ -184,7 +293,8 @@ __global__ void __launch_bounds__(MUCUTLASS_CAST_THREADS) mucutlass_cast_kernel(
   while (k + 1 < jobs.count && static_cast<int64_t>(blockIdx.x) >= jobs.job[k + 1].first_block) ++k;
   const MucutlassCastJob& j = jobs.job[k];
   const int64_t block = static_cast<int64_t>(blockIdx.x) - j.first_block;
-  if (j.relayout) mucutlass_relayout_block(j, block);
+  if (j.mode == 1) mucutlass_relayout_block(j, block);
+  else if (j.mode == 2) mucutlass_relayout_narrow_block(j, block);
   else mucutlass_cast_block(j, block);
 }
 

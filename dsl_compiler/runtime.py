@@ -14,10 +14,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from dsl_compiler import interpreter, ir, torch_steps
+from dsl_compiler import interpreter, ir, shapes, torch_steps
 from dsl_compiler.run_settings import RUNTIME_SETTINGS, RuntimeOptions, runtime_setting  # noqa: F401 - re-exported
 
 Backend = Literal["interpreter", "cutlass"]
+
 
 class BindError(ValueError):
     """A param cannot be bound from the model (missing key, wrong shape); the message says which."""
@@ -98,6 +99,7 @@ class ProgramModule(nn.Module):
         self.opaque = nn.ModuleDict({f"m{i}": m for i, m in enumerate((modules or {}).values())})
         self._opaque_paths = {f"m{i}": path for i, path in enumerate(modules or {})}
         self.options = options or RuntimeOptions()
+        self._slice_totals = shapes.slice_totals(program)  # channels of the tensors slices fill (store y[a:b])
         # the input casts as one launch, where the executor can (CUTLASS); the other steps run as written
         self.cast_jobs: list[dict] = []
         self.rest = tuple(program.steps)
@@ -138,7 +140,7 @@ class ProgramModule(nn.Module):
             if isinstance(step, ir.Kernel):
                 env.update(self.executor.run_kernel(self.program, step, env))
             else:
-                env.update(torch_steps.run(step, env, modules))
+                env.update(torch_steps.run(step, env, modules, self._slice_totals))
         return [env[name] for name in self.program.outputs]
 
 

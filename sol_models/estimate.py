@@ -94,7 +94,7 @@ class ProgramEstimate(BaseModel):
     timing_source: Literal["estimate"] = "estimate"
     kernels: list[KernelEstimate] = Field(default_factory=list)
     torch_steps: list[StepEstimate] = Field(default_factory=list)
-    fused_casts: int = 0  # input casts priced as one launch (their rows carry no launch of their own)
+    fused_casts: int = 0  # input copy steps (casts, layout copies, pads) priced as one launch
 
 
 def _softmax(values: list[float], p: float = SOFTMAX_POWER) -> float:
@@ -309,9 +309,13 @@ def estimate_program(program: Any, gpu: GpuSpec, fused_casts: bool | None = None
     steps, types = program_traffic(program)
     if fused_casts is None:
         fused_casts = _setting("MUCUTLASS_FUSED_CASTS") == "on"
-    fused = {j.step_index for j in fused_cast.plan_input_casts(program)} if fused_casts else set()
-    if len(fused) < 2:
-        fused = set()  # one cast is one launch either way
+    jobs = fused_cast.plan_input_casts(program) if fused_casts else ()
+    if sum(len(j.steps) for j in jobs) < 2:
+        jobs = ()  # one cast is one launch either way
+    fused = {i for j in jobs for i in j.steps}
+    # a job reads its source and writes its result once (a cast then a pad: no intermediate copy)
+    job_bytes = {j.steps[0]: ELEMENT_BYTES[types[j.src].dtype] * types[j.src].numel
+                 + ELEMENT_BYTES[types[j.dst].dtype] * types[j.dst].numel for j in jobs}
     by_name = {s.name: s for s in steps if s.kind == "kernel"}
     kernels: list[KernelEstimate] = []
     torch_rows: list[StepEstimate] = []
@@ -345,9 +349,10 @@ def estimate_program(program: Any, gpu: GpuSpec, fused_casts: bool | None = None
             moved = traffic.bytes_read + traffic.bytes_written
             t = 0.0 if traffic.launches == 0 else gpu.launch_latency_us + moved / _dram_bw(gpu) * 1e6
             reasons = ["torch step at DRAM bandwidth"] if t else ["metadata only: no copy, no launch"]
-            if index in fused:  # the fused launch moves every cast's bytes; its one launch is charged to the first
+            if index in fused:  # one launch moves every job's bytes, charged to each job's first step
+                moved = job_bytes.get(index, 0.0)
                 t = moved / _dram_bw(gpu) * 1e6 + (gpu.launch_latency_us if index == first_fused else 0.0)
-                reasons = [f"one of {len(fused)} input casts fused into one launch"]
+                reasons = [f"one of {len(fused)} input copy steps fused into one launch"]
             torch_rows.append(StepEstimate(name=traffic.name, op=traffic.op, bytes_moved=moved, t_us=t, reasons=reasons))
     total = sum(k.t_us for k in kernels) + sum(s.t_us for s in torch_rows)
     return ProgramEstimate(gpu=gpu.name, calibrated=gpu.calibrated, t_us=total, kernels=kernels, torch_steps=torch_rows,

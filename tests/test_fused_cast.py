@@ -80,7 +80,7 @@ def test_estimate_prices_the_fused_casts_as_one_launch():
     apart, fused = estimate_program(prog, gpu, fused_casts=False), estimate_program(prog, gpu, fused_casts=True)
     assert apart.fused_casts == 0 and fused.fused_casts == 3
     assert apart.t_us - fused.t_us == pytest.approx(2 * gpu.launch_latency_us)
-    rows = [r for r in fused.torch_steps if r.reasons == ["one of 3 input casts fused into one launch"]]
+    rows = [r for r in fused.torch_steps if r.reasons == ["one of 3 input copy steps fused into one launch"]]
     assert len(rows) == 3
     one = _program(PROGRAM.replace('torch b_f16 = to(b, dtype="f16")\n', "").replace("gemm(a_f16, b_f16)", "gemm(a_f16, b)")
                    .replace('torch x_cl = channels_last(x, dtype="f16")\n', "").replace("y_f32, x_cl, same", "y_f32"))
@@ -111,12 +111,15 @@ class _Executor:
         self.fused_calls.append([j["dst"] for j in jobs])
         if self.decline:
             return None
-        out = {}
-        for j in jobs:
-            x = env[j["src"]]
-            out[j["dst"]] = (torch_steps.channels_last(x, j["dtype"]) if j["relayout"]
-                             else x.to(torch_steps.torch_dtype(j["dtype"])))
-        return out
+        return {j["dst"]: _emulated(j, env[j["src"]]) for j in jobs}
+
+
+def _emulated(job, x):
+    """What one job gives, by torch: zero padding at the end of its dims, then the cast / layout copy."""
+    if job.get("pad"):
+        spec = [a for e in reversed(job["pad"]) for a in (0, e)]
+        x = torch.nn.functional.pad(x, spec)
+    return torch_steps.channels_last(x, job["dtype"]) if job["relayout"] else x.to(torch_steps.torch_dtype(job["dtype"]))
 
 
 def _inputs():
@@ -131,7 +134,7 @@ def test_program_module_runs_the_plan_once_then_the_other_steps(decline, monkeyp
     ex = _Executor(decline)
     ran = []
     real_run = torch_steps.run
-    monkeypatch.setattr(torch_steps, "run", lambda step, env, modules=None: ran.append(step.outputs[0]) or real_run(step, env, modules))
+    monkeypatch.setattr(torch_steps, "run", lambda step, env, *rest: ran.append(step.outputs[0]) or real_run(step, env, *rest))
     module = runtime.ProgramModule(prog, ex, params, options=RuntimeOptions(fused_casts=True))
     out = module(*_inputs())
     by_module = set(ran)  # the module's steps, not the reference's below
@@ -160,13 +163,67 @@ def test_run_fused_casts_declines_what_it_cannot_read():
     assert cutlass_runtime.run_fused_casts("/nonexistent/fused.so", jobs, env) is None
 
 
-def test_block_counts_cover_every_element_and_tile():
+def test_geometry_covers_every_element_tile_and_padded_zero():
     plain = {"relayout": False}
-    assert cutlass_runtime.cast_blocks(plain, (4096, 4096)) == 4096 * 4096 // 2048
-    assert cutlass_runtime.cast_blocks(plain, (3, 5)) == 1
+    assert cutlass_runtime.cast_geometry(plain, (4096, 4096)) == (0, 1, 4096, 4096, 4096, 4096, 4096 * 4096 // 2048)
+    assert cutlass_runtime.cast_geometry(plain, (3, 5))[-1] == 1
+    assert cutlass_runtime.cast_geometry(plain, (7,)) == (0, 1, 1, 7, 1, 7, 1)
+    # a padded K (last dim) and a padded K of B (rows): the output's elements, zeros included
+    assert cutlass_runtime.cast_geometry({"relayout": False, "pad": [0, 3]}, (4096, 2949)) == (
+        0, 1, 4096, 2949, 4096, 2952, -(-4096 * 2952 // 2048))
+    assert cutlass_runtime.cast_geometry({"relayout": False, "pad": [0, 3, 0]}, (2, 2949, 64))[:6] == (0, 2, 2949, 64, 2952, 64)
     relayout = {"relayout": True}
-    assert cutlass_runtime.cast_blocks(relayout, (2, 64, 8, 8)) == 2 * 1 * 1
-    assert cutlass_runtime.cast_blocks(relayout, (2, 65, 9, 8)) == 2 * 2 * 2
+    assert cutlass_runtime.cast_geometry(relayout, (2, 64, 8, 8)) == (1, 2, 64, 64, 64, 64, 2)
+    assert cutlass_runtime.cast_geometry(relayout, (2, 65, 9, 8))[-1] == 2 * 2 * 2
+    # few channels: a thread per position; the padded channels count
+    assert cutlass_runtime.cast_geometry({"relayout": True, "pad": [0, 1, 0, 0]}, (32, 3, 256, 256)) == (
+        2, 32, 3, 65536, 4, 65536, 32 * 65536 // 256)
+
+
+PADDED = """program padded
+input a: f32[64, 37]
+input b: f32[37, 48]
+input x: f32[2, 3, 8, 8]
+input y: f32[2, 6, 8, 8]
+input r: f32[64, 37]
+
+torch a_f16 = to(a, dtype="f16")
+torch a_f16_pad = pad(a_f16, (0, 3))
+torch b_f16 = to(b, dtype="f16")
+torch b_f16_pad = pad(b_f16, (0, 0, 0, 3))
+torch x_pad = pad(x, (0, 0, 0, 0, 0, 1))
+torch x_pad_cl = channels_last(x_pad)
+torch y_pad = pad(y, (0, 0, 0, 0, 0, 2))
+torch y_pad_cl = channels_last(y_pad, dtype="f16")
+torch r_f16 = to(r, dtype="f16")
+torch r_pad = pad(r_f16, (1, 3))
+torch r_sum = sum(r_f16, dim=1)
+output a_f16_pad, b_f16_pad, x_pad_cl, y_pad_cl, r_pad, r_sum
+"""
+
+
+def test_plan_folds_the_pad_into_the_cast_it_feeds_or_follows():
+    jobs = {j.dst: j for j in fused_cast.plan_input_casts(_program(PADDED))}
+    assert jobs["a_f16_pad"] == fused_cast.CastJob(steps=(0, 1), src="a", dst="a_f16_pad", dtype="f16", relayout=False,
+                                                   pad=(0, 3))
+    assert jobs["b_f16_pad"].pad == (3, 0) and jobs["b_f16_pad"].steps == (2, 3)
+    assert jobs["x_pad_cl"] == fused_cast.CastJob(steps=(4, 5), src="x", dst="x_pad_cl", dtype="f32", relayout=True,
+                                                  pad=(0, 1, 0, 0))
+    assert jobs["y_pad_cl"].dtype == "f16" and jobs["y_pad_cl"].pad == (0, 2, 0, 0)
+    # r_f16 is read by two steps (its pad and a sum): the cast alone; a left pad is not the kernel's
+    assert jobs["r_f16"].steps == (8,) and jobs["r_f16"].pad == () and "r_pad" not in jobs
+
+
+def test_padded_program_runs_the_same_with_the_plan(monkeypatch):
+    prog = _program(PADDED)
+    torch.manual_seed(0)
+    inputs = [torch.randn(64, 37), torch.randn(37, 48), torch.randn(2, 3, 8, 8), torch.randn(2, 6, 8, 8), torch.randn(64, 37)]
+    ex = _Executor()
+    out = runtime.ProgramModule(prog, ex, {}, options=RuntimeOptions(fused_casts=True))(*inputs)
+    ref = interpreter.run(prog, inputs, {})
+    assert len(ex.fused_calls) == 1 and len(ex.fused_calls[0]) == 5
+    for o, r in zip(out, ref):
+        assert o.dtype == r.dtype and o.shape == r.shape and o.stride() == r.stride() and torch.equal(o, r)
 
 
 def test_build_adds_the_library_when_the_setting_is_on(fake_toolchain, monkeypatch):  # noqa: F811
@@ -230,8 +287,8 @@ def test_the_library_builds_and_its_job_layout_matches_the_runtime(tmp_path):
     so = build.build_fused_cast_library(tmp_path / "cache")
     assert build.build_fused_cast_library(tmp_path / "cache") == so  # cached
     lib = cutlass_runtime._cast_library(str(so))  # checks the digest and sizeof(MucutlassCastJob)
-    assert lib.mucutlass_fused_cast_job_bytes() == ctypes.sizeof(cutlass_runtime._CastJob) == 64
-    assert ctypes.sizeof(cutlass_runtime._CastJobs) == 16 * 64 + 8  # the job list, count, padding: a kernel param
+    assert lib.mucutlass_fused_cast_job_bytes() == ctypes.sizeof(cutlass_runtime._CastJob) == 80
+    assert ctypes.sizeof(cutlass_runtime._CastJobs) == 16 * 80 + 8  # the job list, count, padding: a kernel param
 
 
 @pytest.mark.gpu
@@ -244,11 +301,15 @@ def test_one_launch_gives_what_the_steps_give(tmp_path):
     jobs = [dict(src="a", dst="a16", dtype="f16", relayout=False), dict(src="b", dst="b_bf", dtype="bf16", relayout=False),
             dict(src="x", dst="x_cl", dtype="f16", relayout=True), dict(src="y", dst="y_cl", dtype="bf16", relayout=True),
             dict(src="h", dst="h32", dtype="f32", relayout=False), dict(src="v", dst="v_cl", dtype="f32", relayout=True)]
-    jobs += [dict(src="a", dst=f"a{i}", dtype="bf16", relayout=False) for i in range(14)]  # 20 jobs: two launches
+    env["k"], env["c3"] = torch.randn(300, 2949, device="cuda"), torch.randn(4, 3, 33, 35, device="cuda")
+    jobs += [dict(src="k", dst="k_pad", dtype="f16", relayout=False, pad=[0, 3]),  # a padded K
+             dict(src="k", dst="k_rows", dtype="bf16", relayout=False, pad=[5, 0]),  # a padded K of B
+             dict(src="c3", dst="c3_cl", dtype="f32", relayout=True, pad=[0, 1, 0, 0]),  # 3 -> 4 channels
+             dict(src="x", dst="x_pad_cl", dtype="f16", relayout=True, pad=[0, 10, 0, 0])]  # 70 -> 80: tiles
+    jobs += [dict(src="a", dst=f"a{i}", dtype="bf16", relayout=False) for i in range(10)]  # 20 jobs: two launches
     out = cutlass_runtime.run_fused_casts(so, jobs, env)
     for j in jobs:
-        ref = (torch_steps.channels_last(env[j["src"]], j["dtype"]) if j["relayout"]
-               else env[j["src"]].to(torch_steps.torch_dtype(j["dtype"])))
+        ref = _emulated(j, env[j["src"]])
         got = out[j["dst"]]
         assert got.dtype == ref.dtype and got.stride() == ref.stride() and torch.equal(got, ref), j
     # a non-contiguous input is declined, and the launch is capturable
@@ -260,3 +321,15 @@ def test_one_launch_gives_what_the_steps_give(tmp_path):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured["a16"], env["a"].half())
+
+
+def test_a_copy_into_the_channels_slices_fill_stays_a_step():
+    from test_language_slices import DENSE
+
+    prog = _program("program dense\n" + DENSE.replace("param g0: f32[16]", 'param g0: f32[16] = "g0"'))
+    assert fused_cast.plan_input_casts(prog) == ()  # `torch feat[0:16] = channels_last(x)` writes into feat
+    torch.manual_seed(0)
+    params = {d.name: torch.randn(d.shape) for d in prog.params}
+    x = torch.randn(2, 16, 8, 8)
+    out = runtime.ProgramModule(prog, _Executor(), params, options=RuntimeOptions(fused_casts=True))(x)
+    assert torch.equal(out, interpreter.run(prog, [x], params)[0])

@@ -21,7 +21,7 @@ def test_plans_name_the_casts_the_runtime_fuses_and_the_graph_decision():
 
 
 def _setting(t_us, correct=True, bits=True):
-    return {"t_us": t_us, "correct": correct, "same_bits_as_plain": bits, "replays": 3, "last_reason": "", "fused_jobs": 2}
+    return {"t_us": t_us, "host_us": 12.5, "correct": correct, "same_bits_as_plain": bits, "replays": 3, "last_reason": "", "fused_jobs": 2}
 
 
 def test_table_flags_a_wrong_or_changed_result_and_shows_the_best_setting():
@@ -29,12 +29,12 @@ def test_table_flags_a_wrong_or_changed_result_and_shows_the_best_setting():
     bad = dict(settings)
     bad["graph on, fused on"] = _setting(19.0, bits=False)
     doc = {"gpu": "h200", "date": "2026-12-01", "rows": [
-        {"problem": "smoke/a", "steps": 3, "casts": ["x"], "graph_auto": True, "settings": settings},
+        {"problem": "smoke/a", "steps": 3, "casts": ["x"], "graph_auto": True, "settings": settings, "host_est_us": 30.0},
         {"problem": "smoke/b", "steps": 3, "casts": ["x", "y"], "graph_auto": False, "settings": bad,
          "cast_timing": {"jobs": 2, "bytes": 1, "t_steps_us": 5.0, "t_fused_us": 3.0, "steps_tb_s": 1.0, "fused_tb_s": 2.0}},
         {"problem": "smoke/c", "error": "build failed"}]}
     md = bench_runtime.to_markdown(doc)
     lines = [ln for ln in md.splitlines() if ln.startswith("| smoke/")]
-    assert "| 40.0 | 38.0 | 20.0 | 19.0 | 2.11x | yes | yes | on |" in lines[0]
+    assert "| 40.0 | 38.0 | 20.0 | 19.0 | 2.11x | yes | yes | on | 12.5 / 30.0 |" in lines[0]
     assert "**no**" in lines[1] and "5.0 / 3.0 (1.0 / 2.0)" in lines[1]
     assert lines[2].endswith("build failed |")
