@@ -128,9 +128,11 @@ class Prepared:
         self.model_seed, self.model = model_seed, model
         self.sets: list[tuple[int, list, list]] = []  # (seed, inputs, reference outputs)
         self.shuffled: tuple[list, list] | None = None  # set 1's values reordered, and their reference
+        self.sealed: list[tuple[int, list, list]] = []  # a profile's: sets for its sealed calls (evals.sealed)
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for _, x, r in self.sets for t in (*x, *r) if isinstance(t, torch.Tensor))
+        return sum(t.numel() * t.element_size() for _, x, r in (*self.sets, *self.sealed) for t in (*x, *r)
+                   if isinstance(t, torch.Tensor))
 
 
 class Attempt:
@@ -244,6 +246,7 @@ class Judge:
         self.prepared: dict[tuple, Prepared] = {}  # by (problem, device, "validate" | "profile")
         self.next_up: tuple | None = None  # (problem, device, validation sets, profile sets): prepared when idle
         self.validate_sets = 5  # the last validation's number of input sets
+        self.sealed_k: dict[tuple, int] = {}  # the last profile's sealed calls per (problem, device): K sets to prepare
 
     # -- candidate processes ------------------------------------------------------------------
     def start_spares(self) -> None:
@@ -351,6 +354,14 @@ class Judge:
             self._add_set(problem, b, _seed(), device)
         if purpose == "validate" and b.shuffled is None and not (until is not None and until()):
             self._add_shuffled(problem, b)
+        # a profile's sealed calls: as many sets as the last profile of this problem staged (its K)
+        while purpose == "profile" and b.sets and len(b.sealed) < self.sealed_k.get(key[:3], 0):
+            if (until is not None and until()) or b.nbytes() * (len(b.sets) + len(b.sealed) + 1) / (
+                    len(b.sets) + len(b.sealed)) > cap:
+                return
+            seed = _seed()
+            x = self.inputs(problem, [seed], device)[0]
+            b.sealed.append((seed, x, self.reference(problem, b.model_seed, x)))
 
     def take(self, problem: Problem, device, purpose: str, n_sets: int, fixed: int | None = None) -> Prepared:
         """The sets for this operation: the prepared ones (removed: never used twice), completed to
@@ -762,7 +773,7 @@ class Judge:
                 raise Finding(verdicts.TIMING_TAMPERED, f"the current stream's part of a call took {cur:.1f} us but all "
                               f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
             with self.stages("sealed"):
-                self.sealed_calls(attempt, inst, problem, model_seed, inputs[0], refs[0], res, device)
+                self.sealed_calls(attempt, inst, problem, model_seed, inputs[0], refs[0], res, device, pool=bundle.sealed)
             # the work, recorded on a fresh set in a call whose output is compared like every other's
             _, cmp = self.call(attempt, inst, inputs[k + 2], refs[k + 2], tol, count={"kernels": device.type == "cuda"})
             if not cmp["correct"]:
@@ -806,7 +817,7 @@ class Judge:
         return out
 
     def sealed_calls(self, attempt: Attempt, inst: int, problem: Problem, model_seed: int, x0: list, ref0: list,
-                     res: dict, device) -> None:
+                     res: dict, device, pool: list | None = None) -> None:
         """The judge-clocked bound (``evals.sealed``): K fresh input sets staged masked, then unmasked, called
         and checksummed inside one request this process times, then fetched and checked. Records
         ``res["sealed"]``; a reported time under the bound's rule, a wrong output or a checksum that does
@@ -822,6 +833,7 @@ class Judge:
         gbps = sealed.bandwidth_gbps(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
         k = sealed.choose_k(t_us, sealed.floor_us(in_bytes + out_bytes, gbps),
                             sealed.staged_bytes(in_bytes, out_bytes, out_numel), device.type)
+        self.sealed_k[(problem.path, problem.source_hash, str(device))] = k  # the next profile's sets are drawn ahead
         if device.type == "cuda":
             floor_us = sealed.floor_us(sealed.overhead_bytes(in_bytes, out_numel, out_bytes), gbps)
         else:  # no bandwidth data for a CPU: the same passes, timed here
@@ -832,7 +844,8 @@ class Judge:
         # a few go requests with fresh sets, the least disturbed one judged: the host's other work can only
         # lengthen a request, never shorten it
         for _ in range(sealed.REPEATS.get(device.type, 1)):
-            wall_s, ping_s, cpu_s, ping_cpu_s = self.sealed_go(attempt, inst, problem, model_seed, x0, ref0, k, device)
+            wall_s, ping_s, cpu_s, ping_cpu_s = self.sealed_go(attempt, inst, problem, model_seed, x0, ref0, k, device,
+                                                               pool)
             # the judge's clock; on the CPU also the kernel's count of the candidate's processes' CPU time (a
             # shared host's waits for a core lengthen the first, not the second); the smaller bound is judged
             pairs = [(wall_s, ping_s)] + ([(cpu_s, ping_cpu_s)] if cpu_s is not None and ping_cpu_s is not None else [])
@@ -849,19 +862,21 @@ class Judge:
             raise Finding(verdicts.TIMING_TAMPERED, sealed.rule_text(t_us, u_us, k, beta))
 
     def sealed_go(self, attempt: Attempt, inst: int, problem: Problem, model_seed: int, x0: list, ref0: list,
-                  k: int, device) -> tuple[float, float, float | None, float | None]:
-        """One stage, go and fetch of ``k`` fresh sets; returns the go request's and a ping's round trip
-        (seconds, from sending to the reply's arrival) and, on the CPU, the CPU time the candidate's processes
-        spent in each, after checking every output and checksum."""
-        sets = self.inputs(problem, [_seed() for _ in range(k)], device)
+                  k: int, device, pool: list | None = None) -> tuple[float, float, float | None, float | None]:
+        """One stage, go and fetch of ``k`` fresh sets (taken first from ``pool``: sets with their references
+        drawn ahead of need, each used once); returns the go request's and a ping's round trip (seconds, from
+        sending to the reply's arrival) and, on the CPU, the CPU time the candidate's processes spent in each,
+        after checking every output and checksum."""
+        ready = [pool.pop(0) for _ in range(min(k, len(pool)))] if pool else []
+        sets = [x for _, x, _ in ready] + self.inputs(problem, [_seed() for _ in range(k - len(ready))], device)
         mask_seeds = [sealed.seed() for _ in x0]
         with self.stages("sealed_mask"):
             masked = [sealed.mask(torch.stack([s[p] for s in sets]), mask_seeds[p]) if isinstance(x, torch.Tensor)
                       else x for p, x in enumerate(x0)]
-        refs: list = []  # computed while the candidate stages the sets
+        refs: list = [r for _, _, r in ready]  # the others computed while the candidate stages the sets
 
         def references() -> None:
-            refs.extend(self.reference(problem, model_seed, s) for s in sets)
+            refs.extend(self.reference(problem, model_seed, s) for s in sets[len(ready):])
 
         attempt.request("sealed_stage", {"instance": inst, "masked": masked, "out_specs": [
             [list(r.shape), sealed.dtype_name(r.dtype)] for r in ref0]}, during=references)

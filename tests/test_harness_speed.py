@@ -222,3 +222,17 @@ def test_pinned_arena_round_trip_on_gpu():
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
     assert _pinned_round_trip() == 4 << 20
+
+
+def test_a_profile_s_sealed_sets_are_prepared_with_its_model(judge, problem):
+    cpu = torch.device("cpu")
+    judge.sealed_k[(problem.path, problem.source_hash, str(cpu))] = 7  # as the last profile of this problem staged
+    judge.prepare(problem, cpu, "profile", 3)
+    b = judge.take(problem, cpu, "profile", 3)
+    assert len(b.sealed) == 7 and len({s for s, _, _ in b.sets + b.sealed}) == 10  # all fresh, none shared
+    model = problem.make_model(b.model_seed, cpu)
+    with torch.no_grad():
+        for seed, x, ref in b.sealed:
+            assert torch.equal(model(*problem.make_inputs(seed, cpu)), ref[0])
+    judge.prepare(problem, cpu, "validate", 2)  # a validation's sets carry none
+    assert judge.prepared[judge._prepared_key(problem, cpu, "validate")].sealed == []
