@@ -129,6 +129,7 @@ class Prepared:
         self.sets: list[tuple[int, list, list]] = []  # (seed, inputs, reference outputs)
         self.shuffled: tuple[list, list] | None = None  # set 1's values reordered, and their reference
         self.sealed: list[tuple[int, list, list]] = []  # a profile's: sets for its sealed calls (evals.sealed)
+        self.ready = 0  # of the sets an operation took, how many were drawn before it
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for _, x, r in (*self.sets, *self.sealed) for t in (*x, *r)
@@ -373,6 +374,7 @@ class Judge:
                 b = Prepared(model_seed, problem.make_model(model_seed, device))
         self._use_model(problem, b, device)
         b.sets = b.sets[:n_sets]
+        b.ready = len(b.sets)
         while len(b.sets) < n_sets:
             self._add_set(problem, b, fixed + 1_000_003 * len(b.sets) if fixed is not None else _seed(), device)
         return b
@@ -528,6 +530,7 @@ class Judge:
             seeds = [seed for seed, _, _ in bundle.sets]
             ref_inputs = [x for _, x, _ in bundle.sets]
             refs = [r for _, _, r in bundle.sets]
+            info["prepared_sets"] = bundle.ready
             self.load(attempt, problem, cand, model_seed, float(settings.get("startup_timeout_s", 300)))
             inst = self.build(attempt, problem, model_seed)
             outs = []
