@@ -17,6 +17,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -106,7 +107,11 @@ def coverage_columns(problem) -> dict:
         report = trace_report(problem)
     except Exception as exc:  # the row still shows the timings
         return {"coverage": None, "coverage_error": f"{type(exc).__name__}: {exc}"}
+    lines = [line.strip() for line in report.program.splitlines()]
     return {"coverage": report.coverage, "kernels": report.kernels, "torch_steps": report.torch_steps,
+            # a channel concatenation: kernels storing into their channels (store y[a:b]) or a cat step copying
+            "slice_stores": sum(1 for line in lines if re.match(r"store \w+\[\d+:\d+\]", line)),
+            "cat_steps": sum(1 for line in lines if re.match(r"torch \w+ = cat\(", line)),
             "coverage_target": TARGET_COVERAGE.get(problem.name, 0.9),
             "left_to_pytorch": sorted({f"{o.target}: {o.reason}" for o in report.torch_ops})[:4]}
 
@@ -131,6 +136,11 @@ def table(problems: list, results_path: Path, gpu: str) -> dict:
     return doc
 
 
+def _concat_note(row: dict) -> str:
+    parts = [f"{row[k]} {what}" for k, what in (("slice_stores", "slice stores"), ("cat_steps", "cat steps")) if row.get(k)]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def to_markdown(doc: dict) -> str:
     s = doc["summary"]
     lines = [
@@ -152,7 +162,8 @@ def to_markdown(doc: dict) -> str:
             f"| {r['problem']} | {_fmt(r.get('eager_fp32_us'))} | {_fmt(r.get('eager_tf32_us'))} | "
             f"{_fmt(r.get('compile_us'))} | {_fmt(r.get('ours_us'))} | {_fmt(r.get('ours_vs_floor'), 'x')} | "
             f"{_fmt(r.get('kept_us', r.get('ours_us')))} | {('**' + r['fallback'] + '**') if r.get('fallback') else '-'} | "
-            f"{_fmt(r.get('coverage'), 'pct')} | {r.get('kernels', '-')} / {r.get('torch_steps', '-')} | "
+            f"{_fmt(r.get('coverage'), 'pct')} | {r.get('kernels', '-')} / {r.get('torch_steps', '-')}"
+            f"{_concat_note(r)} | "
             f"{r.get('precision') or '-'} | {_fmt(r.get('speedup_vs_eager_tf32'), 'x')} | "
             f"{_fmt(r.get('speedup_vs_compile'), 'x')} | {'yes' if r.get('correct') else 'no'} |")
     lines += [

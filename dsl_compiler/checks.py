@@ -114,7 +114,18 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
         for n in names:
             later.setdefault(n, step.span)
 
+    # a tensor filled by slice stores is defined by its first one and read after its last
+    sliced = {s.name for k in program.kernels for s in k.stores if s.channels is not None}
+    last_writer = {s.name: i for i, step in enumerate(program.steps) if isinstance(step, ir.Kernel)
+                   for s in step.stores if s.channels is not None}
+    step_index = 0
+    slice_defined: set[str] = set()
+
     def define(name: str, span: ir.Span | None, what: str) -> None:
+        if what == "slice store" and name in slice_defined:
+            return
+        if what == "slice store" and name not in defined:
+            slice_defined.add(name)
         if name in defined:
             first = defined[name]
             diags.append(_diag("duplicate-name", f"'{name}' is defined twice", span, found=f"a second {what} '{name}'",
@@ -124,6 +135,12 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
             defined[name] = span
 
     def use(name: str, span: ir.Span | None, where: str) -> None:
+        if name in defined and name in sliced and step_index <= last_writer[name]:
+            diags.append(_diag("undefined-name", f"'{name}' is read by {where} before all its channels are stored",
+                               span, found=f"its last slice store is in a later kernel, at {program.steps[last_writer[name]].span}",
+                               expected=f"a read after every `store {name}[a:b]`",
+                               hint="move this step below the last kernel that stores into it"))
+            return
         if name in defined:
             return
         if name in later:
@@ -138,7 +155,7 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
     for d in program.decls:
         define(d.name, d.span, d.kind)
     kernel_names: set[str] = set()
-    for step in program.steps:
+    for step_index, step in enumerate(program.steps):
         if isinstance(step, ir.Kernel):
             if step.name in kernel_names:
                 diags.append(_diag("duplicate-name", f"two kernels are named '{step.name}'", step.span,
@@ -160,7 +177,7 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
                     if isinstance(node, ir.Ref) and node.name not in lets:
                         use(node.name, node.span or store.span, f"kernel '{step.name}'")
             for store in step.stores:
-                define(store.name, store.span, "store")
+                define(store.name, store.span, "slice store" if store.channels is not None else "store")
         else:
             for a in step.args:
                 if isinstance(a, ir.TensorArg):
@@ -173,6 +190,7 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
             diags.append(_diag("duplicate-name", f"'{o}' is output twice", program.outputs_span, found=o,
                                expected="distinct outputs", hint="list each output once"))
         seen.add(o)
+        step_index = len(program.steps)
         use(o, program.outputs_span, "the output line")
     return diags
 
@@ -569,6 +587,11 @@ def _check(program: ir.Program, target: str, backend: str | None,
     if has_errors(diags):
         return diags  # shape inference on such sizes would only overflow
     strict = backend == "cutlass"
+    totals = shapes.slice_totals(program)
+    diags += _slice_gaps(program, totals)
+    if has_errors(diags):
+        return diags
+    written: dict[str, list[tuple[int, int, ir.Span | None]]] = {}  # slices stored so far, by tensor
     for step in program.steps:
         if isinstance(step, ir.Kernel):
             checker = _KernelChecker(program, step, types, tgt, strict)
@@ -577,7 +600,14 @@ def _check(program: ir.Program, target: str, backend: str | None,
             if checker.out_shape is None or any(d.code in _BLOCKING and d.severity == "error" for d in kd):
                 return diags  # later steps would only repeat this cause
             for s in step.stores:
-                types[s.name] = shapes.store_type(step, s, checker.out_shape, checker.dims, checker.out_layout)
+                t = shapes.store_type(step, s, checker.out_shape, checker.dims, checker.out_layout)
+                if s.channels is not None:
+                    sd = _check_slice_store(step, s, t, types.get(s.name), totals[s.name], written, tgt)
+                    diags += sd
+                    if has_errors(sd):
+                        return diags
+                    t = types.get(s.name) or shapes.sliced_type(t, totals[s.name], isinstance(step.op, ir.ConvOp))
+                types[s.name] = t
             produced = [s.name for s in step.stores]
         else:
             try:
@@ -597,6 +627,66 @@ def _check(program: ir.Program, target: str, backend: str | None,
     if strict and not has_errors(diags):
         diags += _backend_limits(program)
     return diags
+
+
+def _slice_gaps(program: ir.Program, totals: dict[str, int]) -> list[Diagnostic]:
+    """Every channel of a tensor filled by slice stores is stored by some kernel."""
+    diags = []
+    for name, total in totals.items():
+        parts = sorted((s.channels[0], s.channels[1], s.span) for k in program.kernels for s in k.stores
+                       if s.name == name and s.channels is not None)
+        covered = 0
+        for start, end, span in parts:
+            if start > covered:
+                diags.append(_diag("shape-mismatch", f"no kernel stores channels {covered}..{start} of '{name}'", span,
+                                   found=f"slices {', '.join(f'[{a}:{b}]' for a, b, _ in parts)}",
+                                   expected=f"slices covering 0..{total}",
+                                   hint="store the missing channels from a kernel, or renumber the slices"))
+            covered = max(covered, end)
+    return diags
+
+
+def _check_slice_store(kernel: ir.Kernel, store: ir.Store, t: shapes.TensorType, filled: shapes.TensorType | None,
+                       total: int, written: dict[str, list[tuple[int, int, ir.Span | None]]], tgt: Target) -> list[Diagnostic]:
+    """``store y[a:b]``: b - a is the kernel's output channel count, the writers of y agree on rows and element type,
+    slices do not overlap, and each starts and ends on TMA's 16-byte boundary."""
+    start, end = store.channels
+    where = f"kernel '{kernel.name}': store {store.name}[{start}:{end}]"
+    conv = isinstance(kernel.op, ir.ConvOp)
+    if isinstance(store.expr, ir.Reduce):
+        return [_diag("reduction", f"{where} is a reduction", store.span, found=store.expr.fn,
+                      expected="a full store", hint="slice stores write full outputs; store the reduction by name")]
+    n = t.shape[1] if conv else t.shape[-1]
+    if end - start != n:
+        return [_diag("shape-mismatch", f"{where} names {end - start} channels; the kernel computes {n}", store.span,
+                      found=f"[{start}:{end}]", expected=f"[{start}:{start + n}]",
+                      hint="a slice store writes all of the kernel's output channels")]
+    rows = shapes.output_rows(kernel, t.shape)
+    if filled is not None:
+        if filled.dtype != store.dtype:
+            return [_diag("dtype", f"{where} is {store.dtype}; '{store.name}' is {filled.dtype}", store.span,
+                          found=store.dtype, expected=filled.dtype, hint="every slice store of a tensor has its type")]
+        filled_rows = math.prod(filled.shape) // total
+        if filled_rows != rows:
+            return [_diag("shape-mismatch", f"{where} writes {rows} rows; '{store.name}' has {filled_rows}", store.span,
+                          found=f"{rows} rows ({_dims_text(t.shape)})", expected=f"{filled_rows} rows",
+                          hint="kernels fill one tensor only when their outputs have the same rows (pixels)")]
+    for a, b, span in written.get(store.name, []):
+        if a < end and start < b:
+            return [_diag("shape-mismatch", f"{where} overlaps [{a}:{b}], stored at {span}", store.span,
+                          found=f"[{start}:{end}] and [{a}:{b}]", expected="disjoint channel ranges",
+                          hint="give each kernel its own channels")]
+    written.setdefault(store.name, []).append((start, end, store.span))
+    unit, nbytes = tgt.tma_alignment_bytes, ir.ELEMENT_BYTES[store.dtype]
+    if conv and kernel.op.groups > 1:
+        return []  # the grouped conv kernels are no TMA kernels (and have no slice store: the backend says so)
+    for what, value in (("starts at channel", start), ("fills a tensor of", total)):
+        if value * nbytes % unit:
+            return [_diag("alignment", f"{where} {what} {value}: {value * nbytes} bytes, not a multiple of TMA's "
+                          f"{unit} bytes", store.span, found=f"{value} {store.dtype}",
+                          expected=f"a multiple of {unit // nbytes} channels",
+                          hint="concatenate in a torch step (cat), or pad the channels")]
+    return []
 
 
 def _backend_limits(program: ir.Program) -> list[Diagnostic]:

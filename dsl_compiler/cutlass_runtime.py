@@ -130,6 +130,40 @@ def _output(outputs, name, shape, dtype, device, channels_last=False):
     return t
 
 
+def channel_slice(buf, shape, offset, total, conv):
+    """A kernel's output ``shape`` as a view of channels ``offset``.. of ``buf``, whose rows (a GEMM's rows, a
+    conv's output pixels) hold ``total`` channels each, densely: a channels-last conv output or a row-major
+    [..., M, total]. Kernels storing into slices of one such tensor concatenate along channels for free."""
+    if conv:
+        stride, step = [1], total
+        for extent in reversed(shape[2:]):
+            stride.insert(1, step)
+            step *= extent
+        stride.insert(0, step)
+    else:
+        stride = [total, 1] if len(shape) >= 2 else [1]
+        if len(shape) == 3:
+            stride.insert(0, shape[1] * total)
+    return buf.as_strided(tuple(shape), tuple(stride), buf.storage_offset() + offset)
+
+
+def _slice_output(env, spec, shape, dtype, device, conv):
+    """The tensor a slice store fills (allocated by its first writer, in that writer's form) and the view of
+    this kernel's channels in it."""
+    offset, total = spec["channels"]
+    name, rows = spec["name"], 1
+    for d in (shape[:1] + shape[2:]) if conv else shape[:-1]:
+        rows *= d
+    buf = env.get(name)
+    if buf is None:
+        full = list(shape)
+        full[1 if conv else -1] = total
+        buf = _output({}, name, tuple(full), dtype, device, channels_last=conv)
+    elif buf.numel() != rows * total or buf.dtype != dtype:
+        raise CutlassError(f"'{name}' must hold {rows} rows of {total} {dtype} channels, got {tuple(buf.shape)} {buf.dtype}")
+    return buf, channel_slice(buf, shape, offset, total, conv)
+
+
 def _check_dtype(kernel_name, name, t, dtype):
     if t.dtype != TORCH_DTYPE[dtype]:
         raise CutlassError(f"kernel '{kernel_name}': '{name}' is {t.dtype}, the kernel was built for {dtype}")
@@ -148,7 +182,9 @@ def gemm_call_args(kernel_name, op, abi, env, outputs):
     tensors, results = [], {}
     for spec in abi["tensors"]:
         role, name, dtype = spec["role"], spec["name"], TORCH_DTYPE[spec["dtype"]]
-        if role in ("d", "store"):
+        if role in ("d", "store") and spec.get("channels"):
+            results[name], t = _slice_output(env, spec, full_shape, dtype, a.device, False)
+        elif role in ("d", "store"):
             t = results[name] = _output(outputs, name, full_shape, dtype, a.device)
         elif role == "reduce":
             shape = ((l, m) if batched else (m,)) if spec["reduce_fn"].startswith("row_") else ((l, n) if batched else (n,))
@@ -236,7 +272,9 @@ def conv_call_args(kernel_name, op, abi, env, outputs):
     tensors, results = [], {}
     for spec in abi["tensors"]:
         role, name = spec["role"], spec["name"]
-        if role == "d":
+        if role == "d" and spec.get("channels"):
+            results[name], t = _slice_output(env, spec, out_shape, TORCH_DTYPE[spec["dtype"]], x.device, True)
+        elif role == "d":
             t = _output(outputs, name, out_shape, TORCH_DTYPE[spec["dtype"]], x.device, channels_last=True)
             if not t.permute(0, *range(2, t.dim()), 1).is_contiguous():
                 raise CutlassError(f"output '{name}' must be channels-last")
@@ -253,6 +291,8 @@ def conv_call_args(kernel_name, op, abi, env, outputs):
                 if role == "col" and t.numel() != kk:
                     raise CutlassError(f"kernel '{kernel_name}': '{name}[col]' needs {kk} values, got {t.numel()}")
         tensors.append(t)
+    for extra in abi["ints"][len(ints):]:  # "p<i>.ld": the pixel stride of a slice store's output
+        ints.append(tensors[int(extra[1:].split(".")[0])].stride(-1))
     return tensors, ints, results
 
 
@@ -283,6 +323,10 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
         for spec, shape_info in zip(abi["tensors"], out_specs):
             if shape_info is None:
                 ptr_values.append(env[spec["name"]].data_ptr())
+            elif spec.get("channels"):
+                shape, _, dtype = shape_info
+                results[spec["name"]], t = _slice_output(env, spec, shape, dtype, device, op["kind"] == "conv")
+                ptr_values.append(t.data_ptr())
             else:
                 shape, stride, dtype = shape_info
                 t = results[spec["name"]] = torch.empty_strided(shape, stride, dtype=dtype, device=device)

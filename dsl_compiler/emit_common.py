@@ -49,6 +49,9 @@ class AbiTensor:
     role: str
     dtype: str
     reduce_fn: str | None = None
+    # an output stored as channels (offset, of total) of a tensor several kernels fill (``store y[a:b]``): the
+    # runtime passes a view of that tensor; the kernel's C++ does not depend on it (out of repr: digests keep)
+    channels: tuple[int, int] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -350,13 +350,23 @@ def emit_kernel(program: Program, kernel: Kernel, dtypes: dict[str, str] | None 
     """C++ for one kernel, or raise EmitError with an `unsupported` Diagnostic."""
     dtypes = dtypes or tensor_dtypes(program)
     op = kernel.op
+    sliced = {s.name: s.channels for s in kernel.stores if s.channels is not None}
+    if sliced and (isinstance(op, GroupedGemmOp) or isinstance(op, ConvOp) and op.groups != 1):
+        s = next(s for s in kernel.stores if s.channels is not None)
+        raise unsupported(kernel, f"a slice store ({s.name}[{s.channels[0]}:{s.channels[1]}]) in a "
+                          f"{'grouped GEMM' if isinstance(op, GroupedGemmOp) else 'grouped or depthwise conv'}",
+                          "store the whole output and concatenate it in a torch step (cat)", span=s.span)
     if isinstance(op, GroupedGemmOp):
         from dsl_compiler.emit_grouped import emit_grouped_gemm  # imports this module's helpers
 
         return emit_grouped_gemm(program, kernel, op, dtypes)
-    if isinstance(op, ConvOp):
-        return _emit_conv(program, kernel, op, dtypes)
-    return _emit_gemm(program, kernel, op, dtypes)
+    emitted = _emit_conv(program, kernel, op, dtypes) if isinstance(op, ConvOp) else _emit_gemm(program, kernel, op, dtypes)
+    if sliced:
+        totals = shapes.slice_totals(program)
+        tensors = tuple(dataclasses.replace(t, channels=(sliced[t.name][0], totals[t.name]))
+                        if t.role in ("d", "store") and t.name in sliced else t for t in emitted.abi.tensors)
+        emitted.abi = dataclasses.replace(emitted.abi, tensors=tensors)
+    return emitted
 
 
 def _collective_epilogue(epi: _Epilogue, el_acc: str, layout: str, schedule: str) -> str:
@@ -532,6 +542,10 @@ def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, s
     tensors = [AbiTensor(op.x.name, "x", x_dt), AbiTensor(op.w.name, "w", w_dt)]
     epi = _build_epilogue(kernel, dtypes, conv=True, first_ptr=3, ints=ints)
     tensors.append(AbiTensor(kernel.stores[0].name, "d", epi.d_dtype))
+    # a slice store: D's pixels are ld elements apart (the filled tensor's channels), not K
+    ld_d = len(ints) if kernel.stores[0].channels is not None else None
+    if ld_d is not None:
+        ints.append("p2.ld")
     tensors.extend(epi.tensors)
     el_x, el_w = CPP_ELEMENT[x_dt], CPP_ELEMENT[w_dt]
     el_acc = acc_element(kernel)
@@ -566,7 +580,7 @@ using Op = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
   typename CollectiveEpilogue::StrideD stride_d{{}};
   cute::for_each(cute::make_seq<cute::rank<0>(typename CollectiveEpilogue::StrideD{{}})>{{}}, [&](auto i) {{
     cute::get<0, i>(stride_c) = shape.stride_C[ProblemShape::RankT - 2 - i];
-    cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i];
+    cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i]{"" if ld_d is None else f" / I(5) * I({ld_d})"};
   }});
   args.problem_shape = shape;
   args.mainloop.ptr_A = {_ptr(0, x_dt)};

@@ -56,12 +56,16 @@ def _channels_last_step(x, dtype=None):
     return _channels_last_view(out)
 
 
-def _torch_step(index, step, env):
+def _torch_step(index, step, env, modules=None):
     if _TORCH_STEPS is not None:
-        return _torch_steps.run(_TORCH_STEPS[index], env)
+        return _torch_steps.run(_TORCH_STEPS[index], env, modules)
     import torch.nn.functional as F
     args = [env[a["name"]] if a["kind"] == "tensor" else a["value"] for a in step["args"]]
     kwargs = {k["key"]: k["value"] for k in step["kwargs"]}
+    if step["fn"] == "module":  # the model's own submodule (a part torch.fx cannot follow)
+        if kwargs["path"] not in (modules or {}):
+            raise CutlassError(f"module step '{kwargs['path']}': the model's submodule is not bound")
+        return {step["outputs"][0]: modules[kwargs["path"]](*args).contiguous()}
     special = {  # whitelist functions whose meaning differs from torch's function of that name
         "channels_last": _channels_last_step,
         "to": lambda x, dtype: x.to(TORCH_DTYPE[dtype]),
@@ -84,7 +88,7 @@ except ImportError:
     _TORCH_STEPS = None
 
 
-def run_program(inputs, params):
+def run_program(inputs, params, modules=None):
     decls = [d for d in PROGRAM["decls"] if d["kind"] == "input"]
     if len(inputs) != len(decls):
         raise CutlassError(f"the program takes {len(decls)} input(s), got {len(inputs)}")
@@ -96,7 +100,7 @@ def run_program(inputs, params):
         if "op" in step:
             env.update(call_kernel(_lib_path(step["name"]), step["name"], step["op"], KERNELS[step["name"]]["abi"], env))
         else:
-            env.update(_torch_step(i, step, env))
+            env.update(_torch_step(i, step, env, modules))
     return [env[name] for name in PROGRAM["outputs"]]
 
 
@@ -111,6 +115,12 @@ def _params_of(module):
                 module._mucutlass_bound[d["name"]] = (t, t._version, _as_declared(t, d))
             out[d["name"]] = module._mucutlass_bound[d["name"]][2]
     return out
+
+
+def _modules_of(module):
+    """The submodules the program's `module` steps call, by path."""
+    paths = [k["value"] for s in PROGRAM["steps"] if s.get("fn") == "module" for k in s["kwargs"] if k["key"] == "path"]
+    return {p: module.get_submodule(p) for p in paths}
 '''
 
 _WITH_MODEL = r'''
@@ -123,7 +133,7 @@ class ModelNew(Model):
         self._mucutlass_bound = {}
 
     def forward(self, *inputs):
-        outs = run_program(list(inputs), _params_of(self))
+        outs = run_program(list(inputs), _params_of(self), _modules_of(self))
         return outs[0] if len(outs) == 1 else tuple(outs)
 '''
 
@@ -222,7 +232,8 @@ class ModelNew(__BASE__):
     """__DOC__"""
 
     def forward(self, *inputs):
-        outs = _interpreter.run(PROGRAM, list(inputs), _params_of(self))
+        paths = [k.value for s in PROGRAM.torch_steps if s.fn == "module" for k in s.kwargs if k.key == "path"]
+        outs = _interpreter.run(PROGRAM, list(inputs), _params_of(self), {p: self.get_submodule(p) for p in paths})
         return outs[0] if len(outs) == 1 else tuple(outs)
 '''
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from dsl_compiler import ir, precision, torch_steps
+from dsl_compiler import ir, precision, shapes, torch_steps
 from dsl_compiler.torch_steps import channels_last
 
 Env = dict[str, torch.Tensor]
@@ -241,8 +241,22 @@ def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, to
             out[store.name] = value.to(dtype).contiguous()
             continue
         value = torch.broadcast_to(value, acc.shape).to(dtype)
+        if store.channels is not None:
+            out[store.name] = _store_channels(program, kernel, store, value, env)
+            continue
         out[store.name] = channels_last(value) if keep_channels_last else value.contiguous()
     return out
+
+
+def _store_channels(program: ir.Program, kernel: ir.Kernel, store: ir.Store, value: torch.Tensor, env: Env) -> torch.Tensor:
+    """``store y[a:b]``: the value written as channels a..b of y (allocated by its first writer, in that writer's
+    form: channels-last for a conv, [..., M, total] for a GEMM), exactly as the CUTLASS backend's views."""
+    from dsl_compiler.cutlass_runtime import _slice_output
+
+    spec = {"name": store.name, "channels": (store.channels[0], shapes.slice_totals(program)[store.name])}
+    buf, view = _slice_output(env, spec, tuple(value.shape), value.dtype, value.device, isinstance(kernel.op, ir.ConvOp))
+    view.copy_(value)
+    return buf
 
 
 def kernel_math(kernel: ir.Kernel, env: Env) -> str:
@@ -262,14 +276,14 @@ class InterpreterExecutor:
         return run_kernel(program, kernel, env)
 
 
-def run_steps(program: ir.Program, env: Env, kernel_runner: KernelRunner) -> Env:
+def run_steps(program: ir.Program, env: Env, kernel_runner: KernelRunner, modules: dict[str, Any] | None = None) -> Env:
     """Run every step in order over ``env`` (name -> tensor); kernels by ``kernel_runner``, torch steps by
-    ``torch_steps.run`` on every backend."""
+    ``torch_steps.run`` on every backend (``module`` steps call ``modules[path]``)."""
     for step in program.steps:
         if isinstance(step, ir.Kernel):
             env.update(kernel_runner(program, step, env))
         else:
-            env.update(torch_steps.run(step, env))
+            env.update(torch_steps.run(step, env, modules))
     return env
 
 
@@ -283,8 +297,10 @@ def bind_inputs(program: ir.Program, inputs: list[torch.Tensor] | tuple[torch.Te
     return {d.name: as_declared(x, d) for d, x in zip(decls, inputs)}
 
 
-def run(program: ir.Program, inputs: list[torch.Tensor], params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Run the whole program on the interpreter; returns the outputs in order."""
+def run(program: ir.Program, inputs: list[torch.Tensor], params: dict[str, torch.Tensor],
+        modules: dict[str, Any] | None = None) -> list[torch.Tensor]:
+    """Run the whole program on the interpreter; returns the outputs in order. ``modules``: the reference
+    model's submodules by path, for ``module`` steps (``runtime.bind_modules``)."""
     env = bind_inputs(program, inputs)
     device = inputs[0].device if inputs else None
     for d in program.params:
@@ -292,5 +308,5 @@ def run(program: ir.Program, inputs: list[torch.Tensor], params: dict[str, torch
             raise ValueError(f"param '{d.name}' is not bound")
         p = params[d.name]
         env[d.name] = as_declared(p.to(device) if device is not None else p, d)
-    run_steps(program, env, run_kernel)
+    run_steps(program, env, run_kernel, modules)
     return [env[name] for name in program.outputs]

@@ -237,11 +237,18 @@ class Let(Node):
 
 
 class Store(Node):
-    """An output the kernel writes: a full tensor, or a reduction when ``expr`` is a Reduce."""
+    """An output the kernel writes: a full tensor, or a reduction when ``expr`` is a Reduce.
+
+    ``channels`` (start, end): the store writes the output's columns (a conv's output channels) as channels
+    start..end of ``name``, a tensor several kernels fill (``store cat[64:128]: f32 = acc``): a concatenation
+    along channels costs nothing. ``name`` has the first writer's output shape with every channel; every
+    writer has the same rows (M, or N·P·Q for a conv), and it is read once all its channels are written.
+    """
 
     name: str
     dtype: ElementType
     expr: Expr
+    channels: tuple[int, int] | None = None
 
 
 class Kernel(Node):

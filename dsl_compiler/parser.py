@@ -320,6 +320,14 @@ class _ToIR(Transformer_NonRecursive):
                        hint="stores are f32, bf16 or f16", code="dtype")
         return ir.Store(name=str(name), dtype=str(dtype), expr=expr.node, span=_span(meta))
 
+    def slice_store_stmt(self, meta, children):
+        name, start, end, dtype, expr = children
+        if int(end) <= int(start):
+            raise _err(f"store {name}[{start}:{end}] writes no channels", start, found=f"[{start}:{end}]",
+                       expected="[start:end] with end > start", hint="end - start is the kernel's output channel count")
+        store = self.store_stmt(meta, [name, dtype, expr])
+        return store.model_copy(update={"channels": (int(start), int(end))})
+
     def kernel(self, meta, children):
         name, op, *body = children
         knobs: dict[str, Any] = {}
@@ -754,7 +762,7 @@ def _statement_key(node: Any, kernel: str | None) -> tuple | None:
         return ("knob", kernel, str(kids[0]))
     if node.data == "let_stmt":
         return ("let", kernel, str(kids[0]))
-    if node.data == "store_stmt":
+    if node.data in ("store_stmt", "slice_store_stmt"):
         return ("store", kernel, str(kids[0]))
     return None
 
@@ -789,7 +797,7 @@ def collect_comments(text: str) -> Comments | None:
         top.append((key, node.meta))
         if node.data == "kernel":
             body = [(_statement_key(kid, key[1]), kid.meta) for kid in node.children[2:]
-                    if getattr(kid, "data", None) in ("config_item", "let_stmt", "store_stmt")]
+                    if getattr(kid, "data", None) in ("config_item", "let_stmt", "store_stmt", "slice_store_stmt")]
             kernels.append((key[1], node.meta, body))
     comments = Comments()
 

@@ -169,7 +169,8 @@ def format_kernel(k: ir.Kernel, placer: _Placer | None = None) -> str:
     for let in k.lets:
         body += placer.line(f"let {let.name} = {format_expr(let.expr)}", ("let", k.name, let.name))
     for s in k.stores:
-        body += placer.line(f"store {s.name}: {s.dtype} = {format_expr(s.expr)}", ("store", k.name, s.name))
+        where = f"[{s.channels[0]}:{s.channels[1]}]" if s.channels else ""
+        body += placer.line(f"store {s.name}{where}: {s.dtype} = {format_expr(s.expr)}", ("store", k.name, s.name))
     body += placer.leading(("kernel_end", k.name))
     head = placer.leading(("kernel", k.name)) + placer.line(f"kernel {k.name} = {format_op(k.op)} {{",
                                                              ("kernel_head", k.name))

@@ -50,6 +50,25 @@ def bind_params(program: ir.Program, model: nn.Module) -> dict[str, torch.Tensor
     return params
 
 
+def module_paths(program: ir.Program) -> list[str]:
+    """The submodules the program's ``module`` steps call, by path."""
+    return list(dict.fromkeys(k.value for s in program.torch_steps if s.fn == "module" for k in s.kwargs
+                              if k.key == "path"))
+
+
+def bind_modules(program: ir.Program, model: nn.Module) -> dict[str, nn.Module]:
+    """The model's submodules the program's ``module`` steps call (parts torch.fx cannot follow), by path."""
+    modules = {}
+    for path in module_paths(program):
+        try:
+            modules[path] = model.get_submodule(path) if path else None
+        except AttributeError:
+            modules[path] = None
+        if modules[path] is None or modules[path] is model:
+            raise BindError(f"module step '{path}': the model has no submodule at that path")
+    return modules
+
+
 def make_executor(program: ir.Program, backend: Backend, artifacts: Any = None) -> Any:
     if backend == "interpreter":
         return interpreter.InterpreterExecutor(program, artifacts)
@@ -66,10 +85,14 @@ _BUFFER_PREFIX = "param__"
 class ProgramModule(nn.Module):
     """A μCUTLASS program as a module: ``forward(*inputs)`` returns the one output, or a tuple."""
 
-    def __init__(self, program: ir.Program, executor: Any, params: dict[str, torch.Tensor]):
+    def __init__(self, program: ir.Program, executor: Any, params: dict[str, torch.Tensor],
+                 modules: dict[str, nn.Module] | None = None):
         super().__init__()
         self.program = program
         self.executor = executor
+        # the reference's submodules that `module` steps call; registered so they follow .to(device)
+        self.opaque = nn.ModuleDict({f"m{i}": m for i, m in enumerate((modules or {}).values())})
+        self._opaque_paths = {f"m{i}": path for i, path in enumerate(modules or {})}
         missing = [d.name for d in program.params if d.name not in params]
         if missing:
             raise BindError(f"params not bound: {', '.join(missing)}")
@@ -81,14 +104,17 @@ class ProgramModule(nn.Module):
         env = interpreter.bind_inputs(self.program, inputs)
         for decl in self.program.params:
             env[decl.name] = getattr(self, _BUFFER_PREFIX + decl.name)
-        interpreter.run_steps(self.program, env, self.executor.run_kernel)
+        modules = {self._opaque_paths[key]: m for key, m in self.opaque.items()}
+        interpreter.run_steps(self.program, env, self.executor.run_kernel, modules)
         outputs = tuple(env[name] for name in self.program.outputs)
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def load(program: ir.Program, backend: Backend, params: dict[str, torch.Tensor], artifacts: Any = None) -> nn.Module:
-    """The program as an ``nn.Module`` running on ``backend`` ("interpreter" or "cutlass")."""
-    return ProgramModule(program, make_executor(program, backend, artifacts), params)
+def load(program: ir.Program, backend: Backend, params: dict[str, torch.Tensor], artifacts: Any = None,
+         modules: dict[str, nn.Module] | None = None) -> nn.Module:
+    """The program as an ``nn.Module`` running on ``backend`` ("interpreter" or "cutlass"); ``modules`` binds
+    its ``module`` steps (``bind_modules``)."""
+    return ProgramModule(program, make_executor(program, backend, artifacts), params, modules)
 
 
 class CutlassProgramModule(ProgramModule):

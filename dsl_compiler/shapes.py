@@ -147,6 +147,31 @@ def store_type(kernel: ir.Kernel, store: ir.Store, out_shape: tuple[int, ...], d
     return TensorType(dtype=store.dtype, shape=out_shape, layout=layout)
 
 
+def slice_totals(program: ir.Program) -> dict[str, int]:
+    """Name -> channel count of every tensor filled by slice stores (``store y[a:b]``): the largest end."""
+    totals: dict[str, int] = {}
+    for kernel in program.kernels:
+        for store in kernel.stores:
+            if store.channels is not None:
+                totals[store.name] = max(totals.get(store.name, 0), store.channels[1])
+    return totals
+
+
+def sliced_type(t: TensorType, total: int, conv: bool) -> TensorType:
+    """The tensor a slice store writes into: the writer's output ``t`` with ``total`` channels (a conv's dim 1,
+    a GEMM's last dim)."""
+    shape = list(t.shape)
+    shape[1 if conv else -1] = total
+    return TensorType(dtype=t.dtype, shape=tuple(shape), layout=t.layout)
+
+
+def output_rows(kernel: ir.Kernel, out_shape: tuple[int, ...]) -> int:
+    """The rows of a kernel's output as its epilogue sees them: M (times L), or N·P·Q for a conv."""
+    if isinstance(kernel.op, ir.ConvOp):
+        return math.prod(out_shape) // out_shape[1]
+    return math.prod(out_shape) // out_shape[-1]
+
+
 def declared_types(program: ir.Program) -> dict[str, TensorType]:
     """The type of every declared input and param."""
     return {d.name: TensorType(dtype=d.dtype, shape=d.shape, layout=d.layout) for d in program.decls}
@@ -165,13 +190,17 @@ def infer(program: ir.Program, upto: ir.Kernel | ir.TorchStep | None = None) -> 
     Raises ShapeError at the first step whose shapes do not work out (``checks`` turns it into a
     Diagnostic). ``upto`` stops before that step (and includes what it can see)."""
     types = declared_types(program)
+    totals = slice_totals(program)
     for step in program.steps:
         if upto is not None and step is upto:
             break
         if isinstance(step, ir.Kernel):
             out_shape, dims, layout = op_output(step, types)
             for store in step.stores:
-                types[store.name] = store_type(step, store, out_shape, dims, layout)
+                t = store_type(step, store, out_shape, dims, layout)
+                if store.channels is not None:  # the first writer gives the shape; later ones fill their channels
+                    t = types.get(store.name) or sliced_type(t, totals[store.name], isinstance(step.op, ir.ConvOp))
+                types[store.name] = t
         else:
             types.update(torch_step_types(step, types))
     return types

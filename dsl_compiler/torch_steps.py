@@ -50,6 +50,9 @@ STEPS: dict[str, str] = {
     "matmul": "", "linear": "linear(x, w, b)", "conv1d": "", "conv2d": "conv2d(x, w, b, stride=1, padding=0)",
     "conv3d": "", "conv_transpose1d": "", "conv_transpose2d": "conv_transpose2d(x, w, b, stride=2, padding=1)",
     "conv_transpose3d": "",
+    # a part torch.fx cannot follow (a branch on values inside a submodule)
+    "module": 'module(x, path="gate", shape=(8, 32)): the reference model\'s own submodule at path, run as PyTorch '
+              "runs it; shape is its output's (element type: x's)",
 }
 
 WHITELIST: tuple[str, ...] = tuple(sorted(STEPS))
@@ -123,12 +126,18 @@ def _table() -> dict[str, Callable[..., Any]]:
         "matmul": torch.matmul, "linear": F.linear, "conv1d": F.conv1d, "conv2d": F.conv2d, "conv3d": F.conv3d,
         "conv_transpose1d": F.conv_transpose1d, "conv_transpose2d": F.conv_transpose2d,
         "conv_transpose3d": F.conv_transpose3d,
+        "module": _unbound_module,
     }
     assert set(table) == set(STEPS)
     return table
 
 
 _TABLE: dict[str, Callable[..., Any]] | None = None
+
+
+def _unbound_module(*args: Any, path: str = "", shape: Any = None) -> Any:
+    raise StepError(f"module step '{path}': the model's submodule is not bound (load the program with "
+                    "modules=runtime.bind_modules(program, model))")
 
 
 def _fn(name: str) -> Callable[..., Any]:
@@ -223,11 +232,40 @@ def _layout(x: Any) -> str | None:
     return None
 
 
-def run(step: ir.TorchStep, env: dict[str, Any]) -> dict[str, Any]:
-    """Run one step on the tensors in ``env``; returns output name -> tensor (stored densely, see ``dense``)."""
+def run(step: ir.TorchStep, env: dict[str, Any], modules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run one step on the tensors in ``env``; returns output name -> tensor (stored densely, see ``dense``).
+    ``modules``: the reference model's submodules by path, for ``module`` steps."""
+    if step.fn == "module":
+        return _run_module(step, env, modules or {})
     results = _call(step, lambda name: env[name])
     keep = _rank3_channels_last(step, lambda name: _layout(env[name]))
     return {name: dense(r, keep) for name, r in zip(step.outputs, results)}
+
+
+def _run_module(step: ir.TorchStep, env: dict[str, Any], modules: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {k.key: k.value for k in step.kwargs}
+    path = kwargs.get("path")
+    if path not in modules:
+        _unbound_module(path=str(path))
+    args = [env[a.name] if isinstance(a, ir.TensorArg) else _literal(a.value) for a in step.args]
+    out = modules[path](*args)
+    if not hasattr(out, "shape") or tuple(out.shape) != tuple(kwargs.get("shape") or ()):
+        raise StepError(f"module step '{path}' gives {getattr(out, 'shape', type(out).__name__)}, the program says "
+                        f"{kwargs.get('shape')}")
+    return {step.outputs[0]: out.contiguous()}  # the type the step declares: PyTorch's default order
+
+
+def _module_type(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
+    kwargs = {k.key: k.value for k in step.kwargs}
+    first = next((types[a.name] for a in step.args if isinstance(a, ir.TensorArg)), None)
+    shape = kwargs.get("shape")
+    if (first is None or len(step.outputs) != 1 or not isinstance(kwargs.get("path"), str) or not kwargs["path"]
+            or not isinstance(shape, tuple) or not all(isinstance(d, int) and d > 0 for d in shape)):
+        raise ShapeError("a module step takes a tensor, path=\"a.b\" (a submodule) and shape=(d0, ...) (its output's)",
+                         step.span, found=", ".join(k.key for k in step.kwargs) or "no keywords",
+                         expected=STEPS["module"], hint="give the submodule's path and its output's shape",
+                         code="torch-step")
+    return [TensorType(dtype=first.dtype, shape=shape, layout="contiguous")]
 
 
 _DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -280,6 +318,8 @@ def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
             raise ShapeError(f"'{a.name}' is not defined before this torch step", a.span or step.span, found=a.name,
                              expected="an input, a param, or a tensor computed earlier",
                              hint=f"declare '{a.name}' or compute it in an earlier step", code="undefined-name")
+    if step.fn == "module":
+        return _module_type(step, types)
     key = (step.fn, tuple(types[a.name] if isinstance(a, ir.TensorArg) else repr(a.value) for a in step.args),
            tuple((k.key, repr(k.value)) for k in step.kwargs))
     if key in _INFERRED:

@@ -680,7 +680,9 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
             operand_bytes = sum(_bytes_of(types[n]) for n in dict.fromkeys(operands))
             aux = {ref.name for ref in epilogue_refs(step)} - set(operands)
             aux_bytes = sum(_bytes_of(types[n]) for n in aux if n in types)
-            store_bytes = sum(_bytes_of(types[s.name]) for s in step.stores)
+            # a slice store (store y[a:b]) writes the kernel's own channels of y, not all of y
+            store_bytes = sum(out_elems * ir.ELEMENT_BYTES[s.dtype] if s.channels is not None else _bytes_of(types[s.name])
+                              for s in step.stores)
             steps.append(StepTraffic(
                 name=step.name, kind="kernel", op=op_name, dims=tuple(dims),
                 flops_tensor=flops_tensor,

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from dsl_compiler.frontend import trace_problem
 from evals.problems import load_problem
@@ -78,28 +79,100 @@ def test_the_command_prints_one_line_and_no_traceback(tmp_path, name):
     assert len(lines) == 1 and "Traceback" not in done.stderr and CASES[name][1] in lines[0]
 
 
-def test_a_branch_inside_a_submodule_is_found_there(tmp_path):
+NESTED = HEADER + textwrap.dedent("""
+    class Gate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 32)
+
+        def forward(self, x):
+            if x.mean() > 0:
+                return torch.relu(self.fc(x))
+            return self.fc(x) - 1.0
+
+
+    class Rows(nn.Module):
+        def forward(self, x):
+            return torch.stack([row * 2.0 if row.max() > 0.5 else row for row in x])
+
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pre = nn.Linear(32, 32)
+            self.gate = Gate()
+            self.rows = Rows()
+            self.post = nn.Linear(32, 64)
+
+        def forward(self, x):
+            return self.post(self.rows(self.gate(self.pre(x))))
+    """)
+
+
+def test_a_submodule_torch_fx_cannot_follow_is_one_named_step_and_the_rest_gets_kernels(tmp_path):
+    from dsl_compiler import interpreter, runtime
+
     path = tmp_path / "nested.py"
-    path.write_text(HEADER + textwrap.dedent("""
-        class Gate(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc = nn.Linear(32, 32)
+    path.write_text(NESTED)
+    problem = load_problem(path)
+    result = trace_problem(problem)
+    program = result.program
+    assert program is not None, [d.render() for d in result.diagnostics]
+    assert [k.name for k in program.kernels] == ["pre", "post"]
+    steps = [(s.fn, {k.key: k.value for k in s.kwargs}) for s in program.torch_steps]
+    assert steps == [("module", {"path": "gate", "shape": (8, 32)}), ("module", {"path": "rows", "shape": (8, 32)})]
+    rows = {r.where: r for r in result.coverage if r.placement == "torch_step"}
+    assert "nested.py:" in rows["gate"].reason and "`if x.mean() > 0:`" in rows["gate"].reason
+    assert "loop over a tensor's rows" in rows["rows"].reason
+    model = problem.make_model(seed=0)
+    params = runtime.bind_params(program, model)
+    modules = runtime.bind_modules(program, model)
+    for sign in (1.0, -1.0):  # both sides of the branch, decided per call as PyTorch does
+        x = torch.rand(8, 32) * sign
+        with torch.no_grad():
+            expected = model(x)
+            (out,) = interpreter.run(program, [x], params, modules)
+            loaded = runtime.load(program, "interpreter", params, modules=modules)(x)
+        assert torch.allclose(out, expected, atol=1e-2, rtol=1e-2) and torch.equal(out, loaded)
+    with pytest.raises(Exception, match="submodule is not bound"):
+        interpreter.run(program, [x], params)
 
-            def forward(self, x):
-                if x.mean() > 0:
-                    return torch.relu(self.fc(x))
-                return self.fc(x)
+
+def test_the_command_prints_the_program_with_the_named_step(tmp_path):
+    path = tmp_path / "nested.py"
+    path.write_text(NESTED)
+    done = subprocess.run([sys.executable, "-m", "mucutlass", "trace", str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert 'torch gate = module(pre_out, path="gate", shape=(8, 32))' in done.stdout
 
 
-        class Model(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.pre = nn.Linear(32, 32)
-                self.gate = Gate()
+def test_a_branch_in_the_models_own_forward_still_gets_one_line(tmp_path):
+    path = tmp_path / "root.py"
+    path.write_text(NESTED.replace("return self.post(self.rows(self.gate(self.pre(x))))",
+                                   "return self.post(x) if x.sum() > 0 else self.post(self.pre(x))"))
+    result = trace_problem(load_problem(path))
+    (error,) = [d for d in result.diagnostics if d.severity == "error"]
+    assert result.program is None and "\n" not in error.message and "`return self.post(x) if x.sum() > 0" in error.message
 
-            def forward(self, x):
-                return self.gate(self.pre(x))
-        """))
-    (error,) = [d for d in trace_problem(load_problem(path)).diagnostics if d.severity == "error"]
-    assert "nested.py:" in error.message and "`if x.mean() > 0:`" in error.message
+
+def test_the_exported_model_calls_its_own_submodule_for_the_named_step(tmp_path):
+    import importlib.util
+
+    from dsl_compiler.export import export_model_interpreted
+
+    path = tmp_path / "nested.py"
+    path.write_text(NESTED)
+    problem = load_problem(path)
+    program = trace_problem(problem).program
+    out_path = export_model_interpreted(program, tmp_path / "model_new.py", problem_source=NESTED)
+    spec = importlib.util.spec_from_file_location("model_new", out_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    new = module.ModelNew()
+    reference = problem.make_model(seed=0)
+    new.load_state_dict(reference.state_dict())
+    x = -torch.rand(8, 32)
+    with torch.no_grad():
+        assert torch.allclose(new(x), reference(x), atol=1e-2, rtol=1e-2)

@@ -65,15 +65,21 @@ def test_model_matches_the_reference_on_the_interpreter(problem, batch_norm):
     assert torch.allclose(out, ref, atol=problem.tolerance, rtol=problem.tolerance), (out - ref).abs().max()
 
 
-def test_concatenated_branches_stay_kernels():
-    """The fire module's two expands are kernels whose outputs a `cat` step joins along channels."""
-    small = reduced(next(p for p in MODELS if p.name == "09_squeezenet_fire"))
-    program = trace_problem(small).program
-    assert len(program.kernels) == 3
-    cats = [s for s in program.steps if getattr(s, "fn", None) == "cat"]
-    assert len(cats) == 1 and len(cats[0].args) == 2 and {k.key: k.value for k in cats[0].kwargs} == {"dim": 1}
-    (row,) = [r for r in trace_problem(small).coverage if r.target == "torch.cat"]
-    assert row.placement == "torch_step" and "slice store" in row.reason
+@pytest.mark.parametrize("name", ["09_squeezenet_fire", "10_inception_module"])
+def test_concatenated_branches_store_into_their_channels_of_one_tensor(name):
+    """The fire module's expands and the inception module's branches store into their channels of the output
+    (slice stores): no cat step copies them together, and the program still matches the reference."""
+    small = reduced(next(p for p in MODELS if p.name == name))
+    result = trace_problem(small)
+    program = result.program
+    assert not [s for s in program.torch_steps if s.fn == "cat"]
+    sliced = [s for k in program.kernels for s in k.stores if s.channels is not None]
+    assert len(sliced) == (2 if "fire" in name else 4) and len({s.name for s in sliced}) == 1
+    assert max(s.channels[1] for s in sliced) == (128 if "fire" in name else 256)
+    (row,) = [r for r in result.coverage if r.target == "torch.cat"]
+    assert row.placement == "folded" and "slice stores" in row.reason
+    no_slices = trace_problem(small, TraceOptions(concat_slices=False)).program
+    assert [s.fn for s in no_slices.torch_steps].count("cat") == 1
 
 
 def test_lstm_projects_every_step_at_once_and_fuses_the_input_gates_into_each_recurrent_gemm():

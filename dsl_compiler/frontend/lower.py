@@ -31,6 +31,7 @@ from dsl_compiler.ir import (
     TorchStep,
     Unary,
 )
+from dsl_compiler.frontend.concat import cat_as_slice_stores
 from dsl_compiler.frontend.results import CoverageRow, TraceOptions, TraceResult
 from dsl_compiler.frontend.reference import LoadedReference, ParamRef, Traced
 from dsl_compiler.frontend.normalize import DTYPES, Op, TRANSPOSES, literal, normalize
@@ -626,6 +627,13 @@ class Lowering:
                 program = Program(name=self.namer_program(), decls=tuple(self.decls), steps=tuple(self.steps), outputs=tuple(outputs))
             except Exception as exc:  # pydantic validation: a lowering bug shows as a diagnostic
                 self.fail(f"could not assemble the program: {exc}")
+        if program is not None and self.options.concat_slices:
+            program, concatenated = cat_as_slice_stores(program)
+            for n in self.nodes:
+                out = self.tensor_name.get(n)
+                if out in concatenated and n in self.coverage:
+                    self.cover(n, "folded", where=out, reason=f"kernels {', '.join(concatenated[out])} store into "
+                               f"their channels of {out} (slice stores): no copy")
         coverage = [self.coverage[n] for n in self.nodes if n in self.coverage]
         return TraceResult(program=program, coverage=coverage, diagnostics=self.diagnostics)
 

@@ -141,6 +141,18 @@ def normalize(node, gm, state) -> Op:
         if key in state:
             return Op(node, "param", f"self.{key}", operands=[ParamRef(key)])
         return Op(node, "unsupported", f"self.{key}", reason="a tensor attribute outside state_dict cannot be bound as a param")
+    if node.op == "call_module" and str(node.target) in (getattr(gm, "_mucutlass_opaque", None) or {}):
+        # a submodule torch.fx cannot follow: the model's own module, one named step (its output's shape with it)
+        tm = node.meta.get("tensor_meta")
+        module = gm.get_submodule(node.target)
+        readable = f"{type(module).__name__} ({node.target})"
+        if not hasattr(tm, "shape") or node.kwargs:
+            return Op(node, "unsupported", readable,
+                      reason=f"{gm._mucutlass_opaque[node.target]}; kept whole it would need one tensor output and "
+                             "positional tensor inputs")
+        return Op(node, "torch", readable, name="module", torch_fn="module", torch_args=list(node.args),
+                  torch_kwargs={"path": str(node.target), "shape": tuple(tm.shape)},
+                  reason=f"{gm._mucutlass_opaque[node.target]}: kept as one PyTorch step")
     if node.op == "call_module":
         return _normalize_module(node, gm.get_submodule(node.target))
     name, readable = _target_name(node)

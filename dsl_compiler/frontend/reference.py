@@ -55,6 +55,50 @@ class Traced:
     gm: Any  # torch.fx.GraphModule
     state: dict[str, Any]  # state_dict key -> tensor (meta or real)
     example_inputs: list[Any]
+    # submodules whose forward() torch.fx cannot follow, traced as one call each: path -> why (one line)
+    opaque: dict[str, str] | None = None
+
+
+_MAX_OPAQUE = 16  # submodules kept whole before giving up on a model
+
+
+def _opaque_module(model: Any, error: BaseException) -> str | None:
+    """The path of the innermost submodule (not the model itself) whose forward() raised ``error`` while tracing."""
+    import traceback
+
+    paths = {id(m): path for path, m in model.named_modules() if path}
+    tb, found = error.__traceback__, None
+    for frame, _ in traceback.walk_tb(tb):
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+        if owner is not None and id(owner) in paths:
+            found = paths[id(owner)]
+    return found
+
+
+def _trace_keeping_opaque(model: Any, first_error: BaseException) -> tuple[Any, dict[str, str]] | None:
+    """torch.fx with each submodule whose forward() stops it kept as one call (a leaf); None when what stops
+    it is in the model's own forward()."""
+    import torch.fx
+
+    opaque: dict[str, str] = {}
+    error = first_error
+    while len(opaque) < _MAX_OPAQUE:
+        path = _opaque_module(model, error)
+        if path is None or path in opaque:
+            return None
+        opaque[path] = untraceable_message(error, error).split(";")[0].replace("forward()", f"{path}.forward()", 1)
+        keep = set(opaque)
+
+        class _Tracer(torch.fx.Tracer):
+            def is_leaf_module(self, m, qualname):
+                return qualname in keep or super().is_leaf_module(m, qualname)
+
+        try:
+            graph = _Tracer().trace(model)
+            return torch.fx.GraphModule(model, graph), opaque
+        except Exception as exc:  # noqa: BLE001 - another submodule (or the model) stops torch.fx
+            error = exc
+    return None
 
 
 def build_and_trace(ref: LoadedReference) -> Traced:
@@ -82,6 +126,7 @@ def build_and_trace(ref: LoadedReference) -> Traced:
         raise TraceError("problem", f"building Model(*get_init_inputs()) failed: {error}", "check get_init_inputs")
 
     state = dict(model.state_dict(keep_vars=True))
+    opaque: dict[str, str] = {}
     try:
         gm = torch.fx.symbolic_trace(model)
     except Exception as fx_error:
@@ -89,9 +134,12 @@ def build_and_trace(ref: LoadedReference) -> Traced:
             gm = torch.export.export(model, tuple(inputs), strict=False).module()
             state = dict(gm.state_dict(keep_vars=True))
         except Exception as export_error:
-            raise TraceError("trace", untraceable_message(fx_error, export_error),
-                             "trace what runs on every input (move a branch on values outside Model), or write the program "
-                             "by hand") from None
+            kept = _trace_keeping_opaque(model, fx_error)
+            if kept is None:
+                raise TraceError("trace", untraceable_message(fx_error, export_error),
+                                 "trace what runs on every input (move a branch on values outside Model), or write the "
+                                 "program by hand") from None
+            gm, opaque = kept
     class _Prop(ShapeProp):
         """ShapeProp that also keeps non-tensor results (sizes), so `x.view(x.size(0), -1)` folds."""
 
@@ -115,7 +163,8 @@ def build_and_trace(ref: LoadedReference) -> Traced:
             first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             raise TraceError("trace", f"shape propagation failed: {first}", "check get_inputs() against forward()") from None
         state = dict(gm.state_dict(keep_vars=True))
-    return Traced(gm, state, inputs)
+    gm._mucutlass_opaque = opaque  # normalize reads it: each such call_module is one `module` torch step
+    return Traced(gm, state, inputs, opaque)
 
 
 # What stops torch.fx, by its message: the construct, in the words of a model's author.

@@ -54,6 +54,9 @@ class TraceOptions(BaseModel):
     # a 1x1 conv (stride 1, no padding) runs as a GEMM over the activation as it is stored: NCHW as a batched
     # GEMM reading [N, C, H*W] M-major, NHWC (a conv kernel's output) as one GEMM over [N*H*W, C]; no layout copy
     conv1x1_gemm: bool = True
+    # a channel concatenation of kernel outputs: each kernel stores into its channels of one tensor (store y[a:b])
+    # instead of a cat step copying them together
+    concat_slices: bool = True
 
 
 class TraceResult(BaseModel):
