@@ -71,11 +71,20 @@ def candidate_env(base: dict | None = None, workdir: str | None = None) -> dict:
             env.setdefault("MUCUTLASS_CACHE_DIR", str(cache_dir()))
         except Exception:  # noqa: BLE001 - no cache configured
             pass
+        env.setdefault("MUCUTLASS_CUDA_EXT_DIR", str(_cuda_ext_dir()))
         env.update(TMPDIR=workdir, XDG_CACHE_HOME=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
                    TRITON_CACHE_DIR=os.path.join(cache, "triton"), TRITON_HOME=cache,
                    TORCH_EXTENSIONS_DIR=os.path.join(cache, "torch_extensions"),
                    CUDA_CACHE_PATH=os.path.join(cache, "nv"))
     return env
+
+
+def _cuda_ext_dir() -> Path:
+    """The load_inline build folders of ``cuda`` candidates (evals.cuda_candidates): built outside the
+    candidate, loaded by it; torch's loader takes a lock file there, so it stays writable in the sandbox."""
+    from evals.cuda_candidates import ext_cache_dir
+
+    return ext_cache_dir()
 
 
 def user_site_needed() -> bool:
@@ -307,6 +316,13 @@ class CandidateProcess:
         env = candidate_env(workdir=workdir)
         if cuda_visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+        ext = None
+        if sandbox:
+            try:
+                ext = _cuda_ext_dir()
+                ext.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                ext = None
         armed_r, armed_w = os.pipe()
         fd = cand_end.fileno()
         fds = (fd, armed_w) if arena is None else (fd, arena.fd, armed_w)
@@ -316,7 +332,7 @@ class CandidateProcess:
             runner += ["--arena-fd", str(arena.fd)]
         cmd = [python, *flags, "-m", "evals.supervisor", "--rss-limit-bytes", str(int(rss_limit_bytes)),
                *[a for f in fds for a in ("--pass-fd", str(f))], "--workdir", workdir,
-               *(["--sandbox"] if sandbox else []), "--", *runner]
+               *(["--sandbox"] if sandbox else []), *(["--writable", str(ext)] if ext else []), "--", *runner]
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,
                                     env=env, pass_fds=fds, start_new_session=True)

@@ -122,15 +122,18 @@ def enter_pid_namespace() -> bool:
     return _libc().unshare(CLONE_NEWPID) == 0
 
 
-def enter_sandbox(workdir: str) -> None:
+def enter_sandbox(workdir: str, writable: tuple[str, ...] = ()) -> None:
     """In the candidate before exec (the first process of the new PID namespace): its own mount
-    namespace with every file system read-only but ``workdir`` and /dev, a private /dev/shm, a /proc
-    of its own namespace, and the bounding set without the capabilities that would undo any of it.
-    Raises OSError when the kernel refuses a step (the judge then runs candidates without it)."""
+    namespace with every file system read-only but ``workdir`` (and ``writable``) and /dev, a private
+    /dev/shm, a /proc of its own namespace, and the bounding set without the capabilities that would
+    undo any of it. Raises OSError when the kernel refuses a step (the judge then runs candidates
+    without it)."""
     _check(_libc().unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the judge's namespace
     mounts = _mounts()
-    _mount(workdir, workdir, None, MS_BIND)  # its own folder stays writable
+    for path in (workdir, *writable):  # its own folder stays writable
+        if os.path.isdir(path):
+            _mount(path, path, None, MS_BIND)
     for point, flags in mounts:
         if point == "/dev" or point.startswith(("/proc", "/dev/pts", "/dev/shm")):
             continue
@@ -217,7 +220,8 @@ def descendants(root: int) -> dict[int, tuple[int, int]]:
 
 
 class Supervisor:
-    def __init__(self, cmd: list[str], rss_limit_bytes: int, pass_fds: tuple[int, ...], sandbox_dir: str = ""):
+    def __init__(self, cmd: list[str], rss_limit_bytes: int, pass_fds: tuple[int, ...], sandbox_dir: str = "",
+                 writable: tuple[str, ...] = ()):
         self.me = os.getpid()
         self.sandboxed = bool(sandbox_dir)
         if self.sandboxed and not enter_pid_namespace():
@@ -225,7 +229,7 @@ class Supervisor:
 
         def setup() -> None:
             if self.sandboxed:
-                enter_sandbox(sandbox_dir)
+                enter_sandbox(sandbox_dir, writable)
             _drop_ptrace()
             _prctl(PR_CAPBSET_DROP, CAP_SETPCAP)  # last: nothing it starts can drop or regain one
 
@@ -303,6 +307,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pass-fd", type=int, action="append", default=[])
     ap.add_argument("--workdir", default="", help="the candidate's folder, removed when it ends")
     ap.add_argument("--sandbox", action="store_true", help="namespaces: the candidate writes only its folder")
+    ap.add_argument("--writable", action="append", default=[], help="a folder that stays writable in the sandbox")
     ap.add_argument("--probe", action="store_true", help="exit 0 when the sandbox can be built here")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
@@ -317,7 +322,8 @@ def main(argv=None) -> int:
         return 1
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
-        sup = Supervisor(cmd, args.rss_limit_bytes, tuple(args.pass_fd), args.workdir if args.sandbox else "")
+        sup = Supervisor(cmd, args.rss_limit_bytes, tuple(args.pass_fd), args.workdir if args.sandbox else "",
+                         tuple(args.writable))
     except (OSError, subprocess.SubprocessError) as exc:  # the kernel refused a step of the sandbox
         sys.stdout.write(json.dumps({"event": "exit", "reason": "sandbox_failed", "error": str(exc)[:200]}) + "\n")
         sys.stdout.flush()
