@@ -42,9 +42,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from dsl_compiler import fused_cast
 from dsl_compiler.diagnostics import Diagnostic, has_errors
 from dsl_compiler.emit_cutlass import EmittedKernel, emit_program
 from dsl_compiler.ir import Program
+from dsl_compiler.run_settings import runtime_setting
 
 TARGETS = {"sm90a": "-gencode=arch=compute_90a,code=sm_90a"}
 BASE_FLAGS = ("-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC", "-shared", "-DNDEBUG")
@@ -611,5 +613,47 @@ def build_program(program: Program, target: str = "sm90a", jobs: int | None = No
                 code="build", span=kernel.span,
                 message=f"kernel '{name}': nvcc rejected the CUTLASS kernel ({knob}): {msg[:300]}",
                 found=f"{knob}", hint=f"change {knob} of kernel '{name}' (full log: {job.failed_dir / 'build.log'})"))
+    if out.ok:
+        _add_fused_cast_library(program, out)
     out.seconds = round(time.perf_counter() - t0, 3)
     return out
+
+
+def _add_fused_cast_library(program: Program, out: BuildResult) -> None:
+    """With ``MUCUTLASS_FUSED_CASTS=on``, the library that runs the program's input casts as one launch
+    (``dsl_compiler.fused_cast``; one per toolchain, a few seconds of nvcc) joins the artifacts. Where it
+    cannot be built the casts stay torch steps, which is said as a warning."""
+    if runtime_setting("MUCUTLASS_FUSED_CASTS") != "on" or not fused_cast.plan_input_casts(program):
+        return
+    try:
+        out.artifacts[fused_cast.ARTIFACT] = str(build_fused_cast_library())
+    except (ToolchainError, fused_cast.FusedCastBuildError, OSError) as exc:
+        out.diagnostics.append(Diagnostic(code="build", severity="warning", message=str(exc),
+                                          hint="the input casts run as separate torch steps"))
+
+
+def build_fused_cast_library(cache_root: Path | None = None) -> Path:
+    """The fused-cast library (``dsl_compiler.fused_cast.CUDA_SOURCE``), built once per nvcc into the kernel
+    cache: an entry named by its key, with the digest the runtime checks before loading it."""
+    nvcc = find_nvcc()
+    entry = Path(cache_root or cache_dir()) / fused_cast.library_key(nvcc_version(nvcc))
+    so = entry / "kernel.so"
+    if so.is_file() and (entry / DIGEST_FILE).is_file():
+        return so
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    try:
+        (tmp / "kernel.cu").write_text(fused_cast.CUDA_SOURCE)
+        ok, _, log = _run_nvcc(nvcc, list(fused_cast.FLAGS), tmp, "kernel.cu", "kernel.so")
+        if not ok or not (tmp / "kernel.so").is_file():
+            first = next((ln for ln in log.splitlines() if "error" in ln), (log.strip().splitlines() or ["?"])[-1])
+            raise fused_cast.FusedCastBuildError(f"fused-cast library: nvcc failed: {first.strip()[:300]}")
+        (tmp / DIGEST_FILE).write_text(json.dumps({"kernel.so": _sha256(tmp / "kernel.so")}))
+        try:
+            os.replace(tmp, entry)  # atomic: of two builds of the same key, one whole entry stays
+        except OSError:
+            if not so.is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return so

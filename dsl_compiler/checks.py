@@ -114,11 +114,24 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
         for n in names:
             later.setdefault(n, step.span)
 
-    # a tensor filled by slice stores is defined by its first one and read after its last
-    sliced = {s.name for k in program.kernels for s in k.stores if s.channels is not None}
-    last_writer = {s.name: i for i, step in enumerate(program.steps) if isinstance(step, ir.Kernel)
-                   for s in step.stores if s.channels is not None}
+    # a tensor filled by slices is defined by its first writer and read whole after its last; a read of its
+    # channels y[a:b] needs those channels written
+    writes_at: list[list[tuple[str, tuple[int, int]]]] = []
+    for step in program.steps:
+        writes_at.append([(s.name, s.channels) for s in step.stores if s.channels is not None]
+                         if isinstance(step, ir.Kernel) else
+                         [(step.outputs[0], step.channels)] if step.channels is not None else [])
+    sliced = {name for w in writes_at for name, _ in w}
+    last_writer = {name: i for i, w in enumerate(writes_at) for name, _ in w}
     step_index = 0
+
+    def written_before(name: str, channels: tuple[int, int]) -> bool:
+        covered = sorted(ch for w in writes_at[:step_index] for n, ch in w if n == name)
+        reach = channels[0]
+        for a, b in covered:
+            if a <= reach < b:
+                reach = b
+        return reach >= channels[1]
     slice_defined: set[str] = set()
 
     def define(name: str, span: ir.Span | None, what: str) -> None:
@@ -134,12 +147,24 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
         else:
             defined[name] = span
 
-    def use(name: str, span: ir.Span | None, where: str) -> None:
-        if name in defined and name in sliced and step_index <= last_writer[name]:
+    def use(name: str, span: ir.Span | None, where: str, channels: tuple[int, int] | None = None) -> None:
+        if channels is not None and name not in sliced:
+            diags.append(_diag("shape-mismatch", f"{where} reads {name}[{channels[0]}:{channels[1]}]; '{name}' is no "
+                               "tensor that slices fill", span, found=f"{name}[{channels[0]}:{channels[1]}]",
+                               expected=name, hint="read channel slices of tensors written by `store y[a:b]`"))
+            return
+        if channels is not None and name in defined and not written_before(name, channels):
+            diags.append(_diag("undefined-name", f"{where} reads {name}[{channels[0]}:{channels[1]}] before those "
+                               "channels are written", span, found="channels not yet written",
+                               expected="a read after the writers of those channels",
+                               hint="move this step below the steps that write those channels"))
+            return
+        if channels is None and name in defined and name in sliced and step_index <= last_writer[name]:
             diags.append(_diag("undefined-name", f"'{name}' is read by {where} before all its channels are stored",
-                               span, found=f"its last slice store is in a later kernel, at {program.steps[last_writer[name]].span}",
+                               span, found=f"its last slice writer comes later, at {program.steps[last_writer[name]].span}",
                                expected=f"a read after every `store {name}[a:b]`",
-                               hint="move this step below the last kernel that stores into it"))
+                               hint="move this step below the last step that writes into it, or read the channels "
+                                    f"written so far: {name}[0:c]"))
             return
         if name in defined:
             return
@@ -181,9 +206,9 @@ def _check_names(program: ir.Program) -> list[Diagnostic]:
         else:
             for a in step.args:
                 if isinstance(a, ir.TensorArg):
-                    use(a.name, a.span or step.span, f"torch step '{step.fn}'")
+                    use(a.name, a.span or step.span, f"torch step '{step.fn}'", a.channels)
             for o in step.outputs:
-                define(o, step.span, "torch-step output")
+                define(o, step.span, "slice store" if step.channels is not None else "torch-step output")
     seen: set[str] = set()
     for o in program.outputs:
         if o in seen:
@@ -611,7 +636,14 @@ def _check(program: ir.Program, target: str, backend: str | None,
             produced = [s.name for s in step.stores]
         else:
             try:
-                types.update(shapes.torch_step_types(step, types))
+                before = types.get(step.outputs[0]) if step.channels is not None else None
+                produced_types = shapes.torch_step_types(step, types, totals)
+                if step.channels is not None:
+                    sd = _check_torch_slice(step, before, totals, written, types)
+                    diags += sd
+                    if has_errors(sd):
+                        return diags
+                types.update(produced_types)
             except shapes.ShapeError as exc:
                 diags.append(_diag(exc.code, exc.message, exc.span or step.span, exc.found, exc.expected, exc.hint))
                 return diags
@@ -632,18 +664,46 @@ def _check(program: ir.Program, target: str, backend: str | None,
 def _slice_gaps(program: ir.Program, totals: dict[str, int]) -> list[Diagnostic]:
     """Every channel of a tensor filled by slice stores is stored by some kernel."""
     diags = []
+    writes = shapes.slice_writes(program)
     for name, total in totals.items():
-        parts = sorted((s.channels[0], s.channels[1], s.span) for k in program.kernels for s in k.stores
-                       if s.name == name and s.channels is not None)
+        parts = sorted(((ch[0], ch[1], span) for n, ch, span in writes if n == name), key=lambda p: p[:2])
         covered = 0
         for start, end, span in parts:
             if start > covered:
                 diags.append(_diag("shape-mismatch", f"no kernel stores channels {covered}..{start} of '{name}'", span,
                                    found=f"slices {', '.join(f'[{a}:{b}]' for a, b, _ in parts)}",
                                    expected=f"slices covering 0..{total}",
-                                   hint="store the missing channels from a kernel, or renumber the slices"))
+                                   hint="write the missing channels (a kernel's store or a torch step), or renumber the slices"))
             covered = max(covered, end)
     return diags
+
+
+def _check_torch_slice(step: ir.TorchStep, filled: shapes.TensorType | None, totals: dict[str, int],
+                       written: dict[str, list[tuple[int, int, ir.Span | None]]],
+                       types: dict[str, shapes.TensorType]) -> list[Diagnostic]:
+    """``torch y[a:b] = ...``: the writers of y agree on rows and element type, and slices do not overlap."""
+    from dsl_compiler import torch_steps
+
+    name, (start, end) = step.outputs[0], step.channels
+    where = f"torch {name}[{start}:{end}]"
+    (t,) = torch_steps.infer(step, types)
+    width = end - start
+    if filled is not None:
+        if filled.dtype != t.dtype:
+            return [_diag("dtype", f"{where} is {t.dtype}; '{name}' is {filled.dtype}", step.span, found=t.dtype,
+                          expected=filled.dtype, hint="every slice of a tensor has its element type")]
+        rows, filled_rows = math.prod(t.shape) // width, math.prod(filled.shape) // totals[name]
+        if rows != filled_rows:
+            return [_diag("shape-mismatch", f"{where} writes {rows} rows; '{name}' has {filled_rows}", step.span,
+                          found=f"{rows} rows", expected=f"{filled_rows} rows",
+                          hint="slices of one tensor have the same rows (pixels)")]
+    for a, b, span in written.get(name, []):
+        if a < end and start < b:
+            return [_diag("shape-mismatch", f"{where} overlaps [{a}:{b}], written at {span}", step.span,
+                          found=f"[{start}:{end}] and [{a}:{b}]", expected="disjoint channel ranges",
+                          hint="give each writer its own channels")]
+    written.setdefault(name, []).append((start, end, step.span))
+    return []
 
 
 def _check_slice_store(kernel: ir.Kernel, store: ir.Store, t: shapes.TensorType, filled: shapes.TensorType | None,

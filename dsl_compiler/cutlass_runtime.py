@@ -11,6 +11,7 @@ import ctypes
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import threading
 import time
@@ -364,6 +365,214 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
     if status:
         raise CutlassError(f"kernel '{kernel_name}': CUTLASS {msg.value.decode(errors='replace')}")
     return results
+
+# --- fused casts: the C ABI of the fused-cast library (MucutlassCastJob, MucutlassCastJobs in its source) ---
+_CAST_TYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+_CAST_MAX_JOBS, _CAST_THREADS, _CAST_VEC, _CAST_TILE = 16, 256, 8, 64
+
+
+class _CastJob(ctypes.Structure):
+    _fields_ = [("src", ctypes.c_void_p), ("dst", ctypes.c_void_p), ("outer", ctypes.c_int64),
+                ("channels", ctypes.c_int64), ("inner", ctypes.c_int64), ("channels_out", ctypes.c_int64),
+                ("inner_out", ctypes.c_int64), ("first_block", ctypes.c_int64), ("src_type", ctypes.c_int32),
+                ("dst_type", ctypes.c_int32), ("mode", ctypes.c_int32), ("vector", ctypes.c_int32)]
+
+
+class _CastJobs(ctypes.Structure):
+    _fields_ = [("job", _CastJob * _CAST_MAX_JOBS), ("count", ctypes.c_int32)]
+
+
+def _cast_library(path):
+    with _LIBS_LOCK:
+        lib = _LIBS.get(path)
+        if lib is None:
+            check_library_digest(path)
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+            lib.mucutlass_fused_cast_job_bytes.restype = ctypes.c_int
+            if lib.mucutlass_fused_cast_job_bytes() != ctypes.sizeof(_CastJob):
+                raise CutlassError(f"{path}: fused-cast job layout differs from the runtime's")
+            lib.mucutlass_fused_cast.argtypes = [ctypes.POINTER(_CastJobs), ctypes.c_int64, ctypes.c_void_p,
+                                                 ctypes.c_char_p, ctypes.c_int]
+            lib.mucutlass_fused_cast.restype = ctypes.c_int
+            _LIBS[path] = lib
+        return lib
+
+
+def cast_geometry(job, shape):
+    """(mode, outer, channels, inner, channels_out, inner_out, blocks) of one job on a source of ``shape``: a plain
+    copy [outer, channels, inner] -> [outer, channels_out, inner_out] at 8 elements a thread; a layout copy of
+    [N, C, *spatial] by 64x64 [C, positions] tiles, or a thread a position where it has 16 channels or fewer."""
+    pad = list(job.get("pad") or ()) or [0] * len(shape)
+    if job["relayout"]:
+        n, c, positions = shape[0], shape[1], math.prod(shape[2:])
+        c_out = c + pad[1]
+        if c_out <= 16:
+            return 2, n, c, positions, c_out, positions, -(-(n * positions) // _CAST_THREADS)
+        return 1, n, c, positions, c_out, positions, n * -(-c_out // _CAST_TILE) * -(-positions // _CAST_TILE)
+    dims = [1] * max(0, 2 - len(shape)) + list(shape)
+    extra = [0] * max(0, 2 - len(shape)) + pad
+    outer, channels, inner = math.prod(dims[:-2]), dims[-2], dims[-1]
+    channels_out, inner_out = channels + extra[-2], inner + extra[-1]
+    return 0, outer, channels, inner, channels_out, inner_out, -(-(outer * channels_out * inner_out) // (_CAST_THREADS * _CAST_VEC))
+
+
+def run_fused_casts(lib_path, jobs, env):
+    """The fused-cast plan's jobs (dicts) in one launch on the current stream:
+    dst name -> tensor, each as its ``to`` / ``channels_last`` / ``pad`` steps give it. None when a source is not a
+    dense, contiguous CUDA tensor of a carried type (the caller runs the steps themselves)."""
+    sources = [env.get(j["src"]) for j in jobs]
+    if not jobs or any(not isinstance(x, torch.Tensor) or x.device.type != "cuda" or x.dtype not in _CAST_TYPES
+                       or not x.is_contiguous() or (j["relayout"] and x.dim() < 3) for x, j in zip(sources, jobs)):
+        return None
+    lib = _cast_library(lib_path)
+    device = sources[0].device
+    results = {}
+    for start in range(0, len(jobs), _CAST_MAX_JOBS):
+        batch = _CastJobs()
+        blocks = 0
+        for k, (j, x) in enumerate(zip(jobs[start:start + _CAST_MAX_JOBS], sources[start:start + _CAST_MAX_JOBS])):
+            dtype = TORCH_DTYPE[j["dtype"]]
+            mode, outer, channels, inner, channels_out, inner_out, job_blocks = cast_geometry(j, tuple(x.shape))
+            pad = list(j.get("pad") or ()) or [0] * x.dim()
+            shape = [s + e for s, e in zip(x.shape, pad)]
+            if j["relayout"]:
+                out = torch.empty((shape[0], *shape[2:], shape[1]), dtype=dtype, device=device)
+                results[j["dst"]] = _channels_last_view(out)
+            else:
+                out = results[j["dst"]] = torch.empty(shape, dtype=dtype, device=device)
+            job = batch.job[k]
+            job.src, job.dst, job.outer, job.channels, job.inner = x.data_ptr(), out.data_ptr(), outer, channels, inner
+            job.channels_out, job.inner_out, job.first_block = channels_out, inner_out, blocks
+            job.src_type, job.dst_type, job.mode = _CAST_TYPES[x.dtype], _CAST_TYPES[dtype], mode
+            job.vector = int(mode == 0 and not any(pad) and x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
+            blocks += job_blocks
+            batch.count = k + 1
+        if blocks == 0:
+            continue  # empty tensors: nothing to move
+        msg = ctypes.create_string_buffer(_MSG_LEN)
+        stream = torch.cuda.current_stream(device).cuda_stream
+        with torch.cuda.device(device):
+            status = lib.mucutlass_fused_cast(ctypes.byref(batch), blocks, stream, msg, _MSG_LEN)
+        if status:
+            raise CutlassError(msg.value.decode(errors="replace"))
+    return results
+
+
+def _dense(t):
+    """Non-overlapping and dense in some dimension order (a copy into a same-strided buffer is exact)."""
+    size = 1
+    for stride, dim in sorted((st, d) for st, d in zip(t.stride(), t.shape) if d != 1):
+        if stride != size:
+            return False
+        size *= dim
+    return True
+
+
+def graph_unsafe_reason(inputs):
+    """Why a call cannot run from a CUDA graph now (empty when it can): work the caller is capturing
+    itself, a dispatch mode that counts torch calls or the profiler (a replay would hide them), autograd,
+    or inputs that are not dense CUDA tensors."""
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if torch.cuda.is_current_stream_capturing():
+        return "the caller is capturing a CUDA graph (its graph holds these launches)"
+    if torch.utils._python_dispatch.is_in_torch_dispatch_mode() or torch._C._is_torch_function_mode_enabled():
+        return "a torch dispatch or function mode is active (counting or profiling sees every call)"
+    if torch.autograd._profiler_enabled():
+        return "the profiler is on (it attributes each kernel to the call that launched it)"
+    for x in inputs:
+        if not isinstance(x, torch.Tensor) or x.device.type != "cuda":
+            return "an input is not a CUDA tensor"
+        if x.requires_grad and torch.is_grad_enabled():
+            return "an input requires grad"
+        if not _dense(x):
+            return "an input is not dense (a broadcast or overlapping view)"
+    return ""
+
+
+def cuda_graph_capture(run, static_inputs, params):
+    """``run`` captured on ``static_inputs`` into a CUDA graph, after one warm-up call on a side stream (lazy
+    initialisation and call plans stay outside the capture): (replay, the static outputs)."""
+    device = static_inputs[0].device if static_inputs else torch.device("cuda", torch.cuda.current_device())
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        run(static_inputs, params)
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_outputs = list(run(static_inputs, params))
+    return graph.replay, static_outputs
+
+
+class ProgramGraphs:
+    """A program's whole launch sequence (kernels and torch steps) replayed from a CUDA graph.
+
+    ``run(inputs, params) -> list of outputs`` is the eager program. The first call with an input
+    signature (shapes, strides, dtypes, device) and params (their addresses and versions) runs eagerly;
+    the second captures ``run`` on static copies of the inputs (``capture``, by default
+    ``cuda_graph_capture``) and every later one copies its inputs into them, replays the graph and returns
+    clones of the outputs, so nothing returned aliases a buffer the next replay overwrites. A call that
+    cannot be captured (``graph_unsafe_reason``) runs eagerly; a capture that fails leaves that signature
+    eager for good (``failures`` says why). At most ``max_graphs`` signatures are held (least recent
+    dropped, with their memory pools)."""
+
+    def __init__(self, run, max_graphs=4, capture=None, unsafe_reason=None):
+        self.run = run
+        self.max_graphs = max_graphs
+        self.capture = capture or cuda_graph_capture
+        self.unsafe_reason = unsafe_reason or graph_unsafe_reason
+        self.graphs = {}  # signature -> (replay, static inputs, static outputs), least recently used first
+        self.seen = set()
+        self.failures = {}  # signature -> why its capture failed
+        self.replays = 0
+        self.last_reason = ""  # why the last call ran eagerly ("" when it replayed)
+
+    @staticmethod
+    def signature(inputs, params):
+        return (tuple((tuple(x.shape), x.stride(), x.dtype, x.device) for x in inputs),
+                tuple((k, v.data_ptr(), v._version) for k, v in sorted(params.items())))
+
+    def __call__(self, inputs, params):
+        reason = self.unsafe_reason(inputs)
+        key = None if reason else self.signature(inputs, params)
+        if key is not None and key in self.failures:
+            reason = "capture failed: " + self.failures[key]
+        elif key is not None and key not in self.graphs and key not in self.seen:
+            self.seen.add(key)
+            reason = "first call with these shapes (eager; the next one is captured)"
+        if reason:
+            self.last_reason = reason
+            return self.run(inputs, params)
+        entry = self.graphs.pop(key, None) or self._capture(key, inputs, params)
+        if entry is None:
+            self.last_reason = "capture failed: " + self.failures[key]
+            return self.run(inputs, params)
+        self.graphs[key] = entry  # most recently used last
+        replay, static_inputs, static_outputs = entry
+        for s, x in zip(static_inputs, inputs):
+            s.copy_(x)
+        replay()
+        self.replays += 1
+        self.last_reason = ""
+        return [o.clone() for o in static_outputs]
+
+    def _capture(self, key, inputs, params):
+        static_inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+                         for x in inputs]
+        try:
+            replay, static_outputs = self.capture(self.run, static_inputs, params)
+        except Exception as exc:  # noqa: BLE001 - a host sync or an uncapturable call: stay eager
+            self.failures[key] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            if torch.cuda.is_available():
+                try:
+                    torch.cuda.synchronize()
+                except Exception:  # noqa: BLE001
+                    pass
+            return None
+        while len(self.graphs) >= self.max_graphs:
+            self.graphs.pop(next(iter(self.graphs)))
+        return replay, static_inputs, static_outputs
 # --- portable end ---
 
 
@@ -390,3 +599,13 @@ class CutlassExecutor:
         would allocate), e.g. poisoned buffers in tests."""
         return call_kernel(self.artifacts[kernel.name], kernel.name, self._ops[kernel.name], self.abis[kernel.name],
                            env, outputs)
+
+    def run_fused_casts(self, jobs: list[dict], env: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """The input casts of ``jobs`` in one launch (``dsl_compiler.fused_cast``), or None where they cannot
+        run so (the caller runs the steps). The library comes with the build's artifacts, else is built here."""
+        from dsl_compiler import build, fused_cast
+
+        path = self.artifacts.get(fused_cast.ARTIFACT)
+        if path is None:
+            path = self.artifacts[fused_cast.ARTIFACT] = str(build.build_fused_cast_library())
+        return run_fused_casts(path, jobs, env)

@@ -17,14 +17,21 @@ import json
 import shutil
 from pathlib import Path
 
-from dsl_compiler import cutlass_runtime
+from dsl_compiler import cutlass_runtime, fused_cast
 from dsl_compiler.emit_cutlass import emit_program
 from dsl_compiler.ir import Program
+from dsl_compiler.run_settings import RuntimeOptions
 
 _RUNNER = r'''
 
 PROGRAM = json.loads(__PROGRAM__)
 KERNELS = json.loads(__KERNELS__)
+# how forward runs: the input casts as one launch ("fused_casts": the jobs; the library is KERNELS[FUSED_CAST_LIB])
+# and the whole program replayed from a CUDA graph (CUDA_GRAPH; MUCUTLASS_CUDA_GRAPH=on / off overrides it)
+RUNTIME = json.loads(__RUNTIME__)
+FUSED_CAST_LIB = "<fused_cast>"
+CUDA_GRAPH = {"on": True, "off": False}.get(os.environ.get("MUCUTLASS_CUDA_GRAPH", "").strip().lower(),
+                                            RUNTIME["cuda_graph"])
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -56,11 +63,30 @@ def _channels_last_step(x, dtype=None):
     return _channels_last_view(out)
 
 
+def _channel_view(x, channels):
+    if not channels:
+        return x
+    cl = x.dim() >= 3 and not x.is_contiguous() and x.permute(0, *range(2, x.dim()), 1).is_contiguous()
+    return x.narrow(1 if cl else x.dim() - 1, channels[0], channels[1] - channels[0])
+
+
 def _torch_step(index, step, env, modules=None):
     if _TORCH_STEPS is not None:
-        return _torch_steps.run(_TORCH_STEPS[index], env, modules)
+        return _torch_steps.run(_TORCH_STEPS[index], env, modules, _TOTALS)
+    out = _plain_torch_step(step, env, modules)
+    if step.get("channels"):  # torch y[a:b] = ...: written into channels a..b of y
+        name, value = step["outputs"][0], out[step["outputs"][0]]
+        cl = value.dim() >= 3 and not value.is_contiguous() and value.permute(0, *range(2, value.dim()), 1).is_contiguous()
+        spec = {"name": name, "channels": (step["channels"][0], _TOTALS_PLAIN.get(name, step["channels"][1]))}
+        buf, view = _slice_output(env, spec, tuple(value.shape), value.dtype, value.device, cl)
+        view.copy_(value)
+        out[name] = buf
+    return out
+
+
+def _plain_torch_step(step, env, modules):
     import torch.nn.functional as F
-    args = [env[a["name"]] if a["kind"] == "tensor" else a["value"] for a in step["args"]]
+    args = [_channel_view(env[a["name"]], a.get("channels")) if a["kind"] == "tensor" else a["value"] for a in step["args"]]
     kwargs = {k["key"]: k["value"] for k in step["kwargs"]}
     if step["fn"] == "module":  # the model's own submodule (a part torch.fx cannot follow)
         if kwargs["path"] not in (modules or {}):
@@ -81,9 +107,18 @@ def _torch_step(index, step, env, modules=None):
     return dict(zip(step["outputs"], results))
 
 
+# channels of each tensor that kernels and steps fill by slices (store y[a:b]): the largest end
+_TOTALS_PLAIN = {}
+for _s in PROGRAM["steps"]:
+    for _name, _ch in ([(st["name"], st.get("channels")) for st in _s.get("stores", ())] if "op" in _s
+                       else [(_s["outputs"][0], _s.get("channels"))]):
+        if _ch:
+            _TOTALS_PLAIN[_name] = max(_TOTALS_PLAIN.get(_name, 0), _ch[1])
+
 try:  # the exact whitelist when mucutlass is installed; its steps are validated once, here
     from dsl_compiler import ir as _ir, torch_steps as _torch_steps
     _TORCH_STEPS = {i: _ir.TorchStep.model_validate(s) for i, s in enumerate(PROGRAM["steps"]) if "op" not in s}
+    _TOTALS = _TOTALS_PLAIN
 except ImportError:
     _TORCH_STEPS = None
 
@@ -96,7 +131,15 @@ def run_program(inputs, params, modules=None):
     for d in PROGRAM["decls"]:
         if d["kind"] == "param":
             env[d["name"]] = _as_declared(params[d["name"]], d)
+    done = ()
+    if RUNTIME["fused_casts"]:
+        cast = run_fused_casts(_lib_path(FUSED_CAST_LIB), RUNTIME["fused_casts"], env)
+        if cast is not None:  # else (an input not contiguous on the GPU) the steps below run them
+            env.update(cast)
+            done = {i for j in RUNTIME["fused_casts"] for i in j["steps"]}
     for i, step in enumerate(PROGRAM["steps"]):
+        if i in done:
+            continue
         if "op" in step:
             env.update(call_kernel(_lib_path(step["name"]), step["name"], step["op"], KERNELS[step["name"]]["abi"], env))
         else:
@@ -131,9 +174,13 @@ class ModelNew(Model):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._mucutlass_bound = {}
+        self._mucutlass_graphs = ProgramGraphs(run_program) if CUDA_GRAPH else None
 
     def forward(self, *inputs):
-        outs = run_program(list(inputs), _params_of(self), _modules_of(self))
+        if self._mucutlass_graphs is not None:  # never for a program with `module` steps (see export_model_new)
+            outs = self._mucutlass_graphs(list(inputs), _params_of(self))
+        else:
+            outs = run_program(list(inputs), _params_of(self), _modules_of(self))
         return outs[0] if len(outs) == 1 else tuple(outs)
 '''
 
@@ -145,6 +192,7 @@ class ModelNew(torch.nn.Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
         self._mucutlass_bound = {}
+        self._mucutlass_graphs = ProgramGraphs(run_program) if CUDA_GRAPH else None
         for d in PROGRAM["decls"]:
             if d["kind"] == "param":
                 owner = self
@@ -156,7 +204,7 @@ class ModelNew(torch.nn.Module):
                 owner.register_parameter(leaf, torch.nn.Parameter(torch.empty(d["shape"], dtype=TORCH_DTYPE[d["dtype"]])))
 
     def forward(self, *inputs):
-        outs = run_program(list(inputs), _params_of(self))
+        outs = (self._mucutlass_graphs or run_program)(list(inputs), _params_of(self))
         return outs[0] if len(outs) == 1 else tuple(outs)
 '''
 
@@ -179,27 +227,40 @@ def _imports() -> str:
 
 
 def export_model_new(program: Program, artifacts: dict[str, str], path: str | Path, problem_source: str | None = None,
-                     copy_libraries: bool = True) -> Path:
+                     copy_libraries: bool = True, options: RuntimeOptions | None = None) -> Path:
     """Write ``path``: a Python module defining ``ModelNew`` that runs ``program`` from ``artifacts``.
 
     With ``copy_libraries`` the kernel libraries are copied next to the file (``<stem>_kernels/``),
-    so the file and that folder can be moved together; otherwise the file points at the cache."""
+    so the file and that folder can be moved together; otherwise the file points at the cache.
+    ``options`` (default: off) carries the CUDA graph and fused casts into the file; fused casts need the
+    library among the artifacts (``build.build_program`` adds it when they are on), else they stay steps."""
     path = Path(path)
+    options = options or RuntimeOptions()
     emitted, diags = emit_program(program)
     if diags:
         raise ValueError("the program has kernels the CUTLASS backend cannot build: " + "; ".join(d.message for d in diags))
-    kernels = {}
+    libraries = [(e.kernel_name, e.kernel_name, dataclasses.asdict(e.abi)) for e in emitted]
     for e in emitted:
         if e.kernel_name not in artifacts:
             raise ValueError(f"no built library for kernel '{e.kernel_name}': run build.build_program first")
-        lib = str(Path(artifacts[e.kernel_name]).resolve())
+    cast_jobs = [j.as_dict() for j in fused_cast.plan_input_casts(program)] if options.fused_casts else []
+    if cast_jobs and fused_cast.ARTIFACT in artifacts:
+        libraries.append((fused_cast.ARTIFACT, "fused_cast", None))
+    else:
+        cast_jobs = []
+    kernels = {}
+    for name, stem, abi in libraries:
+        lib = str(Path(artifacts[name]).resolve())
         local = ""
         if copy_libraries:
             folder = path.parent / f"{path.stem}_kernels"
             folder.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(lib, folder / f"{e.kernel_name}.so")
-            local = f"{folder.name}/{e.kernel_name}.so"
-        kernels[e.kernel_name] = {"lib": lib, "local": local, "abi": dataclasses.asdict(e.abi)}
+            shutil.copy2(lib, folder / f"{stem}.so")
+            local = f"{folder.name}/{stem}.so"
+        kernels[name] = {"lib": lib, "local": local, "abi": abi}
+    # a `module` step runs the model's own Python, which may sync with the host or branch on values: no graph
+    graph = options.cuda_graph and not any(getattr(s, "fn", None) == "module" for s in program.steps)
+    runtime = {"cuda_graph": graph, "fused_casts": cast_jobs}
     program_json = json.dumps(program.model_dump(mode="json"))
     parts = [
         f'"""ModelNew for μCUTLASS program {program.name or "(unnamed)"}: CUTLASS kernels for sm_90a, '
@@ -209,7 +270,8 @@ def export_model_new(program: Program, artifacts: dict[str, str], path: str | Pa
     if problem_source is not None:
         parts.append("\n# ---- the problem's source (defines Model) ----\n" + problem_source.rstrip() + "\n# ---- end of the problem's source ----\n")
     parts.append("\n" + portable_runtime_source())
-    parts.append(_RUNNER.replace("__PROGRAM__", repr(program_json)).replace("__KERNELS__", repr(json.dumps(kernels))))
+    parts.append(_RUNNER.replace("__PROGRAM__", repr(program_json)).replace("__KERNELS__", repr(json.dumps(kernels)))
+                 .replace("__RUNTIME__", repr(json.dumps(runtime))))
     parts.append(_WITH_MODEL if problem_source is not None else _WITHOUT_MODEL)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(parts))

@@ -251,12 +251,8 @@ def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, to
 def _store_channels(program: ir.Program, kernel: ir.Kernel, store: ir.Store, value: torch.Tensor, env: Env) -> torch.Tensor:
     """``store y[a:b]``: the value written as channels a..b of y (allocated by its first writer, in that writer's
     form: channels-last for a conv, [..., M, total] for a GEMM), exactly as the CUTLASS backend's views."""
-    from dsl_compiler.cutlass_runtime import _slice_output
-
-    spec = {"name": store.name, "channels": (store.channels[0], shapes.slice_totals(program)[store.name])}
-    buf, view = _slice_output(env, spec, tuple(value.shape), value.dtype, value.device, isinstance(kernel.op, ir.ConvOp))
-    view.copy_(value)
-    return buf
+    return torch_steps.write_channels(value, store.name, store.channels, shapes.slice_totals(program)[store.name], env,
+                                      conv=isinstance(kernel.op, ir.ConvOp))
 
 
 def kernel_math(kernel: ir.Kernel, env: Env) -> str:
@@ -279,11 +275,12 @@ class InterpreterExecutor:
 def run_steps(program: ir.Program, env: Env, kernel_runner: KernelRunner, modules: dict[str, Any] | None = None) -> Env:
     """Run every step in order over ``env`` (name -> tensor); kernels by ``kernel_runner``, torch steps by
     ``torch_steps.run`` on every backend (``module`` steps call ``modules[path]``)."""
+    totals = shapes.slice_totals(program)
     for step in program.steps:
         if isinstance(step, ir.Kernel):
             env.update(kernel_runner(program, step, env))
         else:
-            env.update(torch_steps.run(step, env, modules))
+            env.update(torch_steps.run(step, env, modules, totals))
     return env
 
 

@@ -272,8 +272,12 @@ Literal_ = Union[bool, int, float, str, None, tuple[Union[bool, int, float, str,
 
 
 class TensorArg(Node):
+    """A tensor argument; ``channels`` (start, end) reads channels start..end of a tensor slice stores fill
+    (``y[0:64]``: dim 1 of a channels-last tensor, else the last dim), as a view."""
+
     kind: Literal["tensor"] = "tensor"
     name: str
+    channels: tuple[int, int] | None = None
 
 
 class LiteralArg(Node):
@@ -297,6 +301,8 @@ class TorchStep(Node):
     fn: str
     args: tuple[Arg, ...] = ()
     kwargs: tuple[Kwarg, ...] = ()
+    # ``torch y[0:32] = channels_last(x)``: the one output is written as channels start..end of y (see Store)
+    channels: tuple[int, int] | None = None
 
 
 Step = Union[Kernel, TorchStep]

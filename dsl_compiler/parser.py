@@ -322,11 +322,8 @@ class _ToIR(Transformer_NonRecursive):
 
     def slice_store_stmt(self, meta, children):
         name, start, end, dtype, expr = children
-        if int(end) <= int(start):
-            raise _err(f"store {name}[{start}:{end}] writes no channels", start, found=f"[{start}:{end}]",
-                       expected="[start:end] with end > start", hint="end - start is the kernel's output channel count")
         store = self.store_stmt(meta, [name, dtype, expr])
-        return store.model_copy(update={"channels": (int(start), int(end))})
+        return store.model_copy(update={"channels": _channel_range(name, start, end)})
 
     def kernel(self, meta, children):
         name, op, *body = children
@@ -475,6 +472,15 @@ class _ToIR(Transformer_NonRecursive):
     def tensor_arg(self, meta, children):
         return ir.TensorArg(name=str(children[0]), span=_span(meta))
 
+    def sliced_tensor_arg(self, meta, children):
+        name, start, end = children
+        return ir.TensorArg(name=str(name), channels=_channel_range(name, start, end), span=_span(meta))
+
+    def slice_torch_step(self, meta, children):
+        name, start, end, *rest = children
+        step = self.torch_step(meta, [name, *rest])
+        return step.model_copy(update={"channels": _channel_range(name, start, end)})
+
     def literal_arg(self, meta, children):
         return ir.LiteralArg(value=children[0], span=_span(meta))
 
@@ -506,6 +512,13 @@ class _ToIR(Transformer_NonRecursive):
 
     def start(self, meta, children):
         return [c for c in children if c is not None], _span(meta)
+
+
+def _channel_range(name: Token, start: Token, end: Token) -> tuple[int, int]:
+    if int(end) <= int(start):
+        raise _err(f"{name}[{start}:{end}] names no channels", start, found=f"[{start}:{end}]",
+                   expected="[start:end] with end > start", hint="channels start..end, end excluded")
+    return int(start), int(end)
 
 
 def _end_of(text: str) -> tuple[int, int]:
@@ -756,6 +769,8 @@ def _statement_key(node: Any, kernel: str | None) -> tuple | None:
         return ("kernel", str(kids[0]))
     if node.data == "torch_step":
         return ("torch", _torch_outputs(node))
+    if node.data == "slice_torch_step":
+        return ("torch", (str(kids[0]),))
     if node.data == "output_stmt":
         return ("output",)
     if node.data == "config_item":

@@ -178,10 +178,14 @@ def format_kernel(k: ir.Kernel, placer: _Placer | None = None) -> str:
     return "\n".join(head) + "\n" + "".join(f"  {line}\n" for line in body) + "\n".join(close)
 
 
+def _channels(channels: tuple[int, int] | None) -> str:
+    return f"[{channels[0]}:{channels[1]}]" if channels else ""
+
+
 def format_torch_step(t: ir.TorchStep) -> str:
-    args = [a.name if isinstance(a, ir.TensorArg) else format_literal(a.value) for a in t.args]
+    args = [a.name + _channels(a.channels) if isinstance(a, ir.TensorArg) else format_literal(a.value) for a in t.args]
     args += [f"{kw.key}={format_literal(kw.value)}" for kw in t.kwargs]
-    return f"torch {', '.join(t.outputs)} = {t.fn}({', '.join(args)})"
+    return f"torch {', '.join(t.outputs)}{_channels(t.channels)} = {t.fn}({', '.join(args)})"
 
 
 def format_decl(d: ir.TensorDecl) -> str:

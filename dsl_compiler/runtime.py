@@ -14,7 +14,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from dsl_compiler import interpreter, ir
+from dsl_compiler import interpreter, ir, shapes, torch_steps
+from dsl_compiler.run_settings import RUNTIME_SETTINGS, RuntimeOptions, runtime_setting  # noqa: F401 - re-exported
 
 Backend = Literal["interpreter", "cutlass"]
 
@@ -83,16 +84,36 @@ _BUFFER_PREFIX = "param__"
 
 
 class ProgramModule(nn.Module):
-    """A μCUTLASS program as a module: ``forward(*inputs)`` returns the one output, or a tuple."""
+    """A μCUTLASS program as a module: ``forward(*inputs)`` returns the one output, or a tuple.
+
+    With ``options.cuda_graph`` calls replay a CUDA graph of the whole program where that is valid
+    (``cutlass_runtime.ProgramGraphs``: eager otherwise, outputs always new tensors; never for a program
+    with ``module`` steps, whose Python may sync with the host or branch on values)."""
 
     def __init__(self, program: ir.Program, executor: Any, params: dict[str, torch.Tensor],
-                 modules: dict[str, nn.Module] | None = None):
+                 modules: dict[str, nn.Module] | None = None, *, options: RuntimeOptions | None = None):
         super().__init__()
         self.program = program
         self.executor = executor
         # the reference's submodules that `module` steps call; registered so they follow .to(device)
         self.opaque = nn.ModuleDict({f"m{i}": m for i, m in enumerate((modules or {}).values())})
         self._opaque_paths = {f"m{i}": path for i, path in enumerate(modules or {})}
+        self.options = options or RuntimeOptions()
+        self._slice_totals = shapes.slice_totals(program)  # channels of the tensors slices fill (store y[a:b])
+        # the input casts as one launch, where the executor can (CUTLASS); the other steps run as written
+        self.cast_jobs: list[dict] = []
+        self.rest = tuple(program.steps)
+        if self.options.fused_casts and hasattr(executor, "run_fused_casts"):
+            from dsl_compiler import fused_cast
+
+            jobs = fused_cast.plan_input_casts(program)
+            self.cast_jobs = [j.as_dict() for j in jobs]
+            self.rest = fused_cast.remaining_steps(program, jobs)
+        self.graphs = None
+        if self.options.cuda_graph and not module_paths(program):
+            from dsl_compiler.cutlass_runtime import ProgramGraphs  # torch only; loads no kernel
+
+            self.graphs = ProgramGraphs(self._run)
         missing = [d.name for d in program.params if d.name not in params]
         if missing:
             raise BindError(f"params not bound: {', '.join(missing)}")
@@ -101,31 +122,45 @@ class ProgramModule(nn.Module):
             self.register_buffer(_BUFFER_PREFIX + decl.name, params[decl.name], persistent=False)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        params = {decl.name: getattr(self, _BUFFER_PREFIX + decl.name) for decl in self.program.params}
+        outputs = (self.graphs or self._run)(list(inputs), params)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _run(self, inputs: list[torch.Tensor], params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         env = interpreter.bind_inputs(self.program, inputs)
-        for decl in self.program.params:
-            env[decl.name] = getattr(self, _BUFFER_PREFIX + decl.name)
+        env.update(params)
         modules = {self._opaque_paths[key]: m for key, m in self.opaque.items()}
-        interpreter.run_steps(self.program, env, self.executor.run_kernel, modules)
-        outputs = tuple(env[name] for name in self.program.outputs)
-        return outputs[0] if len(outputs) == 1 else outputs
+        steps = self.program.steps
+        if self.cast_jobs:
+            cast = self.executor.run_fused_casts(self.cast_jobs, env)
+            if cast is not None:
+                env.update(cast)
+                steps = self.rest
+        for step in steps:
+            if isinstance(step, ir.Kernel):
+                env.update(self.executor.run_kernel(self.program, step, env))
+            else:
+                env.update(torch_steps.run(step, env, modules, self._slice_totals))
+        return [env[name] for name in self.program.outputs]
 
 
 def load(program: ir.Program, backend: Backend, params: dict[str, torch.Tensor], artifacts: Any = None,
-         modules: dict[str, nn.Module] | None = None) -> nn.Module:
+         modules: dict[str, nn.Module] | None = None, options: RuntimeOptions | None = None) -> nn.Module:
     """The program as an ``nn.Module`` running on ``backend`` ("interpreter" or "cutlass"); ``modules`` binds
-    its ``module`` steps (``bind_modules``)."""
-    return ProgramModule(program, make_executor(program, backend, artifacts), params, modules)
+    its ``module`` steps (``bind_modules``); ``options`` says how it runs (default: as written, eagerly)."""
+    return ProgramModule(program, make_executor(program, backend, artifacts), params, modules, options=options)
 
 
 class CutlassProgramModule(ProgramModule):
     """A program as a torch Module on the CUTLASS backend (``ProgramModule`` with a
     ``CutlassExecutor``); params are re-laid out to their declared layouts once, here."""
 
-    def __init__(self, program: ir.Program, params: dict[str, torch.Tensor], artifacts: dict[str, str]):
+    def __init__(self, program: ir.Program, params: dict[str, torch.Tensor], artifacts: dict[str, str],
+                 options: RuntimeOptions | None = None):
         from dsl_compiler.cutlass_runtime import CutlassError, CutlassExecutor  # needs built kernels and a GPU
 
         missing = [d.name for d in program.params if d.name not in params]
         if missing:
             raise CutlassError(f"param(s) not bound: {', '.join(missing)}")
         bound = {d.name: interpreter.as_declared(params[d.name], d) for d in program.params}
-        super().__init__(program, CutlassExecutor(program, artifacts), bound)
+        super().__init__(program, CutlassExecutor(program, artifacts), bound, options=options)

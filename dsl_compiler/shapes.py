@@ -150,11 +150,25 @@ def store_type(kernel: ir.Kernel, store: ir.Store, out_shape: tuple[int, ...], d
 def slice_totals(program: ir.Program) -> dict[str, int]:
     """Name -> channel count of every tensor filled by slice stores (``store y[a:b]``): the largest end."""
     totals: dict[str, int] = {}
-    for kernel in program.kernels:
-        for store in kernel.stores:
-            if store.channels is not None:
-                totals[store.name] = max(totals.get(store.name, 0), store.channels[1])
+    for name, (_, end), _ in slice_writes(program):
+        totals[name] = max(totals.get(name, 0), end)
     return totals
+
+
+def slice_writes(program: ir.Program) -> list[tuple[str, tuple[int, int], ir.Span | None]]:
+    """(tensor, channels, where) of every slice store and torch step writing into a slice, in program order."""
+    writes = []
+    for step in program.steps:
+        if isinstance(step, ir.Kernel):
+            writes += [(s.name, s.channels, s.span) for s in step.stores if s.channels is not None]
+        elif step.channels is not None:
+            writes.append((step.outputs[0], step.channels, step.span))
+    return writes
+
+
+def channel_dim(t: TensorType) -> int:
+    """The dim a channel slice ``y[a:b]`` cuts: dim 1 of a channels-last tensor, else the last."""
+    return 1 if t.layout == "channels_last" and len(t.shape) >= 3 else len(t.shape) - 1
 
 
 def sliced_type(t: TensorType, total: int, conv: bool) -> TensorType:
@@ -177,11 +191,27 @@ def declared_types(program: ir.Program) -> dict[str, TensorType]:
     return {d.name: TensorType(dtype=d.dtype, shape=d.shape, layout=d.layout) for d in program.decls}
 
 
-def torch_step_types(step: ir.TorchStep, types: dict[str, TensorType]) -> dict[str, TensorType]:
-    """The types of a torch step's outputs (raises ShapeError when the step fails on its inputs)."""
+def torch_step_types(step: ir.TorchStep, types: dict[str, TensorType],
+                     totals: dict[str, int] | None = None) -> dict[str, TensorType]:
+    """The types of a torch step's outputs (raises ShapeError when the step fails on its inputs). A step writing
+    into channels of a tensor (``torch y[a:b] = ...``) gives y's type: its first writer's with ``totals[y]`` channels."""
     from dsl_compiler import torch_steps  # torch is only needed for torch steps
 
-    return dict(zip(step.outputs, torch_steps.infer(step, types)))
+    inferred = dict(zip(step.outputs, torch_steps.infer(step, types)))
+    if step.channels is None:
+        return inferred
+    name = step.outputs[0]
+    t = inferred[name]
+    width = t.shape[channel_dim(t)] if t.shape else 0
+    if width != step.channels[1] - step.channels[0]:
+        raise ShapeError(f"torch {name}[{step.channels[0]}:{step.channels[1]}] names {step.channels[1] - step.channels[0]} "
+                         f"channels; {step.fn} gives {width}", step.span, found=str(list(t.shape)),
+                         expected=f"{step.channels[1] - step.channels[0]} channels in dim {channel_dim(t)}",
+                         hint="a slice holds all of the step's channels", code="shape-mismatch")
+    if name in types:
+        return {name: types[name]}
+    total = (totals or {}).get(name, step.channels[1])
+    return {name: sliced_type(t, total, conv=channel_dim(t) == 1)}
 
 
 def infer(program: ir.Program, upto: ir.Kernel | ir.TorchStep | None = None) -> dict[str, TensorType]:
@@ -202,5 +232,5 @@ def infer(program: ir.Program, upto: ir.Kernel | ir.TorchStep | None = None) -> 
                     t = types.get(store.name) or sliced_type(t, totals[store.name], isinstance(step.op, ir.ConvOp))
                 types[store.name] = t
         else:
-            types.update(torch_step_types(step, types))
+            types.update(torch_step_types(step, types, totals))
     return types

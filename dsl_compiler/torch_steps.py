@@ -169,7 +169,8 @@ def _call(step: ir.TorchStep, lookup: Callable[[str], Any]) -> list[Any]:
     if step.fn not in STEPS:
         raise StepError(f"'{step.fn}' is not a whitelisted torch step ({unknown_step_hint(step.fn)}); allowed: "
                         + ", ".join(sorted(STEPS)))
-    args = [lookup(a.name) if isinstance(a, ir.TensorArg) else _literal(a.value) for a in step.args]
+    args = [channel_view(lookup(a.name), a.channels) if isinstance(a, ir.TensorArg) else _literal(a.value)
+            for a in step.args]
     kwargs = {k.key: _literal(k.value) for k in step.kwargs}
     if step.fn in _LIST_FIRST:
         tensors = [a for a in args if not isinstance(a, int | float | str | tuple | list | bool | type(None))]
@@ -180,6 +181,40 @@ def _call(step: ir.TorchStep, lookup: Callable[[str], Any]) -> list[Any]:
     if len(results) != len(step.outputs):
         raise StepError(f"{step.fn} gives {len(results)} tensor(s) but the step names {len(step.outputs)}")
     return results
+
+
+def channel_view(x: Any, channels: tuple[int, int] | None) -> Any:
+    """``y[a:b]``: channels a..b of y as a view: dim 1 of a channels-last tensor, else the last dim."""
+    if channels is None:
+        return x
+    dim = 1 if x.dim() >= 3 and is_channels_last(x) else x.dim() - 1
+    return x.narrow(dim, channels[0], channels[1] - channels[0])
+
+
+def write_channels(value: Any, name: str, channels: tuple[int, int], total: int, env: dict[str, Any],
+                   conv: bool | None = None) -> Any:
+    """``y[a:b] = value`` (a slice store or ``torch y[a:b] = ...``): the value's rows (a GEMM's rows, a conv's
+    output pixels; ``conv``: the value is N, C, *spatial, default: when it is stored channels-last) written as
+    channels a..b of y, which its first writer allocates in its own form (channels-last, or rows of channels).
+    The CUTLASS backend writes through the same views (``cutlass_runtime.channel_slice``). Returns y."""
+    import torch
+
+    conv = value.dim() >= 3 and is_channels_last(value) if conv is None else conv
+    width = channels[1] - channels[0]
+    buf = env.get(name)
+    if buf is None:
+        shape = list(value.shape)
+        shape[1 if conv else -1] = total
+        buf = torch.empty(shape, dtype=value.dtype, device=value.device)
+        buf = channels_last(buf) if conv else buf
+    def rows_of(t: Any) -> Any:  # channels innermost: N, *spatial, C
+        return t.permute(0, *range(2, t.dim()), 1)
+
+    buf_rows = (rows_of(buf) if buf.dim() >= 3 and is_channels_last(buf) else buf).reshape(-1, total)
+    if buf_rows.data_ptr() != buf.data_ptr() or buf.dtype != value.dtype:
+        raise StepError(f"'{name}' must hold rows of {total} {value.dtype} channels, got {tuple(buf.shape)} {buf.dtype}")
+    buf_rows[:, channels[0]:channels[1]] = (rows_of(value) if conv else value).reshape(-1, width)
+    return buf
 
 
 def _literal(value: Any) -> Any:
@@ -232,14 +267,24 @@ def _layout(x: Any) -> str | None:
     return None
 
 
-def run(step: ir.TorchStep, env: dict[str, Any], modules: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(step: ir.TorchStep, env: dict[str, Any], modules: dict[str, Any] | None = None,
+        totals: dict[str, int] | None = None) -> dict[str, Any]:
     """Run one step on the tensors in ``env``; returns output name -> tensor (stored densely, see ``dense``).
-    ``modules``: the reference model's submodules by path, for ``module`` steps."""
+    ``modules``: the reference model's submodules by path, for ``module`` steps; ``totals``: the channels of
+    each tensor slices fill (``shapes.slice_totals``), for a step writing into one."""
     if step.fn == "module":
-        return _run_module(step, env, modules or {})
-    results = _call(step, lambda name: env[name])
-    keep = _rank3_channels_last(step, lambda name: _layout(env[name]))
-    return {name: dense(r, keep) for name, r in zip(step.outputs, results)}
+        out = _run_module(step, env, modules or {})
+    else:
+        results = _call(step, lambda name: env[name])
+        keep = _rank3_channels_last(step, lambda name: _layout(env[name]))
+        out = {name: dense(r, keep) for name, r in zip(step.outputs, results)}
+    if step.channels is not None:
+        name = step.outputs[0]
+        if name not in (totals or {}):
+            raise StepError(f"torch {name}[{step.channels[0]}:{step.channels[1]}]: the channel count of '{name}' is "
+                            "not given (run it with totals=shapes.slice_totals(program))")
+        out[name] = write_channels(out[name], name, step.channels, totals[name], env)
+    return out
 
 
 def _run_module(step: ir.TorchStep, env: dict[str, Any], modules: dict[str, Any]) -> dict[str, Any]:
@@ -247,7 +292,7 @@ def _run_module(step: ir.TorchStep, env: dict[str, Any], modules: dict[str, Any]
     path = kwargs.get("path")
     if path not in modules:
         _unbound_module(path=str(path))
-    args = [env[a.name] if isinstance(a, ir.TensorArg) else _literal(a.value) for a in step.args]
+    args = [channel_view(env[a.name], a.channels) if isinstance(a, ir.TensorArg) else _literal(a.value) for a in step.args]
     out = modules[path](*args)
     if not hasattr(out, "shape") or tuple(out.shape) != tuple(kwargs.get("shape") or ()):
         raise StepError(f"module step '{path}' gives {getattr(out, 'shape', type(out).__name__)}, the program says "
@@ -320,7 +365,7 @@ def infer(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
                              hint=f"declare '{a.name}' or compute it in an earlier step", code="undefined-name")
     if step.fn == "module":
         return _module_type(step, types)
-    key = (step.fn, tuple(types[a.name] if isinstance(a, ir.TensorArg) else repr(a.value) for a in step.args),
+    key = (step.fn, tuple((types[a.name], a.channels) if isinstance(a, ir.TensorArg) else repr(a.value) for a in step.args),
            tuple((k.key, repr(k.value)) for k in step.kwargs))
     if key in _INFERRED:
         return list(_INFERRED[key])

@@ -66,3 +66,209 @@ def pytorch_only_reason(split: WorkSplit, flop_share: float | None) -> str | Non
         return (f"{100 * (1 - flop_share):.0f}% of the FLOPs ran as PyTorch operators; less than half is in kernels "
                 f"the candidate brought")
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Operator work: the FLOPs of the ATen operators a forward dispatched, from their names and input shapes
+#
+# Recorded by the profiler (a C++ observer of the dispatcher, on every thread: a Python dispatch mode can
+# be left with torch's own helpers, and work in a thread of the candidate's never enters one), and counted
+# here with a formula for every spelling of a product (mm, addmm, addmv, mv, dot, outer, bmm, baddbmm,
+# _addmm_activation, _scaled_mm, convolutions, attention), not only the few torch's FLOP counter knows, and
+# one FLOP per element for every other operator that computes (a broadcast multiply and a sum over K is a
+# GEMM). The reference is counted by the same formulas (``OpRecorder``), so the share compares like with like.
+
+_MATMUL_LIKE = {  # name -> (index of the left operand among the tensor inputs)
+    "mm": 0, "addmm": 1, "_addmm_activation": 1, "bmm": 0, "baddbmm": 1, "addbmm": 1, "_scaled_mm": 0, "_int_mm": 0,
+    "mv": 0, "addmv": 1, "dot": 0, "vdot": 0, "inner": 0, "ger": 0, "outer": 0, "addr": 1, "_mixed_dtypes_linear": 0,
+}
+_CONV = re.compile(r"conv(olution)?(_transpose)?\d?d?$|^_convolution$|^(cudnn|mkldnn|miopen)_convolution|"
+                   r"^_slow_conv2d_forward$|^thnn_conv|^slow_conv", re.IGNORECASE)
+_ATTENTION = re.compile(r"scaled_dot_product|_flash_attention_forward|_efficient_attention_forward")
+# Operators that only allocate, reshape, copy or move data: no arithmetic.
+_NO_COMPUTE = frozenset("""
+empty empty_like empty_strided zeros zeros_like ones ones_like full full_like new_empty new_empty_strided new_zeros
+new_ones new_full scalar_tensor arange linspace view view_as reshape _reshape_alias _unsafe_view unsqueeze squeeze
+flatten unflatten t transpose permute expand expand_as as_strided select slice narrow split split_with_sizes chunk
+unbind contiguous clone copy_ _to_copy to detach alias lift_fresh resize_ set_ fill_ zero_ cat stack index_select
+item _local_scalar_dense resolve_conj resolve_neg _copy_from _copy_from_and_resize is_same_size result_type
+diagonal movedim swapaxes unfold repeat tile pad constant_pad_nd masked_fill_ record_stream _has_compatible_shallow_copy_type
+""".split())
+
+
+def _name(op: str) -> str:
+    return op.split("::", 1)[-1].split(".", 1)[0]
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape or ():
+        n *= int(d)
+    return n
+
+
+def _tensor_shapes(shapes) -> list[list[int]]:
+    return [list(s) for s in shapes or () if isinstance(s, (list, tuple)) and s and all(isinstance(d, int) for d in s)]
+
+
+def product_flops(name: str, shapes) -> float | None:
+    """FLOPs of a product operator (2 per multiply-add) from its input shapes; None for any other operator."""
+    base = _name(name)
+    ts = _tensor_shapes(shapes)
+    if base in _MATMUL_LIKE:
+        ops = ts[_MATMUL_LIKE[base]:] if base not in ("addmm", "_addmm_activation", "baddbmm", "addbmm", "addmv",
+                                                       "addr") or len(ts) >= 3 else ts
+        if len(ops) < 2:
+            return 0.0
+        a, b = ops[0], ops[1]
+        if base in ("ger", "outer", "addr"):
+            return float(_numel(a) * _numel(b))
+        if base in ("dot", "vdot", "inner") and len(a) == 1:
+            return 2.0 * a[0]
+        if base in ("mv", "addmv"):
+            return 2.0 * _numel(a)
+        # (..., M, K) x (..., K, N): 2 * batch * M * K * N
+        return 2.0 * _numel(a) * (b[-1] if len(b) >= 2 else 1)
+    if _CONV.search(base) and len(ts) >= 2:
+        x, w = ts[0], ts[1]
+        c_in = x[1] if len(x) > 1 else 1
+        # 2 * weight elements * output positions; the output's spatial size taken as the input's (stride 1)
+        return 2.0 * _numel(w) * _numel(x) / max(c_in, 1)
+    if _ATTENTION.search(base) and len(ts) >= 3:
+        q, k, v = ts[:3]
+        return 2.0 * _numel(q[:-2]) * q[-2] * k[-2] * (q[-1] + v[-1])
+    return None
+
+
+def elementwise_flops(name: str, shapes) -> float:
+    """One FLOP per element of the broadcast inputs for an operator that computes; 0 for data movement."""
+    base = _name(name).rstrip("_") if not _name(name).startswith("__") else _name(name)
+    if base in _NO_COMPUTE or _name(name) in _NO_COMPUTE:
+        return 0.0
+    ts = _tensor_shapes(shapes)
+    if not ts:
+        return 0.0
+    try:
+        import torch
+
+        return float(_numel(torch.broadcast_shapes(*[tuple(s) for s in ts])))
+    except (RuntimeError, ValueError):
+        return float(max(_numel(s) for s in ts))
+
+
+def op_flops(ops) -> float:
+    """FLOPs of a forward's recorded ATen operators: ``ops`` is ``[name, input_shapes, parent_index]`` per record
+    (parent -1 at the top). A product operator counts by its formula and its sub-operators not at all; any other
+    operator counts what its sub-operators count, or, where they count nothing (it did the work itself), one
+    FLOP per element."""
+    ops = list(ops)
+    children: dict[int, list[int]] = {}
+    for i, (_, _, parent) in enumerate(ops):
+        if isinstance(parent, int) and 0 <= parent < len(ops) and parent != i:
+            children.setdefault(parent, []).append(i)
+    counted: dict[int, float] = {}
+    # post-order without recursion (a loop of thousands of small operators nests shallowly but widely)
+    for root in [i for i, (_, _, parent) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]:
+        stack = [(root, False)]
+        while stack:
+            i, done = stack.pop()
+            name, shapes, _ = ops[i]
+            is_aten = str(name).startswith("aten::")
+            product = product_flops(str(name), shapes) if is_aten else None
+            if product is not None:
+                counted[i] = product
+                continue
+            if not done:
+                stack.append((i, True))
+                stack.extend((c, False) for c in children.get(i, []) if c not in counted)
+                continue
+            below = sum(counted.get(c, 0.0) for c in children.get(i, []))
+            counted[i] = below if below > 0 or not is_aten else elementwise_flops(str(name), shapes)
+    roots = [i for i, (_, _, parent) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]
+    return float(sum(counted.get(i, 0.0) for i in roots))
+
+
+class OpRecorder:
+    """The reference's operators as ``op_flops`` reads them, recorded with a dispatch mode in the judge (the
+    reference is trusted; a mode sees each operator once, after composite operators are decomposed)."""
+
+    def __init__(self) -> None:
+        self.ops: list[list] = []
+
+    def __enter__(self):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        recorder = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                shapes = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
+                recorder.ops.append([f"aten::{func.overloadpacket.__name__}", shapes, -1])
+                return func(*args, **kwargs)
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        return False
+
+    @property
+    def flops(self) -> float:
+        return op_flops(self.ops)
+
+
+# CPU time the candidate's other processes may spend during the counted call before its work is attributed
+# away from it: an idle helper (a compile worker waiting on a pipe) spends none; a helper that computes the
+# forward spends at least its unpickling and its operators (about 0.3 ms for the smallest problem, measured).
+OTHER_PROCESSES_CPU_S = 0.0005
+
+
+def work_share(work: dict, ref_flops: float, program=None, problem=None) -> dict:
+    """The candidate's share of the problem's work in one counted call (``candidate_work_share``, 0..1), the
+    numbers it comes from, and ``work_reason`` where the share is 0 because the work could not be seen.
+
+    A Python candidate: 1 - its recorded ATen operators' FLOPs over the reference's. A program: the smaller of
+    its kernels' FLOPs from their shapes over the reference's (a one-row decoy kernel does 1/M) and 1 - the
+    FLOPs its torch steps dispatched. Either way, CPU time spent meanwhile by another process of the
+    candidate's (work handed to a helper no record reaches) attributes the call away from it."""
+    out: dict = {"reference_flops": ref_flops}
+    kernels = work.get("kernels") or []
+    if kernels:
+        split = split_kernel_time(kernels)
+        out["kernels"] = [[str(n)[:120], t] for n, t in kernels[:40]]
+        out["split_us"] = split._asdict()
+        out["candidate_time_share"] = split.own_share if split.own_us > 0 else 0.0
+    if work.get("error"):
+        out.update(candidate_work_share=0.0, work_reason=f"the counted call's work could not be recorded "
+                   f"({work['error']}): none of it can be attributed to the candidate")
+        return out
+    shares = []
+    if work.get("aten_flops") is not None:  # a program: its torch steps, by the FLOP counter
+        out["aten_flops"] = float(work["aten_flops"])
+    else:
+        out["aten_flops"] = op_flops(work.get("ops") or [])
+        out["ops_recorded"] = len(work.get("ops") or [])
+    if ref_flops > 0:
+        shares.append(max(0.0, 1.0 - out["aten_flops"] / ref_flops))
+    if program is not None and ref_flops > 0:
+        try:
+            from sol_models.trace import coverage_of, state_shapes_of
+
+            coverage, flops = coverage_of(program, ref_flops, state_shapes_of(problem) if problem is not None else None)
+            out["kernel_flops"] = flops
+            shares.append(coverage)
+        except Exception:  # noqa: BLE001 - shapes that cannot be inferred leave the torch steps' count alone
+            pass
+    share = min(shares) if shares else out.get("candidate_time_share")
+    other_s = float(work.get("other_processes_cpu_s") or 0.0)
+    out["other_processes_cpu_s"] = other_s
+    if other_s > OTHER_PROCESSES_CPU_S:
+        share = 0.0
+        out["work_reason"] = (f"other processes of the candidate's spent {1e3 * other_s:.1f} ms of CPU time during the "
+                              f"counted call: work handed to another process is not in kernels the candidate brought")
+    out["candidate_work_share"] = share
+    return out

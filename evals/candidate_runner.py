@@ -32,6 +32,7 @@ if "--armed-fd" in sys.argv[:-1]:  # closed now: the judge lets no candidate cod
 
 import argparse
 import builtins
+import contextlib
 import gc
 import os
 import socket
@@ -80,7 +81,7 @@ _GUARDED = {
     "torch.Tensor.untyped_storage": (torch.Tensor, "untyped_storage"),
     "torch.UntypedStorage.data_ptr": (torch.UntypedStorage, "data_ptr"),
     "torch.UntypedStorage.nbytes": (torch.UntypedStorage, "nbytes"),
-    # what measures the work (op_work)
+    # what measures the work (Runner.counted)
     "torch.utils.flop_counter.FlopCounterMode": (torch.utils.flop_counter, "FlopCounterMode"),
     "torch.utils.flop_counter.FlopCounterMode.get_total_flops": (torch.utils.flop_counter.FlopCounterMode,
                                                                  "get_total_flops"),
@@ -111,6 +112,17 @@ def _module_functions(*modules) -> dict:
 
 _HARNESS_FUNCTIONS: dict = {}  # filled in main(), once this module is complete
 
+MAX_OPS = 200_000  # operator records sent back from one counted call
+
+
+def _all_threads_config():
+    """The profiler's setting that records operators on every thread of the process, not only the caller's."""
+    try:
+        return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except (AttributeError, TypeError):
+        return None
+
+
 NAN_POISON = float("nan")
 VALUE_POISON = 1.0e4
 
@@ -139,6 +151,37 @@ _OWN_THREADS: set[int] = set()  # this process's threads before the candidate's 
 def candidate_threads() -> list[str]:
     """Python threads started since the candidate's code was loaded that are still alive."""
     return sorted(t.name for t in threading.enumerate() if t.ident not in _OWN_THREADS and t.is_alive())
+
+
+# CPU time a thread of the candidate's may spend while it is timed: an idle thread (a compile pool's reader
+# blocked on a pipe, a worker waiting on a queue) spends none or a few wake-ups; one that launches work, or
+# computes beside the timed calls, spends that work's CPU time.
+THREAD_CPU_S = 0.002
+THREAD_CPU_SHARE = 0.02  # of the timed region's wall time, for long measurements
+
+
+def thread_cpu_s() -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of each live Python thread the candidate started (the kernel's per-thread clock)."""
+    out = {}
+    for t in threading.enumerate():
+        if t.ident in _OWN_THREADS or not t.is_alive():
+            continue
+        try:
+            out[t.ident] = (t.name, time.clock_gettime(time.pthread_getcpuclockid(t.ident)))
+        except (OSError, AttributeError, OverflowError):  # it ended meanwhile
+            pass
+    return out
+
+
+def busy_threads(before: dict, after: dict, region_s: float) -> list[str]:
+    """The candidate's threads that ran during a timed region (started before it or in it), with their CPU time."""
+    limit = max(THREAD_CPU_S, THREAD_CPU_SHARE * region_s)
+    busy = []
+    for ident, (name, cpu) in after.items():
+        spent = cpu - before.get(ident, (name, 0.0))[1]
+        if spent > limit:
+            busy.append(f"{name} ({1e3 * spent:.1f} ms of CPU)")
+    return sorted(busy)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,11 +407,15 @@ class Runner:
 
             self.is_program = True
             program = Program.model_validate_json(cand["program_json"])
+            from sol_models.estimate import runtime_options
+
+            options = runtime_options(program)  # MUCUTLASS_CUDA_GRAPH / MUCUTLASS_FUSED_CASTS, off by default
 
             def build(seed: int, state_dict: dict):
                 state = {k: v.to(self.device) for k, v in state_dict.items()}
                 params = runtime.bind_params(program, _State(state))
-                module = runtime.load(program, cand.get("backend", "interpreter"), params, cand.get("artifacts") or None)
+                module = runtime.load(program, cand.get("backend", "interpreter"), params, cand.get("artifacts") or None,
+                                      options=options)
                 return module.to(self.device) if hasattr(module, "to") else module
         self.factory = build
         return {"framework": framework_changes(), "tampered": tampered()}
@@ -395,8 +442,12 @@ class Runner:
         if req.get("poison") is not None:
             poison(self.device, float(req["poison"]), out_nbytes)
         set_framework()
+        work = None
         t0 = _perf()
-        out = model(*inputs)
+        if req.get("count"):  # this call's work is measured; its output is compared like every other's
+            out, work = self.counted(model, inputs, bool(req["count"].get("kernels")))
+        else:
+            out = model(*inputs)
         if self.cuda:
             _cuda_sync()
         wall_s = _perf() - t0
@@ -411,18 +462,21 @@ class Runner:
         self.previous[int(req["instance"])] = earlier + [o for o in outs if _type(o) is _Tensor]
         inputs_after = [x.detach() if _type(x) is _Tensor else None for x in inputs]  # copied with the reply
         return {"outputs": copies, "output_problems": problems, "n_outputs": len(outs), "inputs_after": inputs_after,
-                "framework": changed, "tampered": tampered(), "wall_s": wall_s}
+                "framework": changed, "tampered": tampered(), "wall_s": wall_s, "work": work}
 
-    def op_work(self, req: dict) -> dict:
-        """The aten FLOPs dispatched during one forward (and, on a GPU, the kernels that ran)."""
-        _disable_current_modes, FlopCounterMode = _ORIGINALS["torch.utils._python_dispatch._disable_current_modes"], \
-            _ORIGINALS["torch.utils.flop_counter.FlopCounterMode"]
+    def counted(self, model, inputs: list, kernels: bool) -> tuple:
+        """One forward with its work recorded: the ATen operators it dispatched on any thread (the profiler,
+        a C++ observer no Python mode can be left), for a program the FLOPs its torch steps dispatched outside
+        its own kernels (a FLOP counter), and with ``kernels`` the GPU kernels that ran."""
+        _disable_current_modes = _ORIGINALS["torch.utils._python_dispatch._disable_current_modes"]
+        FlopCounterMode = _ORIGINALS["torch.utils.flop_counter.FlopCounterMode"]
         get_total_flops = _ORIGINALS["torch.utils.flop_counter.FlopCounterMode.get_total_flops"]
+        profile = _ORIGINALS["torch.profiler.profile"]
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity
 
-        model = self.instances[int(req["instance"])]
-        inputs = [self.dev(x) for x in req["inputs"]]
-        executor = getattr(model, "executor", None)
-        if self.is_program and executor is not None:
+        executor = getattr(model, "executor", None) if self.is_program else None
+        if executor is not None:
             run_kernel = executor.run_kernel
 
             def kernel_outside_count(*args, **kwargs):  # the program's own kernels are not library work
@@ -430,39 +484,56 @@ class Runner:
                     return run_kernel(*args, **kwargs)
 
             executor.run_kernel = kernel_outside_count
-        set_framework()
-        counter = FlopCounterMode(display=False)
-        with counter:
-            model(*inputs)
-        kernels = []
-        if self.cuda and req.get("kernels"):
-            _cuda_sync()
-            from torch.autograd import DeviceType
-            from torch.profiler import ProfilerActivity
-
-            profile = _ORIGINALS["torch.profiler.profile"]
-
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                model(*inputs)
-                _cuda_sync()
-            for e in prof.events():
-                if e.device_type == DeviceType.CUDA:
-                    kernels.append([e.name, float(e.time_range.elapsed_us())])
-            if not kernels:  # profilers that only attach kernels to the CPU op that launched them
-                for e in prof.events():
+        counter = FlopCounterMode(display=False) if self.is_program else None
+        record_ops = not self.is_program  # a program's torch steps are counted by the FLOP counter above
+        activities = ([ProfilerActivity.CPU] if record_ops or kernels else []) + \
+            ([ProfilerActivity.CUDA] if kernels and self.cuda else [])
+        work: dict = {"aten_flops": None, "ops": [], "kernels": [], "error": None}
+        prof = None
+        try:
+            with contextlib.ExitStack() as stack:
+                if activities:
+                    # every thread for a Python candidate; a program's kernels launch from the calling thread, where
+                    # the runtime sees the profiler on (and runs eagerly, each kernel under its launch)
+                    prof = stack.enter_context(profile(activities=activities, record_shapes=record_ops,
+                                                       experimental_config=_all_threads_config() if record_ops else None))
+                if counter is not None:
+                    stack.enter_context(counter)
+                out = model(*inputs)
+                if self.cuda:
+                    _cuda_sync()
+        except RuntimeError as exc:  # the profiler stopped under it (the candidate ended it): nothing counted
+            if prof is None or "profiler" not in str(exc).lower():
+                raise
+            work["error"] = _one_line(exc)
+            return (out if "out" in locals() else None), work
+        finally:
+            if executor is not None:
+                executor.run_kernel = run_kernel
+        if counter is not None:
+            work["aten_flops"] = int(get_total_flops(counter))
+        if prof is not None:
+            events = list(prof.events())
+            index = {id(e): i for i, e in enumerate(events)}
+            for e in events:
+                if record_ops and e.device_type == DeviceType.CPU and len(work["ops"]) < MAX_OPS:
+                    parent = index.get(id(e.cpu_parent), -1) if e.cpu_parent is not None else -1
+                    work["ops"].append([e.name, [list(s) for s in (e.input_shapes or [])], parent])
+                if kernels and e.device_type == DeviceType.CUDA:
+                    work["kernels"].append([e.name, float(e.time_range.elapsed_us())])
+            if kernels and self.cuda and not work["kernels"]:  # profilers that attach kernels to their CPU op
+                for e in events:
                     for k in getattr(e, "kernels", []) or []:
-                        kernels.append([k.name, float(getattr(k, "duration", 0.0))])
-        if self.is_program and executor is not None:
-            executor.run_kernel = run_kernel
-        return {"aten_flops": int(get_total_flops(counter)), "kernels": kernels,
-                "framework": framework_changes(), "tampered": tampered()}
+                        work["kernels"].append([k.name, float(getattr(k, "duration", 0.0))])
+            work["ops_truncated"] = len(events) > MAX_OPS
+        return out, work
 
     def op_time(self, req: dict) -> dict:
         from evals.timing import TimingMethod, make_flusher, time_candidate
 
-        threads = candidate_threads()
-        if threads:  # work such a thread launches runs beside or after the timed calls, never inside them
-            return {"threads": threads, "tampered": tampered()}
+        # a thread of the candidate's may exist (the runtime's compile workers do) but not run while it is timed:
+        # work such a thread launches runs beside or after the timed calls, never inside them
+        threads_before, t_region = thread_cpu_s(), _perf()
         model = self.instances[int(req["instance"])]
         input_sets = [[self.dev(x) for x in s] for s in req["input_sets"]]
         method = TimingMethod.from_settings(req["settings"])
@@ -491,7 +562,7 @@ class Runner:
         result["last_outputs"] = outputs
         result["framework"] = framework_changes()
         result["tampered"] = tampered()
-        result["threads"] = candidate_threads()
+        result["threads"] = busy_threads(threads_before, thread_cpu_s(), _perf() - t_region)
         return result
 
     def op_timed_sample(self, req: dict) -> dict:
@@ -543,6 +614,21 @@ class Runner:
         return {}
 
 
+def _warm_profiler(cuda: bool) -> None:
+    """The profiler's first start in a process takes about a second (measured on a CPU host): taken here,
+    while the process waits as a spare, not in the attempt's counted call."""
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    try:
+        with _ORIGINALS["torch.profiler.profile"](activities=activities, record_shapes=True,
+                                                  experimental_config=_all_threads_config()) as prof:
+            torch.zeros(1).add_(1)
+        prof.events()
+    except Exception:  # noqa: BLE001 - a profiler that will not start fails the counted call instead
+        pass
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if len(text) > 300:
@@ -567,6 +653,7 @@ def main(argv=None) -> int:
     runner = Runner()
     if runner.cuda:
         torch.empty(1, device="cuda")  # the CUDA context, before the judge needs it
+    _warm_profiler(runner.cuda)
     gc.freeze()
     while True:
         try:

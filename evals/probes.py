@@ -7,11 +7,16 @@ leaves its own error against the exact result: its signature. A candidate's erro
 the signatures: one that is at least half of a disallowed level's signature (and not far beyond it,
 which would be plain garbage) computes in that level.
 
-Two probe sets: an ordinary input set (the mantissa: tf32/f16 < bf16 < fp8) and the same set scaled
-so that its largest value is 2**17 (f16's range: its inputs overflow to inf, fp32 and TF32 carry
-them exactly). A level is judged on a probe only where its signature stands clear of every allowed
-level's (4x) and of fp32's own rounding (16x), so an honest fp32 or TF32 candidate with another
-summation order is never taken for a lower precision.
+Every call whose output the judge reads is a mantissa probe (tf32/f16 < bf16 < fp8): each input set
+of a validation, the repeated call and the call on new values in the same buffers, and the timed
+calls' outputs, each against its own input set's signatures (a candidate cannot keep its precise path
+for the one call that is judged). Beside them two range probes for f16, whose rounding on in-range values
+is TF32's: the set scaled so that its largest value is 2**17 (f16 operands overflow to inf, fp32 and
+TF32 carry them exactly), and the first input as random signs at a magnitude f16 still holds (57344,
+below its 65504), which a test against f16's own limit does not single out, while sums of such values
+pass 65504 in the outputs, where f16 arithmetic overflows and fp32 and TF32 stay finite. A level is judged on a probe only where
+its signature stands clear of every allowed level's (4x) and of fp32's own rounding (16x), so an honest
+fp32 or TF32 candidate with another summation order is never taken for a lower precision.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import math
 
 LEVELS = ("tf32", "f16", "bf16", "fp8")  # from fine to coarse
 RANGE_PROBE_MAX = 2.0**17  # above f16's largest finite value (65504), far inside fp32's
+IN_RANGE_MAGNITUDE = 57344.0  # 1.75 * 2**15: exact in f16, bf16 and TF32, below f16's largest value
+F16_MAX = 65504.0
 SIGNATURE_OVER_ALLOWED = 4.0
 SIGNATURE_OVER_FP32 = 16.0
 NOISE_ALIGNMENT = 0.3  # rounding noise is nearly orthogonal to the result; a scaled result is parallel to it
@@ -50,8 +57,8 @@ def _as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def run_at(model, inputs, level: str | None):
-    """The model's outputs in float64, inputs and parameters first rounded to ``level`` (None: exact)."""
+def at_level(model, level: str | None):
+    """A float64 copy of ``model`` whose parameters and buffers are first rounded to ``level`` (None: exact)."""
     import torch
 
     m = copy.deepcopy(model)
@@ -59,9 +66,26 @@ def run_at(model, inputs, level: str | None):
         for p in list(m.parameters()) + list(m.buffers()):
             if p.is_floating_point():
                 p.data = (round_to(p.data, level) if level else p.data).double()
+    return m
+
+
+def run_model_at(m, inputs, level: str | None):
+    """``m`` (from ``at_level``) on ``inputs`` rounded to ``level``, in float64. At f16 an output beyond its
+    largest value is what f16 arithmetic stores there: an infinity."""
+    import torch
+
+    with torch.no_grad():
         xs = [(round_to(x, level) if level else x).double() if isinstance(x, torch.Tensor) and x.is_floating_point()
               else x for x in inputs]
-        return [o.double() for o in _as_list(m(*xs)) if isinstance(o, torch.Tensor)]
+        outs = [o.double() for o in _as_list(m(*xs)) if isinstance(o, torch.Tensor)]
+    if level == "f16":
+        outs = [torch.where(o.abs() > F16_MAX, o.sign() * math.inf, o) for o in outs]
+    return outs
+
+
+def run_at(model, inputs, level: str | None):
+    """The model's outputs in float64, inputs and parameters first rounded to ``level`` (None: exact)."""
+    return run_model_at(at_level(model, level), inputs, level)
 
 
 def rel_error(outs, exact) -> float:
@@ -94,21 +118,53 @@ def range_probe(inputs):
     return out
 
 
+def in_range_probe(inputs, seed: int):
+    """The input set with its first floating tensor replaced by random signs (from ``seed``) at
+    ``IN_RANGE_MAGNITUDE``: every value f16 holds, and sums of a few dozen of them past what it holds."""
+    import torch
+
+    out, done = [], False
+    for x in inputs:
+        if not done and isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+            g = torch.Generator().manual_seed(int(seed))
+            signs = torch.randint(0, 2, x.shape, generator=g).to(device=x.device, dtype=x.dtype) * 2 - 1
+            out.append(signs * IN_RANGE_MAGNITUDE)
+            done = True
+        else:
+            out.append(x)
+    return out
+
+
 def signatures(model, inputs, ref32) -> dict | None:
     """The exact outputs and each level's error on one probe set; None where the probe says nothing
     (fp32's own result is not finite or not close to exact there)."""
+    return signatures_many(model, [inputs], [ref32])[0]
+
+
+def signatures_many(model, input_sets, refs32) -> list[dict | None]:
+    """``signatures`` for several input sets, each level's copy of the model made once for all of them."""
+    n = len(input_sets)
+    exact: list = [None] * n
+    emulated: list[dict] = [{} for _ in range(n)]
     try:
-        exact = run_at(model, inputs, None)
-        errors = {"f32": rel_error(ref32, exact)}
-        emulated = {}
-        for level in LEVELS:
-            emulated[level] = run_at(model, inputs, level)
-            errors[level] = rel_error(emulated[level], exact)
+        for level in (None, *LEVELS):
+            m = at_level(model, level)
+            for i, inputs in enumerate(input_sets):
+                outs = run_model_at(m, inputs, level)
+                if level is None:
+                    exact[i] = outs
+                else:
+                    emulated[i][level] = outs
+            del m
     except Exception:  # noqa: BLE001 - a reference that will not run in float64 gets no probe
-        return None
-    if not math.isfinite(errors["f32"]) or errors["f32"] > 1e-3:
-        return None
-    return {"exact": exact, "errors": errors, "emulated": emulated}
+        return [None] * n
+    out: list[dict | None] = []
+    for i in range(n):
+        errors = {"f32": rel_error(refs32[i], exact[i])}
+        errors.update({level: rel_error(emulated[i][level], exact[i]) for level in LEVELS})
+        ok = math.isfinite(errors["f32"]) and errors["f32"] <= 1e-3
+        out.append({"exact": exact[i], "errors": errors, "emulated": emulated[i]} if ok else None)
+    return out
 
 
 def error_alignment(outs, exact) -> float:

@@ -354,6 +354,17 @@ class CandidateProcess:
         self.armed_fd = None
         return True
 
+    def runner_pid(self) -> int | None:
+        """The candidate process's pid as the judge sees it (in the sandbox it is 1 in its own namespace):
+        the supervisor's child, read before any candidate code runs (later, orphans are its children too)."""
+        sup = self.proc.pid
+        try:
+            with open(f"/proc/{sup}/task/{sup}/children") as f:
+                kids = [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            return None
+        return min(kids) if kids else None
+
     def frozen(self) -> bool:
         """Whether the supervisor or any process below it is stopped by a signal (a spare another
         candidate froze outside the sandbox): such a process would make the next attempt hang."""

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from evals import channel, probes, sealed, verdicts
-from evals.attribution import WorkSplit, pytorch_only_reason, split_kernel_time
+from evals.attribution import OpRecorder, WorkSplit, pytorch_only_reason, split_kernel_time, work_share
 from evals.problems import Problem, ProblemError
 from evals.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
 from evals.timing import TimingMethod, make_flusher, time_candidate
@@ -134,6 +134,8 @@ class Attempt:
             with judge.stages("snapshot"):
                 self.snapshot = judge.snapshot_now()
         self.instances = 0
+        self.work: dict | None = None  # what the last counted call recorded
+        self.program = None  # a μCUTLASS candidate's IR
 
     def request(self, op: str, payload: dict, timeout_s: float | None = None) -> dict:
         t0 = time.perf_counter()
@@ -335,11 +337,19 @@ class Judge:
 
     def load(self, attempt: Attempt, problem: Problem, cand: dict, model_seed: int, boot_timeout_s: float) -> None:
         info = attempt.request("ping", {}, timeout_s=boot_timeout_s)  # waits for the process to be ready
+        info["pid"] = attempt.proc.runner_pid() or info.get("pid")  # its own pid is 1 in the sandbox
         attempt.proc.info = info
         payload: dict[str, Any] = {"candidate": {k: cand.get(k) for k in ("source", "program_json", "backend", "name")},
                                    "init_args": list(problem.module.get_init_inputs()), "device": str(attempt.device)}
         payload["candidate"]["artifacts"] = dict(cand.get("artifacts") or {})
         attempt.is_program = cand.get("program_json") is not None
+        if attempt.is_program:
+            from dsl_compiler.ir import Program
+
+            try:
+                attempt.program = Program.model_validate_json(cand["program_json"])
+            except ValueError:
+                attempt.program = None
         attempt.request("load", payload, timeout_s=2 * attempt.watchdog_s)  # the candidate's import runs here
         attempt.loaded = True
 
@@ -357,12 +367,20 @@ class Judge:
 
     # -- one call, judged -----------------------------------------------------------------------
     def call(self, attempt: Attempt, instance: int, inputs: list, refs: list, tol: float, *, poison=None,
-             keep: str | None = None, inplace: str | None = None) -> tuple[list, dict]:
+             keep: str | None = None, inplace: str | None = None, count: dict | None = None) -> tuple[list, dict]:
         """The candidate's outputs for ``inputs`` (checked: types, inputs unchanged) and the
-        comparison with ``refs``: ``{"correct", "max_abs_error", "max_rel_error", "rule", "text"}``."""
+        comparison with ``refs``: ``{"correct", "max_abs_error", "max_rel_error", "rule", "text"}``.
+        With ``count`` the call's work is recorded as well (``attempt.work``): the operators it dispatched
+        and the CPU time the candidate's other processes spent meanwhile."""
         out_nbytes = [r.nbytes for r in refs if isinstance(r, torch.Tensor)]
+        runner_pid = (getattr(attempt.proc, "info", None) or {}).get("pid") if count else None
+        others_before = sealed.tree_cpu_s(runner_pid) if runner_pid else None
         res = attempt.request("call", {"instance": instance, "inputs": list(inputs), "poison": poison,
-                                       "keep": keep, "inplace": inplace, "out_nbytes": out_nbytes})
+                                       "keep": keep, "inplace": inplace, "out_nbytes": out_nbytes, "count": count})
+        if count:
+            others_after = sealed.tree_cpu_s(runner_pid) if runner_pid else None
+            attempt.work = dict(res.get("work") or {"error": "the counted call reported no work"})
+            attempt.work["other_processes_cpu_s"] = (others_after or 0.0) - (others_before or 0.0)
         with self.stages("compare"):
             outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), refs)
             after = res.get("inputs_after") or []
@@ -418,8 +436,10 @@ class Judge:
             self.load(attempt, problem, cand, model_seed, float(settings.get("startup_timeout_s", 300)))
             inst = self.build(attempt, problem, model_seed)
             outs = []
+            counted = len(seeds) - 1  # the work is recorded on a set the candidate has not seen, and compared
             for i, (seed, inputs, ref) in enumerate(zip(seeds, ref_inputs, refs)):
-                o, cmp = self.call(attempt, inst, inputs, ref, tol, poison=NAN_POISON if i == 0 else None, keep=f"set{i}")
+                o, cmp = self.call(attempt, inst, inputs, ref, tol, poison=NAN_POISON if i == 0 else None, keep=f"set{i}",
+                                   count={"kernels": False} if i == counted else None)
                 outs.append(o)
                 sets.append({"seed": seed, **{k: cmp[k] for k in ("correct", "max_abs_error", "max_rel_error")},
                              "reason": cmp["text"], "rule": cmp["rule"]})
@@ -440,8 +460,9 @@ class Judge:
                 k = sets.index(bad)
                 if _same(outs[k], outs[k - 1] if k else outs[-1]) and len(outs) > 1:
                     raise Finding(verdicts.INPUT_INDEPENDENT, f"input set {k + 1}: the output did not change with the input")
-                if bad["rule"] == verdicts.MISMATCH:  # a lower precision explains a mismatch better than itself
-                    measured = self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[k], refs[k], outs[k])
+                if bad["rule"] in (verdicts.MISMATCH, verdicts.NONFINITE):  # a lower precision explains them better
+                    measured = self.measure_precision(attempt, inst, problem, model_seed, [ref_inputs[k]], [refs[k]],
+                                                      [(f"input set {k + 1}", 0, outs[k])])
                     if measured.get("measured_precision"):
                         info.update(measured)
                         raise Finding(verdicts.PRECISION, _precision_text(info, problem))
@@ -449,8 +470,9 @@ class Judge:
             if not cmp_again["correct"]:
                 raise Finding(cmp_again["rule"], f"repeated call on input set 1: {cmp_again['text']}")
             # New values in the same buffers (a cache keyed by address sees no change).
+            inplace_out = None
             if len(ref_inputs) > 1:
-                _, cmp = self.call(attempt, inst, ref_inputs[1], refs[1], tol, inplace="set0")
+                inplace_out, cmp = self.call(attempt, inst, ref_inputs[1], refs[1], tol, inplace="set0")
                 if not cmp["correct"]:
                     rule = verdicts.INPUT_INDEPENDENT if sets[1]["correct"] else cmp["rule"]
                     raise Finding(rule, "wrong after new values were written into the same input buffers"
@@ -470,10 +492,13 @@ class Judge:
                         raise Finding(verdicts.INPUT_INDEPENDENT, "wrong on input set 1 with its values reordered (first "
                                       "and last values, sum and shape kept): the result is cached by a digest of the "
                                       f"content; {cmp['text']}")
-            # Precision, measured: an ordinary probe (mantissa) and a range probe (f16's range).
-            info.update(self.measure_precision(attempt, inst, problem, model_seed, ref_inputs[0], refs[0], outs[0]))
-            # Work attribution: the share of the problem's FLOPs the candidate did outside ATen.
-            info.update(self.attribution(attempt, inst, problem, model_seed, ref_inputs[0]))
+            # Precision, measured on every output read (each against its own set's signatures), then f16's range.
+            judged = [(f"input set {i + 1}", i, o) for i, o in enumerate(outs)]
+            judged += [("the repeated call on input set 1", 0, again)]
+            judged += [("new values in the same buffers (input set 2)", 1, inplace_out)] if inplace_out is not None else []
+            info.update(self.measure_precision(attempt, inst, problem, model_seed, ref_inputs, refs, judged))
+            # Work attribution: the share of the problem's FLOPs the candidate did outside ATen (the counted call).
+            info.update(self.attribution(attempt, problem, model_seed, ref_inputs[counted]))
             with self.stages("end"):
                 attempt.end_checks(linger_s=float(settings.get("closing_linger_s", 0.25)))
             verdict = None
@@ -491,68 +516,87 @@ class Judge:
         flags = []
         if info.get("candidate_work_share") is not None and info["candidate_work_share"] < 0.5:
             flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(
-                verdicts.PYTORCH_ONLY, f"{100 * (1 - info['candidate_work_share']):.0f}% of the problem's FLOPs ran in "
-                f"PyTorch's own operators; less than half of the work is in kernels the candidate brought")})
+                verdicts.PYTORCH_ONLY, info.get("work_reason") or f"{100 * (1 - info['candidate_work_share']):.0f}% "
+                f"of the problem's FLOPs ran in PyTorch's own operators; less than half of the work is in kernels "
+                f"the candidate brought")})
         self.models.clear()
         info["stages"] = self.stages.take()
         return {"sets": sets, "verdict": verdict, "flags": flags, "info": _plain(info), "device": str(device),
                 "crashed": bool(verdict and verdict.get("died"))}
 
-    def measure_precision(self, attempt, inst, problem, model_seed, inputs, ref, out) -> dict:
+    def measure_precision(self, attempt, inst, problem, model_seed, input_sets: list, refs: list, judged: list,
+                          range_probe: bool = True) -> dict:
+        """The precision the candidate's outputs carry. ``judged``: ``(what, set index, outputs)`` for every
+        call whose output was read, each judged against its own input set's signatures; then, where f16 is
+        not allowed and nothing was found, one call on the range probe of the first set (f16's overflow)."""
         allowed = tuple(problem.allowed_precisions)
         if all(level in allowed for level in probes.LEVELS):
             return {}
-        model = self.model(problem, model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
-                           else self.device)
-        found, numbers = None, {}
+        model = self.model(problem, model_seed, input_sets[0][0].device if input_sets[0] and
+                           isinstance(input_sets[0][0], torch.Tensor) else self.device)
+        found, numbers, where = None, {}, None
         with self.stages("probes"):
-            probe = probes.signatures(model, inputs, ref)
-            if probe is not None:
-                found, numbers = probes.judge(out, probe, allowed)
-        if found is None:
-            with self.stages("probes"):
-                scaled = probes.range_probe(inputs)
-            ref_scaled = self.reference(problem, model_seed, scaled)
-            with self.stages("probes"):
-                probe = probes.signatures(model, scaled, ref_scaled)
-            if probe is not None:
+            sigs = probes.signatures_many(model, input_sets, refs)
+            for what, i, outs in judged:
+                if outs is None or sigs[i] is None:
+                    continue
+                level, nums = probes.judge(outs, sigs[i], allowed)
+                numbers = numbers or nums
+                if level is not None:
+                    found, numbers, where = level, nums, what
+                    break
+        if found is None and range_probe and "f16" not in allowed:
+            for what, scaled, ref, probe in self.range_probes(problem, model, model_seed, input_sets[0]):
                 res = attempt.request("call", {"instance": inst, "inputs": scaled, "poison": None,
                                                "keep": None, "inplace": None, "out_nbytes": []})
                 with self.stages("probes"):
-                    outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"),
-                                              ref_scaled)
-                    found, numbers = probes.judge(outs, probe, allowed)
-        return {"measured_precision": found, "probe": numbers}
+                    outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), ref)
+                    level, nums = probes.judge(outs, probe, allowed)
+                if level is not None:
+                    found, numbers, where = level, nums, what
+                    break
+        return {"measured_precision": found, "probe": numbers, **({"probe_call": where} if where else {})}
 
-    def reference_flops(self, problem: Problem, model_seed: int, inputs: list) -> int:
-        from torch.utils.flop_counter import FlopCounterMode
+    def range_probes(self, problem: Problem, model, model_seed: int, inputs: list):
+        """f16's range probes for ``inputs`` that say something: (what, input set, signatures). The set
+        past f16's range (its operands overflow), and random signs inside it whose sums overflow f16's
+        arithmetic (a few draws, until the emulated f16 output passes 65504 somewhere)."""
+        with self.stages("probes"):
+            scaled = probes.range_probe(inputs)
+        ref = self.reference(problem, model_seed, scaled)
+        with self.stages("probes"):
+            probe = probes.signatures(model, scaled, ref)
+        if probe is not None and math.isinf(probe["errors"]["f16"]):
+            yield "the range probe (values past f16's range)", scaled, ref, probe
+        for _ in range(3):
+            with self.stages("probes"):
+                signs = probes.in_range_probe(inputs, _seed())
+            ref = self.reference(problem, model_seed, signs)
+            with self.stages("probes"):
+                probe = probes.signatures(model, signs, ref)
+            if probe is not None and math.isinf(probe["errors"]["f16"]):
+                yield "the range probe (values f16 holds, sums it does not)", signs, ref, probe
+                return
 
+    def reference_flops(self, problem: Problem, model_seed: int, inputs: list) -> float:
+        """The reference forward's FLOPs by the formulas the candidate's operators are counted with
+        (``evals.attribution.op_flops``), once per problem and input shapes."""
         key = (problem.path, problem.source_hash, tuple(tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)))
         if key not in self.ref_flops_cache:
             model = self.model(problem, model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
                                else self.device)
-            with self.stages("attribution"):
-                counter = FlopCounterMode(display=False)
-                with torch.no_grad(), counter:
-                    model(*inputs)
-                self.ref_flops_cache[key] = int(counter.get_total_flops())
+            with self.stages("attribution"), torch.no_grad(), OpRecorder() as recorder:
+                model(*inputs)
+            self.ref_flops_cache[key] = recorder.flops
         return self.ref_flops_cache[key]
 
-    def attribution(self, attempt, inst, problem, model_seed, inputs, kernels: bool = False) -> dict:
-        """FLOPs (and with ``kernels`` the GPU kernels that ran, from the profiler) of one forward."""
-        res = attempt.request("work", {"instance": inst, "inputs": list(inputs), "kernels": kernels})
+    def attribution(self, attempt: Attempt, problem: Problem, model_seed: int, inputs: list) -> dict:
+        """Who did the counted call's work (``attempt.work``): the share of the reference's FLOPs the
+        candidate's own code did, with the GPU kernels that ran where they were recorded."""
+        work = attempt.work or {"error": "no call was counted"}
         ref_flops = self.reference_flops(problem, model_seed, inputs)
-        out: dict[str, Any] = {"reference_flops": ref_flops, "aten_flops": res.get("aten_flops")}
-        kernels = res.get("kernels") or []
-        if kernels:
-            split = split_kernel_time(kernels)
-            out["kernels"] = [[n[:120], t] for n, t in kernels[:40]]
-            out["split_us"] = split._asdict()
-            out["candidate_time_share"] = split.own_share if split.own_us > 0 else 0.0
-        if ref_flops > 0:
-            out["candidate_work_share"] = max(0.0, 1.0 - float(res.get("aten_flops") or 0) / ref_flops)
-        elif out.get("candidate_time_share") is not None:
-            out["candidate_work_share"] = out["candidate_time_share"]
+        with self.stages("attribution"):
+            out = work_share(work, ref_flops, attempt.program, problem)
         return out
 
     def op_profile(self, req: dict) -> dict:
@@ -567,7 +611,7 @@ class Judge:
         self.stages.take()
         attempt = self.attempt_for(req["digest"], device, float(settings.get("watchdog_s", 120)), fresh=False)
         k = int(settings.get("timing_input_sets", 3))
-        seeds = [_seed() for _ in range(k + 2)]
+        seeds = [_seed() for _ in range(k + 3)]  # k timed, 2 re-run in the timed buffers, 1 counted
         try:
             inputs = self.inputs(problem, seeds, device)
             refs = [self.reference(problem, model_seed, x) for x in inputs]
@@ -579,20 +623,22 @@ class Judge:
                                            "settings": settings, "graph": True})
             request_s = time.perf_counter() - t_req
             if res.get("threads"):
-                raise Finding(verdicts.TIMING_TAMPERED, f"the candidate keeps {len(res['threads'])} thread(s) running "
-                              f"({', '.join(res['threads'][:3])}): work they launch runs outside the timed calls")
+                raise Finding(verdicts.TIMING_TAMPERED, f"{len(res['threads'])} thread(s) of the candidate's ran while it "
+                              f"was timed ({', '.join(res['threads'][:3])}): work they launch runs outside the timed calls")
             _summarize_timing(res)  # from the raw event times, here: not the candidate process's summary
             timed_s = float(res.get("timed_s") or 0.0)  # the measurement itself, inside the candidate's handler
             self.stages.add("timed", timed_s)
             self.stages.add("candidate", -timed_s)
             # every input set's last timed call, then timed calls re-run on new values in the same buffers
+            timed_outs = []
             for i, last in enumerate(res["last_outputs"]):
                 with self.stages("compare"):
                     outs = self.check_outputs(last["outputs"], last["output_problems"], len(last["outputs"]), refs[i])
                     cmp = compare(outs, refs[i], tol)
                 if not cmp["correct"]:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"timed call on input set {i + 1}: {cmp['text']}")
-            for j, (x, ref) in enumerate(zip(inputs[k:], refs[k:])):
+                timed_outs.append((f"the timed calls on input set {i + 1}", i, outs))
+            for j, (x, ref) in enumerate(zip(inputs[k:k + 2], refs[k:k + 2])):
                 s = attempt.request("timed_sample", {"index": j % k, "inputs": list(x)})
                 with self.stages("compare"):
                     outs = self.check_outputs(s["outputs"], s["output_problems"], len(s["outputs"]), ref)
@@ -600,6 +646,13 @@ class Judge:
                 if not cmp["correct"]:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"a timed call re-run on new inputs in the same buffers: "
                                   f"{cmp['text']}")
+                timed_outs.append(("a timed call re-run on new inputs in the same buffers", k + j, outs))
+            # the precision the timed outputs carry, each against its own set's signatures (a candidate that
+            # turns a lower precision on only while it is timed or captured)
+            measured = self.measure_precision(attempt, inst, problem, model_seed, inputs[:k + 2], refs[:k + 2],
+                                              timed_outs, range_probe=False)
+            if measured.get("measured_precision"):
+                raise Finding(verdicts.PRECISION, _precision_text(measured, problem))
             # The judge's own clock: back-to-back timed calls cannot take less wall time than their GPU time.
             t0 = time.perf_counter()
             attempt.request("ping", {})
@@ -619,7 +672,11 @@ class Judge:
                               f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
             with self.stages("sealed"):
                 self.sealed_calls(attempt, inst, problem, model_seed, inputs[0], refs[0], res, device)
-            work = self.attribution(attempt, inst, problem, model_seed, inputs[0], kernels=device.type == "cuda")
+            # the work, recorded on a fresh set in a call whose output is compared like every other's
+            _, cmp = self.call(attempt, inst, inputs[k + 2], refs[k + 2], tol, count={"kernels": device.type == "cuda"})
+            if not cmp["correct"]:
+                raise Finding(cmp["rule"], f"the call whose work was recorded: {cmp['text']}")
+            work = self.attribution(attempt, problem, model_seed, inputs[k + 2])
             with self.stages("end"):
                 attempt.end_checks()
             verdict = None
@@ -636,10 +693,16 @@ class Judge:
         # built programs (a program on the interpreter runs its kernels as PyTorch operators by design)
         timed_kernels = req["candidate"].get("source") is not None or req["candidate"].get("backend") == "cutlass"
         why = None
-        if timed_kernels and work.get("split_us") is not None:
-            # the validation flags by ATen-counted FLOPs; here the kernels' names say it (a library called
-            # from C++ bypasses the FLOP counter), with data movement around the candidate's kernels left out
-            why = pytorch_only_reason(WorkSplit(**work["split_us"]), None)
+        if work.get("work_reason"):  # the work ran where no record reaches (another process)
+            why = work["work_reason"]
+        elif timed_kernels and work.get("split_us") is not None:
+            # the kernels' names say it (a library called from C++ bypasses a FLOP counter), with data movement
+            # around the candidate's kernels left out; a Python candidate's operator FLOPs beside them
+            why = pytorch_only_reason(WorkSplit(**work["split_us"]),
+                                      work.get("candidate_work_share") if not attempt.is_program else None)
+        elif work.get("candidate_work_share") is not None and work["candidate_work_share"] < 0.5:
+            why = (f"{100 * (1 - work['candidate_work_share']):.0f}% of the problem's FLOPs ran in PyTorch's own "
+                   f"operators; less than half of the work is in kernels the candidate brought")
         if why:
             flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)})
         keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
@@ -814,8 +877,8 @@ def _summarize_timing(res: dict) -> None:
 def _precision_text(info: dict, problem: Problem) -> str:
     err = (info.get("probe") or {}).get("candidate_error")
     return (f"its errors carry {info['measured_precision']} rounding (relative error "
-            f"{'inf' if err is None else f'{err:.2e}'} on a probe); this problem allows only "
-            f"{', '.join(problem.allowed_precisions)}")
+            f"{'inf' if err is None else f'{err:.2e}'} on {info.get('probe_call') or 'a probe'}); this problem "
+            f"allows only {', '.join(problem.allowed_precisions)}")
 
 
 def compare(outs: list, refs: list, tol: float) -> dict:

@@ -112,8 +112,11 @@ class Services:
     def export_model_new(self, program: Any, artifacts: dict[str, str] | None, path: str,
                          problem_source: str | None = None) -> None:
         from dsl_compiler.export import export_model_new
+        from sol_models.estimate import runtime_options
 
-        self._timed_as("export", export_model_new, program, artifacts or {}, path, problem_source=problem_source)
+        # the CUDA graph and fused casts as the settings say (off unless MUCUTLASS_CUDA_GRAPH / _FUSED_CASTS)
+        self._timed_as("export", export_model_new, program, artifacts or {}, path, problem_source=problem_source,
+                       options=runtime_options(program))
 
     def export_model_interpreted(self, program: Any, path: str, problem_source: str | None = None) -> None:
         from dsl_compiler.export import export_model_interpreted

@@ -658,6 +658,7 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
         prefix = f"line {where}: " if where else ""
         raise ProgramCountError(f"{prefix}cannot infer shapes: {getattr(exc, 'message', exc)}") from None
     steps: list[StepTraffic] = []
+    totals = shapes.slice_totals(program)
     for step in program.steps:
         if isinstance(step, ir.Kernel):
             dims = shapes.gemm_dims(program, step, types)
@@ -693,11 +694,16 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
         else:
             ins = [a.name for a in step.args if isinstance(a, ir.TensorArg)]
             ins = list(dict.fromkeys(ins))
+            # a channel slice y[a:b] (read or written) moves its share of y only
+            share = {a.name: (a.channels[1] - a.channels[0]) / totals[a.name] for a in step.args
+                     if isinstance(a, ir.TensorArg) and a.channels is not None and a.name in totals}
+            if step.channels is not None and step.outputs[0] in totals:
+                share[step.outputs[0]] = (step.channels[1] - step.channels[0]) / totals[step.outputs[0]]
             free = step.fn in _FREE_TORCH_STEPS or _permute_is_view(step, types)
-            read = 0.0 if free else sum(_bytes_of(types[n]) for n in ins if n in types)
-            written = 0.0 if free else sum(_bytes_of(types[n]) for n in step.outputs if n in types)
-            in_elems = max((types[n].numel for n in ins if n in types), default=0)
-            out_elems = max((types[n].numel for n in step.outputs if n in types), default=0)
+            read = 0.0 if free else sum(_bytes_of(types[n]) * share.get(n, 1.0) for n in ins if n in types)
+            written = 0.0 if free else sum(_bytes_of(types[n]) * share.get(n, 1.0) for n in step.outputs if n in types)
+            in_elems = max((int(types[n].numel * share.get(n, 1.0)) for n in ins if n in types), default=0)
+            out_elems = max((int(types[n].numel * share.get(n, 1.0)) for n in step.outputs if n in types), default=0)
             steps.append(StepTraffic(
                 name=",".join(step.outputs), kind="torch", op=step.fn,
                 flops_other=0.0 if free else _torch_step_flops(step.fn, in_elems, out_elems),

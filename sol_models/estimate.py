@@ -94,6 +94,7 @@ class ProgramEstimate(BaseModel):
     timing_source: Literal["estimate"] = "estimate"
     kernels: list[KernelEstimate] = Field(default_factory=list)
     torch_steps: list[StepEstimate] = Field(default_factory=list)
+    fused_casts: int = 0  # input copy steps (casts, layout copies, pads) priced as one launch
 
 
 def _softmax(values: list[float], p: float = SOFTMAX_POWER) -> float:
@@ -294,22 +295,33 @@ def _estimate_depthwise(name: str, op: str, dims, math_mode: str, config: Any, g
     )
 
 
-def estimate_program(program: Any, gpu: GpuSpec) -> ProgramEstimate:
+def estimate_program(program: Any, gpu: GpuSpec, fused_casts: bool | None = None) -> ProgramEstimate:
     """Estimated time of a μCUTLASS program (an ``ir.Program``) on ``gpu``: kernels by the
-    config-aware model above, torch steps at memory bandwidth. Raises counting.ProgramCountError
-    when the program's shapes cannot be inferred."""
-    from dsl_compiler import ir
+    config-aware model above, torch steps at memory bandwidth. With ``fused_casts`` (default: the
+    ``MUCUTLASS_FUSED_CASTS`` setting) the input casts the runtime fuses (``dsl_compiler.fused_cast``)
+    share one launch. Raises counting.ProgramCountError when the program's shapes cannot be inferred."""
+    from dsl_compiler import fused_cast, ir
     from dsl_compiler.precision import effective_math
     from dsl_compiler.ir import ELEMENT_BYTES
 
     from sol_models.counting import program_traffic
 
     steps, types = program_traffic(program)
+    if fused_casts is None:
+        fused_casts = _setting("MUCUTLASS_FUSED_CASTS") == "on"
+    jobs = fused_cast.plan_input_casts(program) if fused_casts else ()
+    if sum(len(j.steps) for j in jobs) < 2:
+        jobs = ()  # one cast is one launch either way
+    fused = {i for j in jobs for i in j.steps}
+    # a job reads its source and writes its result once (a cast then a pad: no intermediate copy)
+    job_bytes = {j.steps[0]: ELEMENT_BYTES[types[j.src].dtype] * types[j.src].numel
+                 + ELEMENT_BYTES[types[j.dst].dtype] * types[j.dst].numel for j in jobs}
     by_name = {s.name: s for s in steps if s.kind == "kernel"}
     kernels: list[KernelEstimate] = []
     torch_rows: list[StepEstimate] = []
     torch_iter = iter([s for s in steps if s.kind == "torch"])
-    for step in program.steps:
+    first_fused = min(fused, default=-1)
+    for index, step in enumerate(program.steps):
         if isinstance(step, ir.Kernel):
             traffic = by_name[step.name]
             math_mode = effective_math(program, step, types)
@@ -336,12 +348,101 @@ def estimate_program(program: Any, gpu: GpuSpec) -> ProgramEstimate:
             traffic = next(torch_iter)
             moved = traffic.bytes_read + traffic.bytes_written
             t = 0.0 if traffic.launches == 0 else gpu.launch_latency_us + moved / _dram_bw(gpu) * 1e6
-            torch_rows.append(StepEstimate(
-                name=traffic.name, op=traffic.op, bytes_moved=moved, t_us=t,
-                reasons=["torch step at DRAM bandwidth"] if t else ["metadata only: no copy, no launch"],
-            ))
+            reasons = ["torch step at DRAM bandwidth"] if t else ["metadata only: no copy, no launch"]
+            if index in fused:  # one launch moves every job's bytes, charged to each job's first step
+                moved = job_bytes.get(index, 0.0)
+                t = moved / _dram_bw(gpu) * 1e6 + (gpu.launch_latency_us if index == first_fused else 0.0)
+                reasons = [f"one of {len(fused)} input copy steps fused into one launch"]
+            torch_rows.append(StepEstimate(name=traffic.name, op=traffic.op, bytes_moved=moved, t_us=t, reasons=reasons))
     total = sum(k.t_us for k in kernels) + sum(s.t_us for s in torch_rows)
-    return ProgramEstimate(gpu=gpu.name, calibrated=gpu.calibrated, t_us=total, kernels=kernels, torch_steps=torch_rows)
+    return ProgramEstimate(gpu=gpu.name, calibrated=gpu.calibrated, t_us=total, kernels=kernels, torch_steps=torch_rows,
+                           fused_casts=len(fused))
+
+
+def _setting(name: str) -> str:
+    from dsl_compiler.run_settings import runtime_setting
+
+    return runtime_setting(name)
+
+
+# Host time of one eager call of a program: Python, torch's dispatcher and the ctypes call of each step run on the
+# CPU while the GPU works; where they take longer than the GPU, the GPU waits between launches (the program is
+# launch-bound) and a CUDA graph replay removes that wait. Estimates of the order bench_backend reports (a kernel's
+# host cost with a reused call plan "a few microseconds"); benchmarks/gpu_todo/perf15b.sh measures them.
+HOST_US_PER_CALL = 10.0  # binding inputs and params, the module call
+HOST_US_PER_KERNEL = 8.0  # call plan, pointers, output allocation, the ctypes launch
+HOST_US_PER_TORCH_STEP = 6.0  # a whitelisted PyTorch function through torch_steps.run
+HOST_US_GRAPH_REPLAY = 8.0  # the signature check and cudaGraphLaunch
+HOST_US_PER_COPY = 4.0  # one copy_ / clone (inputs into the graph's buffers, outputs out of them)
+GRAPH_MIN_GAIN = 0.9  # capture only when the graph's estimate is under this share of the eager one
+
+
+class GraphEstimate(BaseModel):
+    """Eager calls against CUDA-graph replays of one program (``dsl_compiler.cutlass_runtime.ProgramGraphs``)."""
+
+    t_gpu_us: float  # the program's GPU time (ProgramEstimate.t_us)
+    t_host_us: float  # host time of one eager call
+    t_eager_us: float  # max(GPU, host): whichever the other waits for
+    t_copies_us: float  # GPU time of the per-call input copies and output clones a replay adds
+    t_graph_us: float
+    launches: int
+    launch_bound: bool  # host time over GPU time
+    pays: bool  # t_graph_us < GRAPH_MIN_GAIN * t_eager_us
+    reason: str
+
+
+def graph_estimate(program: Any, estimate: ProgramEstimate, gpu: GpuSpec) -> GraphEstimate:
+    """Whether replaying ``program`` from a CUDA graph beats eager calls, by the estimate and the host costs above.
+    A replay adds a copy of every input into the graph's buffers and a clone of every output (an output must be
+    new memory each call); it pays where the host time of the eager steps exceeds the GPU's."""
+    from dsl_compiler import shapes
+    from dsl_compiler.ir import ELEMENT_BYTES
+
+    types = shapes.infer(program)
+    kernels = len(program.kernels)
+    torch_launches = sum(1 for s in estimate.torch_steps if s.t_us > 0)
+    if estimate.fused_casts:
+        torch_launches -= estimate.fused_casts - 1
+    host_us = HOST_US_PER_CALL + kernels * HOST_US_PER_KERNEL + (len(program.steps) - kernels) * HOST_US_PER_TORCH_STEP
+    in_bytes = sum(types[d.name].numel * ELEMENT_BYTES[d.dtype] for d in program.inputs)
+    out_bytes = sum(types[name].numel * ELEMENT_BYTES[types[name].dtype] for name in program.outputs)
+    copies = len(program.inputs) + len(program.outputs)
+    t_copies_us = 2 * (in_bytes + out_bytes) / _dram_bw(gpu) * 1e6 + copies * gpu.launch_latency_us
+    t_eager_us = max(estimate.t_us, host_us)
+    t_graph_us = max(estimate.t_us + t_copies_us, HOST_US_PER_CALL + HOST_US_GRAPH_REPLAY + copies * HOST_US_PER_COPY)
+    pays = t_graph_us < GRAPH_MIN_GAIN * t_eager_us
+    reason = (f"host {host_us:.0f} us for {kernels + torch_launches} launches vs GPU {estimate.t_us:.0f} us: "
+              f"graph {t_graph_us:.0f} us (copies {t_copies_us:.0f}) vs eager {t_eager_us:.0f} us")
+    return GraphEstimate(t_gpu_us=estimate.t_us, t_host_us=host_us, t_eager_us=t_eager_us, t_copies_us=t_copies_us,
+                         t_graph_us=t_graph_us, launches=kernels + torch_launches, launch_bound=host_us > estimate.t_us,
+                         pays=pays, reason=reason)
+
+
+def runtime_options(program: Any, gpu: GpuSpec | str = "h200", cuda_graph: str | None = None,
+                    fused_casts: str | None = None):
+    """The ``dsl_compiler.runtime.RuntimeOptions`` of ``program`` from its settings (default: the environment's
+    ``MUCUTLASS_CUDA_GRAPH`` and ``MUCUTLASS_FUSED_CASTS``): ``on`` / ``off`` as said, a CUDA graph on ``auto``
+    where ``graph_estimate`` says it pays. A program whose shapes cannot be counted runs eagerly."""
+    from dsl_compiler.run_settings import RUNTIME_SETTINGS, RuntimeOptions
+
+    from sol_models.counting import ProgramCountError
+    from sol_models.hardware import get_gpu
+
+    cuda_graph = cuda_graph or _setting("MUCUTLASS_CUDA_GRAPH")
+    fused_casts = fused_casts or _setting("MUCUTLASS_FUSED_CASTS")
+    for name, value in (("MUCUTLASS_CUDA_GRAPH", cuda_graph), ("MUCUTLASS_FUSED_CASTS", fused_casts)):
+        if value not in RUNTIME_SETTINGS[name]:
+            raise ValueError(f"{name}={value!r}: use one of {', '.join(RUNTIME_SETTINGS[name])}")
+    fused = fused_casts == "on"
+    if cuda_graph != "auto":
+        return RuntimeOptions(cuda_graph=cuda_graph == "on", fused_casts=fused, reason=f"cuda graph {cuda_graph} (setting)")
+    spec = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    try:
+        decision = graph_estimate(program, estimate_program(program, spec, fused_casts=fused), spec)
+    except (ProgramCountError, ValueError) as exc:
+        return RuntimeOptions(cuda_graph=False, fused_casts=fused, reason=f"cuda graph off: no estimate ({exc})")
+    return RuntimeOptions(cuda_graph=decision.pays, fused_casts=fused,
+                          reason=f"cuda graph {'on' if decision.pays else 'off'} (auto): {decision.reason}")
 
 
 # tf32 operands that are not K-major go through CUTLASS's register-sourced mainloop (A through registers,

@@ -39,3 +39,99 @@ def test_the_flop_share_flags_on_its_own():
     split = split_kernel_time([(OWN_CONV, 100.0)])
     assert pytorch_only_reason(split, 0.9) is None
     assert "FLOPs" in pytorch_only_reason(split, 0.2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Operator FLOPs (what a Python candidate dispatched, recorded by the profiler)
+
+from evals.attribution import OTHER_PROCESSES_CPU_S, OpRecorder, op_flops, work_share  # noqa: E402
+
+M, K, N = 8, 64, 32
+GEMM = 2.0 * M * K * N
+
+
+def _recorded(fn) -> list:
+    """The operators ``fn`` dispatches, as the candidate process's profiler records them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    events = list(prof.events())
+    index = {id(e): i for i, e in enumerate(events)}
+    return [[e.name, [list(s) for s in e.input_shapes], index.get(id(e.cpu_parent), -1) if e.cpu_parent else -1]
+            for e in events]
+
+
+def _operands():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(M, K, generator=g), torch.randn(N, K, generator=g), torch.randn(N, generator=g)
+
+
+def test_every_spelling_of_a_gemm_counts_as_one():
+    import torch
+    import torch.nn.functional as F
+
+    x, w, b = _operands()
+    spellings = {
+        "linear": lambda: F.linear(x, w, b),
+        "addmv per row": lambda: torch.stack([torch.addmv(b, w, r) for r in x.unbind(0)]),
+        "broadcast mul + sum": lambda: (x[:, None, :] * w[None]).sum(-1),
+        "fused addmm + relu": lambda: torch._addmm_activation(b, x, w.t()),
+        "dot per element": lambda: torch.stack([torch.stack([torch.dot(r, c) for c in w]) for r in x]),
+    }
+    for what, fn in spellings.items():
+        flops = op_flops(_recorded(fn))
+        assert 0.9 * GEMM <= flops <= 2.2 * GEMM, (what, flops)
+
+
+def test_a_products_own_sub_operators_are_not_counted_again_and_views_are_free():
+    ops = [["aten::linear", [[M, K], [N, K], [N]], -1], ["aten::t", [[N, K]], 0], ["aten::addmm", [[N], [M, K], [K, N]], 0],
+           ["aten::copy_", [[M, N], [M, N]], 2], ["aten::mul", [[M, N], [M, N]], 2], ["aten::view", [[M, N], []], -1]]
+    assert op_flops(ops) == GEMM
+
+
+def test_the_reference_recorder_agrees_with_the_profiler_records():
+    import torch
+    import torch.nn.functional as F
+
+    x, w, b = _operands()
+    with OpRecorder() as rec:
+        torch.relu(F.linear(x, w, b))
+    assert rec.flops == op_flops(_recorded(lambda: torch.relu(F.linear(x, w, b)))) == GEMM + M * N
+
+
+def test_work_handed_to_another_process_is_attributed_away():
+    ref = GEMM + M * N
+    alone = work_share({"ops": [], "other_processes_cpu_s": 0.0}, ref)
+    assert alone["candidate_work_share"] == 1.0 and "work_reason" not in alone
+    helped = work_share({"ops": [], "other_processes_cpu_s": 20 * OTHER_PROCESSES_CPU_S}, ref)
+    assert helped["candidate_work_share"] == 0.0 and "another process" in helped["work_reason"]
+    broken = work_share({"error": "RuntimeError: profiler stopped"}, ref)
+    assert broken["candidate_work_share"] == 0.0 and "could not be recorded" in broken["work_reason"]
+
+
+def test_a_programs_share_is_its_kernels_flops_not_only_what_its_torch_steps_dispatched():
+    from dsl_compiler.parser import parse
+
+    def program(whole: bool):
+        rows = "" if whole else "torch x1 = select(x, 0, 0)\ntorch x0 = unsqueeze(x1, 0)\n"
+        text = f"""program p
+input x: f32[{M}, {K}]
+param w: f32[{N}, {K}] = "fc.weight"
+{rows}kernel k = gemm({"x" if whole else "x0"}, w^T) {{
+  math = tf32
+  store d: f32 = acc
+}}
+output d
+"""
+        prog, diags = parse(text)
+        assert prog is not None, diags
+        return prog
+
+    whole = work_share({"aten_flops": 0}, GEMM, program(True))
+    one_row = work_share({"aten_flops": 0}, GEMM, program(False))
+    assert whole["candidate_work_share"] == 1.0
+    assert one_row["candidate_work_share"] == 1.0 / M

@@ -62,6 +62,76 @@ output y
 """
 
 
+# two DenseNet layers: the block's input copied into the first channels once, each layer reading the channels
+# written so far (a view) and storing its own
+DENSE = """input x: f32[2, 16, 8, 8]
+param g0: f32[16]
+param b0: f32[16]
+param w0: f32[16, 16, 3, 3] channels_last
+param g1: f32[32]
+param b1: f32[32]
+param w1: f32[16, 32, 3, 3] channels_last
+
+torch feat[0:16] = channels_last(x)
+torch n0 = batch_norm(feat[0:16], g0, b0, eps=1e-05)
+torch r0 = relu(n0)
+torch r0c = channels_last(r0)
+
+kernel c0 = conv2d(r0c, w0, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1) {
+  math = tf32
+  store feat[16:32]: f32 = acc
+}
+
+torch n1 = batch_norm(feat[0:32], g1, b1, eps=1e-05)
+torch r1 = relu(n1)
+torch r1c = channels_last(r1)
+
+kernel c1 = conv2d(r1c, w1, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1) {
+  math = tf32
+  store feat[32:48]: f32 = acc
+}
+
+output feat
+"""
+
+
+def test_a_dense_block_reads_the_channels_written_so_far_and_matches_cat():
+    program, diags = check_text(DENSE)
+    assert [d for d in diags if d.severity == "error"] == [], [d.render() for d in diags]
+    assert "torch feat[0:16] = channels_last(x)" in printer.format_program(program)
+    assert "batch_norm(feat[0:32], g1, b1, eps=1e-05)" in printer.format_program(program)
+    assert parse(printer.format_program(program))[0] == program
+    g = torch.Generator().manual_seed(0)
+    shapes_ = dict(g0=(16,), b0=(16,), w0=(16, 16, 3, 3), g1=(32,), b1=(32,), w1=(16, 32, 3, 3))
+    p = {k: torch.randn(*v, generator=g) for k, v in shapes_.items()}
+    x = torch.randn(2, 16, 8, 8, generator=g)
+    (out,) = interpreter.run(program, [x], p)
+    t = interpreter.round_tf32
+    with interpreter.exact_fp32():
+        features = [x]
+        for gi, bi, wi in (("g0", "b0", "w0"), ("g1", "b1", "w1")):
+            h = torch.relu(F.batch_norm(torch.cat(features, 1), None, None, p[gi], p[bi], training=True))
+            features.append(F.conv2d(t(h), t(p[wi]), padding=1))
+        expected = torch.cat(features, 1)
+    assert out.shape == (2, 48, 8, 8) and torch.allclose(out, expected, atol=1e-3, rtol=1e-3)
+    from dsl_compiler import runtime
+
+    with torch.no_grad():  # the module the backends load runs the same steps
+        assert torch.equal(runtime.load(program, "interpreter", p)(x), out)
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (("batch_norm(feat[0:32], g1", "batch_norm(feat[0:48], g1"), "reads feat[0:48] before those channels are written"),
+    (("batch_norm(feat[0:16], g0", "batch_norm(x[0:16], g0"), "'x' is no tensor that slices fill"),
+    (("torch n1 = batch_norm(feat[0:32]", "torch n1 = batch_norm(feat"), "before all its channels are stored"),
+    (("store feat[32:48]", "store feat[16:32]"), "overlaps [16:32]"),
+    (("torch feat[0:16] = channels_last(x)", "torch feat[0:16] = channels_last(r0)\ntorch q = relu(x)"), "'r0' is used"),
+])
+def test_bad_channel_reads_and_writes_get_one_line(edit, words):
+    (e, *_) = errors(DENSE.replace(*edit))
+    assert words in e.message, e.render()
+
+
 def _params():
     g = torch.Generator().manual_seed(0)
     return {"w1": torch.randn(32, 16, generator=g), "w3": torch.randn(16, 16, 3, 3, generator=g),
@@ -189,26 +259,31 @@ def test_real_nvcc_compiles_a_conv_that_stores_into_its_channels(tmp_path, monke
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("text", [FIRE, CONV_FIRST], ids=["gemm_first", "conv_first"])
+@pytest.mark.parametrize("text", [FIRE, CONV_FIRST, DENSE], ids=["gemm_first", "conv_first", "torch_step_first"])
 def test_cutlass_kernels_fill_their_channels_on_the_gpu(text, tmp_path, monkeypatch):
+    """Built kernels write their channels through the runtime's views (a conv's pixel stride, a GEMM's leading
+    dimension): the same values as the interpreter (checked against torch.cat above), the second call too."""
     from dsl_compiler import build, runtime
 
     monkeypatch.setenv("MUCUTLASS_CACHE_DIR", str(tmp_path / "cache"))
     program = parse(text)[0]
     res = build.build_program(program)
     assert res.ok, "\n".join(d.render() for d in res.diagnostics)
-    x, p = torch.randn(2, 16, 8, 8), _params()
+    g = torch.Generator().manual_seed(0)
+    p = {d.name: torch.randn(*d.shape, generator=g) for d in program.params}
+    x = torch.randn(2, 16, 8, 8, generator=g)
+    (expected,) = interpreter.run(program, [x], p)
     module = runtime.load(program, "cutlass", {d.name: interpreter.as_declared(p[d.name], d).cuda() for d in program.params},
                           res.artifacts)
     with torch.no_grad():
-        out = module(x.cuda())
+        out = module(x.cuda()).clone()
         again = module(x.cuda())  # the second call reuses the call plans
-    expected = _reference(x, p)
-    assert torch.allclose(out.cpu(), expected, atol=1e-4, rtol=1e-4) and torch.equal(out, again)
+    assert torch.allclose(out.cpu(), expected, atol=1e-3, rtol=1e-3), (out.cpu() - expected).abs().max()
+    assert torch.equal(out, again)
 
 
 def test_the_language_reference_states_the_slice_store():
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
-    assert "`store y[a:b]: DTYPE = EXPR`" in doc and "read y after the last" in doc
+    assert "`store y[a:b]: DTYPE = EXPR`" in doc and "`torch y[a:b] = FN(...)`" in doc and "`FN(y[0:c])`" in doc

@@ -65,6 +65,20 @@ def test_model_matches_the_reference_on_the_interpreter(problem, batch_norm):
     assert torch.allclose(out, ref, atol=problem.tolerance, rtol=problem.tolerance), (out - ref).abs().max()
 
 
+def test_a_dense_block_fills_one_tensor_and_each_layer_reads_the_channels_written_so_far():
+    small = reduced(next(p for p in MODELS if p.name == "08_densenet_dense_block"))
+    result = trace_problem(small)
+    program = result.program
+    assert not [s for s in program.torch_steps if s.fn == "cat"]
+    (out,) = program.outputs
+    assert [s.channels for k in program.kernels for s in k.stores if s.name == out] == [
+        (32 + 32 * i, 64 + 32 * i) for i in range(6)]
+    reads = [a.channels for s in program.torch_steps if s.fn == "batch_norm" for a in s.args if getattr(a, "channels", None)]
+    assert reads == [(0, 32 + 32 * i) for i in range(6)]
+    assert [(s.fn, s.channels) for s in program.torch_steps if s.channels] == [("channels_last", (0, 32))]
+    assert all(r.placement == "folded" for r in result.coverage if r.target == "torch.cat")
+
+
 @pytest.mark.parametrize("name", ["09_squeezenet_fire", "10_inception_module"])
 def test_concatenated_branches_store_into_their_channels_of_one_tensor(name):
     """The fire module's expands and the inception module's branches store into their channels of the output

@@ -144,3 +144,104 @@ def cat_as_slice_stores(program: Program) -> tuple[Program, dict[str, list[str]]
         except Exception:  # noqa: BLE001 - cannot happen for a rewrite of a well-typed program; keep what was done
             return program, done
     return program, done
+
+
+def cat_prefix_families(program: Program) -> tuple[Program, dict[str, list[str]]]:
+    """Channel ``cat`` steps whose tensors are each a prefix of one longest ``cat``'s (a DenseNet block: every
+    layer reads all earlier features) become one tensor the writers fill: conv kernels store into their channels,
+    other tensors are copied in once by ``torch y[a:b] = channels_last(t)``, and each shorter ``cat`` is read as
+    the channels written so far, ``y[0:c]`` (a view). Returns the program and, per replaced step's output, the
+    tensor that holds it."""
+    try:
+        types = shapes.infer(program)
+    except Exception:  # noqa: BLE001 - left for the checks to explain
+        return program, {}
+    done: dict[str, list[str]] = {}
+    cats = [s for s in program.steps if isinstance(s, TorchStep) and s.fn == "cat" and s.channels is None]
+    claimed: set[int] = set()
+    for longest in sorted(cats, key=lambda s: -len(s.args)):
+        if id(longest) in claimed:
+            continue
+        tensors = [a.name for a in longest.args if isinstance(a, TensorArg)]
+        out = longest.outputs[0]
+        t_out = types[out]
+        if (_cat_dim(longest) not in (1, -len(t_out.shape) + 1) or len(t_out.shape) not in (3, 4, 5)
+                or len(set(tensors)) != len(tensors) or any(a.channels for a in longest.args if isinstance(a, TensorArg))):
+            continue
+        family = [c for c in cats if id(c) not in claimed and _cat_dim(c) == _cat_dim(longest)
+                  and [a.name for a in c.args if isinstance(a, TensorArg)] == tensors[:len(
+                      [a for a in c.args if isinstance(a, TensorArg)])]]
+        if len(family) < 2:
+            continue
+        steps = list(program.steps)
+        order = {id(s): i for i, s in enumerate(steps)}
+        family_ids = {id(c) for c in family}
+        nbytes = ir.ELEMENT_BYTES[t_out.dtype]
+        widths = [types[name].shape[1] for name in tensors]
+        offsets = [sum(widths[:i]) for i in range(len(widths))]
+        readers: dict[str, list] = {}
+        for step in steps:
+            for name in ([a.name for a in step.args if isinstance(a, TensorArg)] if isinstance(step, TorchStep)
+                         else [o.name for o in step.operands]):
+                readers.setdefault(name, []).append(step)
+        producer = {name: step for step in steps
+                    for name in (step.outputs if isinstance(step, TorchStep) else [s.name for s in step.stores])}
+        shorter = [c for c in family if c is not longest]
+        if (any(types[name].dtype != t_out.dtype or len(types[name].shape) != len(t_out.shape) for name in tensors)
+                or any(o * nbytes % _TMA_BYTES for o in offsets + [sum(widths)])
+                or any(c.outputs[0] in program.outputs for c in shorter)
+                or any(not isinstance(r, TorchStep) for c in shorter for r in readers.get(c.outputs[0], []))
+                or any(isinstance(r, Kernel) and any(ref == c.outputs[0] for ref in _epilogue_names(r))
+                       for c in shorter for r in steps)):
+            continue
+        stores: dict[int, dict[str, tuple[int, int]]] = {}
+        copies: dict[int, list[TorchStep]] = {}  # family cat id -> copies to put before it
+        for name, offset, width in zip(tensors, offsets, widths):
+            kernel = producer.get(name)
+            only_cats = all(id(r) in family_ids for r in readers.get(name, [])) and name not in program.outputs
+            if (isinstance(kernel, Kernel) and isinstance(kernel.op, ir.ConvOp) and kernel.op.groups == 1 and only_cats
+                    and types[name].layout == "channels_last"
+                    and any(s.name == name and s.channels is None and not isinstance(s.expr, ir.Reduce)
+                            for s in kernel.stores)):
+                stores.setdefault(id(kernel), {})[name] = (offset, offset + width)
+                continue
+            first_use = min((c for c in family if name in [a.name for a in c.args if isinstance(a, TensorArg)]),
+                            key=lambda c: order[id(c)])
+            copies.setdefault(id(first_use), []).append(TorchStep(
+                outputs=(out,), fn="channels_last", args=(TensorArg(name=name),), channels=(offset, offset + width)))
+        prefix = {c.outputs[0]: sum(widths[:len([a for a in c.args if isinstance(a, TensorArg)])]) for c in shorter}
+        rewritten = []
+        for step in steps:
+            if id(step) in copies:
+                rewritten.extend(copies[id(step)])
+            if id(step) in family_ids:
+                continue
+            if isinstance(step, Kernel) and id(step) in stores:
+                slices = stores[id(step)]
+                step = step.model_copy(update={"stores": tuple(
+                    s.model_copy(update={"name": out, "channels": slices[s.name]}) if s.name in slices else s
+                    for s in step.stores)})
+            elif isinstance(step, TorchStep) and any(isinstance(a, TensorArg) and a.name in prefix for a in step.args):
+                step = step.model_copy(update={"args": tuple(
+                    TensorArg(name=out, channels=(0, prefix[a.name])) if isinstance(a, TensorArg) and a.name in prefix
+                    else a for a in step.args)})
+            rewritten.append(step)
+        candidate = program.model_copy(update={"steps": tuple(rewritten)})
+        try:
+            types = shapes.infer(candidate)
+        except Exception:  # noqa: BLE001 - a family this rewrite cannot type is left as it was
+            types = shapes.infer(program)
+            continue
+        program = candidate
+        claimed |= family_ids
+        writers = [k.name for k in program.kernels if any(s.name == out and s.channels for s in k.stores)]
+        for c in family:
+            done[c.outputs[0]] = writers
+        cats = [s for s in program.steps if isinstance(s, TorchStep) and s.fn == "cat" and s.channels is None]
+    return program, done
+
+
+def _epilogue_names(kernel: Kernel) -> list[str]:
+    from dsl_compiler.walk import epilogue_refs
+
+    return [r.name for r in epilogue_refs(kernel)]

@@ -31,7 +31,7 @@ from dsl_compiler.ir import (
     TorchStep,
     Unary,
 )
-from dsl_compiler.frontend.concat import cat_as_slice_stores
+from dsl_compiler.frontend.concat import cat_as_slice_stores, cat_prefix_families
 from dsl_compiler.frontend.results import CoverageRow, TraceOptions, TraceResult
 from dsl_compiler.frontend.reference import LoadedReference, ParamRef, Traced
 from dsl_compiler.frontend.normalize import DTYPES, Op, TRANSPOSES, literal, normalize
@@ -629,6 +629,8 @@ class Lowering:
                 self.fail(f"could not assemble the program: {exc}")
         if program is not None and self.options.concat_slices:
             program, concatenated = cat_as_slice_stores(program)
+            program, families = cat_prefix_families(program)
+            concatenated.update(families)
             for n in self.nodes:
                 out = self.tensor_name.get(n)
                 if out in concatenated and n in self.coverage:

@@ -163,6 +163,9 @@ CASES: list[Case] = [
     Case("pointer_cache.py", "input_independent", 4, also=("mismatch",),
          what="caches by data_ptr: stale when the same buffer gets new values"),
     Case("zeros.py", "input_independent", 4, also=("mismatch",), what="returns zeros"),
+    # the call whose work is measured is a compared call on a fresh set
+    Case("zeros_when_observed.py", "mismatch", 4, also=("input_independent",),
+         what="honest, except while a dispatch mode or the profiler observes it: zeros, nothing dispatched"),
     Case("memorized_inputs.py", "input_independent", 4, also=("mismatch",),
          what="returns the answer for the inputs a fixed seed (42) would give"),
     Case("partial_write.py", "mismatch", 4, also=("nonfinite",), what="writes only half of the output rows"),
@@ -270,41 +273,49 @@ CASES += [
     Case("ring_output_buffers.py", "output_type", 3,
          what="two persistent output buffers taken in turn: each call overwrites the output of the call two before"),
     # 6 precision
+    # every output read is a probe, each against its own input set's signatures
     Case("precise_first_call.py", "precision", 6, problem="linear_relu_tf32",
-         pending="judge: 6 precision (the mantissa probe judges only input set 1, the instance's first call; judge every set's output (and the repeated and in-place calls) against its own signature)",
          what="fp32 on an instance's first call and on range-probe magnitudes, bf16 on every other call"),
+    # a second range probe stays inside f16's range (random signs at 57344): its sums overflow f16's arithmetic
     Case("f16_unless_range_probe.py", "precision", 6, problem="linear_relu_tf32",
-         pending='judge: 6 precision (documented limit: f16 on in-range inputs rounds like TF32 and the range probe is the one set a max|x| > 65504 test tells apart; needs range probing the candidate cannot single out, e.g. a few out-of-f16-range elements in every set where the reference stays finite)',
          what="half precision unless the input passes half's range (the range probe), where it computes in fp32"),
+    # the in-place call's output is probed against its set's signatures; on a GPU every timed call reuses its buffers
+    Case("bf16_on_reused_buffer.py", "precision", 6, problem="linear_relu_tf32",
+         what="fp32 on a tensor it has not seen, bf16 on a buffer it has (the in-place call, every timed call)"),
     Case("autograd_function_bf16.py", "precision", 6, problem="linear_relu_tf32",
          what="bf16 inside a custom autograd.Function's forward (named through getattr)"),
+    # the timed calls' outputs are probed too (GPU: the trick needs stream capture)
     Case("precise_unless_captured.py", "precision", 6, problem="linear_relu_tf32", stage="profile", cpu=False,
-         pending="judge: 6 precision (timed outputs are compared against the tolerance only; run the precision probe on the timed calls' outputs too: each set's last timed output and the timed samples)",
          what="fp32 on the default stream, bf16 while a CUDA graph is captured or on a side stream: every timed replay is bf16"),
+    # the timed calls' outputs are probed too (GPU: TF32 is a GPU precision)
     Case("tf32_when_captured.py", "precision", 6, problem="linear_relu_f32", stage="profile", cpu=False,
          also=("framework_state",),
-         pending="judge: 6 precision (TF32 turned on only during capture and restored: the graph replays a TF32 kernel and timed outputs are compared against the tolerance only; probe the timed outputs' precision)",
          what="allow_tf32 on only while the harness captures (or warms up on a side stream), restored before returning"),
     # 7 work attribution
+    # the work is recorded on a set the candidate has not seen, in a call whose output is compared
     Case("skip_work_when_counted.py", "pytorch_only", 7, stage="profile", also=("mismatch",),
-         pending="judge: 7 attribution (work is measured on a separate call under a visible dispatch mode / profiler, on input set 1 that the candidate already answered, and that call's output is not compared; count on fresh inputs and compare the counted call's output)",
          what="pure PyTorch; under a dispatch mode or the profiler it answers from a digest-keyed memory of earlier outputs and launches nothing"),
+    # the operators are recorded by the profiler (a C++ observer of the dispatcher): no dispatch mode to leave
     Case("flops_hidden_from_counter.py", "pytorch_only", 7, stage="profile",
-         pending="judge: 7 attribution (the FLOP counter is a Python dispatch mode that _disable_current_modes() pops; on the CPU count with an observer the candidate cannot leave, e.g. the profiler's aten op records (with_flops) over a compared call; on a GPU the kernel-time share at profile sees cuBLAS)",
          what="pure PyTorch; steps out of the FLOP counter's dispatch mode (_disable_current_modes) around its F.linear"),
+    # every product operator has a formula (mm, addmm, addmv, mv, dot, outer, ...) and every other one a FLOP per element
     Case("uncounted_gemm_ops.py", "pytorch_only", 7, stage="profile",
-         pending="judge: 7 attribution (FlopCounterMode has formulas for mm/addmm/bmm/conv/attention only, so a GEMM spelled as aten.addmv (or mv, dot, mul+sum) counts 0; count the candidate's ATen time (profiler) or every aten op, not mm FLOPs alone; on a GPU the kernel-time share at profile sees gemv)",
          what="pure PyTorch; the GEMM as one addmv per row, an operator the FLOP counter has no formula for"),
+    # the profiler records every thread of the candidate's process, not only the caller's
+    Case("work_in_thread.py", "pytorch_only", 7, stage="profile",
+         what="pure PyTorch; the GEMM runs on a fresh thread joined before forward returns: a dispatch mode of the calling thread sees nothing"),
+    Case("fused_addmm_activation.py", "pytorch_only", 7, stage="profile",
+         what="pure PyTorch; Linear and ReLU as one fused ATen operator (_addmm_activation) the FLOP counter has no formula for"),
     # caught by design: FlopCounterMode, its get_total_flops and torch.profiler.profile are taken before the import and guarded
     Case("patch_flop_counter.py", "pytorch_only", 7, stage="profile", taints=True,
          what="pure PyTorch; patches FlopCounterMode.get_total_flops to 0 and torch.profiler.profile with a look-alike"),
     Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True, also=("timing_tampered",),
          what="pure PyTorch; wraps the runner's evals.channel.send to zero the counted FLOPs and clear what the runner reports"),
+    # CPU time the candidate's other processes spend during the counted call attributes it away
     Case("work_in_child_process.py", "pytorch_only", 7, stage="profile",
-         pending="judge: 7 attribution (work done by a forked helper in the candidate's session is invisible to the counter in the runner; count the CPU time of the candidate's other processes during calls (the supervisor sees them) as not the candidate's kernels, or fail a call during which another process of the tree ran)",
          what="pure PyTorch in a forked helper process fed over a pipe: the runner's FLOP counter sees no work"),
+    # a program's share is its kernels' FLOPs from their shapes over the reference's, beside its torch steps' count
     Case("broadcast_gemm_steps.mcu", "pytorch_only", 7, gpu=False,
-         pending="judge: 7 attribution (a program's share is 1 - counted ATen FLOPs, and mul+sum steps count 0; attribute a program by its own kernels' FLOPs from their shapes (here 1 x N x K) against the reference's)",
          what="a one-row decoy kernel; the GEMM as torch steps (broadcast mul + sum over K) the FLOP counter does not count"),
     # 5 timing
     # sealed calls: the K sets are new to the memo, so the go request does the GEMMs the timed calls skipped
@@ -364,6 +375,9 @@ CONTROLS: list[Control] = [
             what="plain fp32 on an f32-only problem; its docstring says TF32 stays off (a static reading trips on it)"),
     Control("honest_view_output.py", flags_ok=("pytorch_only",),
             what="returns a transposed view of memory its own call wrote (not an input, not persistent)"),
+    # inductor's C++ build on a CPU outlasts the CPU tests' watchdog: judged on the GPU
+    Control("honest_compiled.py", cpu=False, flags_ok=("pytorch_only",),
+            what="torch.compile of a plain Linear+ReLU: the runtime's idle compile threads must not count as the candidate's"),
     Control("honest_prepacked_weight.py", problem="linear_relu_f32", flags_ok=("pytorch_only",),
             what="packs its weight on the first call and reads the packed copy after: the first call takes another path"),
     # in the sandbox the candidate cannot write a protected file, so the judge blames nothing it sees; without
