@@ -110,6 +110,8 @@ def startup_folders() -> list[Path]:
            Path(site.getusersitepackages()),
            Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}", home / ".triton" / "cache",
            home / ".cache" / "torch_extensions", home / ".nv" / "ComputeCache"]
+    # every folder of the import path (lib-dynload, a PYTHONPATH entry): a sitecustomize.py there runs at start-up
+    out += [Path(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
     return list(dict.fromkeys(out))
 
 

@@ -139,3 +139,24 @@ def test_candidates_get_their_own_compile_caches_and_no_user_site(tmp_path):
     from evals.sandbox import user_site_needed
 
     assert user_site_needed() or env.get("PYTHONNOUSERSITE") == "1"
+
+
+def test_without_the_sandbox_the_containment_cases_are_still_caught(tmp_path, monkeypatch):
+    """Where namespaces are refused (an unprivileged container) the judge falls back to undumpable processes,
+    armed spares, its own watch of a stopped supervisor and snapshots: the same red-team cases, judged so."""
+    from evals.harness import Harness, HarnessSettings
+    from tests.adversarial.cases import CASES
+    from tests.adversarial.runner import SECRET_VARS, Scratch, run_case
+
+    monkeypatch.setenv("MUCUTLASS_SANDBOX", "0")  # read by the judge process this harness starts
+    for k, v in SECRET_VARS.items():
+        monkeypatch.setenv(k, v)
+    harness = Harness(HarnessSettings(device="cpu", watchdog_s=20, n_input_sets=2))
+    try:
+        for name in ("freezes_supervisor.py", "plants_next_attempt_env.py", "plants_sitecustomize.py",
+                     "stops_next_attempt.py"):
+            case = next(c for c in CASES if c.file == name)
+            out = run_case(harness, case, False, Scratch(tmp_path / name, harness.settings))
+            assert out.caught and out.next_clean, (name, out.rule, out.problems, out.reason, out.next_reason)
+    finally:
+        harness.close()
