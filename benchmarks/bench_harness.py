@@ -92,8 +92,8 @@ VARIANTS: dict[str, dict] = {
 # about 30 s a repeat on an H200; the two combinations are there to confirm a choice
 DEFAULT_VARIANTS = [v for v in VARIANTS if v not in ("after_warmup_0.2s", "after_warmup_0.2s_zero_2x_l2")]
 SECTIONS = ("memory", "overhead", "spread")
-STAGE_ORDER = ("process_start", "reference", "transfer", "candidate", "timed", "compare", "probes", "attribution",
-               "snapshot", "end", "process_end")
+STAGE_ORDER = ("process_start", "reference", "transfer", "candidate", "timed", "compare", "sealed", "sealed_mask",
+               "probes", "attribution", "snapshot", "end", "process_end")
 
 
 def resolve_variants(names: list[str], l2_bytes: int) -> dict[str, TimingMethod]:
@@ -193,7 +193,7 @@ def run_attempt(harness: Harness, problem, candidate: Candidate) -> dict:
             stages[k] = stages.get(k, 0.0) + sec
     return {
         "stages": stages,
-        "correct": v.correct, "reason": v.reason or t.reason, "crashed": v.crashed or t.crashed,
+        "correct": v.correct and t.valid, "reason": v.reason or t.reason, "crashed": v.crashed or t.crashed,
         "validate_s": v.wall_s, "profile_s": t.wall_s, "timed_s": timed_s,
         "overhead_s": v.wall_s + t.wall_s - timed_s, "timing_source": t.timing_source, "median_us": t.median_us,
         "memory_allocated_bytes": t.memory_allocated_bytes if t.memory_allocated_bytes is not None else v.memory_allocated_bytes,
@@ -551,6 +551,26 @@ def _mb_level(b) -> str:
     return "-" if b is None else f"{b / 1024**2:.1f} MB"
 
 
+def before_after(before: dict, rows: list[dict]) -> list[str]:
+    """The overhead rows of an earlier results file (``--before``) beside this run's, with the stages."""
+    lines = ["", f"Before and after ({before.get('label') or 'before'}: {before.get('path', '')}; median seconds per "
+             "attempt):", "", "| candidate | problem | backend | overhead before | overhead after | stage | before | after |",
+             "| --- | --- | --- | ---: | ---: | --- | ---: | ---: |"]
+    for r in rows:
+        if r["section"] != "overhead":
+            continue
+        b = next((x for x in before.get("rows", []) if x.get("section") == "overhead" and
+                  (x["candidate"], x["problem"], x["backend"]) == (r["candidate"], r["problem"], r["backend"])), None)
+        if b is None:
+            continue
+        lines.append(f"| {r['candidate']} | {r['problem']} | {r['backend']} | {fmt_num(b['overhead_median_s'], '.3f', ' s')} | "
+                     f"{fmt_num(r['overhead_median_s'], '.3f', ' s')} | | | |")
+        sb, sa = b.get("stages") or {}, r.get("stages") or {}
+        for k in [k for k in STAGE_ORDER if k in sb or k in sa]:
+            lines.append(f"| | | | | | {k} | {fmt_num(sb.get(k, 0.0), '.3f')} | {fmt_num(sa.get(k, 0.0), '.3f')} |")
+    return lines
+
+
 def to_markdown(doc: dict) -> str:
     s = doc["summary"]
     lines = [f"# Harness: overhead, memory and timing spread on {doc['gpu_name'] or 'the CPU'} ({doc['date']})", "",
@@ -578,6 +598,8 @@ def to_markdown(doc: dict) -> str:
     for r in doc["rows"]:
         if r["section"] == "overhead_skipped":
             lines.append(f"\nNot measured: {r['candidate']}: {r['reason']}")
+    if doc.get("before"):
+        lines += before_after(doc["before"], doc["rows"])
     lines += ["", "## Memory", ""]
     for r in doc["rows"]:
         if r["section"] == "memory":
@@ -646,6 +668,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="few attempts and repeats (a smoke run)")
     ap.add_argument("--large-cpu", action="store_true", help="with --quick on the CPU: the large cheap problem too")
     ap.add_argument("--resummarize", type=Path, help="recompute the summary and table of this results JSON from its rows")
+    ap.add_argument("--cpu-timing", action=argparse.BooleanOptionalAction, default=None,
+                    help="without a GPU, profile on the CPU too (HarnessSettings.cpu_timing: sealed calls and the "
+                    "timing checks run, so the profile's stages are measured; --no-cpu-timing: estimates only; "
+                    "default: on, off with --quick)")
+    ap.add_argument("--pin-arena-mb", type=int, default=0, help="HarnessSettings.pin_arena_mb: page-lock this much of "
+                    "each channel arena (GPU)")
+    ap.add_argument("--stem", default="harness", help="results file name: <date>-<gpu>-<stem>.{json,md}")
+    ap.add_argument("--before", type=Path, help="an earlier results JSON whose overhead rows and stages are set beside this run's")
+    ap.add_argument("--label", default="", help="what this run measures (kept in the JSON, e.g. the commit)")
     args = ap.parse_args(argv)
     if args.resummarize:
         return resummarize(args.resummarize)
@@ -658,16 +689,21 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             print(f"error: unknown {what}(s) {', '.join(unknown)}; choose from {', '.join(known)}", file=sys.stderr)
             return 2
+    if args.cpu_timing is None:
+        args.cpu_timing = not args.quick
     if args.quick:
         args.attempts, args.memory_attempts, args.repeats = min(args.attempts, 2), min(args.memory_attempts, 2), min(args.repeats, 2)
     clock = Clock(args.budget_s)
     smoke = {p.name: p for p in load_suite("smoke")}
     builtin = {p.name: p for p in load_suite("builtin")}
-    harness = Harness(HarnessSettings(device=args.device, watchdog_s=120, n_input_sets=5))
+    harness = Harness(HarnessSettings(device=args.device, watchdog_s=120, n_input_sets=5, cpu_timing=args.cpu_timing,
+                                      pin_arena_mb=args.pin_arena_mb))
     info = harness.worker_info()
     cuda = bool(info.get("cuda")) and args.device != "cpu"
-    note = "" if cuda else ("No GPU: validation ran on the CPU, programs on the interpreter backend, profiles are "
-                            "the SOL model's estimates, and the spread section timed tiny problems by wall clock.")
+    note = "" if cuda else ("No GPU: validation ran on the CPU, programs on the interpreter backend, profiles "
+                            + ("were timed on the CPU (cpu_timing: the timing checks and sealed calls run)" if args.cpu_timing
+                               else "are the SOL model's estimates")
+                            + ", and the spread section timed tiny problems by wall clock.")
     _log(f"harness benchmark on {info.get('gpu_name') or 'the CPU (no GPU)'}: {', '.join(sections)}; budget {args.budget_s:.0f} s")
     rows: list[dict] = []
     tiny = smoke[OVERHEAD_PROBLEM]
@@ -701,17 +737,22 @@ def main(argv: list[str] | None = None) -> int:
         "gpu_name": info.get("gpu_name") if cuda else None, "device": "cuda" if cuda else "cpu", "note": note,
         "sections": sections,
         "settings": {"attempts": args.attempts, "memory_attempts": args.memory_attempts, "repeats": args.repeats,
-                     "budget_s": args.budget_s, "quick": args.quick},
+                     "budget_s": args.budget_s, "quick": args.quick, "pause_s": args.pause_s,
+                     "cpu_timing": args.cpu_timing, "pin_arena_mb": args.pin_arena_mb},
         "variants": {k: asdict(v) | ({"host_load": True} if k in loaded_variants([k]) else {}) for k, v in variants.items()},
         "spread_info": spread_info,
         "rows": rows,
         "summary": summarize(rows, spread_info, cuda),
     }
     env = collect_environment("cutlass" if cuda else "interpreter")
-    doc |= {"versions": env["versions"], "environment": env, "wall_s": clock.elapsed_s}
+    doc |= {"versions": env["versions"], "environment": env, "wall_s": clock.elapsed_s, "label": args.label}
+    if args.before and args.before.is_file():
+        before = json.loads(args.before.read_text())
+        doc["before"] = {"path": str(args.before), "label": before.get("label", ""),
+                         "rows": [r for r in before.get("rows", []) if r.get("section") == "overhead"]}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{doc['date']}-{doc['gpu']}-harness"
+    stem = out / f"{doc['date']}-{doc['gpu']}-{args.stem}"
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str))
     md = to_markdown(doc)
     stem.with_suffix(".md").write_text(md)
@@ -723,7 +764,9 @@ def main(argv: list[str] | None = None) -> int:
 def overhead_rows(harness: Harness, tiny, builtin: dict, program, why_no_program: str, build, cuda: bool, args,
                   clock: Clock) -> list[dict]:
     honest = Candidate.from_file(ADVERSARIAL / "honest.py")
-    pause = args.pause_s if cuda else 0.0
+    # the model's turn between attempts, in which the next candidate process starts (on the CPU as well: without
+    # it the overhead would be mostly the wait for a process importing torch)
+    pause = args.pause_s if cuda or not args.quick else 0.0
     rows = [overhead_row(harness, tiny, honest, "honest.py (PyTorch)", "torch", args.attempts, pause_s=pause)]
     if not args.quick and cuda:
         rows.append(overhead_row(harness, builtin[OVERHEAD_PROBLEM_LARGE], honest, "honest.py (PyTorch)", "torch",
@@ -734,7 +777,7 @@ def overhead_rows(harness: Harness, tiny, builtin: dict, program, why_no_program
         large = load_problem(OVERHEAD_PROBLEM_LARGE_CPU)
         cand = Candidate.from_file(OVERHEAD_PROBLEM_LARGE_CPU.with_name("large_cheap_relu_candidate.py"))
         rows.append(overhead_row(harness, large, cand, "large_cheap_relu_candidate.py", "torch",
-                                 max(args.attempts // 4, 1), pause_s=args.pause_s))
+                                 max(args.attempts // 2, 1), pause_s=pause))
     if program is None:
         rows.append({"section": "overhead_skipped", "candidate": "offline-tier program", "reason": why_no_program})
         return rows

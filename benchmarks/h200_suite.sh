@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The product's GPU checks beyond the backend's (benchmarks/gpu_check_backend.sh), as stages that each fit one
 # 10-minute command on an H200 (run them back to back while the machine is warm: .cache/ lives between them).
-#   harness: the harness's GPU tests, then the adversarial set (8 shards side by side); under 5 minutes;
+#   harness: the harness's GPU tests (stage gpu-tests, GPU_TESTS_S), then the adversarial set (stage adversarial,
+#            8 shards side by side, controls first, ADVERSARIAL_S per shard); under 7 minutes;
 #   timing: the harness's own numbers (bench_harness.py: overhead per attempt with its stages, memory, timing spread
 #           of the default method, cuda_graph, beside variants of it), on a quiet host; under 3.5 minutes
 #   (harness and timing back to back fit one 10-minute command: benchmarks/gpu_todo/speed13.sh);
@@ -15,7 +16,7 @@
 # stage: SUITE (default builtin), PREBUILD_ATTEMPTS (candidates built per problem, default ATTEMPTS + 2),
 # TABLE_S and REPORT_S (default 60 each).
 set -uo pipefail
-stage=${1:?usage: h200_suite.sh harness|variants|offline}
+stage=${1:?usage: h200_suite.sh harness|gpu-tests|adversarial|timing|variants|offline}
 OUT=${OUT:-/tmp/mucutlass-out}
 ATTEMPTS=${ATTEMPTS:-3}
 mkdir -p "$OUT"
@@ -32,21 +33,26 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >> "$log" 2>&1
 python3 -c "import torch, platform; print('python', platform.python_version(), 'torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$log" 2>&1
 
-if [ "$stage" = harness ]; then
-  # the GPU tests first, on a quiet GPU (their spread and overhead limits), then the adversarial set, every case at
-  # its stage, and the controls, in 8 shards side by side (each its own judge), merged into <date>-h200-adversarial.*
-  timeout 110 python3 -m pytest -q -m gpu tests/test_harness_gpu.py -p no:cacheprovider -rfE --durations=5 \
-    >> "$log" 2>&1
+if [ "$stage" = harness ] || [ "$stage" = gpu-tests ]; then
+  # the GPU tests first, on a quiet GPU (their spread and overhead limits), with their own budget (GPU_TESTS_S)
+  timeout "${GPU_TESTS_S:-200}" python3 -m pytest -q -m gpu tests/test_harness_gpu.py -p no:cacheprovider -rfE \
+    --durations=5 >> "$log" 2>&1
   say "pytest exit $?"
+fi
+
+if [ "$stage" = harness ] || [ "$stage" = adversarial ]; then
+  # the adversarial set, every case at its stage, controls first, in 8 shards side by side (each its own judge),
+  # merged into <date>-h200-adversarial.*; each shard starts no case past ADVERSARIAL_S and rewrites its results
+  # file after every case, so one cut by its limit still counts (the cases it did not reach are listed)
   say "adversarial"
   for k in 0 1 2 3 4 5 6 7; do
-    timeout 165 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 --shard $k/8 \
-      >> "$OUT/shards.log" 2>&1 &
+    timeout $(( ${ADVERSARIAL_S:-150} + 35 )) python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 \
+      --shard $k/8 --budget-s "${ADVERSARIAL_S:-150}" >> "$OUT/shards.log" 2>&1 &
   done
   wait
   python3 -m tests.adversarial.report --merge "$OUT"/shards/*.shard*.json --out "$OUT" >> "$log" 2>&1
   say "adversarial exit $?"
-  grep -E "caught=False|next_clean=False|passed=False|Traceback" "$OUT/shards.log" >> "$log"
+  grep -E "caught=False|next_clean=False|passed=False|Traceback|stopping" "$OUT/shards.log" >> "$log"
 fi
 
 if [ "$stage" = timing ]; then

@@ -653,6 +653,8 @@ def main(argv=None) -> int:
     runner = Runner()
     if runner.cuda:
         torch.empty(1, device="cuda")  # the CUDA context, before the judge needs it
+        if arena is not None and os.environ.get("MUCUTLASS_PIN_ARENA_MB"):
+            arena.pin(int(os.environ["MUCUTLASS_PIN_ARENA_MB"]) << 20)  # while a spare: the judge pins its side too
     _warm_profiler(runner.cuda)
     gc.freeze()
     while True:

@@ -78,6 +78,8 @@ class HarnessSettings(BaseModel):
     python: str = Field(default_factory=lambda: sys.executable)
     spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
                                         "(each imports torch and starts CUDA; None: 3 with a GPU, 1 without)")
+    pin_arena_mb: int = Field(0, ge=0, description="page-lock this much of each candidate channel's shared arena in "
+                              "both processes (GPU only: tensors cross at DMA speed; 0: pageable; off until measured)")
     memory_limit_gb: float = Field(
         default_factory=lambda: float(os.environ.get("MUCUTLASS_MEMORY_LIMIT_GB", 8.0)), ge=0,
         description="resident host memory of a candidate's whole process tree before it is killed (0: no limit; "
@@ -268,6 +270,8 @@ class WorkerProcess:
             env["CUDA_VISIBLE_DEVICES"] = outer[settings.gpu_index] if settings.gpu_index < len(outer) else str(settings.gpu_index)
         if settings.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
+        if settings.pin_arena_mb:  # read by the worker (its side of each arena) and the candidate processes
+            env["MUCUTLASS_PIN_ARENA_MB"] = str(settings.pin_arena_mb)
         # the worker's stderr goes to an unnamed temporary file: nothing is left in the temp folder
         # however this process ends (SIGKILL included); stderr_tail reads it through the descriptor
         self.log = tempfile.TemporaryFile(prefix="mucutlass-worker-", suffix=".log")

@@ -388,6 +388,12 @@ class CandidateProcess:
     def request(self, op: str, payload: dict, timeout_s: float) -> dict:
         """The reply to one request; ``ChannelError`` when the process died, hung, or answered
         anything but the reply bound to this request."""
+        self.send(op, payload)
+        return self.receive(timeout_s)
+
+    def send(self, op: str, payload: dict) -> None:
+        """The request half of ``request``: the judge may work while the candidate answers, then
+        ``receive``. One request is outstanding at a time."""
         self.seq += 1
         nonce = channel.new_nonce()
         t0 = time.perf_counter()
@@ -397,7 +403,11 @@ class CandidateProcess:
             channel.send(self.sock, msg)
         except OSError:
             raise channel.ChannelError("crash", f"the candidate process was gone before '{op}'{self._tail()}") from None
-        t1 = time.perf_counter()
+        self._sent = (op, nonce, t0, time.perf_counter())
+
+    def receive(self, timeout_s: float) -> dict:
+        """The reply to the request ``send`` sent (its watchdog counted from now)."""
+        op, nonce, t0, t1 = self._sent
         deadline = time.monotonic() + timeout_s
         try:
             reply = channel.recv(self.sock, deadline, alive=self._runner_alive)

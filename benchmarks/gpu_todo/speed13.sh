@@ -19,7 +19,7 @@ set -uo pipefail
 export OUT=${OUT:-/tmp/mucutlass-out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-timeout 320 bash benchmarks/h200_suite.sh harness
+GPU_TESTS_S=110 ADVERSARIAL_S=150 timeout 320 bash benchmarks/h200_suite.sh harness
 echo "harness stage: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/speed13.log"
 t1=$(date +%s)
 timeout 220 bash benchmarks/h200_suite.sh timing
