@@ -16,6 +16,20 @@ that rewrites this module's memory (see docs/harness.md).
 
 from __future__ import annotations
 
+# First, before anything of the candidate's or torch's can run: other processes of this user (a
+# candidate in the previous or next attempt's process) cannot read or write this one's memory or
+# environment through /proc/<pid>/mem, environ or ptrace.
+import ctypes
+
+ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+
+import sys  # noqa: E402
+
+if "--armed-fd" in sys.argv[:-1]:  # closed now: the judge lets no candidate code run beside a process not yet undumpable
+    import os
+
+    os.close(int(sys.argv[sys.argv.index("--armed-fd") + 1]))
+
 import argparse
 import builtins
 import contextlib
@@ -63,6 +77,10 @@ _GUARDED = {
     "torch.Tensor.clone": (torch.Tensor, "clone"), "torch.Tensor.cpu": (torch.Tensor, "cpu"),
     "torch.Tensor.contiguous": (torch.Tensor, "contiguous"), "torch.Tensor.view": (torch.Tensor, "view"),
     "torch.frombuffer": (torch, "frombuffer"), "torch.load": (torch, "load"),
+    # what the aliasing checks read storage addresses with (_storage_range)
+    "torch.Tensor.untyped_storage": (torch.Tensor, "untyped_storage"),
+    "torch.UntypedStorage.data_ptr": (torch.UntypedStorage, "data_ptr"),
+    "torch.UntypedStorage.nbytes": (torch.UntypedStorage, "nbytes"),
     # what measures the work (Runner.counted)
     "torch.utils.flop_counter.FlopCounterMode": (torch.utils.flop_counter, "FlopCounterMode"),
     "torch.utils.flop_counter.FlopCounterMode.get_total_flops": (torch.utils.flop_counter.FlopCounterMode,
@@ -240,16 +258,22 @@ def _flatten(x) -> list:
 
 
 def _storage_range(t) -> tuple[int, int]:
-    s = t.untyped_storage()
-    return s.data_ptr(), s.data_ptr() + s.nbytes()
+    """[start, end) of a tensor's storage, read through the references taken before the candidate's import."""
+    s = _ORIGINALS["torch.Tensor.untyped_storage"](t)
+    ptr = _ORIGINALS["torch.UntypedStorage.data_ptr"](s)
+    return ptr, ptr + _ORIGINALS["torch.UntypedStorage.nbytes"](s)
+
+
+def _storage_bytes(t) -> int:
+    return _ORIGINALS["torch.UntypedStorage.nbytes"](_ORIGINALS["torch.Tensor.untyped_storage"](t))
 
 
 def _overlaps(o, others) -> bool:
-    if not o.untyped_storage().nbytes():
+    if not _storage_bytes(o):
         return False
     lo, hi = _storage_range(o)
     for x in others:
-        if _type(x) is _Tensor and x.device == o.device and x.untyped_storage().nbytes():
+        if _type(x) is _Tensor and x.device == o.device and _storage_bytes(x):
             x_lo, x_hi = _storage_range(x)
             if lo < x_hi and x_lo < hi:
                 return True
@@ -271,7 +295,7 @@ def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[l
             problems.append(f"output {i} is not a dense tensor on {device} ({what})")
             copies.append(None)
             continue
-        if o.untyped_storage().nbytes() and any(x.device == o.device and x.untyped_storage().nbytes() for x in ins):
+        if _storage_bytes(o) and any(x.device == o.device and _storage_bytes(x) for x in ins):
             lo, hi = _storage_range(o)
             if any(x.device == o.device and lo < _storage_range(x)[1] and _storage_range(x)[0] < hi for x in ins):
                 problems.append(f"output {i} shares memory with an input (a view of it)")
@@ -616,6 +640,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fd", type=int, required=True)
     ap.add_argument("--arena-fd", type=int, default=None)
+    ap.add_argument("--armed-fd", type=int, default=None, help="closed at start, once this process is undumpable")
     args = ap.parse_args(argv)
     sock = socket.socket(fileno=args.fd)  # the supervisor passed this descriptor and the arena's, no other
     arena = channel.Arena.attach(args.arena_fd) if args.arena_fd is not None else None

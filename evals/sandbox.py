@@ -7,9 +7,16 @@
 The process runs ``evals.candidate_runner`` under ``evals.supervisor`` (a child subreaper that kills
 every descendant with it and polls the tree's memory), in an empty temporary directory that is not
 on its import path, with keys and tokens removed from its environment and no descriptor but its
-end of a dedicated socket. Its stdout and stderr go to a log. Writes into the project, the kernel
-cache or the harness's folders are found by comparing snapshots (mtime, size) taken before and
-after the attempt.
+end of a dedicated socket. Its stdout and stderr go to a log; its compile caches (TorchInductor,
+Triton, C++ extensions, CUDA's JIT cache) and temporary files are in its own folder.
+
+Where the kernel allows namespaces (``sandbox_available``: root, or unprivileged user namespaces),
+the candidate runs in a sandbox (``evals.supervisor``) where every file system but its folder is
+read-only and no process outside is visible: a write into the project or a cache is refused by the
+kernel, and a write another process makes meanwhile is not the candidate's. Elsewhere, writes into
+the project, the kernel cache, Python's start-up folders and the default compile caches are found
+by comparing snapshots (mtime, size) taken before and after the attempt, and blamed on the
+candidate whoever made them (docs/harness.md).
 """
 
 from __future__ import annotations
@@ -39,8 +46,9 @@ SNAPSHOT_MAX_FILES = 50_000
 SETTLED_S = 300  # a kernel-cache file this old belongs to no build running beside the attempt
 
 
-def candidate_env(base: dict | None = None) -> dict:
-    """The environment a candidate gets: without secrets, with the project importable."""
+def candidate_env(base: dict | None = None, workdir: str | None = None) -> dict:
+    """The environment a candidate gets: without secrets, with the project importable, and (given its
+    folder) its compile caches and temporary files in that folder."""
     env = {k: v for k, v in (base if base is not None else os.environ).items() if not SECRET_ENV.search(k)}
     # The project first, then the host's own entries (a GPU host may carry the dependencies on PYTHONPATH);
     # relative entries would resolve inside the candidate's folder, so they are dropped.
@@ -52,7 +60,84 @@ def candidate_env(base: dict | None = None) -> dict:
     for var in ("NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"):  # numerics are the harness's to set
         env.pop(var, None)
     env.pop("PYTHONHOME", None)
+    if not user_site_needed():
+        env["PYTHONNOUSERSITE"] = "1"  # a .pth or usercustomize in the user's site folder runs at every start
+    if workdir is not None:
+        cache = os.path.join(workdir, ".cache")
+        # The kernel cache the judge configured stays the one it reads (XDG_CACHE_HOME moves the default).
+        try:
+            from dsl_compiler.build import cache_dir
+
+            env.setdefault("MUCUTLASS_CACHE_DIR", str(cache_dir()))
+        except Exception:  # noqa: BLE001 - no cache configured
+            pass
+        env.setdefault("MUCUTLASS_CUDA_EXT_DIR", str(_cuda_ext_dir()))
+        env.update(TMPDIR=workdir, XDG_CACHE_HOME=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
+                   TRITON_CACHE_DIR=os.path.join(cache, "triton"), TRITON_HOME=cache,
+                   TORCH_EXTENSIONS_DIR=os.path.join(cache, "torch_extensions"),
+                   CUDA_CACHE_PATH=os.path.join(cache, "nv"))
     return env
+
+
+def _cuda_ext_dir() -> Path:
+    """The load_inline build folders of ``cuda`` candidates (evals.cuda_candidates): built outside the
+    candidate, loaded by it; torch's loader takes a lock file there, so it stays writable in the sandbox."""
+    from evals.cuda_candidates import ext_cache_dir
+
+    return ext_cache_dir()
+
+
+def user_site_needed() -> bool:
+    """Whether the user's site folder holds packages (then candidates keep it on their path)."""
+    import site
+
+    try:
+        return site.ENABLE_USER_SITE is not False and any(os.scandir(site.getusersitepackages()))
+    except OSError:
+        return False
+
+
+def startup_folders() -> list[Path]:
+    """Folders whose new entries run in every later Python process (.pth, sitecustomize, usercustomize)
+    or are loaded by key by later compiles (the default compile caches): top-level entries count."""
+    import getpass
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    home = Path(os.path.expanduser("~"))
+    out = [Path(paths["purelib"]), Path(paths["platlib"]), Path(paths["stdlib"]), Path(paths["platstdlib"]),
+           Path(site.getusersitepackages()),
+           Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}", home / ".triton" / "cache",
+           home / ".cache" / "torch_extensions", home / ".nv" / "ComputeCache"]
+    # every folder of the import path (lib-dynload, a PYTHONPATH entry): a sitecustomize.py there runs at start-up
+    out += [Path(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
+    return list(dict.fromkeys(out))
+
+
+_SANDBOX: bool | None = None
+
+
+def sandbox_available() -> bool:
+    """Whether candidates run in the namespace sandbox here (probed once; MUCUTLASS_SANDBOX=0 turns it off)."""
+    global _SANDBOX
+    if _SANDBOX is None:
+        if os.environ.get("MUCUTLASS_SANDBOX", "1").strip().lower() in ("0", "off", "false", "no"):
+            _SANDBOX = False
+        else:
+            with tempfile.TemporaryDirectory(prefix="mucutlass-probe-") as d:
+                try:
+                    _SANDBOX = subprocess.run([sys.executable, "-P", "-s", "-m", "evals.supervisor", "--probe"],
+                                              cwd=d, env=candidate_env(), capture_output=True, timeout=30).returncode == 0
+                except (OSError, subprocess.SubprocessError):
+                    _SANDBOX = False
+    return _SANDBOX
+
+
+def sandbox_refused() -> None:
+    """A supervisor could not build the sandbox after all: later candidates run without it."""
+    global _SANDBOX
+    _SANDBOX = False
 
 
 def protected_roots() -> list[tuple[Path, bool]]:
@@ -132,12 +217,30 @@ class ProtectedTree:
     """The protected folders, their snapshot, and the contents of the project's files (so that a
     candidate's write can be undone, not only seen)."""
 
-    def __init__(self, roots: list[tuple[Path, bool]] | None = None):
+    def __init__(self, roots: list[tuple[Path, bool]] | None = None, shallow: list[Path] | None = None):
         self.roots = protected_roots() if roots is None else roots
+        # top-level entries only (site-packages is too large to walk at every attempt; a new .pth is at the top)
+        self.shallow = (startup_folders() if roots is None else []) if shallow is None else shallow
         self.contents: dict[str, tuple[tuple, bytes]] = {}
 
-    def snapshot(self) -> dict:
+    def _snapshot(self) -> dict:
         snap = snapshot(self.roots)
+        for top in self.shallow:
+            try:
+                snap[str(top)] = (os.stat(top).st_mtime_ns, 0, True)
+                entries = list(os.scandir(top))
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                    snap[e.path] = (st.st_mtime_ns, st.st_size if not e.is_dir(follow_symlinks=False) else 0, True)
+                except OSError:
+                    continue
+        return snap
+
+    def snapshot(self) -> dict:
+        snap = self._snapshot()
         for path, (mtime, size, strict) in snap.items():
             if strict and size <= CONTENT_MAX_BYTES and (path not in self.contents or self.contents[path][0] != (mtime, size)):
                 try:
@@ -149,7 +252,7 @@ class ProtectedTree:
 
     def written(self, before: dict) -> list[str]:
         """What was written since ``before``; planted kernel-cache entries included."""
-        after = snapshot(self.roots)
+        after = self._snapshot()
         changed = changed_paths(before, after)
         for kernels, strict in self.roots:  # the kernel cache (dsl_compiler.build.cache_dir) is the non-strict root
             if strict or not kernels.is_dir():
@@ -198,30 +301,85 @@ class CandidateProcess:
     device: str = "cpu"  # where the judge wants the reply's tensors
     last_transfer: dict = field(default_factory=dict)  # seconds of the last request: pack, wait, unpack
 
+    sandboxed: bool = False  # started in the namespace sandbox (writes outside its folder refused)
+    armed_fd: int | None = None  # read end of a pipe whose writers close once the processes are undumpable
+
     @classmethod
     def start(cls, python: str = sys.executable, cuda_visible: str | None = None,
-              rss_limit_bytes: int = 0) -> "CandidateProcess":
+              rss_limit_bytes: int = 0, sandbox: bool | None = None) -> "CandidateProcess":
         judge_end, cand_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             arena = channel.Arena.create()
         except OSError:  # no memfd here: tensors travel in the frames
             arena = None
+        sandbox = sandbox_available() if sandbox is None else sandbox
         workdir = tempfile.mkdtemp(prefix="mucutlass-cand-")
         log = tempfile.TemporaryFile(prefix="mucutlass-candidate-", suffix=".log")  # unnamed: nothing left behind
-        env = candidate_env()
+        env = candidate_env(workdir=workdir)
         if cuda_visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+        ext = None
+        if sandbox:
+            try:
+                ext = _cuda_ext_dir()
+                ext.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                ext = None
+        armed_r, armed_w = os.pipe()
         fd = cand_end.fileno()
-        fds = (fd,) if arena is None else (fd, arena.fd)
-        runner = [python, "-P", "-m", "evals.candidate_runner", "--fd", str(fd)]
+        fds = (fd, armed_w) if arena is None else (fd, arena.fd, armed_w)
+        flags = ["-P"] if user_site_needed() else ["-P", "-s"]
+        runner = [python, *flags, "-m", "evals.candidate_runner", "--fd", str(fd), "--armed-fd", str(armed_w)]
         if arena is not None:
             runner += ["--arena-fd", str(arena.fd)]
-        cmd = [python, "-P", "-m", "evals.supervisor", "--rss-limit-bytes", str(int(rss_limit_bytes)),
-               *[a for f in fds for a in ("--pass-fd", str(f))], "--workdir", workdir, "--", *runner]
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,
-                                env=env, pass_fds=fds, start_new_session=True)
-        cand_end.close()
-        return cls(proc=proc, sock=judge_end, workdir=workdir, log=log, started_s=time.monotonic(), arena=arena)
+        cmd = [python, *flags, "-m", "evals.supervisor", "--rss-limit-bytes", str(int(rss_limit_bytes)),
+               *[a for f in fds for a in ("--pass-fd", str(f))], "--workdir", workdir,
+               *(["--sandbox"] if sandbox else []), *(["--writable", str(ext)] if ext else []), "--", *runner]
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,
+                                    env=env, pass_fds=fds, start_new_session=True)
+        finally:
+            cand_end.close()
+            os.close(armed_w)
+        return cls(proc=proc, sock=judge_end, workdir=workdir, log=log, started_s=time.monotonic(), arena=arena,
+                   sandboxed=sandbox, armed_fd=armed_r)
+
+    def wait_armed(self, timeout_s: float = 30.0) -> bool:
+        """Wait until this process and its supervisor are undumpable (or gone): no candidate code may
+        run beside a process whose memory another process of the user can still write."""
+        if self.armed_fd is None:
+            return True
+        ready, _, _ = select.select([self.armed_fd], [], [], timeout_s)
+        if not ready:
+            return False
+        os.close(self.armed_fd)
+        self.armed_fd = None
+        return True
+
+    def runner_pid(self) -> int | None:
+        """The candidate process's pid as the judge sees it (in the sandbox it is 1 in its own namespace):
+        the supervisor's child, read before any candidate code runs (later, orphans are its children too)."""
+        sup = self.proc.pid
+        try:
+            with open(f"/proc/{sup}/task/{sup}/children") as f:
+                kids = [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            return None
+        return min(kids) if kids else None
+
+    def frozen(self) -> bool:
+        """Whether the supervisor or any process below it is stopped by a signal (a spare another
+        candidate froze outside the sandbox): such a process would make the next attempt hang."""
+        from evals.supervisor import descendants, stopped
+
+        return self.supervisor_stopped() or any(stopped(pid) for pid in descendants(self.proc.pid))
+
+    def supervisor_stopped(self) -> bool:
+        """Whether the supervisor was stopped (SIGSTOP by the candidate, its same-user child): it then
+        polls nothing and kills nothing."""
+        from evals.supervisor import stopped
+
+        return self.proc.poll() is None and stopped(self.proc.pid)
 
     # -- requests ---------------------------------------------------------------------------
     def alive(self) -> bool:
@@ -279,8 +437,8 @@ class CandidateProcess:
                 time.sleep(0.02)
 
     def _runner_alive(self) -> bool:
-        # the supervisor exits (after killing the tree) when the runner does
-        return self.proc.poll() is None and not self._exit_reported()
+        # the supervisor exits (after killing the tree) when the runner does; a stopped one ends the wait
+        return self.proc.poll() is None and not self._exit_reported() and not self.supervisor_stopped()
 
     def _exit_reported(self) -> bool:
         ready, _, _ = select.select([self.proc.stdout], [], [], 0)
@@ -297,9 +455,12 @@ class CandidateProcess:
         return False
 
     def supervisor_report(self, timeout_s: float = 5.0) -> dict | None:
-        """The supervisor's view of the tree now (escaped processes, peak RSS, memory limit)."""
+        """The supervisor's view of the tree now (escaped processes, peak RSS, memory limit); a stopped
+        supervisor's view is ``stopped`` (the judge does not wait for it)."""
         if self.proc.poll() is not None or self.exit_state is not None:
             return self.exit_state
+        if self.supervisor_stopped():
+            return {"event": "report", "supervisor_stopped": True}
         try:
             self.proc.stdin.write(b"report\n")
             self.proc.stdin.flush()
@@ -346,12 +507,37 @@ class CandidateProcess:
         return what + (f"; last output: {tail}" if tail else "")
 
     # -- the end ------------------------------------------------------------------------------
+    def kill_tree(self) -> None:
+        """SIGKILL the supervisor's descendants, from the judge (a daemon orphaned to a stopped supervisor
+        included), then the supervisor."""
+        from evals.supervisor import descendants
+
+        for _ in range(20):
+            tree = descendants(self.proc.pid)
+            if not tree:
+                break
+            for pid in tree:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.005)
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
     def finish(self, timeout_s: float = 10.0) -> dict:
         """Kill the candidate and every descendant; the supervisor's exit report."""
         try:
             self.sock.close()
         except OSError:
             pass
+        if self.armed_fd is not None:
+            os.close(self.armed_fd)
+            self.armed_fd = None
+        if self.proc.poll() is None and self.supervisor_stopped():
+            self.kill_tree()  # a stopped supervisor kills nothing: the judge ends the tree itself
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.write(b"kill\n")

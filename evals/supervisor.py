@@ -1,6 +1,6 @@
 """The candidate process's supervisor: a small process (no torch) between the judge and the candidate.
 
-    python -P -m evals.supervisor --rss-limit-bytes N -- python -P -m evals.candidate_runner --fd 3
+    python -P -m evals.supervisor --rss-limit-bytes N [--sandbox] -- python -P -m evals.candidate_runner --fd 3
 
 It marks itself a child subreaper (``PR_SET_CHILD_SUBREAPER``), so every process the candidate
 starts, including double-forked daemons and ones in a new session, stays its descendant; it dies
@@ -11,9 +11,24 @@ exits, or the judge writes ``kill`` or closes its stdin, every descendant is kil
 On stdout (to the judge) it writes one JSON line per event: ``report`` (answering ``report``) and
 ``exit``; each says how many descendants escaped the candidate's session or were orphaned to the
 supervisor (a detached process), the tree's peak RSS, and whether the memory limit was hit.
+
+It and the candidate make themselves undumpable first thing (``PR_SET_DUMPABLE`` 0): no process of
+the same user reads or writes their memory or environment through /proc/<pid>/mem, environ or
+ptrace. With ``--sandbox`` (where the kernel lets this process make namespaces: root, or unprivileged
+user namespaces) the candidate starts as the first process of its own PID namespace, in its own
+mount namespace where every file system is read-only except its folder, /dev and a private
+/dev/shm, under a fresh /proc that shows only its own processes, in its own session, without
+CAP_SYS_ADMIN / CAP_SYS_PTRACE / CAP_SYS_MODULE / CAP_SYS_RAWIO / CAP_MKNOD in its bounding set. It
+then cannot see, signal or write into any process outside, nor write any file but its own; when it
+ends, the kernel ends every process left in its namespace.
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":  # before anything else: undumpable while the rest of the start-up runs
+    import ctypes as _ctypes
+
+    _ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
 
 import argparse
 import ctypes
@@ -27,28 +42,137 @@ import sys
 import time
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP = 24
-CAP_SYS_PTRACE = 19
+CAP_SETPCAP, CAP_NET_ADMIN, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_CHROOT, CAP_SYS_PTRACE = 8, 12, 16, 17, 18, 19
+CAP_SYS_ADMIN, CAP_SYS_BOOT, CAP_MKNOD, CAP_PERFMON, CAP_BPF = 21, 22, 27, 38, 39
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
+# flags a remount must keep (in a user namespace they are locked: changing one is refused)
+_MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048,
+                "relatime": 1 << 21, "strictatime": 1 << 24}
+_LIBC = None
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
 
 
 def _prctl(option: int, value: int) -> bool:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
+        return _libc().prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
 
 def _drop_ptrace() -> None:
-    """In the candidate before exec: CAP_SYS_PTRACE leaves the bounding set, so even as root it cannot
-    read an undumpable process (the judge) through /proc/<pid>/mem. Without CAP_SETPCAP this fails
-    quietly (docs/harness.md)."""
-    _prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)
+    """In the candidate before exec: the capabilities that read another process of the user (its memory,
+    maps, environ: CAP_SYS_PTRACE, and CAP_SYS_ADMIN / CAP_PERFMON, which grant ptrace's read mode;
+    CAP_BPF) leave the bounding set, so even as root it cannot read an undumpable process (the judge, the
+    spares). Without CAP_SETPCAP this fails quietly (docs/harness.md)."""
+    for cap in (CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF):
+        _prctl(PR_CAPBSET_DROP, cap)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source, target: str, fstype, flags: int, data=None) -> None:
+    enc = (lambda v: v.encode() if isinstance(v, str) else v)
+    _check(_libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+
+
+def _mounts() -> list[tuple[str, int]]:
+    """(mount point, its nosuid/nodev/noexec/atime flags) of every mount this process sees, parents first."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            point = parts[4].encode().decode("unicode_escape")  # \040 for a space
+            flags = 0
+            for opt in parts[5].split(","):
+                flags |= _MOUNT_FLAGS.get(opt, 0)
+            out.append((point, flags))
+    return out
+
+
+def enter_pid_namespace() -> bool:
+    """The next process this one starts is the first of a new PID namespace (this one stays outside)."""
+    if os.getuid() != 0:  # an unprivileged user needs its own user namespace first
+        uid, gid = os.getuid(), os.getgid()
+        if _libc().unshare(CLONE_NEWUSER) != 0:
+            return False
+        try:  # the same ids inside, so files keep their owners
+            with open("/proc/self/setgroups", "w") as f:
+                f.write("deny")
+            with open("/proc/self/uid_map", "w") as f:
+                f.write(f"{uid} {uid} 1")
+            with open("/proc/self/gid_map", "w") as f:
+                f.write(f"{gid} {gid} 1")
+        except OSError:
+            return False
+    return _libc().unshare(CLONE_NEWPID) == 0
+
+
+def enter_sandbox(workdir: str, writable: tuple[str, ...] = ()) -> None:
+    """In the candidate before exec (the first process of the new PID namespace): its own mount
+    namespace with every file system read-only but ``workdir`` (and ``writable``) and /dev, a private
+    /dev/shm, a /proc of its own namespace, and the bounding set without the capabilities that would
+    undo any of it. Raises OSError when the kernel refuses a step (the judge then runs candidates
+    without it)."""
+    _check(_libc().unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the judge's namespace
+    mounts = _mounts()
+    for path in (workdir, *writable):  # its own folder stays writable
+        if os.path.isdir(path):
+            _mount(path, path, None, MS_BIND)
+    for point, flags in mounts:
+        if point == "/dev" or point.startswith(("/proc", "/dev/pts", "/dev/shm")):
+            continue
+        _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for cap in (CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_MKNOD, CAP_SYS_CHROOT, CAP_SYS_BOOT, CAP_NET_ADMIN):
+        _prctl(PR_CAPBSET_DROP, cap)  # fails quietly without CAP_SETPCAP (a user namespace drops them at exec)
+
+
+def probe_sandbox() -> bool:
+    """Whether this kernel lets a process build the candidate's sandbox (a child tries it, then exits)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if enter_pid_namespace():
+                inner = os.fork()
+                if inner == 0:
+                    try:
+                        enter_sandbox(os.getcwd())
+                        os._exit(0)
+                    except BaseException:  # noqa: BLE001 - any failure means no sandbox
+                        os._exit(1)
+                code = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
     """(ppid, session id) of a process, None when it is gone."""
+    st = _stat_fields(pid)
+    return None if st is None else (st[1], st[2])
+
+
+def _stat_fields(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, session id) of a process, None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             text = f.read().decode(errors="replace")
@@ -56,9 +180,15 @@ def _stat(pid: int) -> tuple[int, int] | None:
         return None
     rest = text.rsplit(")", 1)[-1].split()
     try:
-        return int(rest[1]), int(rest[3])
+        return rest[0], int(rest[1]), int(rest[3])
     except (IndexError, ValueError):
         return None
+
+
+def stopped(pid: int) -> bool:
+    """Whether a process is stopped by a signal (SIGSTOP, SIGTSTP): a stopped watcher polls nothing."""
+    st = _stat_fields(pid)
+    return st is not None and st[0] == "T"
 
 
 def _rss_bytes(pid: int) -> int:
@@ -90,19 +220,35 @@ def descendants(root: int) -> dict[int, tuple[int, int]]:
 
 
 class Supervisor:
-    def __init__(self, cmd: list[str], rss_limit_bytes: int, pass_fds: tuple[int, ...]):
+    def __init__(self, cmd: list[str], rss_limit_bytes: int, pass_fds: tuple[int, ...], sandbox_dir: str = "",
+                 writable: tuple[str, ...] = ()):
         self.me = os.getpid()
-        # stdout is the judge's status pipe: the candidate writes to the log (our stderr) instead
+        self.sandboxed = bool(sandbox_dir)
+        if self.sandboxed and not enter_pid_namespace():
+            raise OSError("the kernel refused a new PID namespace")
+
+        def setup() -> None:
+            if self.sandboxed:
+                enter_sandbox(sandbox_dir, writable)
+            _drop_ptrace()
+            _prctl(PR_CAPBSET_DROP, CAP_SETPCAP)  # last: nothing it starts can drop or regain one
+
+        # stdout is the judge's status pipe: the candidate writes to the log (our stderr) instead; its own
+        # session, so that a signal to its process group (kill(0, ...)) reaches none of the harness's processes
         self.child = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                                      preexec_fn=_drop_ptrace)
+                                      preexec_fn=setup, start_new_session=True)
         self.child_sid = os.getsid(self.child.pid)
         self.rss_limit_bytes = rss_limit_bytes
         self.peak_rss_bytes = 0
         self.memory_limit_hit = False
         self.escaped: set[int] = set()  # pids seen outside the candidate's session or orphaned to us
+        self.stopped: set[int] = set()  # pids of the tree seen stopped by a signal
 
     def scan(self) -> dict[int, tuple[int, int]]:
         tree = descendants(self.me)
+        for pid in tree:
+            if stopped(pid):
+                self.stopped.add(pid)
         for pid, (ppid, sid) in tree.items():
             if pid == self.child.pid:
                 continue
@@ -150,7 +296,8 @@ class Supervisor:
 
     def state(self, event: str, **extra) -> dict:
         return {"event": event, "escaped": len(self.escaped), "peak_rss_bytes": self.peak_rss_bytes,
-                "memory_limit_hit": self.memory_limit_hit, **extra}
+                "memory_limit_hit": self.memory_limit_hit, "stopped": len(self.stopped), "sandboxed": self.sandboxed,
+                **extra}
 
 
 def main(argv=None) -> int:
@@ -159,8 +306,13 @@ def main(argv=None) -> int:
     ap.add_argument("--poll-s", type=float, default=0.05)
     ap.add_argument("--pass-fd", type=int, action="append", default=[])
     ap.add_argument("--workdir", default="", help="the candidate's folder, removed when it ends")
+    ap.add_argument("--sandbox", action="store_true", help="namespaces: the candidate writes only its folder")
+    ap.add_argument("--writable", action="append", default=[], help="a folder that stays writable in the sandbox")
+    ap.add_argument("--probe", action="store_true", help="exit 0 when the sandbox can be built here")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
+    if args.probe:
+        return 0 if probe_sandbox() else 1
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     # the judge gone (killed too): end the tree and remove the candidate's folder, then exit
     stop = {"now": False}
@@ -169,7 +321,13 @@ def main(argv=None) -> int:
     if os.getppid() == 1:  # the judge died before the death signal was set
         return 1
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    sup = Supervisor(cmd, args.rss_limit_bytes, tuple(args.pass_fd))
+    try:
+        sup = Supervisor(cmd, args.rss_limit_bytes, tuple(args.pass_fd), args.workdir if args.sandbox else "",
+                         tuple(args.writable))
+    except (OSError, subprocess.SubprocessError) as exc:  # the kernel refused a step of the sandbox
+        sys.stdout.write(json.dumps({"event": "exit", "reason": "sandbox_failed", "error": str(exc)[:200]}) + "\n")
+        sys.stdout.flush()
+        return 2
     for fd in args.pass_fd:
         os.close(fd)  # only the candidate holds the channel
     out = sys.stdout
@@ -185,6 +343,9 @@ def main(argv=None) -> int:
         sup.scan()
         if sup.memory_limit_hit:
             reason = "memory_limit"
+            break
+        if sup.stopped:  # a candidate that freezes processes of its tree: ended at once
+            reason = "stopped"
             break
         if stdin_open:
             ready, _, _ = select.select([sys.stdin], [], [], args.poll_s)

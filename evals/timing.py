@@ -558,16 +558,17 @@ def ncu_counters(problem, candidate, settings, timeout_s: float = 600.0) -> dict
 
     if not ncu_available():
         return {}
-    root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="mucutlass-ncu-") as tmp:
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"problem": problem.to_spec(), "candidate": candidate.model_dump()}))
         cmd = ["ncu", "--csv", "--clock-control", "none", "--target-processes", "all",
                "--nvtx", "--nvtx-include", "mucutlass_candidate/", "--metrics", ",".join(NCU_METRICS),
                sys.executable, "-m", "evals.ncu_target", str(spec)]
-        env = dict(os.environ, PYTHONPATH=str(root))
+        from evals.sandbox import candidate_env  # evals.timing is imported in the candidate: no import at the top
+
+        env = candidate_env(workdir=tmp)  # no keys, the candidate's own caches (it runs outside the sandbox)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=str(root), env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp, env=env)
         except (subprocess.TimeoutExpired, OSError):
             return {}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('"')]

@@ -15,6 +15,11 @@ in a process no candidate ever ran in.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before torch loads: no process of this user reads or writes this one's memory
+    import ctypes as _ctypes
+
+    _ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+
 import gc
 import hashlib
 import json
@@ -34,7 +39,7 @@ import torch
 from evals import channel, probes, sealed, verdicts
 from evals.attribution import OpRecorder, WorkSplit, pytorch_only_reason, split_kernel_time, work_share
 from evals.problems import Problem, ProblemError
-from evals.sandbox import CandidateProcess, ProtectedTree
+from evals.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
 from evals.timing import TimingMethod, make_flusher, time_candidate
 
 NAN_POISON = float("nan")
@@ -144,8 +149,12 @@ class Attempt:
         proc.device = str(device)  # the reply's tensors land where the judge compares them
         self.loaded = False
         self.is_program = False
-        with judge.stages("snapshot"):
-            self.snapshot = judge.snapshot_now()
+        # In the sandbox the candidate can write nothing protected, and writes seen meanwhile are another
+        # process's: no snapshot. Elsewhere every write seen during the attempt is blamed on it.
+        self.snapshot = None
+        if not proc.sandboxed:
+            with judge.stages("snapshot"):
+                self.snapshot = judge.snapshot_now()
         self.instances = 0
         self.work: dict | None = None  # what the last counted call recorded
         self.program = None  # a μCUTLASS candidate's IR
@@ -172,7 +181,10 @@ class Attempt:
                 state = self.proc.supervisor_report(timeout_s=2.0) or {}
                 if state.get("memory_limit_hit"):
                     raise Finding(verdicts.CONTAINMENT, "the candidate's processes passed the memory limit and were killed") from None
+                _stopped_finding(state)
             raise Finding(exc.rule, exc.text, died=exc.rule in (verdicts.CRASH, verdicts.TIMEOUT)) from None
+        if self.proc.supervisor_stopped():
+            _stopped_finding({"supervisor_stopped": True})
         tampered = reply.get("tampered") or (reply.get("result") or {}).get("tampered") or []
         if tampered:
             if all(str(name).startswith(ATTRIBUTION_NAMES) for name in tampered):
@@ -212,6 +224,7 @@ class Attempt:
         was written. ``during``: the judge's own work, done while the linger runs."""
         self.request("ping", {"linger_s": linger_s} if linger_s > 0 else {}, timeout_s=10.0 + linger_s, during=during)
         state = self.proc.supervisor_report() or {}
+        _stopped_finding(state)
         if state.get("escaped"):
             raise Finding(verdicts.CONTAINMENT, f"{state['escaped']} process(es) left the candidate's session or "
                           f"were detached from it (a daemon); they were killed")
@@ -220,6 +233,8 @@ class Attempt:
 
     def writes(self) -> dict | None:
         """Writes into the protected folders since the attempt began: undone, and the verdict."""
+        if self.snapshot is None:  # the sandbox refused them
+            return None
         changed = self.judge.tree.written(self.snapshot)
         if not changed:
             return None
@@ -228,6 +243,14 @@ class Attempt:
         text = (f"wrote into a protected folder (undone): {', '.join(changed[:3])}"
                 + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
         return {"rule": verdicts.CONTAINMENT, "reason": verdicts.reason(verdicts.CONTAINMENT, text), "died": False}
+
+
+def _stopped_finding(state: dict) -> None:
+    """A supervisor (or a process of the candidate's tree) stopped by a signal: the watcher was disabled."""
+    if state.get("supervisor_stopped") or state.get("stopped") or state.get("reason") == "stopped":
+        who = "its supervisor" if state.get("supervisor_stopped") else "a process of its tree"
+        raise Finding(verdicts.CONTAINMENT, f"the candidate stopped {who} (SIGSTOP); its processes were killed",
+                      died=True)
 
 
 class Judge:
@@ -252,8 +275,12 @@ class Judge:
     # -- candidate processes ------------------------------------------------------------------
     def start_spares(self) -> None:
         """Keep ``spare_processes`` candidate processes starting or ready (a dead one is replaced)."""
-        for dead in [p for p in self.spares if not p.alive()]:
-            dead.finish()
+        # outside the sandbox a candidate can signal its siblings: a frozen spare is replaced like a dead one
+        for dead in [p for p in self.spares if not p.alive() or (not p.sandboxed and p.frozen())]:
+            if dead.alive():
+                dead.kill_tree()
+            if (dead.finish() or {}).get("reason") == "sandbox_failed":
+                sandbox_refused()  # the kernel refused a namespace after all: the next ones start without
             self.spares.remove(dead)
         want = int(self.settings.get("spare_processes") or (3 if self.cuda else 1))
         rss = int(float(self.settings.get("memory_limit_gb", 0) or 0) * 1024**3)
@@ -279,6 +306,21 @@ class Judge:
         for ender in self.ending:
             ender.join(timeout_s)
         self.ending = [e for e in self.ending if e.is_alive()]
+        self.sweep_orphans()  # here, not in the thread: no spare is being started meanwhile
+
+    def sweep_orphans(self) -> None:
+        """Kill processes orphaned to this one (a child subreaper) from candidate trees whose supervisor
+        died first: children in another session than the judge's that are not a spare's supervisor."""
+        from evals.supervisor import descendants
+
+        mine, keep = os.getsid(0), {p.proc.pid for p in self.spares}
+        for pid, (ppid, sid) in descendants(os.getpid()).items():
+            if ppid == os.getpid() and sid != mine and pid not in keep:
+                try:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, os.WNOHANG)
+                except (ProcessLookupError, ChildProcessError, PermissionError):
+                    pass
 
     def attempt_for(self, digest: str, device: torch.device, watchdog_s: float, fresh: bool) -> Attempt:
         cur = self.current
@@ -291,6 +333,13 @@ class Judge:
             proc = self.spares.pop(0)
             self.start_spares()  # the next attempts' processes import torch while this one runs
         self.current = Attempt(self, proc, digest, device, watchdog_s)
+        if not proc.sandboxed:
+            # outside the sandbox the candidate sees the new spares: its code runs only once they are undumpable
+            with self.stages("process_start"):
+                for spare in self.spares:
+                    if not spare.wait_armed(30.0):
+                        spare.finish()
+                self.spares = [p for p in self.spares if p.alive()]
         return self.current
 
     def close(self) -> None:
@@ -432,6 +481,7 @@ class Judge:
 
     def load(self, attempt: Attempt, problem: Problem, cand: dict, model_seed: int, boot_timeout_s: float) -> None:
         info = attempt.request("ping", {}, timeout_s=boot_timeout_s)  # waits for the process to be ready
+        info["pid"] = attempt.proc.runner_pid() or info.get("pid")  # its own pid is 1 in the sandbox
         attempt.proc.info = info
         payload: dict[str, Any] = {"candidate": {k: cand.get(k) for k in ("source", "program_json", "backend", "name")},
                                    "init_args": list(problem.module.get_init_inputs()), "device": str(attempt.device)}
@@ -1128,6 +1178,12 @@ def _undumpable() -> None:
 
 def main() -> int:
     _undumpable()
+    try:  # orphans of a candidate whose supervisor died come back here, where sweep_orphans ends them
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER = 36
+    except (OSError, AttributeError):
+        pass
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -134,12 +134,19 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES), ids=list(CASES))
 def test_attack_is_caught_for_its_rule(harness, problem, name):
+    from evals.sandbox import sandbox_available
+
     rule, source = CASES[name]
     planted = PROJECT_ROOT / "evals" / "zz_planted.py"
     try:
         v = judge(harness, problem, source)
+        written = planted.exists()
     finally:
         planted.unlink(missing_ok=True)
+    if name == "writes_project" and sandbox_available():
+        # in the sandbox the kernel refuses the write: the candidate's open raises, nothing is written
+        assert not written and v.rule == "crash" and "Read-only file system" in v.reason, v.reason
+        return
     assert not v.correct and v.rule == rule, v.reason
     assert v.reason.startswith(rule + ": ") and "\n" not in v.reason
     assert rule in verdicts.RULES
@@ -237,9 +244,9 @@ def test_the_judge_process_cannot_be_read(harness, problem):
     """The judge holds the expected outputs and the seeds: the candidate cannot read its memory (the judge
     is undumpable, and the candidate has no CAP_SYS_PTRACE even as root)."""
     src = body("""
-        sup = os.getppid()
-        judge = int(open(f'/proc/{sup}/stat').read().rsplit(')', 1)[1].split()[1])
-        for what in ('mem',):
+        sup = os.getppid()  # 0 in the sandbox: its parent is outside its PID namespace, the judge invisible
+        judge = int(open(f'/proc/{sup}/stat').read().rsplit(')', 1)[1].split()[1]) if sup else None
+        for what in ('mem', 'environ') if judge else ():
             try:
                 with open(f'/proc/{judge}/{what}', 'rb') as f:
                     f.read(1)

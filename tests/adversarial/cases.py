@@ -95,6 +95,7 @@ class Control:
     cpu: bool = True
     flags_ok: tuple[str, ...] = ()  # flags an honest candidate of this kind rightly carries
     pending: str | None = None
+    needs_sandbox: bool = False  # passes where the namespace sandbox runs (evals.sandbox.sandbox_available)
     what: str = ""
 
 
@@ -106,10 +107,10 @@ CASES: list[Case] = [
     # 1 separation: the candidate runs beside the reference, its outputs and the comparison
     Case("steal_reference_frames.py", "mismatch", 1, also=("nonfinite", "input_independent"),
          what="walks the interpreter's frames and gc for the reference's output (matched by one row it computes) and returns a copy"),
-    # caught where the scan finishes: the judge is undumpable, the candidate has no CAP_SYS_PTRACE and the channel's
-    # arena holds inputs only; on a busy machine the scan of every process's memory outlasts the watchdog
+    # caught by design: the judge, the supervisors and every candidate process are undumpable (open of their
+    # /proc/<pid>/mem fails at once), the candidate has no CAP_SYS_PTRACE, the arena holds inputs only; in the
+    # sandbox its /proc shows its own processes only
     Case("steal_judge_memory.py", "mismatch", 1, gpu=False, also=("nonfinite", "input_independent"),
-         pending="judge: 1 separation (caught by design; the test is timing-dependent: on a busy machine the candidate's scan of every process outlasts the 10 s watchdog and the verdict is timeout)",
          what="scans /proc/<pid>/mem of every process of its user for the reference's output"),
     Case("calls_reference.py", "pytorch_only", 1, also=("mismatch",),
          what="finds the reference Model class in sys.modules and runs its forward on its own parameters"),
@@ -247,11 +248,13 @@ CASES: list[Case] = [
 # process, and reach beyond it (the next attempt's process, Python's start-up, the compile caches).
 CASES += [
     # 2 nothing reaches the judge or the next attempt
+    # caught by design: candidate processes make themselves undumpable before anything else runs, and outside the
+    # sandbox the judge lets a candidate's code run only once every new spare is (in the sandbox none is visible)
     Case("plants_next_attempt_env.py", "containment", 2, guarantee=True, taints=True,
-         pending='judge: 2 isolation (the spare candidate processes are dumpable siblings of the same user, so a candidate opens /proc/<spare>/mem read-write and edits their C environment; make each candidate process undumpable (PR_SET_DUMPABLE 0) before it takes work, or give it its own uid / pid namespace)',
          what="opens the judge's next candidate processes' memory (siblings, same user) and writes a TF32 override into their C environment"),
+    # caught by design: each candidate's compile caches are in its own folder; the default ones are read-only in the
+    # sandbox (elsewhere a new top-level entry is a write into a protected folder, undone)
     Case("plants_compile_caches.py", "containment", 2, guarantee=True,
-         pending="judge: 2 isolation (the TorchInductor, Triton and torch_extensions caches are shared with the judge's torch.compile and later attempts; give each candidate its own TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, TORCH_EXTENSIONS_DIR in its temp dir and protect the default folders as ProtectedTree roots)",
          what="writes into the TorchInductor, Triton and C++-extension caches the judge's torch.compile and later attempts load by key"),
     # 3 outputs
     # caught by design: Tensor.to / detach / clone / cpu are guarded names in the candidate process
@@ -263,8 +266,8 @@ CASES += [
     # the runner copies outputs with its own references to Tensor.to: the replacement never runs, the unwritten output mismatches
     Case("rewrites_guard_table.py", "output_type", 3, also=("timing_tampered", "mismatch", "nonfinite"), taints=True,
          what="the lazy Tensor.to output, with the replacement also written into the runner's _ORIGINALS dict"),
+    # caught by design: untyped_storage / UntypedStorage.data_ptr / nbytes are guarded names, taken before the import
     Case("hides_output_reuse.py", "output_type", 3, also=("timing_tampered",), taints=True,
-         pending="judge: 3 outputs (the overlap check reads storage addresses through Tensor.untyped_storage, looked up at call time, which the candidate replaced for its persistent buffer; take untyped_storage / data_ptr / nbytes before the import and guard them, as for Tensor.to)",
          what="the same persistent buffer every call (as reused_output_buffer), hidden by a replaced Tensor.untyped_storage"),
     # caught by design: every earlier output of an instance is held through the validation, so a reused buffer overlaps
     Case("ring_output_buffers.py", "output_type", 3,
@@ -328,12 +331,39 @@ CASES += [
     Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces the harness's L2Flusher.flush with a no-op: every timed call runs with a warm L2"),
     # 8 containment
+    # caught by design: the candidate starts in its own session (kill(0) reaches no harness process); in the sandbox
+    # its parent is outside its PID namespace; elsewhere a stopped supervisor fails the request it was watching and
+    # the judge kills the tree itself (orphans come back to the judge, a child subreaper)
     Case("freezes_supervisor.py", "containment", 8, guarantee=True, taints=True,
-         pending="judge: 8 containment (the candidate SIGSTOPs its supervisor, a same-user parent: no polling, no kill of escaped processes, no memory limit, and finish() then kills the supervisor's process group, which a setsid daemon is not in; a supervisor that misses a report deadline should fail the attempt, and orphans should come back to a subreaper the candidate cannot stop (the judge) or a cgroup / pid namespace be killed)",
          what="SIGSTOPs its parent (the process that polls and kills its tree), then double-forks a setsid daemon that acts later"),
+    # caught by design: site-packages and the user site are read-only in the sandbox (elsewhere new top-level
+    # entries count); candidates start with -s / PYTHONNOUSERSITE unless the user site holds packages
     Case("plants_startup_hook.py", "containment", 8, guarantee=True,
-         pending='judge: 8 containment (site-packages and the user site folder are not protected: a .pth there runs its import lines in every later Python process; protect sysconfig purelib/platlib and site.getusersitepackages() (new files count))',
          what="writes a .pth file into site-packages: every later Python process (judge, candidate processes) reads it at start-up"),
+]
+
+# Reach beyond the candidate's process and folder: other processes' views of the files and their
+# environments, Python's start-up on the import path, the shared GPU code caches, the next attempt's
+# processes.
+CASES += [
+    # caught by design: the judge and the supervisor are undumpable (their environ cannot be read) and keys are
+    # removed from what they pass on; in the sandbox no ancestor is visible
+    Case("reads_ancestor_environ.py", "containment", 8, guarantee=True,
+         what="reads the keys the harness removed from its environment out of its ancestors' /proc/<pid>/environ"),
+    # caught by design: in the sandbox its /proc shows its own processes only (their roots are its read-only view);
+    # elsewhere the write is seen in the project's snapshot and undone
+    Case("writes_via_proc_root.py", "containment", 8, guarantee=True,
+         what="writes into the project through /proc/<pid>/root and /proc/<pid>/cwd of other processes (past a read-only view)"),
+    # caught by design: every file system but its folder is read-only in the sandbox; elsewhere the project (strict)
+    # and the top level of the stdlib and site folders are in the snapshot
+    Case("plants_sitecustomize.py", "containment", 2, guarantee=True,
+         what="writes sitecustomize.py / usercustomize.py into every folder of its import path: later processes run them"),
+    Case("plants_nv_compute_cache.py", "containment", 2, guarantee=True,
+         what="plants entries in CUDA's JIT cache (~/.nv/ComputeCache) and Triton's (~/.triton/cache) at their default places"),
+    # caught by design: in the sandbox no other process is visible; elsewhere the judge replaces a spare whose
+    # supervisor or candidate is stopped, and its own stopped supervisor fails this attempt
+    Case("stops_next_attempt.py", "containment", 2, guarantee=True, taints=True,
+         what="SIGSTOPs the next attempts' processes (and its supervisor): the next, honest candidate would time out"),
 ]
 
 CONTROLS: list[Control] = [
@@ -350,8 +380,9 @@ CONTROLS: list[Control] = [
             what="torch.compile of a plain Linear+ReLU: the runtime's idle compile threads must not count as the candidate's"),
     Control("honest_prepacked_weight.py", problem="linear_relu_f32", flags_ok=("pytorch_only",),
             what="packs its weight on the first call and reads the packed copy after: the first call takes another path"),
-    Control("honest_beside_writer.py", flags_ok=("pytorch_only",),
-            pending="judge: 8 containment (writes into the project and the kernel caches are found by comparing snapshots, so a write by any other process during the attempt (a build, a recorder, another test) is blamed on the candidate and undone (the other process's new file deleted, its changed file reverted); attribute writes to the candidate's processes (fanotify with pids) or deny them (a read-only bind of the protected folders in a mount namespace) instead)",
+    # in the sandbox the candidate cannot write a protected file, so the judge blames nothing it sees; without
+    # namespaces every write seen during the attempt is blamed on the candidate (docs/harness.md: a known limit)
+    Control("honest_beside_writer.py", flags_ok=("pytorch_only",), needs_sandbox=True,
             what="a plain correct ModelNew judged while another process writes a file into the project tree"),
 ]
 

@@ -68,10 +68,17 @@ class Scratch:
                            for d in (sysconfig.get_paths()["purelib"], site.getusersitepackages())}
         home = Path(os.path.expanduser("~"))
         compile_roots = [Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}",
-                         home / ".triton" / "cache", home / ".cache" / "torch_extensions"]
+                         home / ".triton" / "cache", home / ".cache" / "torch_extensions", home / ".nv" / "ComputeCache"]
         compile_roots += [Path(os.environ[v]) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
                                                         "TORCH_EXTENSIONS_DIR") if os.environ.get(v)]
         self.compile_entries = {r / f"planted-{self.token}" for r in compile_roots}
+        # where plants_sitecustomize.py writes: start-up modules in every folder of a candidate's import path
+        # that has none (one that exists belongs to the host and is left alone)
+        import sys
+
+        path = [*sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep), str(PROJECT_ROOT)]
+        self.startup_modules = {Path(d) / n for d in path if d and os.path.isdir(d)
+                                for n in ("sitecustomize.py", "usercustomize.py") if not (Path(d) / n).exists()}
 
     @property
     def subs(self) -> dict[str, str]:
@@ -86,7 +93,14 @@ class Scratch:
     def planted(self) -> list[str]:
         """What a containment case left where it must not write."""
         out = [str(self.project_marker)] if self.project_marker.exists() else []
+        out += [str(m) for m in self.startup_modules if self._ours(m)]
         return out + [str(e) for e in (*self.cache_entries, *self.hook_files, *self.compile_entries) if e.exists()]
+
+    def _ours(self, path: Path) -> bool:
+        try:
+            return self.token in path.read_text(errors="replace")
+        except OSError:
+            return False
 
     def cleanup(self) -> None:
         pid = self.daemon_pid()
@@ -96,6 +110,9 @@ class Scratch:
             except (ProcessLookupError, PermissionError):
                 pass
         self.project_marker.unlink(missing_ok=True)
+        for m in self.startup_modules:
+            if self._ours(m):
+                m.unlink(missing_ok=True)
         for f in self.hook_files:
             f.unlink(missing_ok=True)
         for entry in (*self.cache_entries, *self.compile_entries):
@@ -170,7 +187,7 @@ def run_case(harness, case: Case, on_gpu: bool, scratch: Scratch, check_next: bo
 
 def _guarantees(case: Case, scratch: Scratch) -> list[str]:
     problems = []
-    if case.file == "reads_secrets.py":
+    if case.file in ("reads_secrets.py", "reads_ancestor_environ.py"):
         leaked = scratch.dir / "secrets.txt"
         text = leaked.read_text() if leaked.exists() else ""
         if any(v in text for v in SECRET_VARS.values()):
@@ -180,7 +197,8 @@ def _guarantees(case: Case, scratch: Scratch) -> list[str]:
         if (scratch.dir / "daemon.marker").exists():
             problems.append("a process the candidate started outlived the attempt")
     if case.file in ("writes_project.py", "writes_kernel_cache.py", "plants_startup_hook.py",
-                     "plants_compile_caches.py"):
+                     "plants_compile_caches.py", "writes_via_proc_root.py", "plants_sitecustomize.py",
+                     "plants_nv_compute_cache.py"):
         left = scratch.planted()
         if left:
             problems.append(f"planted files remain: {', '.join(left)}")

@@ -1,0 +1,162 @@
+"""The candidate's containment below the judge (evals.sandbox, evals.supervisor), attacked directly: its
+processes' memory and environment, a frozen supervisor, writes outside its folder, Python's start-up
+folders. The whole-harness view of the same attacks is tests/adversarial (plants_next_attempt_env,
+freezes_supervisor, writes_via_proc_root, plants_startup_hook)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from evals.sandbox import PROJECT_ROOT, CandidateProcess, ProtectedTree, candidate_env, sandbox_available
+from evals.supervisor import _drop_ptrace, descendants, stopped
+
+
+def _read_environ_without_ptrace(pid: int) -> str:
+    """What a process without CAP_SYS_PTRACE (a candidate, even as root) gets opening /proc/<pid>/environ."""
+    code = (f"try:\n open('/proc/{pid}/environ','rb').read(); print('read')\n"
+            f"except OSError as e: print(type(e).__name__)")
+    return subprocess.run([sys.executable, "-c", code], preexec_fn=_drop_ptrace, capture_output=True,
+                          text=True, timeout=60).stdout.strip()
+
+
+def test_candidate_processes_are_undumpable_once_armed():
+    proc = CandidateProcess.start(sandbox=False)
+    try:
+        assert proc.wait_armed(60.0)
+        tree = descendants(proc.proc.pid)
+        assert tree, "the supervisor started no candidate process"
+        for pid in [proc.proc.pid, *tree]:
+            assert _read_environ_without_ptrace(pid) == "PermissionError", pid
+        # the same reader gets the environment of a dumpable process with the candidate's capabilities (a root
+        # process with more is shielded by them): the check above can fail
+        plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], preexec_fn=_drop_ptrace)
+        try:
+            time.sleep(0.2)
+            assert _read_environ_without_ptrace(plain.pid) == "read"
+        finally:
+            plain.kill()
+            plain.wait()
+    finally:
+        proc.finish()
+
+
+def test_a_stopped_supervisor_is_seen_and_its_tree_killed_by_the_judge():
+    proc = CandidateProcess.start(sandbox=False)
+    try:
+        assert proc.wait_armed(60.0)
+        tree = list(descendants(proc.proc.pid))
+        os.kill(proc.proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not stopped(proc.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.supervisor_stopped() and proc.frozen()
+        assert proc.supervisor_report(timeout_s=30).get("supervisor_stopped")  # at once, not after the deadline
+    finally:
+        t0 = time.monotonic()
+        proc.finish(timeout_s=30)
+    assert time.monotonic() - t0 < 5, "finish waited for a supervisor that cannot answer"
+    assert not [pid for pid in tree if os.path.exists(f"/proc/{pid}") and not _zombie(pid)]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="no namespaces here (the judge falls back to snapshots)")
+def test_the_sandbox_refuses_writes_outside_the_candidates_folder_and_hides_other_processes(tmp_path):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    outside = tmp_path / "outside.txt"
+    probe = f"""
+import json, os
+out = {{"pid": os.getpid(), "procs": sorted(int(p) for p in os.listdir('/proc') if p.isdigit())}}
+for name, path in (("outside", {str(outside)!r}), ("project", {str(PROJECT_ROOT / '.sandbox-probe')!r}),
+                   ("own", {str(workdir / 'own.txt')!r})):
+    try:
+        open(path, "w").write("x")
+        out[name] = "written"
+    except OSError as e:
+        out[name] = e.strerror
+try:
+    os.kill(os.getppid() or 1, 0)
+    out["parent"] = os.getppid()
+except OSError as e:
+    out["parent"] = e.strerror
+print(json.dumps(out), flush=True)
+"""
+    cmd = [sys.executable, "-P", "-m", "evals.supervisor", "--workdir", str(workdir), "--sandbox", "--",
+           sys.executable, "-c", probe]
+    keep_r, keep_w = os.pipe()  # the supervisor's stdin stays open while the probe runs (EOF ends the tree)
+    try:
+        p = subprocess.Popen(cmd, cwd=str(workdir), env=candidate_env(), stdin=keep_r, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        os.close(keep_r)
+        out, err = p.communicate(timeout=120)
+    finally:
+        os.close(keep_w)
+    seen = json.loads(err.strip().splitlines()[-1])  # the candidate's stdout is the supervisor's stderr
+    exit_state = json.loads(out.strip().splitlines()[-1])
+    assert exit_state["sandboxed"] is True
+    assert seen["outside"] == "Read-only file system" and seen["project"] == "Read-only file system"
+    assert seen["own"] == "written"
+    assert seen["pid"] == 1 and seen["procs"] == [1]  # no process outside its namespace is visible
+    assert seen["parent"] == 0  # its supervisor lives outside: getppid() is 0 there
+    assert not outside.exists() and not (PROJECT_ROOT / ".sandbox-probe").exists()
+
+
+def test_startup_folders_count_new_top_level_entries(tmp_path):
+    site = tmp_path / "site-packages"
+    (site / "torch").mkdir(parents=True)
+    deep = site / "torch" / "deep.py"
+    tree = ProtectedTree(roots=[], shallow=[site])
+    before = tree.snapshot()
+    hook = site / "zz_hook.pth"
+    hook.write_text("import os\n")
+    deep.write_text("x = 1\n")  # below the top level: not watched here (the sandbox makes it read-only)
+    written = tree.written(before)
+    assert str(hook) in written and str(deep) not in written
+    tree.undo(before, written)
+    assert not hook.exists()
+
+
+def test_candidates_get_their_own_compile_caches_and_no_user_site(tmp_path):
+    env = candidate_env({"PATH": os.environ.get("PATH", "")}, workdir=str(tmp_path))
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH",
+                "XDG_CACHE_HOME", "TMPDIR"):
+        assert env[var].startswith(str(tmp_path)), var
+    assert env["MUCUTLASS_CACHE_DIR"] and not env["MUCUTLASS_CACHE_DIR"].startswith(str(tmp_path))
+    from evals.sandbox import user_site_needed
+
+    assert user_site_needed() or env.get("PYTHONNOUSERSITE") == "1"
+
+
+def test_without_the_sandbox_the_containment_cases_are_still_caught(tmp_path, monkeypatch):
+    """Where namespaces are refused (an unprivileged container) the judge falls back to undumpable processes,
+    armed spares, its own watch of a stopped supervisor and snapshots: the same red-team cases, judged so."""
+    from evals.harness import Harness, HarnessSettings
+    from tests.adversarial.cases import CASES
+    from tests.adversarial.runner import SECRET_VARS, Scratch, run_case
+
+    monkeypatch.setenv("MUCUTLASS_SANDBOX", "0")  # read by the judge process this harness starts
+    for k, v in SECRET_VARS.items():
+        monkeypatch.setenv(k, v)
+    harness = Harness(HarnessSettings(device="cpu", watchdog_s=20, n_input_sets=2))
+    try:
+        for name in ("freezes_supervisor.py", "plants_next_attempt_env.py", "plants_sitecustomize.py",
+                     "stops_next_attempt.py"):
+            case = next(c for c in CASES if c.file == name)
+            out = run_case(harness, case, False, Scratch(tmp_path / name, harness.settings))
+            assert out.caught and out.next_clean, (name, out.rule, out.problems, out.reason, out.next_reason)
+    finally:
+        harness.close()
