@@ -145,8 +145,44 @@ def enter_sandbox(workdir: str, writable: tuple[str, ...] = ()) -> None:
         _prctl(PR_CAPBSET_DROP, cap)  # fails quietly without CAP_SETPCAP (a user namespace drops them at exec)
 
 
+def cuda_usable() -> bool | None:
+    """Whether this process can open the first CUDA device and allocate on it through the driver API
+    (None where there is no CUDA driver). Run in a child: a process that initialised CUDA must not fork."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count, dev, ctx, ptr = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_void_p(), ctypes.c_uint64(0)
+    steps = (lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGetCount(ctypes.byref(count)),
+             lambda: 0 if count.value > 0 else 100, lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0),
+             lambda: cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), lambda: cuda.cuCtxSetCurrent(ctx),
+             lambda: cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20)), lambda: cuda.cuMemFree_v2(ptr))
+    return all(step() == 0 for step in steps)
+
+
+def _child_status(fn) -> int:
+    """Exit code of a forked child that runs ``fn`` (0 when it returns true, 2 when it returns None)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ok = fn()
+            code = 2 if ok is None else (0 if ok else 1)
+        except BaseException:  # noqa: BLE001 - any failure is a no
+            code = 1
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def probe_sandbox() -> bool:
-    """Whether this kernel lets a process build the candidate's sandbox (a child tries it, then exits)."""
+    """Whether this kernel lets a process build the candidate's sandbox (a child tries it, then exits),
+    and, on a host whose processes can use a GPU, whether a process inside it still can: a sandbox that
+    took the GPU away would fail every candidate, so the judge then runs them without it."""
+    def sandboxed() -> bool:
+        enter_sandbox(os.getcwd())
+        return cuda_usable() is not False
+
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -155,14 +191,19 @@ def probe_sandbox() -> bool:
                 inner = os.fork()
                 if inner == 0:
                     try:
-                        enter_sandbox(os.getcwd())
-                        os._exit(0)
+                        os._exit(0 if sandboxed() else 1)
                     except BaseException:  # noqa: BLE001 - any failure means no sandbox
                         os._exit(1)
                 code = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
         finally:
             os._exit(code)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0:
+        return True
+    # refused: only a sandbox that failed where the GPU works outside it is the sandbox's fault; either
+    # way the answer is no, but say which on stderr for the judge's log
+    if _child_status(cuda_usable) == 0:
+        print("mucutlass: the candidate sandbox loses the GPU here; candidates run without it", file=sys.stderr)
+    return False
 
 
 def _stat(pid: int) -> tuple[int, int] | None:

@@ -160,3 +160,47 @@ def test_without_the_sandbox_the_containment_cases_are_still_caught(tmp_path, mo
             assert out.caught and out.next_clean, (name, out.rule, out.problems, out.reason, out.next_reason)
     finally:
         harness.close()
+
+
+class _FakeCuda:
+    """The driver API's entry points as the probe calls them; ``fail`` names the one that returns an error."""
+
+    def __init__(self, fail: str | None = None, devices: int = 1):
+        self._fail, self._devices = fail, devices
+
+    def __getattr__(self, name):
+        def call(*args):
+            if name == "cuDeviceGetCount":
+                args[0]._obj.value = self._devices
+            return 999 if name == self._fail else 0
+        return call
+
+
+def test_the_cuda_check_needs_a_device_it_can_allocate_on(monkeypatch):
+    from evals import supervisor
+
+    def cdll_with(fake):
+        def cdll(name, *a, **k):
+            assert name == "libcuda.so.1"
+            if fake is None:
+                raise OSError("no driver")
+            return fake
+        return cdll
+
+    for fake, want in ((None, None), (_FakeCuda(), True), (_FakeCuda("cuInit"), False),
+                       (_FakeCuda(devices=0), False), (_FakeCuda("cuMemAlloc_v2"), False)):
+        monkeypatch.setattr(supervisor.ctypes, "CDLL", cdll_with(fake))
+        assert supervisor.cuda_usable() is want
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="no namespaces here")
+def test_a_sandbox_that_loses_the_gpu_is_refused(monkeypatch):
+    """Where a process inside the sandbox cannot use the GPU that processes outside it can, the probe
+    says no and candidates run without the sandbox rather than every one of them failing."""
+    from evals import supervisor
+
+    inside = {"v": False}
+    monkeypatch.setattr(supervisor, "cuda_usable", lambda: inside["v"])
+    assert supervisor.probe_sandbox() is False
+    inside["v"] = None  # no CUDA driver at all: the sandbox stands
+    assert supervisor.probe_sandbox() is True
