@@ -70,6 +70,9 @@ class HarnessSettings(BaseModel):
         "before_and_after", description="'before_and_after': the GPU idles between the flush and a timed call, whose "
         "event time then includes its host launch latency; 'after': the flush keeps the GPU busy while the call is "
         "launched; 'end': all trials are enqueued and synchronized once (the host runs ahead of the GPU)")
+    probe_budget_s: float = Field(2.0, ge=0, description="seconds of float64 signature runs the precision probe may "
+                                  "spend per check; beyond it a secret sample of at least two of the judged outputs "
+                                  "is probed (0: every output, whatever it costs)")
     compile_reference: bool = True
     cpu_timing: bool = Field(False, description="without a GPU, measure candidates on the CPU (wall clock in the "
                              "candidate's process, bounded by sealed calls) instead of estimating programs: for "
@@ -87,7 +90,8 @@ class HarnessSettings(BaseModel):
 
     def worker_view(self) -> dict:
         return self.model_dump(include={"device", "compile_reference", "watchdog_s", "startup_timeout_s", "closing_linger_s",
-                                        "timing_input_sets", "memory_limit_gb", "spare_processes", "cpu_timing", *TIMING_SETTINGS}) | {
+                                        "timing_input_sets", "memory_limit_gb", "spare_processes", "cpu_timing", "probe_budget_s",
+                                        *TIMING_SETTINGS}) | {
             "compile": self.compile_reference}
 
     @model_validator(mode="after")

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import re
 import select
 import sys
@@ -691,7 +692,7 @@ class Judge:
                            isinstance(input_sets[0][0], torch.Tensor) else self.device)
         found, numbers, where = None, {}, None
         with self.stages("probes"):
-            sigs = probes.signatures_many(model, input_sets, refs)
+            sigs = self.sampled_signatures(model, input_sets, refs, judged)
             for what, i, outs in judged:
                 if outs is None or sigs[i] is None:
                     continue
@@ -710,7 +711,35 @@ class Judge:
                 if level is not None:
                     found, numbers, where = level, nums, what
                     break
-        return {"measured_precision": found, "probe": numbers, **({"probe_call": where} if where else {})}
+        return {"measured_precision": found, "probe": numbers, "probed_sets": list(self.probed_sets),
+                **({"probe_call": where} if where else {})}
+
+    def sampled_signatures(self, model, input_sets: list, refs: list, judged: list) -> list:
+        """The signatures of the sets whose outputs are judged: of all of them where that fits the probe
+        budget (``probe_budget_s``, float64 runs of the model at every level), else of a sample drawn from
+        the judge's own randomness after the outputs are in, at least two sets: a candidate cannot tell
+        which of its calls were probed, so one that lowers its precision on some of them is caught with a
+        probability that grows with their share, while a large problem's validation stays seconds."""
+        needed = sorted({i for _, i, outs in judged if outs is not None})
+        sigs: list = [None] * len(input_sets)
+        self.probed_sets = (0, len(needed))
+        if not needed:
+            return sigs
+        rng = random.SystemRandom()
+        rng.shuffle(needed)
+        budget_s = float(self.settings.get("probe_budget_s", 2.0) or 0.0)
+        t0 = time.perf_counter()
+        first = needed[0]
+        sigs[first] = probes.signatures_many(model, [input_sets[first]], [refs[first]])[0]
+        per_set_s = time.perf_counter() - t0
+        rest = needed[1:]
+        if budget_s > 0 and per_set_s * len(needed) > budget_s:
+            rest = rest[:max(1, int(budget_s / max(per_set_s, 1e-9)) - 1)]
+        if rest:
+            for i, sig in zip(rest, probes.signatures_many(model, [input_sets[i] for i in rest], [refs[i] for i in rest])):
+                sigs[i] = sig
+        self.probed_sets = (len([i for i in needed if sigs[i] is not None]), len(needed))
+        return sigs
 
     def range_probes(self, problem: Problem, model, model_seed: int, inputs: list):
         """f16's range probes for ``inputs`` that say something: (what, input set, signatures). The set

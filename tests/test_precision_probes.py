@@ -205,3 +205,44 @@ def test_a_thread_that_runs_while_timed_is_timing_tampering(timing_harness, tf32
     t = timing_harness.profile(tf32_problem, Candidate.from_source(_BUSY_THREAD))
     assert not t.valid and t.rule == "timing_tampered", t.reason
     assert "prefetch" in t.reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe's budget: past it, a sample the candidate cannot foresee, never fewer than two sets
+
+# fp32 on the instance's first call only, bf16 on every later one
+_BF16_AFTER_FIRST = _BF16_WHEN_TIMED.replace("self.calls <= 2", "self.calls <= 1")
+
+
+@pytest.fixture(scope="module")
+def sampling_harness(tmp_path_factory):
+    from evals.harness import Harness, HarnessSettings
+
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(cache))
+        mp.setenv("MUCUTLASS_CACHE_DIR", str(cache / "kernels"))
+        # a budget no signature run fits: every check probes the smallest sample
+        h = Harness(HarnessSettings(device="cpu", watchdog_s=60, n_input_sets=5, probe_budget_s=1e-9))
+        h.worker_info()
+        yield h
+        h.close()
+
+
+def test_past_its_budget_the_probe_judges_a_sample_of_two_sets(sampling_harness, tf32_problem):
+    from evals.harness import Candidate
+
+    v = sampling_harness.validate(tf32_problem, Candidate.from_source(_HONEST))
+    assert v.correct, v.reason
+    probed, judged = v.info["probed_sets"]
+    assert probed == 2 and judged == 5
+
+
+def test_a_sample_still_catches_a_precision_lowered_after_the_first_call(sampling_harness, tf32_problem):
+    """Whichever two sets are drawn, one of the outputs judged against them came from a bf16 call (the
+    repeated call on set 1 does, when set 1 is drawn), so the sample cannot miss it."""
+    from evals.harness import Candidate
+
+    for _ in range(2):
+        v = sampling_harness.validate(tf32_problem, Candidate.from_source(_BF16_AFTER_FIRST))
+        assert not v.correct and v.rule == "precision", v.reason
