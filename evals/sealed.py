@@ -223,12 +223,15 @@ def run_go(staged: Staged, entries: list[dict], mask_seeds: list[int], checksum_
     for p, noise in enumerate(staged.noise):
         if noise is not None:
             fill_noise(mask_seeds[p], noise)
+    # the word views once, not per call: the loop below is inside the time the judge's clock bounds
+    masked = [None if n is None else words(m, n.dtype).view(staged.k, -1) for m, n in zip(staged.masked, staged.noise)]
+    targets = [[None if n is None else words(e["inputs"][p], n.dtype) for p, n in enumerate(staged.noise)]
+               for e in entries]
     for k in range(staged.k):
         entry = entries[k % len(entries)]
-        inputs = entry["inputs"]
-        for p, (m, noise) in enumerate(zip(staged.masked, staged.noise)):
+        for m, noise, target in zip(masked, staged.noise, targets[k % len(entries)]):
             if noise is not None:
-                torch.bitwise_xor(words(m[k], noise.dtype), noise[k], out=words(inputs[p], noise.dtype))
+                torch.bitwise_xor(m[k], noise[k], out=target)
         entry["run"]()
         outs = entry["outputs"]()
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]

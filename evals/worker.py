@@ -141,6 +141,11 @@ class Prepared:
         return sum(t.numel() * t.element_size() for _, x, r in (*self.sets, *self.sealed) for t in (*x, *r)
                    if isinstance(t, torch.Tensor))
 
+    def room_for_one(self, cap_bytes: int) -> bool:
+        """Whether one more set of the size of those held stays under ``cap_bytes``."""
+        n = len(self.sets) + len(self.sealed)
+        return n == 0 or self.nbytes() * (n + 1) / n <= cap_bytes
+
 
 class Attempt:
     """One candidate in one candidate process, seen from the judge."""
@@ -387,9 +392,10 @@ class Judge:
         key = self._prepared_key(problem, device, purpose)
         for other in [k for k in self.prepared if k[:3] != key[:3]]:  # another problem's: not needed next
             del self.prepared[other]
+        stop = until or (lambda: False)
         b = self.prepared.get(key)
         if b is None:
-            if until is not None and until():
+            if stop():
                 return
             model_seed = _seed()
             with self.stages("reference"):
@@ -398,21 +404,16 @@ class Judge:
         self._use_model(problem, b, device)
         cap = PREPARED_MAX_BYTES.get(torch.device(device).type, PREPARED_MAX_BYTES["cpu"])
         while len(b.sets) < n_sets:
-            if until is not None and until():
+            if stop() or not b.room_for_one(cap):
                 return
-            if b.sets and b.nbytes() * (len(b.sets) + 1) / len(b.sets) > cap:
-                return
-            self._add_set(problem, b, _seed(), device)
-        if purpose == "validate" and b.shuffled is None and not (until is not None and until()):
+            b.sets.append(self._new_set(problem, b, _seed(), device))
+        if purpose == "validate" and b.shuffled is None and not stop():
             self._add_shuffled(problem, b)
         # a profile's sealed calls: as many sets as the last profile of this problem staged (its K)
         while purpose == "profile" and b.sets and len(b.sealed) < self.sealed_k.get(key[:3], 0):
-            if (until is not None and until()) or b.nbytes() * (len(b.sets) + len(b.sealed) + 1) / (
-                    len(b.sets) + len(b.sealed)) > cap:
+            if stop() or not b.room_for_one(cap):
                 return
-            seed = _seed()
-            x = self.inputs(problem, [seed], device)[0]
-            b.sealed.append((seed, x, self.reference(problem, b.model_seed, x)))
+            b.sealed.append(self._new_set(problem, b, _seed(), device))
 
     def take(self, problem: Problem, device, purpose: str, n_sets: int, fixed: int | None = None) -> Prepared:
         """The sets for this operation: the prepared ones (removed: never used twice), completed to
@@ -426,12 +427,12 @@ class Judge:
         b.sets = b.sets[:n_sets]
         b.ready = len(b.sets)
         while len(b.sets) < n_sets:
-            self._add_set(problem, b, fixed + 1_000_003 * len(b.sets) if fixed is not None else _seed(), device)
+            b.sets.append(self._new_set(problem, b, fixed + 1_000_003 * len(b.sets) if fixed is not None else _seed(), device))
         return b
 
-    def _add_set(self, problem: Problem, b: Prepared, seed: int, device) -> None:
+    def _new_set(self, problem: Problem, b: Prepared, seed: int, device) -> tuple[int, list, list]:
         x = self.inputs(problem, [seed], device)[0]
-        b.sets.append((seed, x, self.reference(problem, b.model_seed, x)))
+        return seed, x, self.reference(problem, b.model_seed, x)
 
     def _add_shuffled(self, problem: Problem, b: Prepared) -> None:
         """Set 1's values in another order (first and last kept) and their reference."""
@@ -693,6 +694,7 @@ class Judge:
         found, numbers, where = None, {}, None
         with self.stages("probes"):
             sigs = self.sampled_signatures(model, input_sets, refs, judged)
+            probed = [sum(sig is not None for sig in sigs), len({i for _, i, outs in judged if outs is not None})]
             for what, i, outs in judged:
                 if outs is None or sigs[i] is None:
                     continue
@@ -711,7 +713,7 @@ class Judge:
                 if level is not None:
                     found, numbers, where = level, nums, what
                     break
-        return {"measured_precision": found, "probe": numbers, "probed_sets": list(self.probed_sets),
+        return {"measured_precision": found, "probe": numbers, "probed_sets": probed,
                 **({"probe_call": where} if where else {})}
 
     def sampled_signatures(self, model, input_sets: list, refs: list, judged: list) -> list:
@@ -722,11 +724,9 @@ class Judge:
         probability that grows with their share, while a large problem's validation stays seconds."""
         needed = sorted({i for _, i, outs in judged if outs is not None})
         sigs: list = [None] * len(input_sets)
-        self.probed_sets = (0, len(needed))
         if not needed:
             return sigs
-        rng = random.SystemRandom()
-        rng.shuffle(needed)
+        random.SystemRandom().shuffle(needed)
         budget_s = float(self.settings.get("probe_budget_s", 2.0) or 0.0)
         t0 = time.perf_counter()
         first = needed[0]
@@ -735,10 +735,8 @@ class Judge:
         rest = needed[1:]
         if budget_s > 0 and per_set_s * len(needed) > budget_s:
             rest = rest[:max(1, int(budget_s / max(per_set_s, 1e-9)) - 1)]
-        if rest:
-            for i, sig in zip(rest, probes.signatures_many(model, [input_sets[i] for i in rest], [refs[i] for i in rest])):
-                sigs[i] = sig
-        self.probed_sets = (len([i for i in needed if sigs[i] is not None]), len(needed))
+        for i, sig in zip(rest, probes.signatures_many(model, [input_sets[i] for i in rest], [refs[i] for i in rest])):
+            sigs[i] = sig
         return sigs
 
     def range_probes(self, problem: Problem, model, model_seed: int, inputs: list):
