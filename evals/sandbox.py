@@ -321,14 +321,14 @@ class CandidateProcess:
         ext = None
         if sandbox:
             try:
-                ext = _cuda_ext_dir()
+                ext = Path(env["MUCUTLASS_CUDA_EXT_DIR"])  # candidate_env's: the folder it leaves writable
                 ext.mkdir(parents=True, exist_ok=True)
             except OSError:
                 ext = None
         armed_r, armed_w = os.pipe()
         fd = cand_end.fileno()
         fds = (fd, armed_w) if arena is None else (fd, arena.fd, armed_w)
-        flags = ["-P"] if user_site_needed() else ["-P", "-s"]
+        flags = ["-P", "-s"] if env.get("PYTHONNOUSERSITE") else ["-P"]  # as candidate_env decided
         runner = [python, *flags, "-m", "evals.candidate_runner", "--fd", str(fd), "--armed-fd", str(armed_w)]
         if arena is not None:
             runner += ["--arena-fd", str(arena.fd)]
@@ -370,9 +370,9 @@ class CandidateProcess:
     def frozen(self) -> bool:
         """Whether the supervisor or any process below it is stopped by a signal (a spare another
         candidate froze outside the sandbox): such a process would make the next attempt hang."""
-        from evals.supervisor import descendants, stopped
+        from evals.supervisor import process_tree
 
-        return self.supervisor_stopped() or any(stopped(pid) for pid in descendants(self.proc.pid))
+        return self.supervisor_stopped() or any(state == "T" for state, _, _ in process_tree(self.proc.pid).values())
 
     def supervisor_stopped(self) -> bool:
         """Whether the supervisor was stopped (SIGSTOP by the candidate, its same-user child): it then

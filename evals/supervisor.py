@@ -206,12 +206,6 @@ def probe_sandbox() -> bool:
     return False
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, session id) of a process, None when it is gone."""
-    st = _stat_fields(pid)
-    return None if st is None else (st[1], st[2])
-
-
 def _stat_fields(pid: int) -> tuple[str, int, int] | None:
     """(state, ppid, session id) of a process, None when it is gone."""
     try:
@@ -240,16 +234,16 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def descendants(root: int) -> dict[int, tuple[int, int]]:
-    """Every live process below ``root``: pid -> (ppid, sid)."""
-    table: dict[int, tuple[int, int]] = {}
+def process_tree(root: int) -> dict[int, tuple[str, int, int]]:
+    """Every live process below ``root``: pid -> (state, ppid, sid), each /proc/<pid>/stat read once."""
+    table: dict[int, tuple[str, int, int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            st = _stat(int(name))
+            st = _stat_fields(int(name))
             if st is not None:
                 table[int(name)] = st
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
+    for pid, (_, ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
     out, stack = {}, [root]
     while stack:
@@ -258,6 +252,11 @@ def descendants(root: int) -> dict[int, tuple[int, int]]:
                 out[child] = table[child]
                 stack.append(child)
     return out
+
+
+def descendants(root: int) -> dict[int, tuple[int, int]]:
+    """Every live process below ``root``: pid -> (ppid, sid)."""
+    return {pid: (ppid, sid) for pid, (_, ppid, sid) in process_tree(root).items()}
 
 
 class Supervisor:
@@ -286,11 +285,9 @@ class Supervisor:
         self.stopped: set[int] = set()  # pids of the tree seen stopped by a signal
 
     def scan(self) -> dict[int, tuple[int, int]]:
-        tree = descendants(self.me)
-        for pid in tree:
-            if stopped(pid):
-                self.stopped.add(pid)
-        for pid, (ppid, sid) in tree.items():
+        tree = process_tree(self.me)
+        self.stopped |= {pid for pid, (state, _, _) in tree.items() if state == "T"}
+        for pid, (_, ppid, sid) in tree.items():
             if pid == self.child.pid:
                 continue
             if sid != self.child_sid or ppid == self.me:
@@ -304,7 +301,7 @@ class Supervisor:
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
         if self.rss_limit_bytes and rss > self.rss_limit_bytes:
             self.memory_limit_hit = True
-        return tree
+        return {pid: (ppid, sid) for pid, (_, ppid, sid) in tree.items()}
 
     def kill_tree(self) -> int:
         """SIGKILL every descendant until none is left; returns how many were killed."""
