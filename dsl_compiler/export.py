@@ -21,6 +21,7 @@ from dsl_compiler import cutlass_runtime, fused_cast
 from dsl_compiler.emit_cutlass import emit_program
 from dsl_compiler.ir import Program
 from dsl_compiler.run_settings import RuntimeOptions
+from dsl_compiler.runtime import module_paths
 
 _RUNNER = r'''
 
@@ -160,10 +161,13 @@ def _params_of(module):
     return out
 
 
+# the submodules the program's `module` steps call, by path
+_MODULE_PATHS = list(dict.fromkeys(k["value"] for s in PROGRAM["steps"] if s.get("fn") == "module" for k in s["kwargs"]
+                                   if k["key"] == "path"))
+
+
 def _modules_of(module):
-    """The submodules the program's `module` steps call, by path."""
-    paths = [k["value"] for s in PROGRAM["steps"] if s.get("fn") == "module" for k in s["kwargs"] if k["key"] == "path"]
-    return {p: module.get_submodule(p) for p in paths}
+    return {p: module.get_submodule(p) for p in _MODULE_PATHS}
 '''
 
 _WITH_MODEL = r'''
@@ -259,7 +263,7 @@ def export_model_new(program: Program, artifacts: dict[str, str], path: str | Pa
             local = f"{folder.name}/{stem}.so"
         kernels[name] = {"lib": lib, "local": local, "abi": abi}
     # a `module` step runs the model's own Python, which may sync with the host or branch on values: no graph
-    graph = options.cuda_graph and not any(getattr(s, "fn", None) == "module" for s in program.steps)
+    graph = options.cuda_graph and not module_paths(program)
     runtime = {"cuda_graph": graph, "fused_casts": cast_jobs}
     program_json = json.dumps(program.model_dump(mode="json"))
     parts = [
@@ -281,8 +285,10 @@ def export_model_new(program: Program, artifacts: dict[str, str], path: str | Pa
 _INTERPRETED = r'''
 from dsl_compiler import interpreter as _interpreter
 from dsl_compiler.ir import Program as _Program
+from dsl_compiler.runtime import module_paths as _module_paths
 
 PROGRAM = _Program.model_validate_json(__PROGRAM__)
+_MODULE_PATHS = _module_paths(PROGRAM)
 
 
 def _params_of(module):
@@ -294,8 +300,7 @@ class ModelNew(__BASE__):
     """__DOC__"""
 
     def forward(self, *inputs):
-        paths = [k.value for s in PROGRAM.torch_steps if s.fn == "module" for k in s.kwargs if k.key == "path"]
-        outs = _interpreter.run(PROGRAM, list(inputs), _params_of(self), {p: self.get_submodule(p) for p in paths})
+        outs = _interpreter.run(PROGRAM, list(inputs), _params_of(self), {p: self.get_submodule(p) for p in _MODULE_PATHS})
         return outs[0] if len(outs) == 1 else tuple(outs)
 '''
 
