@@ -17,6 +17,16 @@ from dsl_compiler.ir import Kernel, LiteralArg, Program, TensorArg, TorchStep
 _TMA_BYTES = 16  # a slice starts and a row ends on a 16-byte boundary (TMA's rule, checks.py says the same)
 
 
+def _channel_cat(cat: TorchStep, types: dict) -> list[str] | None:
+    """The tensors a cat joins along the channels of a 3-5-dimensional result, each once; None otherwise."""
+    t_out = types[cat.outputs[0]]
+    tensors = [a.name for a in cat.args if isinstance(a, TensorArg)]
+    if (_cat_dim(cat) not in (1, -len(t_out.shape) + 1) or len(t_out.shape) not in (3, 4, 5)
+            or len(set(tensors)) != len(tensors)):
+        return None
+    return tensors
+
+
 def _cat_dim(step: TorchStep) -> int | None:
     dims = [k.value for k in step.kwargs if k.key == "dim"] + [a.value for a in step.args if isinstance(a, LiteralArg)]
     if len(dims) > 1 or any(k.key != "dim" for k in step.kwargs):
@@ -92,9 +102,8 @@ def cat_as_slice_stores(program: Program) -> tuple[Program, dict[str, list[str]]
     for cat in [s for s in steps if isinstance(s, TorchStep) and s.fn == "cat"]:
         out = cat.outputs[0]
         t_out = types[out]
-        tensors = [a.name for a in cat.args if isinstance(a, TensorArg)]
-        if (_cat_dim(cat) not in (1, -len(t_out.shape) + 1) or len(t_out.shape) not in (3, 4, 5)
-                or t_out.layout != "channels_last" or len(set(tensors)) != len(tensors)):
+        tensors = _channel_cat(cat, types)
+        if tensors is None or t_out.layout != "channels_last":
             continue
         producer = {}
         for step in steps:
@@ -162,11 +171,10 @@ def cat_prefix_families(program: Program) -> tuple[Program, dict[str, list[str]]
     for longest in sorted(cats, key=lambda s: -len(s.args)):
         if id(longest) in claimed:
             continue
-        tensors = [a.name for a in longest.args if isinstance(a, TensorArg)]
         out = longest.outputs[0]
         t_out = types[out]
-        if (_cat_dim(longest) not in (1, -len(t_out.shape) + 1) or len(t_out.shape) not in (3, 4, 5)
-                or len(set(tensors)) != len(tensors) or any(a.channels for a in longest.args if isinstance(a, TensorArg))):
+        tensors = _channel_cat(longest, types)
+        if tensors is None or any(a.channels for a in longest.args if isinstance(a, TensorArg)):
             continue
         family = [c for c in cats if id(c) not in claimed and _cat_dim(c) == _cat_dim(longest)
                   and [a.name for a in c.args if isinstance(a, TensorArg)] == tensors[:len(
