@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from judge_fixtures import cpu_harness
 
 from evals import probes
 
@@ -116,16 +117,7 @@ class ModelNew(nn.Module):
 
 @pytest.fixture(scope="module")
 def timing_harness(tmp_path_factory):
-    from evals.harness import Harness, HarnessSettings
-
-    cache = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:  # the judge's protected caches: this test's own, not the user's
-        mp.setenv("XDG_CACHE_HOME", str(cache))
-        mp.setenv("MUCUTLASS_CACHE_DIR", str(cache / "kernels"))
-        h = Harness(HarnessSettings(device="cpu", cpu_timing=True, watchdog_s=60, n_input_sets=3))
-        h.worker_info()
-        yield h
-        h.close()
+    yield from cpu_harness(tmp_path_factory, cpu_timing=True, n_input_sets=3)
 
 
 @pytest.fixture(scope="module")
@@ -216,17 +208,8 @@ _BF16_AFTER_FIRST = _BF16_WHEN_TIMED.replace("self.calls <= 2", "self.calls <= 1
 
 @pytest.fixture(scope="module")
 def sampling_harness(tmp_path_factory):
-    from evals.harness import Harness, HarnessSettings
-
-    cache = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(cache))
-        mp.setenv("MUCUTLASS_CACHE_DIR", str(cache / "kernels"))
-        # a budget no signature run fits: every check probes the smallest sample
-        h = Harness(HarnessSettings(device="cpu", watchdog_s=60, n_input_sets=5, probe_budget_s=1e-9))
-        h.worker_info()
-        yield h
-        h.close()
+    # a budget no signature run fits: every check probes the smallest sample
+    yield from cpu_harness(tmp_path_factory, n_input_sets=5, probe_budget_s=1e-9)
 
 
 def test_past_its_budget_the_probe_judges_a_sample_of_two_sets(sampling_harness, tf32_problem):

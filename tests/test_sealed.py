@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from judge_fixtures import cpu_harness
 
 from evals import sealed
 
@@ -286,16 +287,7 @@ _REWRITES_TIMING = (HERE_ADV / "rewrites_runner_timing.py").read_text()
 
 @pytest.fixture(scope="module")
 def cpu_timing_harness(tmp_path_factory):
-    from evals.harness import Harness, HarnessSettings
-
-    cache = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:  # the judge's protected caches: this test's own, not the user's
-        mp.setenv("XDG_CACHE_HOME", str(cache))
-        mp.setenv("MUCUTLASS_CACHE_DIR", str(cache / "kernels"))
-        h = Harness(HarnessSettings(device="cpu", cpu_timing=True, watchdog_s=60, n_input_sets=3))
-        h.worker_info()  # the worker starts now, with this environment
-        yield h
-        h.close()
+    yield from cpu_harness(tmp_path_factory, cpu_timing=True, n_input_sets=3)
 
 
 @pytest.fixture(scope="module")
