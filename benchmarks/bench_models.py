@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import re
 import sys
@@ -29,6 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from evals.metrics import geomean  # noqa: E402
 from bench_offline import _fmt  # noqa: E402  (the same cell format as the offline table)
+from results_io import write_result  # noqa: E402
 
 SUITE = "models"
 # the targets on the H200
@@ -204,13 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"suite": SUITE, "gpu": args.gpu, "date": dt.date.today().isoformat()}
     doc.update(table(problems, Path(args.from_eval), args.gpu))
     doc["gpu"] = (doc.get("environment") or {}).get("gpu") or args.gpu
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{doc['date']}-{args.gpu}-models"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str))
-    stem.with_suffix(".md").write_text(to_markdown(doc))
-    print(to_markdown(doc))
-    print(f"wrote {stem}.json and {stem}.md")
+    write_result(Path(args.out) / f"{doc['date']}-{args.gpu}-models", doc, to_markdown(doc))
     return 0
 
 

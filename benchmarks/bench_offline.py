@@ -33,8 +33,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from evals.metrics import geomean  # noqa: E402
+from results_io import write_result  # noqa: E402
 
 TARGET_SOL_FRACTION = 0.75
 
@@ -423,11 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["environment"] = collect_environment(args.backend)
         doc.update(run_suite(problems, args))
     doc["versions"] = doc["environment"].get("versions", {})
-    stem = out / f"{args.date}-{args.gpu}-offline-{args.suite}"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str))
-    stem.with_suffix(".md").write_text(to_markdown(doc))
-    print(to_markdown(doc))
-    print(f"wrote {stem}.json and {stem}.md")
+    write_result(out / f"{args.date}-{args.gpu}-offline-{args.suite}", doc, to_markdown(doc))
     return 0
 
 

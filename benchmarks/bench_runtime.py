@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from results_io import write_result  # noqa: E402
+
 # (suite, problem): the smoke problems are launch-bound (a graph's case); the others read fp32 inputs that f16
 # kernels need cast (two GEMM operands, a conv's NCHW activation): the fused casts' case
 PROBLEMS = [
@@ -263,12 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
     doc = {"gpu": args.gpu, "date": args.date, "environment": collect_environment("cutlass"),
            "rows": [{k: v for k, v in r.items() if k != "program"} for r in rows]}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{args.date}-{args.gpu}-runtime"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    stem.with_suffix(".md").write_text(to_markdown(doc))
-    print(to_markdown(doc))
+    write_result(Path(args.out) / f"{args.date}-{args.gpu}-runtime", doc, to_markdown(doc))
     return 0
 
 
