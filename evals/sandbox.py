@@ -510,18 +510,9 @@ class CandidateProcess:
     def kill_tree(self) -> None:
         """SIGKILL the supervisor's descendants, from the judge (a daemon orphaned to a stopped supervisor
         included), then the supervisor."""
-        from evals.supervisor import descendants
+        from evals.supervisor import kill_descendants
 
-        for _ in range(20):
-            tree = descendants(self.proc.pid)
-            if not tree:
-                break
-            for pid in tree:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.005)
+        kill_descendants(self.proc.pid, rounds=20, pause_s=0.005)
         try:
             self.proc.kill()
         except OSError:

@@ -259,6 +259,26 @@ def descendants(root: int) -> dict[int, tuple[int, int]]:
     return {pid: (ppid, sid) for pid, (_, ppid, sid) in process_tree(root).items()}
 
 
+def kill_descendants(root: int, rounds: int, pause_s: float, between=None) -> int:
+    """SIGKILL every process below ``root``, again (``rounds`` at most, ``between()`` and a pause after
+    each) until none is left: a process forking meanwhile leaves new ones. Returns how many were killed."""
+    killed = set()
+    for _ in range(rounds):
+        tree = descendants(root)
+        if not tree:
+            break
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if between is not None:
+            between()
+        time.sleep(pause_s)
+    return len(killed)
+
+
 class Supervisor:
     def __init__(self, cmd: list[str], rss_limit_bytes: int, pass_fds: tuple[int, ...], sandbox_dir: str = "",
                  writable: tuple[str, ...] = ()):
@@ -305,21 +325,9 @@ class Supervisor:
 
     def kill_tree(self) -> int:
         """SIGKILL every descendant until none is left; returns how many were killed."""
-        killed = set()
-        for _ in range(50):
-            tree = descendants(self.me)
-            if not tree:
-                break
-            for pid in tree:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.add(pid)
-                except ProcessLookupError:
-                    pass
-            self.reap()
-            time.sleep(0.01)
+        killed = kill_descendants(self.me, rounds=50, pause_s=0.01, between=self.reap)
         self.reap()
-        return len(killed)
+        return killed
 
     def reap(self) -> None:
         while True:
