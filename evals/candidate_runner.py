@@ -3,9 +3,11 @@
 Started ahead of need by the judge (``evals.sandbox``) under a supervisor, in an empty temporary
 directory that is not on its import path, with secrets removed from its environment. It speaks
 only on the socket whose descriptor it is given (``evals.channel``); stdout and stderr are a log.
-It never holds the reference model, the problem's module, the input seeds, the expected outputs or
-the verdict: it gets the constructor arguments, a parameter seed (or, for a μCUTLASS program, the
-reference's parameters) and input tensors, and answers with output tensors and what it observed.
+It never holds the reference model, the input seeds, the expected outputs or the verdict: it gets the
+constructor arguments, a parameter seed (or, for a μCUTLASS program, the reference's parameters) and
+input tensors, and answers with output tensors and what it observed. Only a program with ``module``
+steps is also given the problem's source, to build its own ``Model`` holding the reference's parameters
+whose submodules those steps call (a program is data: it names submodules and brings no Python of its own).
 
 Everything this process reports is a claim: the judge compares outputs itself, keeps its own copy
 of every input, and bounds the reported GPU time by its own wall clock. The checks made here (plain
@@ -356,6 +358,37 @@ class CandidateError(Exception):
     pass
 
 
+def _problem_model(problem: dict | None):
+    """The problem's ``Model`` class, from the source the judge sent (only for a program with ``module`` steps)."""
+    if not problem or not problem.get("source"):
+        raise CandidateError("the program has `module` steps but the judge sent no problem source to build them from")
+    module = _type(sys)("mucutlass_problem")
+    module.__file__ = str(problem.get("path") or "<problem>")
+    sys.modules[module.__name__] = module  # dataclasses and pickling look classes up there
+    try:
+        exec(compile(problem["source"], module.__file__, "exec"), module.__dict__)
+    except BaseException as exc:
+        raise CandidateError(f"the problem's source failed to import: {_one_line(exc)}") from None
+    cls = getattr(module, "Model", None)
+    if not isinstance(cls, type):
+        raise CandidateError("the problem's source defines no class Model")
+    return cls
+
+
+def _own_model(cls, init_args: list, seed: int, state: dict, device: torch.device):
+    """The problem's Model built as the judge builds the reference (seed, then construct, on ``device``), holding
+    the reference's parameters and buffers for that seed."""
+    with torch.device(device):
+        torch.manual_seed(seed)
+        model = cls(*init_args)
+    model = model.to(device)
+    try:
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, ValueError) as exc:
+        raise CandidateError(f"the reference's parameters do not fit the problem's Model: {_one_line(exc)}") from None
+    return model
+
+
 class Runner:
     def __init__(self) -> None:
         self.cuda = torch.cuda.is_available()
@@ -410,12 +443,17 @@ class Runner:
             from sol_models.estimate import runtime_options
 
             options = runtime_options(program)  # MUCUTLASS_CUDA_GRAPH / MUCUTLASS_FUSED_CASTS, off by default
+            model_cls = _problem_model(req.get("problem")) if runtime.module_paths(program) else None
 
             def build(seed: int, state_dict: dict):
                 state = {k: v.to(self.device) for k, v in state_dict.items()}
-                params = runtime.bind_params(program, _State(state))
+                owner, modules = _State(state), None
+                if model_cls is not None:  # `module` steps call this Model's submodules, as an exported ModelNew does
+                    owner = _own_model(model_cls, init_args, seed, state, self.device)
+                    modules = runtime.bind_modules(program, owner)
+                params = runtime.bind_params(program, owner)
                 module = runtime.load(program, cand.get("backend", "interpreter"), params, cand.get("artifacts") or None,
-                                      options=options)
+                                      modules=modules, options=options)
                 return module.to(self.device) if hasattr(module, "to") else module
         self.factory = build
         return {"framework": framework_changes(), "tampered": tampered()}

@@ -492,17 +492,25 @@ class Judge:
         if attempt.is_program:
             from dsl_compiler.ir import Program
 
+            from dsl_compiler.runtime import module_paths
+
             try:
                 attempt.program = Program.model_validate_json(cand["program_json"])
             except ValueError:
                 attempt.program = None
+            # `module` steps call the model's own submodules, which the candidate builds from the problem's
+            # source (a program reaches nothing else of it: its steps name submodules by path, and no code
+            # of the candidate's runs beside it)
+            if attempt.program is not None and module_paths(attempt.program):
+                payload["problem"] = {"source": problem.source, "path": problem.path}
         attempt.request("load", payload, timeout_s=2 * attempt.watchdog_s)  # the candidate's import runs here
         attempt.loaded = True
 
     def build(self, attempt: Attempt, problem: Problem, model_seed: int) -> int:
         """A new instance of the candidate. A program is handed the reference's parameters for this
         ``model_seed`` (each validation and profile draws its own seed, and one candidate process serves
-        both); a ModelNew builds its own under the same seed."""
+        both; a program with ``module`` steps loads them into its own ``Model``); a ModelNew builds its own
+        under the same seed."""
         attempt.instances += 1
         req: dict[str, Any] = {"instance": attempt.instances, "model_seed": model_seed}
         if attempt.is_program:
