@@ -34,7 +34,7 @@ ALPHA = 0.5  # a reported time under half of the judge-clocked bound (less beta)
 BETA_US = {"cuda": 20.0, "cpu": 1.0}  # per call: host launch and loop overhead the go request adds
 TARGET_US = 5000.0  # K calls span at least this much time (of the reported or the I/O floor's)
 K_MIN, K_MAX = 3, 200
-REPEATS = {"cuda": 2, "cpu": 5}  # go requests at most (fresh sets each) before a time is flagged
+REPEATS = {"cuda": 3, "cpu": 5}  # go requests at most (fresh sets each) before a time is flagged
 MAX_STAGED_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}  # device memory for the staged sets, outputs, weights
 # of the sum of |weight * output|: the candidate rounds each product to float32 (at most half an ulp, 6e-8)
 # and sums in float64, so any order of summation agrees far inside this
@@ -320,7 +320,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def measured_floor_us(inputs: list, outputs: list, k: int = 1, repeats: int = 3) -> float:
     """The unmask and checksum passes of one call among ``k`` (no forward), run in the judge's own process,
-    per call, best of ``repeats``: the floor where no bandwidth data applies (the CPU). Timed on the CPU by
+    per call, best of ``repeats``: the floor on a CPU, and on a GPU where the passes' host launches take
+    longer than their bytes at the device's bandwidth (small sets). Timed on the CPU by
     this thread's CPU clock, on one thread as the candidate's calls are timed (a shared host's other work
     does not count), by the wall clock on a GPU."""
     import time

@@ -175,8 +175,13 @@ CASES: list[Case] = [
     Case("side_stream.py", "timing_tampered", 5, stage="profile", cpu=False,
          what="does the work on a side stream the current stream never waits for"),
     # caught before anything is timed: a thread the candidate started is alive when the timing request comes
-    Case("background_thread.py", "timing_tampered", 5, stage="profile", cpu=False,
+    # captured in a graph, its thread's launch fails and forward waits for it forever: a hang is its catch
+    # there; the variant below survives the capture
+    Case("background_thread.py", "timing_tampered", 5, stage="profile", cpu=False, also=("timeout",),
          what="a host thread launches the work on its own stream after forward returns"),
+    Case("background_thread_survives_capture.py", "timing_tampered", 5, stage="profile", cpu=False,
+         also=("mismatch", "timed_call_wrong"),
+         what="background_thread whose thread always releases forward and falls back to an eager GEMM when its launch fails"),
     Case("patched_timer.py", "timing_tampered", 5, stage="profile",
          what="scales torch.cuda.Event.elapsed_time and time.perf_counter at import"),
     # the harness's own functions (timing, channel, runner) are guarded in the candidate process by identity and code
