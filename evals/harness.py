@@ -77,6 +77,9 @@ class HarnessSettings(BaseModel):
     cpu_timing: bool = Field(False, description="without a GPU, measure candidates on the CPU (wall clock in the "
                              "candidate's process, bounded by sealed calls) instead of estimating programs: for "
                              "testing the judge's timing rules where no GPU is")
+    timing_lock_wait_s: float = Field(120.0, ge=0, description="judges sharing a GPU on this host measure one at a "
+                                      "time, with no other judge's validation beside them; the longest wait for "
+                                      "that (then the work goes on without it); 0 turns it off")
     ncu: bool = Field(False, description="collect Nsight Compute counters when `ncu` exists (slow)")
     python: str = Field(default_factory=lambda: sys.executable)
     spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
@@ -91,6 +94,7 @@ class HarnessSettings(BaseModel):
     def worker_view(self) -> dict:
         return self.model_dump(include={"device", "compile_reference", "watchdog_s", "startup_timeout_s", "closing_linger_s",
                                         "timing_input_sets", "memory_limit_gb", "spare_processes", "cpu_timing", "probe_budget_s",
+                                        "timing_lock_wait_s",
                                         *TIMING_SETTINGS}) | {
             "compile": self.compile_reference}
 
@@ -201,6 +205,7 @@ class Timing(BaseModel):
     wall_bound_us: float | None = None  # the judge's own clock over back-to-back timed calls, per call
     # sealed calls (evals.sealed): k, bound_us (U), t_us, alpha, beta_us, floor_us, flagged, method (what they prove)
     sealed: dict = Field(default_factory=dict)
+    timing_lock: dict = Field(default_factory=dict)  # held (bool) and waited_s: the GPU's lock (evals.locks)
     work: dict = Field(default_factory=dict)  # kernels that ran and the candidate's share of GPU time
     stages: dict[str, float] = Field(default_factory=dict)  # the judge's seconds per stage (Validation: info["stages"])
     checks: list[CheckResult] = Field(default_factory=list)
@@ -231,6 +236,7 @@ class ReferenceTimings(BaseModel):
     timing_source: Literal["gpu"] | None = None
     method: str | None = None  # how the eager fp32 time was taken (the others the same way when graphs capture)
     calls_per_trial: dict[str, int] = Field(default_factory=dict)  # per measurement
+    timing_lock: dict = Field(default_factory=dict)  # held (bool) and waited_s: the GPU's lock (evals.locks)
     reason: str = ""
     crashed: bool = False
 
@@ -546,7 +552,7 @@ class Harness:
                 timing_source=res.get("timing_source"), mean_us=res.get("mean_us"), min_us=res.get("min_us"),
                 timed_s=res.get("timed_s"), checks=checks, reason=res.get("reason") or "", method=res.get("method"),
                 wall_bound_us=res.get("wall_bound_us"), sealed=res.get("sealed") or {},
-                work=res.get("work") or {}, crashed=bool(res.get("crashed")),
+                timing_lock=res.get("timing_lock") or {}, work=res.get("work") or {}, crashed=bool(res.get("crashed")),
                 calls_per_trial=res.get("calls_per_trial"), stages=res.get("stages") or {},
                 **_memory_of(res),
             )

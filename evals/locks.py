@@ -85,3 +85,81 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class DeviceTimingLock:
+    """Measurements one at a time per GPU on this host, and no other judge's GPU work beside them: a
+    readers-writer ``flock`` on a file named by the device's UUID in the temporary folder. A measurement
+    (``shared=False``) holds it exclusively; a validation (``shared=True``) holds it shared, so
+    validations run side by side but never while another judge times its candidate (a GPU time-sliced
+    between processes stretches every clock the judge reads, and its wall-clock bounds flagged honest
+    candidates as tampering when judges shared a GPU). A gate file in front of it keeps a waiting
+    measurement from being starved by validations that keep arriving: a validation passes the gate (taken
+    and dropped at once), a measurement holds it until it has the lock.
+
+    Each wait is at most ``wait_s``; past it the work goes on without the lock, so a process that holds
+    the file forever (a candidate of another judge where no sandbox hides the folder) costs that wait,
+    never a verdict. ``waited_s`` and ``held`` say what happened."""
+
+    def __init__(self, device_key: str, shared: bool = False, wait_s: float = 120.0, poll_s: float = 0.02,
+                 folder: str | Path | None = None):
+        import tempfile
+
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in str(device_key))[:80]
+        base = Path(folder or tempfile.gettempdir()) / f"mucutlass-timing-{safe}"
+        self.path, self.gate_path = base.with_suffix(".lock"), base.with_suffix(".gate")
+        self.shared, self.wait_s, self.poll_s = bool(shared), float(wait_s), float(poll_s)
+        self.waited_s, self.held = 0.0, False
+        self._fd: int | None = None
+
+    def _take(self, path: Path, op: int, deadline: float) -> int | None:
+        """An fd holding ``op`` on ``path``, or None when the deadline passed first (or the file cannot be
+        opened: an unwritable temporary folder)."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError:
+            return None
+        while True:
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return None
+                time.sleep(self.poll_s)
+
+    def acquire(self) -> DeviceTimingLock:
+        t0 = time.monotonic()
+        deadline = t0 + self.wait_s
+        gate = self._take(self.gate_path, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX, deadline)
+        fd = None
+        if gate is not None:  # else the wait is over (or no file): on without the lock
+            try:
+                fd = self._take(self.path, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX, deadline)
+            finally:
+                os.close(gate)
+        self._fd, self.held = fd, fd is not None
+        self.waited_s = time.monotonic() - t0
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> DeviceTimingLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def device_key(device) -> str:
+    """The GPU's UUID (the same whatever CUDA_VISIBLE_DEVICES maps it to), else its name and index."""
+    import torch
+
+    try:
+        return f"gpu-{torch.cuda.get_device_properties(device).uuid}"
+    except Exception:  # noqa: BLE001 - older torch: the index within this process's view
+        return f"gpu-{torch.cuda.get_device_name(device)}-{torch.device(device).index or 0}"

@@ -32,18 +32,21 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from evals import channel, probes, sealed, verdicts
+from evals.locks import DeviceTimingLock, device_key
 from evals.attribution import OpRecorder, WorkSplit, pytorch_only_reason, split_kernel_time, work_share
 from evals.problems import Problem, ProblemError
 from evals.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
 from evals.timing import TimingMethod, make_flusher, time_candidate
 
 NAN_POISON = float("nan")
+_NO_LOCK = SimpleNamespace(held=False, waited_s=0.0)  # what a measurement off a GPU reports of the lock
 # input sets and reference outputs prepared ahead of need hold at most this much memory (per kind of operation)
 PREPARED_MAX_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
 WALL_REPEATS = 3  # back-to-back wall requests at most before a GPU time is flagged as under the judge's clock
@@ -585,6 +588,7 @@ class Judge:
         sets: list[dict] = []
         info: dict[str, Any] = {"device": str(device)}
         linger_s = float(settings.get("closing_linger_s", 0.25))
+        gpu_hold = ExitStack()  # the GPU's timing lock, shared: no other judge measures beside these calls
         try:
             bundle = self.take(problem, device, "validate", n_sets, fixed)
             model_seed = bundle.model_seed
@@ -594,6 +598,7 @@ class Judge:
             info["prepared_sets"] = bundle.ready
             self.load(attempt, problem, cand, model_seed, float(settings.get("startup_timeout_s", 300)))
             inst = self.build(attempt, problem, model_seed)
+            info["timing_lock"] = gpu_hold.enter_context(self.timing_lock(device, settings, shared=True)).waited_s
             outs = []
             counted = len(seeds) - 1  # the work is recorded on a set the candidate has not seen, and compared
             for i, (seed, inputs, ref) in enumerate(zip(seeds, ref_inputs, refs)):
@@ -668,6 +673,8 @@ class Judge:
             verdict = None
         except Finding as f:
             verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
+        finally:
+            gpu_hold.close()
         with self.stages("snapshot"):
             written = attempt.writes()
         if written is not None and (verdict is None or verdict["rule"] not in (verdicts.CRASH, verdicts.TIMEOUT)):
@@ -801,6 +808,7 @@ class Judge:
         self.stages.take()
         attempt = self.attempt_for(req["digest"], device, float(settings.get("watchdog_s", 120)), fresh=False)
         k = int(settings.get("timing_input_sets", 3))
+        timing_hold = ExitStack()  # the GPU's timing lock, from the first timed call to the last sealed one
         try:
             bundle = self.take(problem, device, "profile", k + 3)  # k timed, 2 re-run in the timed buffers, 1 counted
             model_seed = bundle.model_seed
@@ -809,9 +817,11 @@ class Judge:
             if not attempt.loaded:
                 self.load(attempt, problem, req["candidate"], model_seed, float(settings.get("startup_timeout_s", 300)))
             inst = self.build(attempt, problem, model_seed)
+            lock = timing_hold.enter_context(self.timing_lock(device, settings))
             t_req = time.perf_counter()
             res = attempt.request("time", {"instance": inst, "input_sets": [list(x) for x in inputs[:k]],
                                            "settings": settings, "graph": True})
+            res["timing_lock"] = {"held": lock.held, "waited_s": round(lock.waited_s, 3)}
             request_s = time.perf_counter() - t_req
             if res.get("threads"):
                 raise Finding(verdicts.TIMING_TAMPERED, f"{len(res['threads'])} thread(s) of the candidate's ran while it "
@@ -869,6 +879,7 @@ class Judge:
                               f"streams took {res['median_us']:.1f} us: work runs on a stream the caller does not wait for")
             with self.stages("sealed"):
                 self.sealed_calls(attempt, inst, problem, model_seed, inputs[0], refs[0], res, device, pool=bundle.sealed)
+            timing_hold.close()
             # the work, recorded on a fresh set in a call whose output is compared like every other's
             _, cmp = self.call(attempt, inst, inputs[k + 2], refs[k + 2], tol, count={"kernels": device.type == "cuda"})
             if not cmp["correct"]:
@@ -880,6 +891,8 @@ class Judge:
         except Finding as f:
             verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
             res, work = locals().get("res") or {}, {}
+        finally:
+            timing_hold.close()
         with self.stages("snapshot"):
             written = attempt.writes()
         if written is not None and (verdict is None or verdict["rule"] not in (verdicts.CRASH, verdicts.TIMEOUT)):
@@ -904,7 +917,7 @@ class Judge:
         if why:
             flags.append({"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)})
         keep = ("median_us", "mean_us", "min_us", "spread_pct", "trials", "method", "capture_error", "timed_s",
-                "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s", "sealed")
+                "wall_bound_us", "warmup_calls", "request_s", "calls_per_trial", "warmup_s", "sealed", "timing_lock")
         out = {k2: res.get(k2) for k2 in keep}
         self.models.clear()
         out.update(timing_source="gpu" if device.type == "cuda" else "cpu", verdict=verdict, flags=flags, work=_plain(work),
@@ -1028,6 +1041,21 @@ class Judge:
         method = TimingMethod.from_settings(settings)
         self.flusher = make_flusher(device, method, self.flusher)
         out: dict[str, Any] = {"timing_source": "gpu"}
+        with self.timing_lock(device, settings) as lock:
+            self.reference_timings(model, input_sets, method, settings, out)
+        out["timing_lock"] = {"held": lock.held, "waited_s": round(lock.waited_s, 3)}
+        return out
+
+    def timing_lock(self, device, settings: dict, shared: bool = False):
+        """The GPU's timing lock (``evals.locks.DeviceTimingLock``: exclusive for a measurement, shared for
+        validation); a no-op off a GPU or with a zero wait."""
+        wait_s = float(settings.get("timing_lock_wait_s", 120.0))
+        if device.type != "cuda" or wait_s <= 0:
+            return nullcontext(_NO_LOCK)
+        return DeviceTimingLock(device_key(device), shared=shared, wait_s=wait_s)
+
+    def reference_timings(self, model, input_sets: list, method, settings: dict, out: dict) -> None:
+        """Eager fp32, eager TF32 and torch.compile timings of the reference model, into ``out``."""
         timed_s = 0.0
 
         def timed(fn, name: str):
@@ -1061,7 +1089,6 @@ class Judge:
                         out["compile_us"] = None
                         out["reason"] = f"torch.compile failed: {_one_line(exc)}"
         out["timed_s"] = timed_s
-        return out
 
     def op_memory(self, req: dict) -> dict:
         return _memory(self.device)

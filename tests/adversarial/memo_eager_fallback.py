@@ -14,7 +14,7 @@ class ModelNew(nn.Module):
         super().__init__()
         self.fc = nn.Linear(in_features, out_features)
         g = torch.Generator().manual_seed(4242)
-        self.register_buffer("mix", torch.rand(in_features, generator=g) + 0.5)
+        self.register_buffer("mix", torch.rand(in_features, generator=g, device="cpu") + 0.5)  # a CPU generator
         self.memory = {}
 
     def forward(self, x):

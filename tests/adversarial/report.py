@@ -97,6 +97,8 @@ def main(argv=None) -> int:
                         res = run_case(harness, case, on_gpu, Scratch(Path(tmp) / str(i), harness.settings))
                         row |= {"got": res.rule, "caught": res.caught, "reason": res.reason[:300],
                                 "problems": res.problems, "next_clean": res.next_clean, "wall_s": round(res.wall_s, 2)}
+                        if not res.next_clean:
+                            row["next_reason"] = (res.next_reason or "")[:300]
                     except Exception as exc:  # a harness crash is a finding too
                         row |= {"got": None, "caught": False, "reason": f"harness raised {type(exc).__name__}: {exc}"[:300]}
                     slowest_s = max(slowest_s, time.monotonic() - t0)

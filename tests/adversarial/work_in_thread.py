@@ -1,6 +1,9 @@
 """Pure PyTorch whose GEMM runs on another thread of its own process: forward hands the input to a fresh
 thread and joins it before returning, so nothing runs after the call and no thread is left alive. A FLOP
-counter is a dispatch mode of the calling thread; the other thread's operators never enter it."""
+counter is a dispatch mode of the calling thread; the other thread's operators never enter it. On a GPU the
+thread launches on the caller's current stream, so a CUDA graph the harness captures holds its GEMM and every
+timed and compared output is right: only attribution can catch it."""
+import contextlib
 import threading
 
 import torch
@@ -16,9 +19,10 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         box = {}
+        stream = torch.cuda.current_stream(x.device) if x.is_cuda else None
 
         def work():
-            with torch.no_grad():
+            with torch.no_grad(), (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
                 box["y"] = F.linear(x, self.fc.weight, self.fc.bias)
 
         t = threading.Thread(target=work, name="k" + "ernel")
