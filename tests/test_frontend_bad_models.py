@@ -176,3 +176,46 @@ def test_the_exported_model_calls_its_own_submodule_for_the_named_step(tmp_path)
     x = -torch.rand(8, 32)
     with torch.no_grad():
         assert torch.allclose(new(x), reference(x), atol=1e-2, rtol=1e-2)
+
+
+def test_tracing_a_model_with_parts_torch_fx_cannot_follow_prints_nothing(tmp_path, capfd):
+    # torch.export prints the partial graph it gave up on and logs warnings, and ShapeProp prints a traceback for
+    # `.item()` on meta tensors: a user saw what looks like a crash although the program is fine
+    path = tmp_path / "nested.py"
+    path.write_text(NESTED)
+    result = trace_problem(load_problem(path))
+    out, err = capfd.readouterr()
+    assert result.program is not None
+    assert err == "" and out == ""
+    rows = [r for r in result.coverage if r.placement == "torch_step"]
+    assert sorted(r.where for r in rows) == ["gate", "rows"]
+    assert all(r.reason and "\n" not in r.reason for r in rows)
+    assert "branch or loop on a tensor's value" in next(r.reason for r in rows if r.where == "gate")
+
+
+def test_the_optimize_command_on_such_a_model_prints_no_traceback(tmp_path):
+    path = tmp_path / "nested.py"
+    path.write_text(NESTED)
+    done = subprocess.run([sys.executable, "-m", "mucutlass", "optimize", str(path), "--backend", "interpreter",
+                           "--max-attempts", "1", "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "def forward(" not in done.stderr and "meta tensors" not in done.stderr
+    assert "2 PyTorch step(s)" in done.stderr
+
+
+def test_only_the_tracing_thread_is_muted(capfd):
+    import threading
+
+    from dsl_compiler.frontend.reference import _stderr_muted_in_this_thread
+
+    before = sys.stderr
+    with _stderr_muted_in_this_thread():
+        print("from the tracing thread", file=sys.stderr)
+        other = threading.Thread(target=lambda: print("from another thread", file=sys.stderr))
+        other.start()
+        other.join()
+    assert sys.stderr is before
+    print("after the trace", file=sys.stderr)
+    err = capfd.readouterr().err
+    assert "from another thread" in err and "after the trace" in err and "from the tracing thread" not in err

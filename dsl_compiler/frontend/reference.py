@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,9 +105,121 @@ def _trace_keeping_opaque(model: Any, first_error: BaseException) -> tuple[Any, 
 
 
 def build_and_trace(ref: LoadedReference) -> Traced:
+    # For each submodule torch.fx cannot follow, torch.export prints the partial graph it gave up on to
+    # stderr and logs warnings about it: the frontend says the same in one reason line per such submodule.
+    with _torch_logs_dropped(), _stderr_muted_in_this_thread():
+        return _build_and_trace(ref)
+
+
+@contextlib.contextmanager
+def _torch_logs_dropped():
+    """Drop the records torch's loggers emit from this thread while the block runs (other threads keep theirs).
+    torch's loggers mostly have handlers of their own and do not propagate, so the filter goes on every
+    handler under ``torch``."""
+    import torch  # noqa: F401 - torch gives its loggers their handlers when it is imported
+
+    thread = threading.get_ident()
+
+    class _ThisThread(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return record.thread != thread
+
+    loggers = [logging.getLogger("torch")] + [
+        lg for name, lg in list(logging.root.manager.loggerDict.items())
+        if name.startswith("torch.") and isinstance(lg, logging.Logger)]
+    handlers = list({id(h): h for lg in loggers for h in lg.handlers}.values())
+    drop = _ThisThread()
+    for handler in handlers:
+        handler.addFilter(drop)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(drop)
+
+
+class _StderrOfOtherThreads:
+    """``sys.stderr`` while some thread traces: that thread's writes are dropped, every other thread's pass."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return len(text) if _muted_threads.get(threading.get_ident()) else self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+_muted_lock = threading.Lock()
+_muted_threads: dict[int, int] = {}  # thread id -> depth
+_stderr_proxy: _StderrOfOtherThreads | None = None
+
+
+@contextlib.contextmanager
+def _stderr_muted_in_this_thread():
+    """Drop what this thread writes to ``sys.stderr`` while the block runs; other threads still write."""
+    global _stderr_proxy
+    thread = threading.get_ident()
+    with _muted_lock:
+        if not _muted_threads:
+            _stderr_proxy = _StderrOfOtherThreads(sys.stderr)
+            sys.stderr = _stderr_proxy
+        _muted_threads[thread] = _muted_threads.get(thread, 0) + 1
+    try:
+        yield
+    finally:
+        with _muted_lock:
+            _muted_threads[thread] -= 1
+            if not _muted_threads[thread]:
+                del _muted_threads[thread]
+            if not _muted_threads and _stderr_proxy is not None:
+                if sys.stderr is _stderr_proxy:  # left alone if someone replaced it meanwhile
+                    sys.stderr = _stderr_proxy.stream
+                _stderr_proxy = None
+
+
+def _shape_prop(gm: Any) -> Any:
+    """torch.fx's ShapeProp, less its ``traceback.print_exc()`` for each node that fails (on meta tensors a
+    submodule kept whole fails as expected: ``.item()`` has no meta value, and shapes come from real
+    tensors instead) and less its wrapping of the error, so a failure's first line is its cause. Records ``tensor_meta`` as ShapeProp does, and non-tensor results (sizes) as
+    ``const`` so `x.view(x.size(0), -1)` folds."""
     import torch
     import torch.fx
-    from torch.fx.passes.shape_prop import ShapeProp
+    from torch.fx.node import map_aggregate
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    class _Prop(torch.fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            found_tensor = False
+
+            def tensor_meta(obj):
+                nonlocal found_tensor
+                if isinstance(obj, torch.Tensor):
+                    found_tensor = True
+                    return _extract_tensor_metadata(obj)
+                return obj
+
+            meta = map_aggregate(result, tensor_meta)
+            if found_tensor:
+                n.meta["tensor_meta"] = meta
+            n.meta["type"] = type(result)
+            if isinstance(result, (int, float, bool)) or (
+                isinstance(result, (tuple, list, torch.Size)) and all(isinstance(v, int) for v in result)
+            ):
+                n.meta["const"] = tuple(result) if isinstance(result, (list, torch.Size)) else result
+            return result
+
+    return _Prop(gm)
+
+
+def _build_and_trace(ref: LoadedReference) -> Traced:
+    import torch
+    import torch.fx
 
     mod = ref.module
     init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
@@ -140,25 +255,14 @@ def build_and_trace(ref: LoadedReference) -> Traced:
                                  "trace what runs on every input (move a branch on values outside Model), or write the "
                                  "program by hand") from None
             gm, opaque = kept
-    class _Prop(ShapeProp):
-        """ShapeProp that also keeps non-tensor results (sizes), so `x.view(x.size(0), -1)` folds."""
-
-        def run_node(self, n):
-            result = super().run_node(n)
-            if isinstance(result, (int, float, bool)) or (
-                isinstance(result, (tuple, list, torch.Size)) and all(isinstance(v, int) for v in result)
-            ):
-                n.meta["const"] = tuple(result) if isinstance(result, (list, torch.Size)) else result
-            return result
-
     try:
-        _Prop(gm).propagate(*inputs)
+        _shape_prop(gm).run(*inputs)
     except Exception:
         # meta kernels are missing for a few ops: propagate on small real tensors of the same shapes
         real_inputs = [torch.rand(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
         gm = gm.to_empty(device="cpu") if any(p.is_meta for p in gm.parameters()) else gm
         try:
-            _Prop(gm).propagate(*real_inputs)
+            _shape_prop(gm).run(*real_inputs)
         except Exception as exc:
             first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             raise TraceError("trace", f"shape propagation failed: {first}", "check get_inputs() against forward()") from None
