@@ -124,11 +124,16 @@ def test_honest_candidate_reports_its_stages(harness, problem):
     v = harness.validate(problem, Candidate.from_source(HONEST))
     assert v.correct, v.reason
     stages = v.info["stages"]
-    for name in ("candidate", "transfer", "compare", "snapshot"):
-        assert name in stages and stages[name] >= 0.0, stages
+    assert all(seconds >= 0.0 for seconds in stages.values()), stages
+    assert "snapshot" in stages, stages  # the check for written files runs on every validation, however quick
+    # the candidate ran its calls, their tensors crossed the arena, and the judge compared every output
+    for name in ("candidate", "transfer", "compare"):
+        assert stages.get(name, 0.0) > 0.0, (name, stages)
     # the reference's work is this validation's unless its sets were drawn ahead (evals.worker.Prepared)
     assert stages.get("reference", 0.0) > 0.0 or v.info["prepared_sets"] == len(v.sets), (stages, v.info.get("prepared_sets"))
-    assert sum(stages.values()) <= v.wall_s + 0.05
+    # every stage is judge time inside this one request, which the caller's clock spans: only the stages'
+    # rounding (to 0.1 ms each) can take their sum past it
+    assert sum(stages.values()) <= v.wall_s + 0.5e-4 * len(stages), (stages, v.wall_s)
 
 
 def test_candidate_that_truncates_the_arena_does_not_crash_the_judge(harness, problem):

@@ -202,9 +202,18 @@ def test_bandwidth_from_the_hardware_data():
     assert sealed.bandwidth_gbps(None) is None
 
 
-def test_measured_floor_is_positive_and_small():
-    x, out = [torch.randn(64, 64)], [torch.randn(64, 32)]
-    assert 0.0 < sealed.measured_floor_us(x, out, repeats=3) < 1e6
+def test_measured_floor_follows_the_bytes_and_is_per_call():
+    # timed by this thread's CPU clock, so a loaded host stretches none of these ratios much
+    small = sealed.measured_floor_us([torch.randn(16, 16)], [torch.randn(16, 8)])
+    x, out = [torch.randn(1024, 1024)], [torch.randn(1024, 512)]
+    big = sealed.measured_floor_us(x, out)
+    assert 0.0 < small and big > 4 * small, (small, big)  # 4 MiB of input against 1 KiB: passes, not overhead
+    # one CPU thread does not move the passes' bytes at 1 TB/s
+    moved = sealed.overhead_bytes(x[0].numel() * 4, out[0].numel(), out[0].numel() * 4)
+    assert big >= moved / 1e6, (big, moved)
+    # one call's share of k = 8: about the k = 1 floor, not 8 times it
+    per_call_of_8 = sealed.measured_floor_us(x, out, k=8)
+    assert big / 4 < per_call_of_8 < big * 4, (big, per_call_of_8)
 
 
 # ---------------------------------------------------------------------------------------------
