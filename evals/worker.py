@@ -337,20 +337,46 @@ class Judge:
         if not fresh and cur is not None and cur.digest == digest and cur.proc.alive() and cur.device == device:
             return cur
         self.end_current()
+        self.current = Attempt(self, self.take_spare(), digest, device, watchdog_s)
+        self.arm_spares(self.current.proc)
+        return self.current
+
+    def take_spare(self) -> CandidateProcess:
+        """A pre-started candidate process; the next attempts' start importing torch while it runs."""
         with self.stages("process_start"):
             self.reap()
             self.start_spares()
             proc = self.spares.pop(0)
-            self.start_spares()  # the next attempts' processes import torch while this one runs
-        self.current = Attempt(self, proc, digest, device, watchdog_s)
-        if not proc.sandboxed:
-            # outside the sandbox the candidate sees the new spares: its code runs only once they are undumpable
-            with self.stages("process_start"):
-                for spare in self.spares:
-                    if not spare.wait_armed(30.0):
-                        spare.finish()
-                self.spares = [p for p in self.spares if p.alive()]
-        return self.current
+            self.start_spares()
+        return proc
+
+    def arm_spares(self, proc: CandidateProcess) -> None:
+        """Outside the sandbox the candidate in ``proc`` sees the new spares: its code runs only once they
+        are undumpable."""
+        if proc.sandboxed:
+            return
+        with self.stages("process_start"):
+            for spare in self.spares:
+                if not spare.wait_armed(30.0):
+                    spare.finish()
+            self.spares = [p for p in self.spares if p.alive()]
+
+    def boot(self, attempt: Attempt, boot_timeout_s: float) -> dict:
+        """The attempt's process's first answer (it waits for the process to be ready). A process that
+        dies before it was sent anything of the candidate's is the harness's failure, not the candidate's
+        (with eight judges starting at once on one H200 a fresh process's CUDA start failed about once in
+        a hundred attempts): one more fresh process, then a death counts."""
+        for last in (False, True):
+            try:
+                return attempt.request("ping", {}, timeout_s=boot_timeout_s)
+            except Finding as f:
+                if last or not f.died or attempt.loaded:
+                    raise
+            attempt.proc.finish()
+            attempt.proc = self.take_spare()
+            attempt.proc.device = str(attempt.device)
+            self.arm_spares(attempt.proc)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self.end_current()
@@ -486,7 +512,7 @@ class Judge:
         return [o.detach() if isinstance(o, torch.Tensor) else o for o in _as_list(out)]
 
     def load(self, attempt: Attempt, problem: Problem, cand: dict, model_seed: int, boot_timeout_s: float) -> None:
-        info = attempt.request("ping", {}, timeout_s=boot_timeout_s)  # waits for the process to be ready
+        info = self.boot(attempt, boot_timeout_s)
         info["pid"] = attempt.proc.runner_pid() or info.get("pid")  # its own pid is 1 in the sandbox
         attempt.proc.info = info
         payload: dict[str, Any] = {"candidate": {k: cand.get(k) for k in ("source", "program_json", "backend", "name")},

@@ -67,6 +67,7 @@ class Case:
     also: tuple[str, ...] = ()
     then: str | None = None  # a second candidate judged right after this one; the rule is for it
     guarantee: bool = False  # caught when the harm never happens (runner.py checks it), whatever the verdict
+    honest_time: bool = False  # on a GPU the reported time must be that of the work (runner.py checks it)
     taints: bool = False  # leaves today's worker unusable for other cases: the test restarts it after
     pending: str | None = None  # "judge: <property>" while today's harness misses it (an xfail)
     what: str = field(default="", compare=False)
@@ -323,8 +324,11 @@ CASES += [
     Case("broadcast_gemm_steps.mcu", "pytorch_only", 7, gpu=False,
          what="a one-row decoy kernel; the GEMM as torch steps (broadcast mul + sum over K) the FLOP counter does not count"),
     # 5 timing
-    # sealed calls: the K sets are new to the memo, so the go request does the GEMMs the timed calls skipped
+    # each eager timed call gets its set scaled by a factor no earlier call used, so the memo never answers
+    # one: the harm (a time below the GEMM's) must not happen; a verdict, if any, names the rule; the sealed
+    # calls' K sets are new to the memo as well
     Case("memo_eager_fallback.py", "timing_tampered", 5, stage="profile", cpu=False, also=("timed_call_wrong",),
+         guarantee=True, honest_time=True,
          what="an .item() fingerprint breaks graph capture; eager timed calls on repeated inputs are answered from a memo, no GEMM"),
     # caught by design: the judge summarizes the raw event times itself; statistics' functions are guarded too (caught when loaded, on a CPU too)
     Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=True,

@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from tests.adversarial.cases import FLAG_RULES, Case, Control, candidate_for, caught, problem_for, rejected, rule_of
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -165,7 +167,7 @@ def run_case(harness, case: Case, on_gpu: bool, scratch: Scratch, check_next: bo
             result = judge_file(harness, case.then, problem, scratch, stage)
         out = Outcome(rule=rule_of(result), rejected=rejected(result), caught=caught(result, case),
                       reason=result.reason or "", flags=list(result.flags))
-        out.problems = _guarantees(case, scratch)
+        out.problems = _guarantees(case, scratch) + _time_guarantee(case, result, problem, on_gpu, stage)
         if case.guarantee:
             # The harm must not happen (a read cannot be seen, a write can be refused, a daemon
             # can be ended); a verdict, if there is one, must name the case's rule.
@@ -183,6 +185,32 @@ def run_case(harness, case: Case, on_gpu: bool, scratch: Scratch, check_next: bo
         scratch.cleanup()
         if case.taints:
             harness.close()  # today's worker keeps what was planted: the next case starts a fresh one
+
+
+FP32_PEAK_FLOPS = 67e12  # the H200's FP32 (CUDA core) peak: no fp32 call of the problem's FLOPs can be faster
+
+
+def _time_guarantee(case: Case, result, problem, on_gpu: bool, stage: str) -> list[str]:
+    """For a case whose harm is a reported time below the work done (``case.honest_time``): the
+    reported median must be at least half of the problem's FLOPs at the FP32 peak (the candidate computes
+    in fp32 and the harness holds the framework at full precision)."""
+    if not (case.honest_time and on_gpu and stage == "profile"):
+        return []
+    median = getattr(result, "median_us", None)
+    if median is None:
+        return []  # no time was reported: the verdict says why
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mod = problem.module
+    with torch.device("meta"):
+        model = mod.Model(*mod.get_init_inputs())
+    inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(*inputs)
+    floor_us = 0.5 * counter.get_total_flops() / FP32_PEAK_FLOPS * 1e6
+    if median < floor_us:
+        return [f"reported {median:.1f} us per call, under half the fp32 floor of its FLOPs ({2 * floor_us:.1f} us)"]
+    return []
 
 
 def _guarantees(case: Case, scratch: Scratch) -> list[str]:
