@@ -378,7 +378,11 @@ def _problem_model(problem: dict | None):
 def _own_model(cls, init_args: list, seed: int, state: dict, device: torch.device):
     """The problem's Model built as the judge builds the reference (seed, then construct, on ``device``), holding
     the reference's parameters and buffers for that seed."""
-    with torch.device(device):
+    try:
+        with torch.device(device):
+            torch.manual_seed(seed)
+            model = cls(*init_args)
+    except RuntimeError:  # an __init__ that cannot run with the device as default: its values are replaced below
         torch.manual_seed(seed)
         model = cls(*init_args)
     model = model.to(device)
@@ -429,8 +433,11 @@ class Runner:
             if not isinstance(cls, type):
                 raise CandidateError("the candidate source defines no class ModelNew")
 
+            # where the reference is built: on the device, or on the CPU and moved (evals.problems.Problem.init_on_cpu)
+            init_device = torch.device("cpu") if req.get("init_on_cpu") else self.device
+
             def build(seed: int, state_dict: dict):
-                with torch.device(self.device):
+                with torch.device(init_device):
                     torch.manual_seed(seed)
                     model = cls(*init_args)
                 return model.to(self.device) if hasattr(model, "to") else model

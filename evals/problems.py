@@ -58,6 +58,9 @@ class Problem:
     level: int | None = None
     problem_id: int | None = None
     suite: str | None = None
+    # the Model's __init__ cannot run with the device as default (a CPU torch.Generator handed to a factory
+    # function): it and every candidate are built on the CPU and moved (found by make_model_of)
+    init_on_cpu: bool = False
 
     @property
     def key(self) -> str:
@@ -80,16 +83,29 @@ class Problem:
     def make_model_of(self, cls, seed: int = 0, device: Any = None):
         """Construct ``cls`` (``Model`` or a ``ModelNew``) with the problem's init inputs under ``seed``.
         With a device, parameters are created on it directly (fast, and the same for every class
-        built this way); the values then depend on the device's generator, not the CPU's."""
+        built this way); the values then depend on the device's generator, not the CPU's. A Model that
+        cannot be built that way is built on the CPU and moved, and ``init_on_cpu`` says so from then on
+        (the judge tells candidate processes to build the same way)."""
+        if device is not None and not self.init_on_cpu:
+            try:
+                return self._construct(cls, seed, device)
+            except RuntimeError:  # e.g. "Expected a 'cuda' device type for generator": try the CPU before failing
+                model = self._construct(cls, seed, None)
+                self.init_on_cpu = True
+        else:
+            model = self._construct(cls, seed, None)
+        if device is not None and hasattr(model, "to"):
+            model = model.to(device)
+        return model
+
+    def _construct(self, cls, seed: int, device: Any):
         import torch
 
         with _default_device(device), self._limit("get_init_inputs() and Model()"):
             init_inputs = list(self.module.get_init_inputs())
             torch.manual_seed(seed)
             model = cls(*init_inputs)
-        if device is not None and hasattr(model, "to"):
-            model = model.to(device)
-        return model
+        return model.to(device) if device is not None and hasattr(model, "to") else model
 
     def make_inputs(self, seed: int = 0, device: Any = None) -> list:
         """The forward arguments for one input set: ``get_inputs()`` under ``seed``, created on

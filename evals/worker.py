@@ -515,8 +515,10 @@ class Judge:
         info = self.boot(attempt, boot_timeout_s)
         info["pid"] = attempt.proc.runner_pid() or info.get("pid")  # its own pid is 1 in the sandbox
         attempt.proc.info = info
+        self.model(problem, model_seed, attempt.device)  # built (usually already): says where candidates are built
         payload: dict[str, Any] = {"candidate": {k: cand.get(k) for k in ("source", "program_json", "backend", "name")},
-                                   "init_args": list(problem.module.get_init_inputs()), "device": str(attempt.device)}
+                                   "init_args": list(problem.module.get_init_inputs()), "device": str(attempt.device),
+                                   "init_on_cpu": problem.init_on_cpu}
         payload["candidate"]["artifacts"] = dict(cand.get("artifacts") or {})
         attempt.is_program = cand.get("program_json") is not None
         if attempt.is_program:
