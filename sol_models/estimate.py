@@ -367,12 +367,14 @@ def _setting(name: str) -> str:
 
 # Host time of one eager call of a program: Python, torch's dispatcher and the ctypes call of each step run on the
 # CPU while the GPU works; where they take longer than the GPU, the GPU waits between launches (the program is
-# launch-bound) and a CUDA graph replay removes that wait. Estimates of the order bench_backend reports (a kernel's
-# host cost with a reused call plan "a few microseconds"); benchmarks/gpu_todo/perf15b.sh measures them.
-HOST_US_PER_CALL = 10.0  # binding inputs and params, the module call
-HOST_US_PER_KERNEL = 8.0  # call plan, pointers, output allocation, the ctypes launch
-HOST_US_PER_TORCH_STEP = 6.0  # a whitelisted PyTorch function through torch_steps.run
-HOST_US_GRAPH_REPLAY = 8.0  # the signature check and cudaGraphLaunch
+# launch-bound) and a CUDA graph replay removes that wait. Fitted to the H200 run of benchmarks/bench_runtime.py
+# (benchmarks/results/2026-12-01-h200-runtime.md): one kernel's program 37-40 us a call eager, two kernels' 69-73,
+# a kernel and a channels-last cast 105; graph replays of those 29-35 us. With these the `auto` decision matches the
+# measured winner on 13 of its 14 programs (the exception: a tiny bmm + scale, 57 us replayed vs 38 eager).
+HOST_US_PER_CALL = 7.0  # binding inputs and params, the module call
+HOST_US_PER_KERNEL = 33.0  # call plan, pointers, output allocation, the ctypes launch
+HOST_US_PER_TORCH_STEP = 25.0  # a whitelisted PyTorch function through torch_steps.run (a cast, a re-layout)
+HOST_US_GRAPH_REPLAY = 11.0  # the signature check and cudaGraphLaunch
 HOST_US_PER_COPY = 4.0  # one copy_ / clone (inputs into the graph's buffers, outputs out of them)
 GRAPH_MIN_GAIN = 0.9  # capture only when the graph's estimate is under this share of the eager one
 
