@@ -358,21 +358,28 @@ class CandidateError(Exception):
     pass
 
 
+def _class_from_source(source: str, module_name: str, file: str, class_name: str, whose: str) -> type:
+    """``class_name`` from ``source`` run as a fresh module ``module_name`` (registered in sys.modules:
+    dataclasses and pickling look classes up there); a failure is one CandidateError line."""
+    module = _type(sys)(module_name)
+    module.__file__ = file
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(source, module.__file__, "exec"), module.__dict__)
+    except BaseException as exc:
+        raise CandidateError(f"{whose} source failed to import: {_one_line(exc)}") from None
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        raise CandidateError(f"{whose} source defines no class {class_name}")
+    return cls
+
+
 def _problem_model(problem: dict | None):
     """The problem's ``Model`` class, from the source the judge sent (only for a program with ``module`` steps)."""
     if not problem or not problem.get("source"):
         raise CandidateError("the program has `module` steps but the judge sent no problem source to build them from")
-    module = _type(sys)("mucutlass_problem")
-    module.__file__ = str(problem.get("path") or "<problem>")
-    sys.modules[module.__name__] = module  # dataclasses and pickling look classes up there
-    try:
-        exec(compile(problem["source"], module.__file__, "exec"), module.__dict__)
-    except BaseException as exc:
-        raise CandidateError(f"the problem's source failed to import: {_one_line(exc)}") from None
-    cls = getattr(module, "Model", None)
-    if not isinstance(cls, type):
-        raise CandidateError("the problem's source defines no class Model")
-    return cls
+    return _class_from_source(problem["source"], "mucutlass_problem", str(problem.get("path") or "<problem>"), "Model",
+                              "the problem's")
 
 
 def _own_model(cls, init_args: list, seed: int, state: dict, device: torch.device):
@@ -422,16 +429,8 @@ class Runner:
         init_args = list(req["init_args"])
         set_framework()
         if cand.get("source") is not None:
-            module = _type(sys)("mucutlass_candidate")
-            module.__file__ = f"<candidate {cand.get('name', 'ModelNew')}>"
-            sys.modules[module.__name__] = module
-            try:
-                exec(compile(cand["source"], module.__file__, "exec"), module.__dict__)
-            except BaseException as exc:
-                raise CandidateError(f"the candidate source failed to import: {_one_line(exc)}") from None
-            cls = getattr(module, "ModelNew", None)
-            if not isinstance(cls, type):
-                raise CandidateError("the candidate source defines no class ModelNew")
+            cls = _class_from_source(cand["source"], "mucutlass_candidate", f"<candidate {cand.get('name', 'ModelNew')}>",
+                                     "ModelNew", "the candidate")
 
             # where the reference is built: on the device, or on the CPU and moved (evals.problems.Problem.init_on_cpu)
             init_device = torch.device("cpu") if req.get("init_on_cpu") else self.device
