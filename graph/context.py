@@ -31,6 +31,7 @@ class Services:
         self._problems: dict[str, Any] = {}
         self._sol: dict[tuple[str, str], dict] = {}
         self._references: dict[str, dict[str, float]] = {}
+        self._reference_reasons: dict[str, str] = {}  # why a problem's references were not timed
         self._harness = None
         self._harness_settings = harness_settings
         self.work_s = 0.0  # time spent inside library calls, to measure the graph's own overhead
@@ -86,7 +87,12 @@ class Services:
         if path not in self._references:
             timings = self._timed(self.harness().reference_timings, self.problem(path))
             self._references[path] = dict(timings.as_reference_us())
+            self._reference_reasons[path] = getattr(timings, "reason", "") or ""
         return self._references[path]
+
+    def reference_reason(self, path: str) -> str:
+        """Why ``reference_timings(path)`` timed nothing (no GPU, the reference failed), or ""."""
+        return self._reference_reasons.get(path, "")
 
     # -- programs -------------------------------------------------------------------------
     def check_text(self, text: str, max_output_bytes: float | None = None) -> tuple[Any, list[Any]]:

@@ -34,7 +34,9 @@ class EventTracker:
         if not had_sol and self.state.get("sol"):
             sol = self.state["sol"]
             self.emit({"event": "setup", "problem": self.state.get("problem_name"), "t_sol_us": sol.get("t_sol_us"),
-                       "bound": sol.get("bound"), "reference_us": self.state.get("reference_us", {})})
+                       "bound": sol.get("bound"), "reference_us": self.state.get("reference_us", {}),
+                       "reference_reason": self.state.get("reference_reason") or "",
+                       "backend": self.state.get("backend")})
         if node == "planner" and update.get("hypothesis"):
             h = update["hypothesis"]
             self.emit({"event": "plan", "hypothesis": h.get("title"), "expected_gain": h.get("expected_gain"),
@@ -95,8 +97,9 @@ def rich_printer(console: Any = None) -> EventSink:
             if e.get("resumed"):
                 console.print(f"  resumed after {e.get('attempts_done', 0)} finished attempts")
         elif kind == "setup":
-            refs = (", ".join(f"{k} {v:.4g} us" for k, v in (e.get("reference_us") or {}).items())
-                    or "none timed (the interpreter backend times nothing)")
+            why = e.get("reference_reason") or ("the interpreter backend times nothing"
+                                                 if e.get("backend") == "interpreter" else "no GPU timing")
+            refs = ", ".join(f"{k} {v:.4g} us" for k, v in (e.get("reference_us") or {}).items()) or f"none timed ({why})"
             console.print(f"  t_SOL {_fmt(e.get('t_sol_us'), '.4g', ' us')} ({e.get('bound')}-bound); reference: {refs}")
         elif kind == "plan":
             console.print(f"  [dim]plan:[/] {e['hypothesis']} (gain {_fmt(e.get('expected_gain'))}x, "

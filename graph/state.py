@@ -17,6 +17,7 @@ class OptimizeState(TypedDict, total=False):
     problem_name: str
     sol: dict[str, Any]  # SolReport as a dict: t_sol_us, bound, ...
     reference_us: dict[str, float]  # eager_fp32, eager_tf32, compile
+    reference_reason: str  # why nothing was timed there ("" when timed)
     backend: str
     # the plan
     plan: list[dict]  # ranked Hypothesis dicts

@@ -30,6 +30,7 @@ def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
             update["problem_name"] = getattr(problem, "key", None) or problem.name
             update["sol"] = svc.sol_report(path, ctx.gpu)
             update["reference_us"] = svc.reference_timings(path)
+            update["reference_reason"] = svc.reference_reason(path)
         except Exception as exc:  # a broken problem or library failure ends the run with its reason
             return {**update, "stop_reason": f"setup failed: {type(exc).__name__}: {exc}"}
         state = {**state, **update}

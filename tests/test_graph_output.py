@@ -99,3 +99,25 @@ def test_bench_table_is_not_cut_to_80_columns_when_piped(tmp_path):
     assert "…" not in proc.stdout
     for word in ("02_linear_relu_tiny", "eager fp32", "eager TF32", "compile", "best/SOL", "memory"):
         assert word in proc.stdout
+
+
+def test_the_setup_line_says_why_no_reference_was_timed():
+    """The reason the harness gave (a reference that failed on the device) is printed, not a guess from the
+    backend; without one, the interpreter backend is named only when it is the backend."""
+    import io
+
+    from rich.console import Console
+
+    from graph.events import rich_printer
+
+    def setup_line(**event) -> str:
+        buf = io.StringIO()
+        rich_printer(Console(file=buf, width=200, highlight=False))({"event": "setup", "t_sol_us": 1.0, "bound": "memory",
+                                                                      "reference_us": {}, **event})
+        return buf.getvalue()
+
+    failed = setup_line(backend="cutlass", reference_reason="the reference failed: RuntimeError: Expected a 'cuda' device")
+    assert "none timed (the reference failed: RuntimeError" in failed and "interpreter" not in failed
+    assert "none timed (the interpreter backend times nothing)" in setup_line(backend="interpreter")
+    assert "none timed (no GPU timing)" in setup_line(backend="cutlass")
+    assert "eager_fp32 12.5 us" in setup_line(backend="cutlass", reference_us={"eager_fp32": 12.5})
