@@ -99,12 +99,14 @@ class DeviceTimingLock:
 
     Each wait is at most ``wait_s``; past it the work goes on without the lock, so a process that holds
     the file forever (a candidate of another judge where no sandbox hides the folder) costs that wait,
-    never a verdict. ``waited_s`` and ``held`` say what happened."""
+    never a verdict. ``waited_s`` and ``held`` say what happened. Without a ``device_key`` (work off a
+    GPU, or the lock turned off) it is taken at once and never held."""
 
-    def __init__(self, device_key: str, shared: bool = False, wait_s: float = 120.0, poll_s: float = 0.02,
+    def __init__(self, device_key: str | None, shared: bool = False, wait_s: float = 120.0, poll_s: float = 0.02,
                  folder: str | Path | None = None):
         import tempfile
 
+        self.off = device_key is None
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in str(device_key))[:80]
         base = Path(folder or tempfile.gettempdir()) / f"mucutlass-timing-{safe}"
         self.path, self.gate_path = base.with_suffix(".lock"), base.with_suffix(".gate")
@@ -129,7 +131,13 @@ class DeviceTimingLock:
                     return None
                 time.sleep(self.poll_s)
 
+    def record(self) -> dict:
+        """What a result keeps of the lock: whether it was held and the wait (seconds)."""
+        return {"held": self.held, "waited_s": round(self.waited_s, 3)}
+
     def acquire(self) -> DeviceTimingLock:
+        if self.off:
+            return self
         t0 = time.monotonic()
         deadline = t0 + self.wait_s
         gate = self._take(self.gate_path, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX, deadline)

@@ -32,8 +32,7 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import ExitStack, contextmanager, nullcontext
-from types import SimpleNamespace
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
@@ -46,7 +45,6 @@ from evals.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
 from evals.timing import TimingMethod, make_flusher, time_candidate
 
 NAN_POISON = float("nan")
-_NO_LOCK = SimpleNamespace(held=False, waited_s=0.0)  # what a measurement off a GPU reports of the lock
 # input sets and reference outputs prepared ahead of need hold at most this much memory (per kind of operation)
 PREPARED_MAX_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
 WALL_TARGET_US = 20_000.0  # the back-to-back wall request spans about this much of the candidate's reported time
@@ -282,14 +280,15 @@ class Judge:
         self.next_up: tuple | None = None  # (problem, device, validation sets, profile sets): prepared when idle
         self.validate_sets = 5  # the last validation's number of input sets
         self.sealed_k: dict[tuple, int] = {}  # the last profile's sealed calls per (problem, device): K sets to prepare
+        self.sealed_floor_us: dict[tuple, float] = {}  # the sealed passes' measured floor per ((problem, device), K)
 
     # -- candidate processes ------------------------------------------------------------------
     def start_spares(self) -> None:
         """Keep ``spare_processes`` candidate processes starting or ready (a dead one is replaced)."""
-        # outside the sandbox a candidate can signal its siblings: a frozen spare is replaced like a dead one
-        for dead in [p for p in self.spares if not p.alive() or (not p.sandboxed and p.frozen())]:
-            if dead.alive():
-                dead.kill_tree()
+        # outside the sandbox a candidate can signal its siblings: a frozen spare is replaced like a dead one (a
+        # stopped process below its supervisor ends the supervisor within a poll; a stopped supervisor cannot
+        # see itself, and finish() kills its tree)
+        for dead in [p for p in self.spares if not p.alive() or (not p.sandboxed and p.supervisor_stopped())]:
             if (dead.finish() or {}).get("reason") == "sandbox_failed":
                 sandbox_refused()  # the kernel refused a namespace after all: the next ones start without
             self.spares.remove(dead)
@@ -428,10 +427,7 @@ class Judge:
         if b is None:
             if stop():
                 return
-            model_seed = _seed()
-            with self.stages("reference"):
-                b = Prepared(model_seed, problem.make_model(model_seed, device))
-            self.prepared[key] = b
+            b = self.prepared[key] = self._new_prepared(problem, _seed(), device)
         self._use_model(problem, b, device)
         cap = PREPARED_MAX_BYTES.get(torch.device(device).type, PREPARED_MAX_BYTES["cpu"])
         while len(b.sets) < n_sets:
@@ -451,15 +447,17 @@ class Judge:
         ``n_sets``; with a ``fixed`` seed, the ones it determines."""
         b = None if fixed is not None else self.prepared.pop(self._prepared_key(problem, device, purpose), None)
         if b is None:
-            model_seed = fixed if fixed is not None else _seed()
-            with self.stages("reference"):
-                b = Prepared(model_seed, problem.make_model(model_seed, device))
+            b = self._new_prepared(problem, fixed if fixed is not None else _seed(), device)
         self._use_model(problem, b, device)
         b.sets = b.sets[:n_sets]
         b.ready = len(b.sets)
         while len(b.sets) < n_sets:
             b.sets.append(self._new_set(problem, b, fixed + 1_000_003 * len(b.sets) if fixed is not None else _seed(), device))
         return b
+
+    def _new_prepared(self, problem: Problem, model_seed: int, device) -> Prepared:
+        with self.stages("reference"):
+            return Prepared(model_seed, problem.make_model(model_seed, device))
 
     def _new_set(self, problem: Problem, b: Prepared, seed: int, device) -> tuple[int, list, list]:
         x = self.inputs(problem, [seed], device)[0]
@@ -627,7 +625,7 @@ class Judge:
             info["prepared_sets"] = bundle.ready
             self.load(attempt, problem, cand, model_seed, float(settings.get("startup_timeout_s", 300)))
             inst = self.build(attempt, problem, model_seed)
-            info["timing_lock"] = gpu_hold.enter_context(self.timing_lock(device, settings, shared=True)).waited_s
+            info["timing_lock"] = gpu_hold.enter_context(self.timing_lock(device, settings, shared=True)).record()
             outs = []
             counted = len(seeds) - 1  # the work is recorded on a set the candidate has not seen, and compared
             for i, (seed, inputs, ref) in enumerate(zip(seeds, ref_inputs, refs)):
@@ -850,7 +848,7 @@ class Judge:
             t_req = time.perf_counter()
             res = attempt.request("time", {"instance": inst, "input_sets": [list(x) for x in inputs[:k]],
                                            "settings": settings, "graph": True})
-            res["timing_lock"] = {"held": lock.held, "waited_s": round(lock.waited_s, 3)}
+            res["timing_lock"] = lock.record()
             request_s = time.perf_counter() - t_req
             if res.get("threads"):
                 raise Finding(verdicts.TIMING_TAMPERED, f"{len(res['threads'])} thread(s) of the candidate's ran while it "
@@ -889,6 +887,10 @@ class Judge:
             # enough calls to span WALL_TARGET_US (a ping's jitter spread thin), at least 10, at most 100: on a
             # 1.4 ms call 15, not 100 (0.12 s less of each attempt's overhead)
             n_wall = max(10, min(int(res["trials"]), 100, math.ceil(WALL_TARGET_US / max(float(res["median_us"]), 1.0))))
+
+            def under_wall(wall_us: float) -> bool:
+                return res["median_us"] < 0.5 * wall_us - 20.0
+
             wall_us = math.inf
             for _ in range(WALL_REPEATS if device.type == "cuda" else 1):
                 t0 = time.perf_counter()
@@ -897,11 +899,11 @@ class Judge:
                 t0 = time.perf_counter()
                 attempt.request("wall", {"n": n_wall})
                 wall_us = min(wall_us, max(0.0, time.perf_counter() - t0 - ping_s) * 1e6 / n_wall)
-                if not res["median_us"] < 0.5 * wall_us - 20.0:
+                if not under_wall(wall_us):
                     break
             res["wall_bound_us"] = wall_us
             res["request_s"] = request_s
-            if device.type == "cuda" and res["median_us"] < 0.5 * wall_us - 20.0:
+            if device.type == "cuda" and under_wall(wall_us):
                 raise Finding(verdicts.TIMING_TAMPERED, f"reported GPU time {res['median_us']:.1f} us per call, but the "
                               f"judge's clock saw {wall_us:.1f} us per call back to back")
             cur = res.get("current_stream_median_us")
@@ -972,11 +974,15 @@ class Judge:
         gbps = sealed.bandwidth_gbps(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
         k = sealed.choose_k(t_us, sealed.floor_us(in_bytes + out_bytes, gbps),
                             sealed.staged_bytes(in_bytes, out_bytes, out_numel), device.type)
-        self.sealed_k[(problem.path, problem.source_hash, str(device))] = k  # the next profile's sets are drawn ahead
+        where = (problem.path, problem.source_hash, str(device))
+        self.sealed_k[where] = k  # the next profile's sets are drawn ahead
         # the same unmask and checksum passes, timed here (the judge's process: nothing of the candidate's
-        # runs); on a GPU at least their bytes at the device's bandwidth, since for small sets the passes' host
-        # launches, not their bytes, set their time (an honest launch-bound candidate was flagged without this)
-        floor_us = sealed.measured_floor_us(x0, ref0, k)
+        # runs) once per problem and K; on a GPU at least their bytes at the device's bandwidth, since for
+        # small sets the passes' host launches, not their bytes, set their time (an honest launch-bound
+        # candidate was flagged without this)
+        if (where, k) not in self.sealed_floor_us:
+            self.sealed_floor_us[(where, k)] = sealed.measured_floor_us(x0, ref0, k)
+        floor_us = self.sealed_floor_us[(where, k)]
         if device.type == "cuda":
             floor_us = max(floor_us, sealed.floor_us(sealed.overhead_bytes(in_bytes, out_numel, out_bytes), gbps))
         info: dict[str, Any] = {"k": k, "t_us": t_us, "alpha": sealed.ALPHA, "floor_us": floor_us,
@@ -1074,16 +1080,15 @@ class Judge:
         out: dict[str, Any] = {"timing_source": "gpu"}
         with self.timing_lock(device, settings) as lock:
             self.reference_timings(model, input_sets, method, settings, out)
-        out["timing_lock"] = {"held": lock.held, "waited_s": round(lock.waited_s, 3)}
+        out["timing_lock"] = lock.record()
         return out
 
-    def timing_lock(self, device, settings: dict, shared: bool = False):
+    def timing_lock(self, device, settings: dict, shared: bool = False) -> DeviceTimingLock:
         """The GPU's timing lock (``evals.locks.DeviceTimingLock``: exclusive for a measurement, shared for
-        validation); a no-op off a GPU or with a zero wait."""
+        validation); off off a GPU or with a zero wait."""
         wait_s = float(settings.get("timing_lock_wait_s", 120.0))
-        if device.type != "cuda" or wait_s <= 0:
-            return nullcontext(_NO_LOCK)
-        return DeviceTimingLock(device_key(device), shared=shared, wait_s=wait_s)
+        key = device_key(device) if device.type == "cuda" and wait_s > 0 else None
+        return DeviceTimingLock(key, shared=shared, wait_s=wait_s)
 
     def reference_timings(self, model, input_sets: list, method, settings: dict, out: dict) -> None:
         """Eager fp32, eager TF32 and torch.compile timings of the reference model, into ``out``."""
