@@ -382,17 +382,20 @@ def _problem_model(problem: dict | None):
                               "the problem's")
 
 
-def _own_model(cls, init_args: list, seed: int, state: dict, device: torch.device):
-    """The problem's Model built as the judge builds the reference (seed, then construct, on ``device``), holding
-    the reference's parameters and buffers for that seed."""
-    try:
-        with torch.device(device):
-            torch.manual_seed(seed)
-            model = cls(*init_args)
-    except RuntimeError:  # an __init__ that cannot run with the device as default: its values are replaced below
+def _construct(cls, init_args: list, seed: int, init_device: torch.device, device: torch.device):
+    """``cls(*init_args)`` as the judge builds the reference: under ``seed``, with ``init_device`` as the default
+    device (the GPU, or the CPU where the problem's Model cannot be built there: Problem.init_on_cpu), then moved
+    to ``device``."""
+    with torch.device(init_device):
         torch.manual_seed(seed)
         model = cls(*init_args)
-    model = model.to(device)
+    return model.to(device) if hasattr(model, "to") else model
+
+
+def _own_model(cls, init_args: list, seed: int, state: dict, init_device: torch.device, device: torch.device):
+    """The problem's Model built as the judge builds the reference, holding the reference's parameters and
+    buffers for that seed."""
+    model = _construct(cls, init_args, seed, init_device, device)
     try:
         model.load_state_dict(state, strict=True)
     except (RuntimeError, ValueError) as exc:
@@ -427,19 +430,15 @@ class Runner:
         self.device = torch.device(req["device"])
         cand = req["candidate"]
         init_args = list(req["init_args"])
+        # where the reference is built: on the device, or on the CPU and moved (evals.problems.Problem.init_on_cpu)
+        init_device = torch.device("cpu") if req.get("init_on_cpu") else self.device
         set_framework()
         if cand.get("source") is not None:
             cls = _class_from_source(cand["source"], "mucutlass_candidate", f"<candidate {cand.get('name', 'ModelNew')}>",
                                      "ModelNew", "the candidate")
 
-            # where the reference is built: on the device, or on the CPU and moved (evals.problems.Problem.init_on_cpu)
-            init_device = torch.device("cpu") if req.get("init_on_cpu") else self.device
-
             def build(seed: int, state_dict: dict):
-                with torch.device(init_device):
-                    torch.manual_seed(seed)
-                    model = cls(*init_args)
-                return model.to(self.device) if hasattr(model, "to") else model
+                return _construct(cls, init_args, seed, init_device, self.device)
         else:
             from dsl_compiler import runtime
             from dsl_compiler.ir import Program
@@ -455,7 +454,7 @@ class Runner:
                 state = {k: v.to(self.device) for k, v in state_dict.items()}
                 owner, modules = _State(state), None
                 if model_cls is not None:  # `module` steps call this Model's submodules, as an exported ModelNew does
-                    owner = _own_model(model_cls, init_args, seed, state, self.device)
+                    owner = _own_model(model_cls, init_args, seed, state, init_device, self.device)
                     modules = runtime.bind_modules(program, owner)
                 params = runtime.bind_params(program, owner)
                 module = runtime.load(program, cand.get("backend", "interpreter"), params, cand.get("artifacts") or None,
