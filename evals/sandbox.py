@@ -220,7 +220,10 @@ class ProtectedTree:
     def __init__(self, roots: list[tuple[Path, bool]] | None = None, shallow: list[Path] | None = None):
         self.roots = protected_roots() if roots is None else roots
         # top-level entries only (site-packages is too large to walk at every attempt; a new .pth is at the top)
-        self.shallow = (startup_folders() if roots is None else []) if shallow is None else shallow
+        shallow = (startup_folders() if roots is None else []) if shallow is None else shallow
+        # a folder a root already walks whole, new entries counted (the project, on the worker's import path),
+        # is not listed twice
+        self.shallow = [t for t in shallow if not any(strict and Path(t).is_relative_to(r) for r, strict in self.roots)]
         self.contents: dict[str, tuple[tuple, bytes]] = {}
 
     def _snapshot(self) -> dict:
@@ -366,13 +369,6 @@ class CandidateProcess:
         except (OSError, ValueError):
             return None
         return min(kids) if kids else None
-
-    def frozen(self) -> bool:
-        """Whether the supervisor or any process below it is stopped by a signal (a spare another
-        candidate froze outside the sandbox): such a process would make the next attempt hang."""
-        from evals.supervisor import process_tree
-
-        return self.supervisor_stopped() or any(state == "T" for state, _, _ in process_tree(self.proc.pid).values())
 
     def supervisor_stopped(self) -> bool:
         """Whether the supervisor was stopped (SIGSTOP by the candidate, its same-user child): it then

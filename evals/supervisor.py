@@ -42,7 +42,6 @@ import sys
 import time
 
 PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP = 24
 CAP_SETPCAP, CAP_NET_ADMIN, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_CHROOT, CAP_SYS_PTRACE = 8, 12, 16, 17, 18, 19
@@ -304,7 +303,8 @@ class Supervisor:
         self.escaped: set[int] = set()  # pids seen outside the candidate's session or orphaned to us
         self.stopped: set[int] = set()  # pids of the tree seen stopped by a signal
 
-    def scan(self) -> dict[int, tuple[int, int]]:
+    def scan(self) -> None:
+        """One poll: stopped processes, escaped ones (killed at once) and the tree's resident memory."""
         tree = process_tree(self.me)
         self.stopped |= {pid for pid, (state, _, _) in tree.items() if state == "T"}
         for pid, (_, ppid, sid) in tree.items():
@@ -321,7 +321,6 @@ class Supervisor:
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
         if self.rss_limit_bytes and rss > self.rss_limit_bytes:
             self.memory_limit_hit = True
-        return {pid: (ppid, sid) for pid, (_, ppid, sid) in tree.items()}
 
     def kill_tree(self) -> int:
         """SIGKILL every descendant until none is left; returns how many were killed."""

@@ -56,7 +56,7 @@ def test_a_stopped_supervisor_is_seen_and_its_tree_killed_by_the_judge():
         deadline = time.monotonic() + 5
         while not stopped(proc.proc.pid) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert proc.supervisor_stopped() and proc.frozen()
+        assert proc.supervisor_stopped()
         assert proc.supervisor_report(timeout_s=30).get("supervisor_stopped")  # at once, not after the deadline
     finally:
         t0 = time.monotonic()
