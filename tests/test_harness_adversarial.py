@@ -42,10 +42,8 @@ def _check_case(harness, case, on_gpu: bool, tmp_path) -> None:
 
 
 def _check_control(harness, control, on_gpu: bool, tmp_path) -> None:
-    from evals.sandbox import sandbox_available
-
-    if control.needs_sandbox and not sandbox_available():
-        pytest.skip("no namespaces here: every write seen during an attempt is blamed on the candidate (docs/harness.md)")
+    if control.why_not_here():
+        pytest.skip(control.why_not_here())
     out = run_control(harness, control, on_gpu, Scratch(tmp_path, harness.settings))
     assert out.caught, f"{control.file}: {out.problems}"
 

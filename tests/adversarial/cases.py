@@ -99,6 +99,14 @@ class Control:
     needs_sandbox: bool = False  # passes where the namespace sandbox runs (evals.sandbox.sandbox_available)
     what: str = ""
 
+    def why_not_here(self) -> str | None:
+        """Why this control cannot pass on this host (None when it can)."""
+        from evals.sandbox import sandbox_available
+
+        if self.needs_sandbox and not sandbox_available():
+            return "no namespaces here: every write seen during an attempt is blamed on the candidate (docs/harness.md)"
+        return None
+
 
 def _p(n: int) -> str:
     return f"judge: {n} {PROPERTIES[n]}"

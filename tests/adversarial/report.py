@@ -23,7 +23,6 @@ import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -50,22 +49,19 @@ def main(argv=None) -> int:
         return _write(_merged([json.loads(Path(p).read_text()) for p in args.merge]), Path(args.out))
     shard_k, shard_n = (int(v) for v in args.shard.split("/")) if args.shard else (0, 1)
     os.environ.update(SECRET_VARS)  # the judge's environment holds keys a candidate must not see
-    if threading.current_thread() is threading.main_thread():
-        # `timeout` sends SIGTERM: the results so far are written on the way out (they are after every case anyway)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     started = time.monotonic()
     harness = Harness(HarnessSettings(device=args.device, watchdog_s=args.watchdog_s, cpu_timing=args.cpu_timing,
                                       n_input_sets=3 if args.device == "cpu" else 5))
     info = harness.worker_info()
     on_gpu = args.device != "cpu" and bool(info.get("cuda"))
     controls = [c for i, c in enumerate(CONTROLS) if not (args.only and c.file not in args.only)
-                and (on_gpu or c.cpu) and i % shard_n == shard_k]
+                and (on_gpu or c.cpu) and not c.why_not_here() and i % shard_n == shard_k]
     cases = [(i, c) for i, c in enumerate(CASES) if not (args.only and c.file not in args.only) and i % shard_n == shard_k]
     doc = {"date": dt.date.today().isoformat(), "device": "gpu" if on_gpu else "cpu", "gpu_name": info.get("gpu_name"),
-           "torch": info.get("torch"), "rows": [], "controls": [], "complete": False,
+           "torch": info.get("torch"), "rows": [], "controls": [],
            "not_reached": [c.file for c in controls] + [c.id for _, c in cases]}
     out = Path(args.out)
-    stem = f"{doc['date']}-{'h200' if on_gpu else 'cpu'}-adversarial" + (f".shard{shard_k}" if args.shard else "")
+    stem = _stem(doc) + (f".shard{shard_k}" if args.shard else "")
     results = Results(out, stem, markdown=not args.shard)
     slowest_s = 0.0
     try:
@@ -107,13 +103,11 @@ def main(argv=None) -> int:
                 doc["rows"].append(row)
                 doc["not_reached"].remove(case.id)
                 results.add(doc, row)
-        doc["complete"] = not doc["not_reached"]
     finally:  # a time limit, a harness failure: what ran is kept, and what did not is listed
         doc["wall_s"] = round(time.monotonic() - started, 1)
         results.write(doc)
         harness.close()
-    print(f"wrote {results.json_path}: caught {doc['caught']}/{doc['cases']}, controls {doc['controls_passed']}"
-          + (f", not reached {len(doc['not_reached'])}" if doc["not_reached"] else ""), file=sys.stderr)
+    print(_written(doc, results.json_path), file=sys.stderr)
     return _exit_code(doc)
 
 
@@ -135,10 +129,25 @@ class Results:
         self.write(doc)
 
     def write(self, doc: dict) -> None:
-        doc.update(_summary(doc))
-        _replace(self.json_path, json.dumps(doc, indent=2))
-        if self.md_path is not None:
-            _replace(self.md_path, _markdown(doc))
+        _write_tables(doc, self.json_path, self.md_path)
+
+
+def _stem(doc: dict) -> str:
+    return f"{doc['date']}-{'h200' if doc['device'] == 'gpu' else 'cpu'}-adversarial"
+
+
+def _write_tables(doc: dict, json_path: Path, md_path: Path | None) -> None:
+    """The table with its summary, as JSON and (unless ``md_path`` is None) markdown, each replaced whole."""
+    doc.update(_summary(doc))
+    _replace(json_path, json.dumps(doc, indent=2))
+    if md_path is not None:
+        _replace(md_path, _markdown(doc))
+
+
+def _written(doc: dict, where) -> str:
+    return (f"wrote {where}: caught {doc['caught']}/{doc['cases']}, next attempt clean {doc['next_clean']}/"
+            f"{doc['cases']}, controls {doc['controls_passed']}"
+            + (f", not reached {len(doc['not_reached'])}" if doc.get("not_reached") else ""))
 
 
 def _replace(path: Path, text: str) -> None:
@@ -156,7 +165,7 @@ def _summary(doc: dict) -> dict:
     run = [r for r in doc["rows"] if "skipped" not in r]
     controls = doc["controls"]
     return doc | {"cases": len(run), "caught": sum(bool(r.get("caught")) for r in run),
-                  "next_clean": sum(bool(r.get("next_clean")) for r in run),
+                  "next_clean": sum(bool(r.get("next_clean")) for r in run), "complete": not doc.get("not_reached"),
                   "controls_passed": f"{sum(c['passed'] for c in controls)}/{len(controls)}"}
 
 
@@ -168,18 +177,14 @@ def _merged(parts: list[dict]) -> dict:
     not_reached = [n for p in parts for n in p.get("not_reached", [])]
     first = parts[0]
     return _summary({k: first.get(k) for k in ("date", "device", "gpu_name", "torch")}
-                    | {"rows": rows, "controls": controls, "shards": len(parts), "not_reached": not_reached,
-                       "complete": all(p.get("complete", True) for p in parts) and not not_reached})
+                    | {"rows": rows, "controls": controls, "shards": len(parts), "not_reached": not_reached})
 
 
 def _write(doc: dict, out_dir: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{doc['date']}-{'h200' if doc['device'] == 'gpu' else 'cpu'}-adversarial"
-    _replace(out_dir / f"{stem}.json", json.dumps(doc, indent=2))
-    _replace(out_dir / f"{stem}.md", _markdown(doc))
-    print(f"wrote {out_dir / stem}.{{json,md}}: caught {doc['caught']}/{doc['cases']}, next attempt clean "
-          f"{doc['next_clean']}/{doc['cases']}, controls {doc['controls_passed']}"
-          + (f", not reached {len(doc['not_reached'])}" if doc.get("not_reached") else ""), file=sys.stderr)
+    stem = _stem(doc)
+    _write_tables(doc, out_dir / f"{stem}.json", out_dir / f"{stem}.md")
+    print(_written(doc, f"{out_dir / stem}.{{json,md}}"), file=sys.stderr)
     return _exit_code(doc)
 
 
@@ -206,4 +211,6 @@ def _markdown(doc: dict) -> str:
 
 
 if __name__ == "__main__":
+    # `timeout` sends SIGTERM: the results so far are written on the way out (they are after every case anyway)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     sys.exit(main())

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 from tests.adversarial.cases import FLAG_RULES, Case, Control, candidate_for, caught, problem_for, rejected, rule_of
 
@@ -76,8 +75,6 @@ class Scratch:
         self.compile_entries = {r / f"planted-{self.token}" for r in compile_roots}
         # where plants_sitecustomize.py writes: start-up modules in every folder of a candidate's import path
         # that has none (one that exists belongs to the host and is left alone)
-        import sys
-
         path = [*sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep), str(PROJECT_ROOT)]
         self.startup_modules = {Path(d) / n for d in path if d and os.path.isdir(d)
                                 for n in ("sitecustomize.py", "usercustomize.py") if not (Path(d) / n).exists()}
@@ -187,29 +184,22 @@ def run_case(harness, case: Case, on_gpu: bool, scratch: Scratch, check_next: bo
             harness.close()  # today's worker keeps what was planted: the next case starts a fresh one
 
 
-FP32_PEAK_FLOPS = 67e12  # the H200's FP32 (CUDA core) peak: no fp32 call of the problem's FLOPs can be faster
-
-
 def _time_guarantee(case: Case, result, problem, on_gpu: bool, stage: str) -> list[str]:
     """For a case whose harm is a reported time below the work done (``case.honest_time``): the
-    reported median must be at least half of the problem's FLOPs at the FP32 peak (the candidate computes
-    in fp32 and the harness holds the framework at full precision)."""
+    reported median must be at least half of the problem's FP32 speed of light on the H200's datasheet
+    (the candidate computes in fp32 and the harness holds the framework at full precision)."""
     if not (case.honest_time and on_gpu and stage == "profile"):
         return []
     median = getattr(result, "median_us", None)
     if median is None:
         return []  # no time was reported: the verdict says why
-    from torch.utils.flop_counter import FlopCounterMode
+    from sol_models.bounds import sol_report
+    from sol_models.counting import count_problem
+    from sol_models.hardware import get_gpu
 
-    mod = problem.module
-    with torch.device("meta"):
-        model = mod.Model(*mod.get_init_inputs())
-    inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(*inputs)
-    floor_us = 0.5 * counter.get_total_flops() / FP32_PEAK_FLOPS * 1e6
-    if median < floor_us:
-        return [f"reported {median:.1f} us per call, under half the fp32 floor of its FLOPs ({2 * floor_us:.1f} us)"]
+    t_f32_us = sol_report(count_problem(problem), get_gpu("h200", calibrated=False)).per_precision["f32"].t_compute_us
+    if median < 0.5 * t_f32_us:
+        return [f"reported {median:.1f} us per call, under half the fp32 floor of its FLOPs ({t_f32_us:.1f} us)"]
     return []
 
 
