@@ -42,7 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from results_io import write_result  # noqa: E402
 from evals.harness import Candidate, Harness, HarnessSettings  # noqa: E402
 from evals.harness_cli import fmt_us  # noqa: E402
 from evals.problems import load_suite  # noqa: E402
@@ -645,8 +647,7 @@ def resummarize(path: Path) -> int:
     """Recompute a results file's summary and table from its rows (after the summary's definition changed)."""
     doc = json.loads(path.read_text())
     doc["summary"] = summarize(doc["rows"], doc.get("spread_info", {}), doc.get("device") == "cuda")
-    path.write_text(json.dumps(doc, indent=2, default=str))
-    path.with_suffix(".md").write_text(to_markdown(doc))
+    write_result(path.with_suffix(""), doc, to_markdown(doc))
     return 0
 
 
@@ -750,14 +751,8 @@ def main(argv: list[str] | None = None) -> int:
         before = json.loads(args.before.read_text())
         doc["before"] = {"path": str(args.before), "label": before.get("label", ""),
                          "rows": [r for r in before.get("rows", []) if r.get("section") == "overhead"]}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{doc['date']}-{doc['gpu']}-{args.stem}"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str))
-    md = to_markdown(doc)
-    stem.with_suffix(".md").write_text(md)
-    print(md)
-    _log(f"wrote {stem}.json and {stem}.md in {clock.elapsed_s:.0f} s")
+    write_result(Path(args.out) / f"{doc['date']}-{doc['gpu']}-{args.stem}", doc, to_markdown(doc))
+    _log(f"in {clock.elapsed_s:.0f} s")
     return 0
 
 
