@@ -38,3 +38,17 @@ def test_table_flags_a_wrong_or_changed_result_and_shows_the_best_setting():
     assert "| 40.0 | 38.0 | 20.0 | 19.0 | 2.11x | yes | yes | on | 12.5 / 30.0 |" in lines[0]
     assert "**no**" in lines[1] and "5.0 / 3.0 (1.0 / 2.0)" in lines[1]
     assert lines[2].endswith("build failed |")
+
+
+def test_auto_graph_decisions_match_the_h200_winners_of_the_committed_run():
+    """The host costs in sol_models.estimate were fitted to this run: `auto` must pick the faster of eager and
+    graph replay on at least 13 of its 14 programs (the README says so)."""
+    import json
+
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-12-01-h200-runtime.json"
+    measured = {r["problem"]: r["settings"] for r in json.loads(results.read_text())["rows"]}
+    rows = bench_runtime.plan_rows(bench_runtime.chosen_problems())
+    assert {r["problem"] for r in rows} == set(measured)
+    right = sum(r["graph_auto"] == (measured[r["problem"]]["graph on, fused off"]["t_us"]
+                                    < measured[r["problem"]]["graph off, fused off"]["t_us"]) for r in rows)
+    assert right >= 13, right
