@@ -130,7 +130,7 @@ def test_startup_folders_count_new_top_level_entries(tmp_path):
     assert not hook.exists()
 
 
-def test_candidates_get_their_own_compile_caches_and_no_user_site(tmp_path):
+def test_candidates_get_their_own_compile_caches_and_no_user_site(tmp_path, monkeypatch):
     env = candidate_env({"PATH": os.environ.get("PATH", "")}, workdir=str(tmp_path))
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH",
                 "XDG_CACHE_HOME", "TMPDIR"):
@@ -139,6 +139,11 @@ def test_candidates_get_their_own_compile_caches_and_no_user_site(tmp_path):
     from evals.sandbox import user_site_needed
 
     assert user_site_needed() or env.get("PYTHONNOUSERSITE") == "1"
+    # either way: the user's site folder is cut off unless the harness's own dependencies live there
+    monkeypatch.setattr("evals.sandbox.user_site_needed", lambda: False)
+    assert candidate_env({}, workdir=str(tmp_path)).get("PYTHONNOUSERSITE") == "1"
+    monkeypatch.setattr("evals.sandbox.user_site_needed", lambda: True)
+    assert "PYTHONNOUSERSITE" not in candidate_env({}, workdir=str(tmp_path))
 
 
 def test_without_the_sandbox_the_containment_cases_are_still_caught(tmp_path, monkeypatch):
