@@ -12,7 +12,8 @@
 #            the offline benchmark table <date>-h200-offline-$SUITE.{json,md} and the report.
 # Needs the wheels of `mucutlass wheelhouse` in .whl/; kernels built elsewhere with the same nvcc and CUTLASS may
 # come as .cache/kernels.tar.xz (same content hash, same cache entry). Results land in $OUT (at most 8 files).
-# Environment: ATTEMPTS (default 3), PREBUILD_S (default 300), EVAL_S (seconds left for the evaluation); offline
+# Environment: ATTEMPTS (default 3), PREBUILD_S (default 300), EVAL_S (seconds left for the evaluation), WORKERS
+# (judges side by side on the GPU, default 1); offline
 # stage: SUITE (default builtin), PREBUILD_ATTEMPTS (candidates built per problem, default ATTEMPTS + 2),
 # TABLE_S and REPORT_S (default 60 each).
 set -uo pipefail
@@ -78,8 +79,10 @@ if [ "$stage" = offline ]; then
   timeout "${PREBUILD_S:-300}" python3 benchmarks/bench_offline.py --suite "$SUITE" --prebuild-only \
     --max-attempts "$PREBUILD_ATTEMPTS" --jobs "$(nproc)" >> "$log" 2>&1
   say "prebuild exit $?; kernels in cache: $(ls "$MUCUTLASS_CACHE_DIR/kernels" | wc -l)"
+  # WORKERS judges share the GPU: each times alone under the GPU's timing lock while the others compile
+  # references, trace and validate
   timeout "${EVAL_S:-240}" python3 -m mucutlass eval --suite "$SUITE" --tiers offline --policies fixed,sol+plateau \
-    --max-attempts "$ATTEMPTS" --backend cutlass --out "$EVAL" --no-progress >> "$log" 2>&1
+    --max-attempts "$ATTEMPTS" --backend cutlass --out "$EVAL" --workers "${WORKERS:-1}" --no-progress >> "$log" 2>&1
   say "eval exit $?"
   # <date>-h200-offline-$SUITE.{json,md}: ours, PyTorch's best allowed variant (the floor) and fallbacks per problem
   timeout "${TABLE_S:-60}" python3 benchmarks/bench_offline.py --suite "$SUITE" --from-eval "$EVAL/results.sqlite" \

@@ -1078,10 +1078,37 @@ class Judge:
         method = TimingMethod.from_settings(settings)
         self.flusher = make_flusher(device, method, self.flusher)
         out: dict[str, Any] = {"timing_source": "gpu"}
+        compiled = None
+        if settings.get("compile", True):
+            # compiling is minutes of CPU and a little GPU work, not a measurement: judges sharing the GPU
+            # compile and validate side by side, and only the timings below hold it alone
+            with self.timing_lock(device, settings, shared=True):
+                compiled = self.compile_reference(model, input_sets[0], out)
         with self.timing_lock(device, settings) as lock:
-            self.reference_timings(model, input_sets, method, settings, out)
+            self.reference_timings(model, compiled, input_sets, method, out)
         out["timing_lock"] = lock.record()
+        if compiled is not None:
+            del compiled
+            torch._dynamo.reset()
         return out
+
+    @staticmethod
+    def compile_reference(model, x0: list, out: dict):
+        """``torch.compile(model)`` after its first call (TF32 allowed, as it is timed), or None with the reason
+        in ``out``: a model torch.compile cannot handle still has eager timings."""
+        try:
+            with torch.no_grad(), tf32_mode(matmul=True, cudnn=True):
+                compiled = torch.compile(model)
+                t0 = time.perf_counter()
+                compiled(*x0)
+                torch.cuda.synchronize()
+            out["compile_s"] = time.perf_counter() - t0
+            return compiled
+        except Exception as exc:
+            out["compile_us"] = None
+            out["reason"] = f"torch.compile failed: {_one_line(exc)}"
+            torch._dynamo.reset()
+            return None
 
     def timing_lock(self, device, settings: dict, shared: bool = False) -> DeviceTimingLock:
         """The GPU's timing lock (``evals.locks.DeviceTimingLock``: exclusive for a measurement, shared for
@@ -1090,8 +1117,9 @@ class Judge:
         key = device_key(device) if device.type == "cuda" and wait_s > 0 else None
         return DeviceTimingLock(key, shared=shared, wait_s=wait_s)
 
-    def reference_timings(self, model, input_sets: list, method, settings: dict, out: dict) -> None:
-        """Eager fp32, eager TF32 and torch.compile timings of the reference model, into ``out``."""
+    def reference_timings(self, model, compiled, input_sets: list, method, out: dict) -> None:
+        """Eager fp32, eager TF32 and (when ``compiled`` is given) torch.compile timings of the reference
+        model, into ``out``."""
         timed_s = 0.0
 
         def timed(fn, name: str):
@@ -1109,19 +1137,12 @@ class Judge:
                 s = timed(model, "eager_tf32")
                 out["eager_tf32_us"], out["eager_tf32_spread_pct"] = s["median_us"], s["spread_pct"]
                 timed_s += s["timed_s"]
-                if settings.get("compile", True):
+                if compiled is not None:
                     try:
-                        compiled = torch.compile(model)
-                        t0 = time.perf_counter()
-                        compiled(*input_sets[0])
-                        torch.cuda.synchronize()
-                        out["compile_s"] = time.perf_counter() - t0
                         s = timed(compiled, "compile")
                         out["compile_us"], out["compile_spread_pct"] = s["median_us"], s["spread_pct"]
                         timed_s += s["timed_s"]
-                        del compiled
-                        torch._dynamo.reset()
-                    except Exception as exc:  # a model torch.compile cannot handle still has eager timings
+                    except Exception as exc:  # a recompile that fails on another input set
                         out["compile_us"] = None
                         out["reason"] = f"torch.compile failed: {_one_line(exc)}"
         out["timed_s"] = timed_s

@@ -21,6 +21,6 @@
 # against PyTorch's best, for the targets (0.75 of TF32 SOL, 1.3x, 1.3x, >= 0.95x).
 set -uo pipefail
 SUITE=${1:-builtin-large}
-export SUITE ATTEMPTS=${ATTEMPTS:-2} PREBUILD_ATTEMPTS=${PREBUILD_ATTEMPTS:-4}
+export SUITE ATTEMPTS=${ATTEMPTS:-2} PREBUILD_ATTEMPTS=${PREBUILD_ATTEMPTS:-4} WORKERS=${WORKERS:-3}
 export PREBUILD_S=${PREBUILD_S:-180} EVAL_S=${EVAL_S:-260} TABLE_S=${TABLE_S:-40} REPORT_S=${REPORT_S:-30}
 exec bash benchmarks/h200_suite.sh offline
