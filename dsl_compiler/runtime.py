@@ -9,7 +9,8 @@ by the backend's executor (``run_kernel(program, kernel, env) -> {store: tensor}
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Callable, Literal
 
 import torch
 from torch import nn
@@ -18,6 +19,9 @@ from dsl_compiler import interpreter, ir, shapes, torch_steps
 from dsl_compiler.run_settings import RUNTIME_SETTINGS, RuntimeOptions, runtime_setting  # noqa: F401 - re-exported
 
 Backend = Literal["interpreter", "cutlass"]
+# What ``ProgramModule.step_scope`` is: called with each step as it runs (``None`` for the fused input casts, one
+# launch for several cast steps), it returns a context the step runs inside (a profiler range, say)
+StepScope = Callable[["ir.Step | None"], AbstractContextManager]
 
 
 class BindError(ValueError):
@@ -88,7 +92,12 @@ class ProgramModule(nn.Module):
 
     With ``options.cuda_graph`` calls replay a CUDA graph of the whole program where that is valid
     (``cutlass_runtime.ProgramGraphs``: eager otherwise, outputs always new tensors; never for a program
-    with ``module`` steps, whose Python may sync with the host or branch on values)."""
+    with ``module`` steps, whose Python may sync with the host or branch on values).
+
+    ``step_scope`` (None: the steps run bare) wraps each step in the context it returns for it, e.g. a profiler
+    range per step (``benchmarks/profile_programs.py``)."""
+
+    step_scope: StepScope | None = None
 
     def __init__(self, program: ir.Program, executor: Any, params: dict[str, torch.Tensor],
                  modules: dict[str, nn.Module] | None = None, *, options: RuntimeOptions | None = None):
@@ -131,17 +140,25 @@ class ProgramModule(nn.Module):
         env.update(params)
         modules = {self._opaque_paths[key]: m for key, m in self.opaque.items()}
         steps = self.program.steps
+        scope = self.step_scope
         if self.cast_jobs:
-            cast = self.executor.run_fused_casts(self.cast_jobs, env)
+            with scope(None) if scope is not None else nullcontext():
+                cast = self.executor.run_fused_casts(self.cast_jobs, env)
             if cast is not None:
                 env.update(cast)
                 steps = self.rest
         for step in steps:
-            if isinstance(step, ir.Kernel):
-                env.update(self.executor.run_kernel(self.program, step, env))
+            if scope is None:
+                env.update(self._step(step, env, modules))
             else:
-                env.update(torch_steps.run(step, env, modules, self._slice_totals))
+                with scope(step):
+                    env.update(self._step(step, env, modules))
         return [env[name] for name in self.program.outputs]
+
+    def _step(self, step: ir.Step, env: dict, modules: dict) -> dict:
+        if isinstance(step, ir.Kernel):
+            return self.executor.run_kernel(self.program, step, env)
+        return torch_steps.run(step, env, modules, self._slice_totals)
 
 
 def load(program: ir.Program, backend: Backend, params: dict[str, torch.Tensor], artifacts: Any = None,
