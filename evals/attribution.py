@@ -6,6 +6,8 @@ only moves data (a copy, a cast, a layout change, a pad, a fill) is the cost of 
 around its kernels: it is neither side's work, so an honest program whose conv spends half its time in a cast
 to channels-last is not called PyTorch's. Elementwise ATen kernels count as movement: on their own they cannot
 make a GEMM- or conv-class problem fast, and a candidate with no kernel of its own is flagged whatever it ran.
+In a μCUTLASS program only a library's products (GEMMs, convolutions, attention) count against it: its other
+torch steps are declared glue whose work its FLOP share already weighs (``split_kernel_time``).
 """
 
 from __future__ import annotations
@@ -28,12 +30,16 @@ MOVEMENT_KERNEL = re.compile(
 )
 # A library kernel whose name also carries a movement word but computes (cuDNN's implicit GEMM, a cuBLAS GEMM).
 COMPUTE_KERNEL = re.compile(r"gemm|conv|xmma|cublas|cudnn|nvjet", re.IGNORECASE)
+# Library kernels that compute products (GEMMs, convolutions, attention): for a program, the only library
+# kernels that count against it (its other torch steps are glue it declares; their work is in its FLOP share).
+PRODUCT_KERNEL = re.compile(r"gemm|gemv|conv|xmma|nvjet|winograd|fft|splitKreduce|flash|fmha|attention|triton_tem_",
+                            re.IGNORECASE)
 
 
 class WorkSplit(NamedTuple):
     own_us: float  # kernels the candidate brought (built programs, code it compiled)
     library_work_us: float  # library kernels that compute
-    movement_us: float  # library kernels that only move data
+    movement_us: float  # library kernels that only move data (for a program: that compute no product)
 
     @property
     def own_share(self) -> float | None:
@@ -42,12 +48,18 @@ class WorkSplit(NamedTuple):
         return self.own_us / work if work > 0 else None
 
 
-def split_kernel_time(kernels: Iterable[tuple[str, float]]) -> WorkSplit:
+def split_kernel_time(kernels: Iterable[tuple[str, float]], program: bool = False) -> WorkSplit:
+    """GPU time by who did it. With ``program``, a library kernel that computes no product counts as movement:
+    a μCUTLASS program's torch steps (a BatchNorm with batch statistics, a pooling, a softmax between its GEMMs)
+    are declared in its text and run on ATen by design; what they compute is in its FLOP share (its kernels'
+    FLOPs from their shapes against the problem's), which a program that hands a problem's non-product work to
+    such steps fails. A library GEMM or convolution inside a program still counts against it."""
     own = lib = move = 0.0
     for name, t_us in kernels:
         if not LIBRARY_KERNEL.search(name):
             own += t_us
-        elif MOVEMENT_KERNEL.search(name) and not COMPUTE_KERNEL.search(name):
+        elif (MOVEMENT_KERNEL.search(name) and not COMPUTE_KERNEL.search(name)) or \
+                (program and not PRODUCT_KERNEL.search(name)):
             move += t_us
         else:
             lib += t_us
@@ -111,8 +123,9 @@ def _tensor_shapes(shapes) -> list[list[int]]:
     return [list(s) for s in shapes or () if isinstance(s, (list, tuple)) and s and all(isinstance(d, int) for d in s)]
 
 
-def product_flops(name: str, shapes) -> float | None:
-    """FLOPs of a product operator (2 per multiply-add) from its input shapes; None for any other operator."""
+def product_flops(name: str, shapes, concrete=None) -> float | None:
+    """FLOPs of a product operator (2 per multiply-add) from its input shapes (and, for a convolution, its
+    non-tensor arguments ``concrete``, as the profiler records them); None for any other operator."""
     base = _name(name)
     ts = _tensor_shapes(shapes)
     if base in _MATMUL_LIKE:
@@ -130,14 +143,80 @@ def product_flops(name: str, shapes) -> float | None:
         # (..., M, K) x (..., K, N): 2 * batch * M * K * N
         return 2.0 * _numel(a) * (b[-1] if len(b) >= 2 else 1)
     if _CONV.search(base) and len(ts) >= 2:
-        x, w = ts[0], ts[1]
-        c_in = x[1] if len(x) > 1 else 1
-        # 2 * weight elements * output positions; the output's spatial size taken as the input's (stride 1)
-        return 2.0 * _numel(w) * _numel(x) / max(c_in, 1)
+        return conv_flops(base, ts[0], ts[1], concrete)
     if _ATTENTION.search(base) and len(ts) >= 3:
         q, k, v = ts[:3]
         return 2.0 * _numel(q[:-2]) * q[-2] * k[-2] * (q[-1] + v[-1])
     return None
+
+
+# Where each convolution operator keeps stride, padding, dilation (and whether it transposes) among its
+# arguments: their orders differ (cuDNN's and oneDNN's put padding before stride).
+_CONV_ARGS = {  # base name -> (stride, padding, dilation, transposed) argument indices
+    "conv1d": (3, 4, 5, None), "conv2d": (3, 4, 5, None), "conv3d": (3, 4, 5, None),
+    "convolution": (3, 4, 5, 6), "_convolution": (3, 4, 5, 6), "convolution_overrideable": (3, 4, 5, 6),
+    "cudnn_convolution": (3, 2, 4, None), "mkldnn_convolution": (4, 3, 5, None), "miopen_convolution": (4, 3, 5, None),
+    "_slow_conv2d_forward": (4, 5, None, None), "slow_conv3d_forward": (4, 5, None, None),
+}
+
+
+def _per_dim(value, dims: int) -> list[int] | None:
+    """An int-or-list argument as one int per spatial dimension; None where it was not recorded as numbers."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return [int(value)] * dims
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value):
+        vals = [int(v) for v in value]
+        return vals * dims if len(vals) == 1 else (vals if len(vals) == dims else None)
+    return None
+
+
+def conv_args_known(name: str, concrete) -> bool:
+    """Whether a recorded operator is a convolution whose stride, padding and dilation were recorded as numbers
+    (True for any other operator: nothing to know)."""
+    base = _name(name)
+    where = _CONV_ARGS.get(base)
+    if not _CONV.search(base):
+        return True
+    if where is None or not isinstance(concrete, (list, tuple)):
+        return False
+
+    def numbers(v) -> bool:
+        return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (
+            isinstance(v, (list, tuple)) and bool(v) and all(numbers(e) for e in v))
+
+    return all(i is None or (i < len(concrete) and (numbers(concrete[i]) or (i == where[1] and concrete[i] == "valid")))
+               for i in where[:3])
+
+
+def conv_flops(base: str, x: list[int], w: list[int], concrete=None) -> float:
+    """2 * weight elements * output positions of a convolution. The output positions come from the input's
+    spatial size, the filter, stride, padding and dilation where ``concrete`` holds them; a transposed
+    convolution (and an operator whose arguments are not known) counts per input position instead, which is
+    exact for a transposed one and for stride 1 with 'same' padding, and an overcount for a strided one."""
+    dims = len(w) - 2
+    per_input = 2.0 * _numel(w) * _numel(x) / max(x[1] if len(x) > 1 else 1, 1)
+    where = _CONV_ARGS.get(base)
+    if dims < 1 or len(x) != len(w) or where is None or not isinstance(concrete, (list, tuple)):
+        return per_input
+    i_stride, i_pad, i_dil, i_transposed = where
+
+    def arg(i):
+        return concrete[i] if i < len(concrete) else None
+
+    if i_transposed is not None and bool(arg(i_transposed)):
+        return per_input
+    pad = arg(i_pad)
+    stride = _per_dim(arg(i_stride), dims)
+    dilation = _per_dim(arg(i_dil), dims) if i_dil is not None else [1] * dims
+    padding = [0] * dims if pad == "valid" else _per_dim(pad, dims)  # 'same' (stride 1): per input position
+    if stride is None or padding is None or dilation is None or min(stride) < 1:
+        return per_input
+    positions = 1
+    for size, k, s, p, d in zip(x[2:], w[2:], stride, padding, dilation):
+        positions *= max(0, (size + 2 * p - d * (k - 1) - 1) // s + 1)
+    return 2.0 * _numel(w) * x[0] * positions
 
 
 def elementwise_flops(name: str, shapes) -> float:
@@ -158,24 +237,26 @@ def elementwise_flops(name: str, shapes) -> float:
 
 def op_flops(ops) -> float:
     """FLOPs of a forward's recorded ATen operators: ``ops`` is ``[name, input_shapes, parent_index]`` per record
-    (parent -1 at the top). A product operator counts by its formula and its sub-operators not at all; any other
+    (parent -1 at the top), with the non-tensor arguments (``concrete``, None per tensor) as an optional fourth item. A product operator counts by its formula and its sub-operators not at all; any other
     operator counts what its sub-operators count, or, where they count nothing (it did the work itself), one
     FLOP per element."""
-    ops = list(ops)
+    ops = [list(o[:3]) + [o[3] if len(o) > 3 else None] for o in ops]
     children: dict[int, list[int]] = {}
-    for i, (_, _, parent) in enumerate(ops):
+    for i, (_, _, parent, _) in enumerate(ops):
         if isinstance(parent, int) and 0 <= parent < len(ops) and parent != i:
             children.setdefault(parent, []).append(i)
     counted: dict[int, float] = {}
     # post-order without recursion (a loop of thousands of small operators nests shallowly but widely)
-    for root in [i for i, (_, _, parent) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]:
+    for root in [i for i, (_, _, parent, _) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]:
         stack = [(root, False)]
         while stack:
             i, done = stack.pop()
-            name, shapes, _ = ops[i]
+            name, shapes, _, concrete = ops[i]
             is_aten = str(name).startswith("aten::")
-            product = product_flops(str(name), shapes) if is_aten else None
-            if product is not None:
+            product = product_flops(str(name), shapes, concrete) if is_aten else None
+            # a conv whose stride and padding were not recorded (a string padding) asks the operators it
+            # dispatched first: they carry them as numbers
+            if product is not None and (not children.get(i) or conv_args_known(str(name), concrete)):
                 counted[i] = product
                 continue
             if not done:
@@ -183,9 +264,19 @@ def op_flops(ops) -> float:
                 stack.extend((c, False) for c in children.get(i, []) if c not in counted)
                 continue
             below = sum(counted.get(c, 0.0) for c in children.get(i, []))
-            counted[i] = below if below > 0 or not is_aten else elementwise_flops(str(name), shapes)
-    roots = [i for i, (_, _, parent) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]
+            counted[i] = below if below > 0 or not is_aten else (
+                product if product is not None else elementwise_flops(str(name), shapes))
+    roots = [i for i, (_, _, parent, _) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]
     return float(sum(counted.get(i, 0.0) for i in roots))
+
+
+def _plain_arg(a):
+    """A non-tensor argument as the profiler's concrete inputs spell it (ints, floats, bools, strings, lists)."""
+    if isinstance(a, (bool, int, float, str)) or a is None:
+        return a
+    if isinstance(a, (list, tuple)):
+        return [_plain_arg(v) for v in a]
+    return None
 
 
 class OpRecorder:
@@ -205,7 +296,8 @@ class OpRecorder:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 shapes = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
-                recorder.ops.append([f"aten::{func.overloadpacket.__name__}", shapes, -1])
+                concrete = [None if isinstance(a, torch.Tensor) else _plain_arg(a) for a in args]
+                recorder.ops.append([f"aten::{func.overloadpacket.__name__}", shapes, -1, concrete])
                 return func(*args, **kwargs)
 
         self._mode = _Mode()
@@ -238,7 +330,7 @@ def work_share(work: dict, ref_flops: float, program=None, problem=None) -> dict
     out: dict = {"reference_flops": ref_flops}
     kernels = work.get("kernels") or []
     if kernels:
-        split = split_kernel_time(kernels)
+        split = split_kernel_time(kernels, program=program is not None)
         out["kernels"] = [[str(n)[:120], t] for n, t in kernels[:40]]
         out["split_us"] = split._asdict()
         out["candidate_time_share"] = split.own_share if split.own_us > 0 else 0.0

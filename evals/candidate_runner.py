@@ -114,6 +114,15 @@ def _module_functions(*modules) -> dict:
 
 _HARNESS_FUNCTIONS: dict = {}  # filled in main(), once this module is complete
 
+
+def _plain_arg(a):
+    """A recorded non-tensor argument as plain data (ints, floats, bools, strings, lists; anything else None)."""
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return a
+    if isinstance(a, (list, tuple)):
+        return [_plain_arg(v) for v in a]
+    return None
+
 MAX_OPS = 200_000  # operator records sent back from one counted call
 
 
@@ -561,7 +570,10 @@ class Runner:
             for e in events:
                 if record_ops and e.device_type == DeviceType.CPU and len(work["ops"]) < MAX_OPS:
                     parent = index.get(id(e.cpu_parent), -1) if e.cpu_parent is not None else -1
-                    work["ops"].append([e.name, [list(s) for s in (e.input_shapes or [])], parent])
+                    op = [e.name, [list(s) for s in (e.input_shapes or [])], parent]
+                    if "conv" in e.name:  # stride, padding and dilation: a strided conv's output positions
+                        op.append([_plain_arg(a) for a in (getattr(e, "concrete_inputs", None) or [])])
+                    work["ops"].append(op)
                 if kernels and e.device_type == DeviceType.CUDA:
                     work["kernels"].append([e.name, float(e.time_range.elapsed_us())])
             if kernels and self.cuda and not work["kernels"]:  # profilers that attach kernels to their CPU op

@@ -335,6 +335,27 @@ def _graph_entries(fn, input_sets) -> list[dict]:
     return entries
 
 
+def release_rng_from_failed_capture() -> None:
+    """A capture that fails (a model that branches on a value syncs the host) ends before the default CUDA
+    generator's capture epilogue runs, so the generator stays marked as capturing and every later random draw
+    on the GPU in this process fails ("Offset increment outside graph capture encountered unexpectedly"): the
+    judge could then draw no more input sets. One small capture that ends cleanly runs the epilogue."""
+    import warnings
+
+    import torch
+
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an almost empty graph is the point
+            with torch.cuda.graph(graph):
+                torch.empty(1, device="cuda").zero_()
+        del graph
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - nothing more to do: the draws that follow say so themselves
+        pass
+
+
 def _eager_entries(fn, input_sets) -> list[dict]:
     entries = []
     for inputs in input_sets:
@@ -430,6 +451,7 @@ def time_candidate(model, input_sets, flusher, method: TimingMethod, graph: bool
                 torch.cuda.synchronize()
             except Exception:  # noqa: BLE001
                 pass
+            release_rng_from_failed_capture()
     name = "cuda_graph" if entries is not None else "events_device_sync"
     if entries is None:
         entries = _eager_entries(fn, input_sets)

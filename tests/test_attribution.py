@@ -135,3 +135,116 @@ output d
     one_row = work_share({"aten_flops": 0}, GEMM, program(False))
     assert whole["candidate_work_share"] == 1.0
     assert one_row["candidate_work_share"] == 1.0 / M
+
+
+# ---------------------------------------------------------------------------------------------
+# Strided convolutions: counted by their output positions on both sides (a count by input positions made
+# the reference of a stride-4 conv 16x too large, and an honest program's share of it 0.4)
+
+
+def _conv_cases():
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(2, 3, 64, 64, generator=g), torch.randn(8, 3, 11, 11, generator=g)
+    xd, wd = torch.randn(2, 16, 33, 33, generator=g), torch.randn(16, 1, 3, 3, generator=g)
+    x1, w1 = torch.randn(2, 3, 100, generator=g), torch.randn(8, 3, 5, generator=g)
+    wt = torch.randn(3, 8, 4, 4, generator=g)
+    return {  # name -> (call, true FLOPs: 2 per multiply-add)
+        "stride 4 (AlexNet's first conv)": (lambda: F.conv2d(x, w, stride=4, padding=2), lambda o: 2 * o.numel() * 3 * 121),
+        "dilated, strided": (lambda: F.conv2d(x, w, stride=2, padding=1, dilation=2), lambda o: 2 * o.numel() * 3 * 121),
+        "'same' padding": (lambda: F.conv2d(x, w, padding="same"), lambda o: 2 * o.numel() * 3 * 121),
+        "'valid' padding": (lambda: F.conv2d(x, w, padding="valid"), lambda o: 2 * o.numel() * 3 * 121),
+        "depthwise, stride 2": (lambda: F.conv2d(xd, wd, stride=2, padding=1, groups=16), lambda o: 2 * o.numel() * 9),
+        "1-D, stride 3": (lambda: F.conv1d(x1, w1, stride=3), lambda o: 2 * o.numel() * 15),
+        "transposed, stride 2": (lambda: F.conv_transpose2d(x, wt, stride=2, padding=1), lambda o: 2 * x.numel() * 8 * 16),
+    }
+
+
+def _recorded_with_args(fn) -> list:
+    """As the candidate process records them: a conv's non-tensor arguments as a fourth item."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from evals.candidate_runner import _plain_arg
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    events = list(prof.events())
+    index = {id(e): i for i, e in enumerate(events)}
+    ops = []
+    for e in events:
+        op = [e.name, [list(s) for s in e.input_shapes], index.get(id(e.cpu_parent), -1) if e.cpu_parent else -1]
+        if "conv" in e.name:
+            op.append([_plain_arg(a) for a in (e.concrete_inputs or [])])
+        ops.append(op)
+    return ops
+
+
+def test_a_strided_conv_counts_its_output_positions_in_the_reference_and_in_a_candidate():
+    for what, (call, true) in _conv_cases().items():
+        expected = true(call())
+        with OpRecorder() as rec:
+            call()
+        assert rec.flops == expected, (what, rec.flops, expected)
+        assert op_flops(_recorded_with_args(call)) == expected, what
+
+
+def test_a_conv_recorded_without_its_arguments_is_counted_high_never_low():
+    import torch.nn.functional as F
+
+    for what, (call, true) in _conv_cases().items():
+        expected = true(call())
+        bare = [op[:3] for op in _recorded_with_args(call)]
+        assert op_flops(bare) >= expected, what
+    garbled = [["aten::conv2d", [[2, 3, 64, 64], [8, 3, 11, 11], [], [], [], [], []], -1, [None, None, None, "x", [2, 2], [1, 1], 1]]]
+    assert op_flops(garbled) == 2.0 * 8 * 3 * 121 * 2 * 64 * 64
+
+
+def test_a_program_that_runs_a_strided_conv_problem_in_its_kernel_has_all_of_the_work():
+    import torch
+    import torch.nn as nn
+
+    from dsl_compiler.parser import parse
+
+    model = nn.Conv2d(3, 96, 11, stride=4, padding=2, bias=False)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad(), OpRecorder() as rec:
+        model(x)
+    text = """program p
+input x: f32[2, 3, 64, 64]
+param w: f32[96, 3, 11, 11] channels_last = "weight"
+torch x_cl = channels_last(x)
+kernel c = conv2d(x_cl, w, stride=(4, 4), padding=(2, 2), dilation=(1, 1), groups=1) {
+  math = tf32
+  store y: f32 = acc
+}
+output y
+"""
+    prog, diags = parse(text)
+    assert prog is not None, diags
+    share = work_share({"aten_flops": 0}, rec.flops, prog)
+    assert share["candidate_work_share"] == 1.0, share
+    # a Python candidate calling torch's conv for the same problem did none of it
+    ops = _recorded_with_args(lambda: model(x))
+    assert work_share({"ops": ops}, rec.flops)["candidate_work_share"] == 0.0
+
+
+# A program's torch steps between its kernels: glue it declares, unless a library computes a product there
+CUDNN_BN = "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int=512, bool=1, int=1>(cudnnTensorStruct, float const *)"
+ATEN_BN_STATS = "void at::native::batch_norm_collect_statistics_kernel<at::native::InvStd, float, float, float, int>(...)"
+ATEN_MAXPOOL = "void at::native::(anonymous namespace)::max_pool_forward_nhwc<float, float>(float const*, int, ...)"
+
+
+def test_a_programs_normalization_and_pooling_steps_are_not_work_it_passes_off_but_a_library_product_is():
+    steps = [(OWN_CONV, 400.0), (CUDNN_BN, 300.0), (ATEN_BN_STATS, 150.0), (ATEN_MAXPOOL, 100.0)]
+    as_program = split_kernel_time(steps, program=True)
+    assert as_program == WorkSplit(own_us=400.0, library_work_us=0.0, movement_us=550.0)
+    assert pytorch_only_reason(as_program, None) is None
+    # the same kernels from a Python candidate: the library's normalization is work it did not bring
+    as_python = split_kernel_time(steps)
+    assert as_python.library_work_us == 550.0 and pytorch_only_reason(as_python, None) is not None
+    # a program whose torch step runs a cuBLAS GEMM or a cuDNN conv is flagged by time as before
+    for product in (CUBLAS_GEMM, CUDNN_CONV):
+        split = split_kernel_time([(OWN_CONV, 100.0), (product, 300.0), (CUDNN_BN, 50.0)], program=True)
+        assert split.library_work_us == 300.0 and pytorch_only_reason(split, None) is not None
