@@ -338,7 +338,8 @@ def attribute(events, calls: int, cuda: bool) -> dict:
     host_us = sum(end - start for start, end, _ in call_spans)
     method, unattributed_us = "cpu ranges", 0.0
     if cuda:
-        work = [e for e in events if _is_cuda(e) and not _NOT_WORK.search(e.name)]
+        work = [e for e in events if _is_cuda(e) and not _NOT_WORK.search(e.name)
+                and not getattr(e, "is_user_annotation", False)]  # the GPU side of a record_function range
         device_us = sum(k.time_range.elapsed_us() for k in work)
         tallies = {"launch": _by_launch(events, work, steps, call_ranges),
                    "operator": _by_operator(events, step_ids, call_ids, steps, call_ranges)}
@@ -519,7 +520,7 @@ def to_markdown(doc: dict) -> str:
             f"{r['torch_steps']} torch steps: summed **{_us(r['gpu_us_per_call'])} us** per call against t_us "
             f"**{_us(r['t_us'])}** ({r['timing_source'] or '-'}); between steps {_us(r['outside_steps_us'])} us, "
             f"unattributed {_us(r['unattributed_us'])} us, host {_us(r['host_us_per_call'])} us per call "
-            f"(profiled). {r.get('runtime_options', '')}")
+            f"(profiled); attributed by {r['attribution']}. {r.get('runtime_options', '')}")
         lines.append("")
         lines.append("By op: " + "; ".join(f"{o['kind']} {o['op']} x{o['steps']} {_us(o['us_per_call'])} us"
                                            for o in r["by_op"][:6]))

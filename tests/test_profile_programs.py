@@ -156,7 +156,9 @@ def _one_call(t0: float, linked: bool, launches: bool) -> list:
               _event("bn_kernel", t0 + 70, t0 + 82, DeviceType.CUDA, id=cid + 2),
               _event("Memcpy DtoD", t0 + 96, t0 + 98, DeviceType.CUDA, id=cid + 3),
               # the GPU side of a range is no work of its own
-              _event(f"{STEP_RANGE}0", t0 + 30, t0 + 60, DeviceType.CUDA, id=cid + 4)]
+              _event(f"{STEP_RANGE}0", t0 + 30, t0 + 60, DeviceType.CUDA, id=cid + 4),
+              SimpleNamespace(**{**vars(_event("someone's range", t0, t0 + 99, DeviceType.CUDA, id=cid + 5)),
+                                 "is_user_annotation": True})]
     if launches:
         events += [_event("cudaLaunchKernelExC", t0 + 20, t0 + 22, id=cid + 1, parent=s0),
                    _event("cudaLaunchKernel", t0 + 60, t0 + 61, id=cid + 2, parent=op),
