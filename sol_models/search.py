@@ -107,6 +107,30 @@ def shape_key(program: Program, kernel_name: str) -> str:
     return f"{desc}|{dims.l}x{dims.m}x{dims.n}x{dims.k}|{dtype}|{epilogue_class(kernel)}"
 
 
+def kernel_signature(program: Program, kernel_name: str, types: dict | None = None) -> str:
+    """What a kernel's configurations are ranked on: its text with every tensor it names replaced by the order
+    in which it names them, and those tensors' types (dtype, shape, layout). Two kernels with one signature
+    (an LSTM's recurrent GEMM at every step, a ResNet's repeated blocks) have the same legal configurations in
+    the same order, so a plan ranks them once."""
+    import re
+
+    from dsl_compiler import shapes
+    from dsl_compiler.printer import format_kernel
+    from dsl_compiler.walk import epilogue_refs
+
+    kernel = kernel_of(program, kernel_name)
+    types = types if types is not None else shapes.infer(program)
+    names: list[str] = []
+    for name in [kernel.name, *(o.name for o in kernel.operands), *(r.name for r in epilogue_refs(kernel)),
+                 *(s.name for s in kernel.stores), *(let.name for let in kernel.lets)]:
+        if name not in names:
+            names.append(name)
+    alias = {n: f"%{i}" for i, n in enumerate(names)}
+    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")\b")
+    text = pattern.sub(lambda m: alias[m.group(1)], format_kernel(kernel))
+    return text + "\n" + "\n".join(f"{alias[n]}: {types[n]!r}" for n in names if n in types)
+
+
 # ---------------------------------------------------------------------------------------------
 # The per-shape record of best measured configurations
 

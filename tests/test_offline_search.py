@@ -136,3 +136,77 @@ def test_unknown_kernel_is_a_clear_error():
     problem, program = traced("01_gemm_square")
     with pytest.raises(KeyError, match="no kernel 'nope'"):
         search.propose_configs(program, "nope", problem, "h200")
+
+
+# ---------------------------------------------------------------------------------------------
+# One ranking per kernel signature: a recurrence's steps and a model's repeated blocks are ranked once
+
+RECURRENT = """program rec
+input x: f32[16, 256]
+param w1: f32[256, 256] = "l1.weight"
+param w2: f32[256, 256] = "l2.weight"
+param w3: f32[128, 256] = "l3.weight"
+param b3: f32[128] = "l3.bias"
+kernel step_a = gemm(x, w1^T) {
+  math = tf32
+  store h1: f32 = relu(acc)
+}
+kernel step_b = gemm(h1, w2^T) {
+  math = tf32
+  store h2: f32 = relu(acc)
+}
+kernel head = gemm(h2, w3^T) {
+  math = tf32
+  store y: f32 = acc + b3[col]
+}
+output y
+"""
+
+
+def test_kernels_that_differ_only_in_the_names_they_use_share_a_signature_and_a_ranking():
+    from dsl_compiler.parser import parse
+
+    program, diags = parse(RECURRENT)
+    assert program is not None, diags
+    sig = {k.name: search.kernel_signature(program, k.name) for k in program.kernels}
+    assert sig["step_a"] == sig["step_b"]
+    assert sig["head"] != sig["step_a"]  # another shape and an epilogue reading a vector
+    a = search.rank_configs(program, "step_a", None, "h200")
+    b = search.rank_configs(program, "step_b", None, "h200")
+    assert [r.config for r in a] == [r.config for r in b] and a
+    assert [r.t_est_us for r in a] == pytest.approx([r.t_est_us for r in b])
+
+
+def test_a_different_epilogue_or_layout_is_a_different_signature():
+    from dsl_compiler.parser import parse
+
+    other_epilogue = RECURRENT.replace("store h2: f32 = relu(acc)", "store h2: f32 = acc * 2.0")
+    program, _ = parse(other_epilogue)
+    assert search.kernel_signature(program, "step_a") != search.kernel_signature(program, "step_b")
+    transposed = RECURRENT.replace("gemm(h1, w2^T)", "gemm(h1, w2)")
+    program, _ = parse(transposed)
+    assert search.kernel_signature(program, "step_a") != search.kernel_signature(program, "step_b")
+
+
+def test_the_lstm_plan_ranks_its_recurrent_steps_once():
+    from nodes.offline.policy import OfflineTier
+
+    lstm = next(p for p in load_suite("models") if p.name == "14_lstm_layer")
+    calls = []
+    real = search.rank_configs
+
+    def counting(program, name, *args, **kwargs):
+        calls.append(name)
+        return real(program, name, *args, **kwargs)
+
+    search.rank_configs = counting
+    try:
+        listed = OfflineTier(use_record=False).candidates(lstm, "h200")
+    finally:
+        search.rank_configs = real
+    first = listed[0].program
+    assert len(first.kernels) == 65
+    # per plan (one per precision), the input projection and one recurrent step: not 64 of them
+    assert set(calls) == {"input_proj", "recurrent"} and calls.count("recurrent") == calls.count("input_proj"), calls
+    steps = [k for k in first.kernels if k.name.startswith("recurrent")]
+    assert len({k.config for k in steps}) == 1

@@ -32,6 +32,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsl_compiler import shapes
 from dsl_compiler.diagnostics import kernels_named
 from dsl_compiler.frontend import TraceOptions, TraceResult, trace_problem
 from dsl_compiler.ir import Program
@@ -218,8 +219,17 @@ class OfflineTier:
                 title=f"traced program: no kernel ({len(program.torch_steps)} PyTorch steps)",
                 program=program, t_est_us=0.0, configs=()))
             return plan
-        ranked = {k.name: search.rank_configs(program, k.name, problem, gpu, self.record, self.configs_per_kernel)
-                  for k in program.kernels}
+        # kernels with one signature (a recurrence's step, a repeated block) share one ranking: ranking checks
+        # and estimates the whole program per configuration, so a 65-kernel LSTM took minutes per plan
+        types = shapes.infer(program)
+        by_signature: dict[str, list] = {}
+        ranked = {}
+        for k in program.kernels:
+            signature = search.kernel_signature(program, k.name, types)
+            if signature not in by_signature:
+                by_signature[signature] = search.rank_configs(program, k.name, problem, gpu, self.record,
+                                                              self.configs_per_kernel)
+            ranked[k.name] = by_signature[signature]
         base = program
         for name, options_ in ranked.items():
             if options_:
