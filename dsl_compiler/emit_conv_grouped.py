@@ -8,7 +8,11 @@ is built from CUTLASS 2.x kernels, which run on sm_90 as well:
   sums in fp32). Filter size, stride and dilation
   are template constants (``kFixedStrideDilation``) for filters up to 5x5 with stride and dilation up to
   2, else ``kOptimized`` reads stride and dilation at run time. It reads a filter re-laid out once per
-  call into the workspace (CUTLASS's own reorder kernel).
+  call into the workspace (CUTLASS's own reorder kernel). Its grid is (1, ceil(K / channels per CTA),
+  ``split_k_slices``): CUTLASS's depthwise swizzle puts the N*P*Q output tiles on ``split_k_slices`` (each CTA
+  then walks every ``split_k_slices``-th tile; no reduction), so with 1 a handful of CTAs walk every tile in
+  turn (milliseconds on the H200 for a MobileNet layer). With ``MUCUTLASS_DEPTHWISE_SPLIT = on`` the host code
+  sizes ``split_k_slices`` for about ``DEPTHWISE_SPLIT_CTAS_PER_SM`` CTAs per SM (off by default until measured).
 - grouped (1 < groups < C): the implicit-GEMM ``DefaultConv2dGroupFprop`` on Ampere tensor-core
   instructions (``Sm80``: TF32 ``mma.sync`` for f32 storage, f16 / bf16 for 16-bit storage).
   ``GroupMode::kSingleGroup`` (optimized iterators) when the tile's N divides K/groups,
@@ -47,12 +51,16 @@ from dsl_compiler.emit_common import (
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.ir import ConvOp, Kernel, Program, Reduce, Store
 from dsl_compiler.precision import kernel_math
+from dsl_compiler.run_settings import runtime_setting
 
 # Depthwise direct conv: (output rows, output cols, channels) per CTA, first that fits shared memory.
 DEPTHWISE_TILES = ((8, 8, 64), (8, 8, 32), (8, 8, 16), (4, 4, 64), (4, 4, 32), (4, 4, 16))
 DEPTHWISE_SMEM_BYTES = 200 * 1024  # of the 227 KB a block may opt into
 DEPTHWISE_STAGE_TARGET_BYTES = 64 * 1024  # stages = auto: as many stages as fit here (occupancy of a memory-bound kernel)
 FIXED_MAX_FILTER, FIXED_MAX_STRIDE, FIXED_MAX_DILATION = 5, 2, 2  # beyond: registers spill, kOptimized instead
+# MUCUTLASS_DEPTHWISE_SPLIT = on: CTAs per SM the output tiles are spread over (a CTA of 4 warps and at most ~60 KB
+# of shared memory for fp32 3x3: 4 fit an SM); each walks its share of tiles with its multistage pipeline.
+DEPTHWISE_SPLIT_CTAS_PER_SM = 4
 # Grouped implicit GEMM (Sm80 tensor-op mma.sync): tile extents it is built for.
 GROUPED_TILE_M = (64, 128)
 GROUPED_TILE_N = (32, 64, 128)
@@ -329,8 +337,35 @@ using ConvKernel = typename cutlass::conv::kernel::DefaultDepthwiseDirect2dConvF
 using Op = cutlass::conv::device::DirectConvolution<ConvKernel>;
 constexpr int kGroups = {op.groups};
 """
+    slices_fn = _depthwise_slices(kernel, oh, ow, g)
     knobs = {"stages": f"{n_stages},  // knob: stages", "math": f"{el}, cutlass::layout::TensorNHWC"}
-    return _finish(kernel, op, body, epi, dtype, knobs, depthwise=True)
+    return _finish(kernel, op, body + slices_fn, epi, dtype, knobs, depthwise=True,
+                   slices="mu_slices(I(0), P, Q, I(5))" if slices_fn else "1")
+
+
+def _depthwise_slices(kernel: Kernel, oh: int, ow: int, groups_per_cta: int) -> str:
+    """C++ of ``mu_slices`` ('' when the setting is off): the ``split_k_slices`` of the depthwise problem, which for CUTLASS's direct conv
+    is the number of CTAs along the N*P*Q output tiles (DepthwiseDirect2dConvIdentityThreadblockSwizzle;
+    the activation iterator advances by it, the epilogue stores tile ``slice + i * split_k_slices``)."""
+    try:
+        split = runtime_setting("MUCUTLASS_DEPTHWISE_SPLIT")
+    except ValueError as exc:
+        raise EmitError(Diagnostic(code="bad-setting", message=f"kernel '{kernel.name}': {exc}", span=kernel.span,
+                                   hint="set MUCUTLASS_DEPTHWISE_SPLIT to off or on, or unset it")) from None
+    if split == "off":
+        return ""  # split_k_slices = 1: one CTA per channel block walks every output tile
+    return f"""// MUCUTLASS_DEPTHWISE_SPLIT = on: the output tiles spread over about {DEPTHWISE_SPLIT_CTAS_PER_SM} CTAs per SM
+static int mu_slices(int n, int p, int q, int k) {{
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0)
+    sms = 132;
+  long long tiles = (long long)n * ((p + {oh - 1}) / {oh}) * ((q + {ow - 1}) / {ow});
+  int channel_blocks = (k + {groups_per_cta - 1}) / {groups_per_cta};
+  long long want = ({DEPTHWISE_SPLIT_CTAS_PER_SM}LL * sms + channel_blocks - 1) / channel_blocks;
+  long long slices = want < tiles ? want : tiles;
+  return int(slices < 1 ? 1 : (slices > 65535 ? 65535 : slices));  // grid.z is at most 65535
+}}
+"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,7 +486,7 @@ static cutlass::conv::Conv2dProblemSize mu_problem(const int64_t* ints) {
   int P = (I(2) + 2 * I(10) - I(16) * (I(7) - 1) - 1) / I(13) + 1;
   int Q = (I(3) + 2 * I(11) - I(17) * (I(8) - 1) - 1) / I(14) + 1;
   return cutlass::conv::Conv2dProblemSize(I(0), I(2), I(3), I(4), I(5), I(7), I(8), P, Q, I(10), I(11), I(13), I(14),
-                                          I(16), I(17), cutlass::conv::Mode::kCrossCorrelation, 1, kGroups);
+                                          I(16), I(17), cutlass::conv::Mode::kCrossCorrelation, @@SLICES@@, kGroups);
 }
 
 // Bytes of the workspace: the depthwise kernel reads its filter re-laid out there.
@@ -508,7 +543,8 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
 """
 
 
-def _finish(kernel: Kernel, op: ConvOp, body: str, epi: _Epi, dtype: str, knobs: dict[str, str], depthwise: bool) -> EmittedKernel:
+def _finish(kernel: Kernel, op: ConvOp, body: str, epi: _Epi, dtype: str, knobs: dict[str, str], depthwise: bool,
+            slices: str = "1") -> EmittedKernel:
     if epi.source == "bias":  # C with every stride 0: element (n, p, q, k) reads bias[k]
         source = "ElementC* c_ptr = reinterpret_cast<ElementC*>(ptrs[3]);\n  Layout lc = Layout(typename Layout::Stride(0));"
     elif epi.source == "residual":
@@ -521,7 +557,7 @@ def _finish(kernel: Kernel, op: ConvOp, body: str, epi: _Epi, dtype: str, knobs:
     else:
         workspace = "0"
         extra = ""
-    abi_text = (_ABI.replace("@@WORKSPACE@@", workspace).replace("@@NCONST@@", str(len(epi.scalars)))
+    abi_text = (_ABI.replace("@@WORKSPACE@@", workspace).replace("@@SLICES@@", slices).replace("@@NCONST@@", str(len(epi.scalars)))
                 .replace("@@SOURCE@@", source).replace("@@EXTRA@@", extra))
     core = body + abi_text
     ns = namespace_for(core)

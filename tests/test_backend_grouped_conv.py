@@ -98,6 +98,40 @@ def test_depthwise_stages_auto_fits_shared_memory_and_explicit_stages_are_kept()
     assert "    3,  // knob: stages" in emitted_one(conv(64, cfg="math = f32; stages = 3")).source
 
 
+def test_depthwise_split_setting_spreads_output_tiles_over_the_sms_and_is_off_by_default(monkeypatch):
+    """CUTLASS's depthwise grid is (1, ceil(K / 64), split_k_slices): off, split_k_slices stays 1 (a few CTAs walk
+    every output tile, the source as before); on, the host code sizes it from the SM count and the tile counts."""
+    text = conv(192, c=192, body="store y: {dt} = hardtanh(acc, 0.0, 6.0)", hw=(224, 224))
+    monkeypatch.delenv("MUCUTLASS_DEPTHWISE_SPLIT", raising=False)
+    default = emitted_one(text).source
+    monkeypatch.setenv("MUCUTLASS_DEPTHWISE_SPLIT", "off")
+    off = emitted_one(text).source
+    monkeypatch.setenv("MUCUTLASS_DEPTHWISE_SPLIT", "on")
+    on = emitted_one(text).source
+    assert default == off and "mu_slices" not in off and "Mode::kCrossCorrelation, 1, kGroups)" in off
+    assert "Mode::kCrossCorrelation, mu_slices(I(0), P, Q, I(5)), kGroups)" in on
+    assert "static int mu_slices(int n, int p, int q, int k)" in on and "cudaDevAttrMultiProcessorCount" in on
+    # the tile counts the kernel's own 8x8x64 output tile gives, and about 4 CTAs per SM over the channel blocks
+    assert "n * ((p + 7) / 8) * ((q + 7) / 8)" in on and "(k + 63) / 64" in on and "(4LL * sms" in on
+    assert "TensorNHWCShape<1, 8, 8, 64>" in on
+    # everything else is the same kernel
+    assert on.split("namespace", 1)[0] == off.split("namespace", 1)[0]
+    assert on.count("DefaultDepthwiseDirect2dConvFprop") == off.count("DefaultDepthwiseDirect2dConvFprop") == 1
+    # a grouped (tensor-core) conv is untouched by the setting
+    grouped = conv(2, cfg="math = tf32")
+    assert "mu_slices" not in emitted_one(grouped).source
+    monkeypatch.setenv("MUCUTLASS_DEPTHWISE_SPLIT", "off")
+    assert "mu_slices" not in emitted_one(grouped).source
+
+
+def test_depthwise_split_setting_with_a_bad_value_is_one_diagnostic(monkeypatch):
+    monkeypatch.setenv("MUCUTLASS_DEPTHWISE_SPLIT", "maybe")
+    _, emitted, diags = emit(conv(64))
+    assert not emitted and len(diags) == 1
+    d = diags[0]
+    assert "MUCUTLASS_DEPTHWISE_SPLIT" in d.message and "'maybe'" in d.message and d.hint and d.span is not None
+
+
 def test_depthwise_with_a_channel_multiplier_is_refused_with_a_torch_step_hint():
     d = refused(conv(64, k=128))
     assert "channel multiplier" in d.message and "groups=64" in d.hint
@@ -243,13 +277,15 @@ def test_runtime_builds_the_conv_call_for_a_depthwise_kernel_on_cpu_tensors():
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("name", ["depthwise_conv2d_relu6", "grouped_conv2d_tf32_bias"])
-def test_real_nvcc_compiles_depthwise_and_grouped(name, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name, split", [("depthwise_conv2d_relu6", "off"), ("depthwise_conv2d_relu6", "on"),
+                                         ("grouped_conv2d_tf32_bias", "off")])
+def test_real_nvcc_compiles_depthwise_and_grouped(name, split, tmp_path, monkeypatch):
     from test_backend_programs import program
 
     from dsl_compiler import build
 
     monkeypatch.setenv("MUCUTLASS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MUCUTLASS_DEPTHWISE_SPLIT", split)
     res = build.build_program(program(name))
     assert res.ok, "\n".join(d.render() for d in res.diagnostics)
     (so,) = res.artifacts.values()
