@@ -271,27 +271,59 @@ def estimate_kernel(
     )
 
 
-# A depthwise conv (one output channel per group) runs as CUTLASS's direct SIMT kernel: fp32 FMAs on the
-# CUDA cores over data read about once, so memory-bound at these sizes; this share of the fp32 peak is
-# what a direct kernel with register-blocked filters sustains.
+# A depthwise conv (one output channel per group) runs as CUTLASS's direct SIMT kernel (emit_conv_grouped). Its grid
+# is (1, ceil(K / groups per CTA), split_k_slices): DepthwiseDirect2dConvIdentityThreadblockSwizzle puts the N*P*Q
+# output tiles on split_k_slices, which the emitter leaves at 1 unless MUCUTLASS_DEPTHWISE_SPLIT = on, so 3-4 CTAs
+# each walk every 8x8 output tile of their 64 channels in turn. Measured on an H200 (fp32, 3x3, stride 1): the step
+# profiles of 2026-12-01 (models 11_mobilenetv2 [2,192,224,224]: 2213 and 2430 us, 3 CTAs; 12_efficientnet
+# [4,192,112,112]: 1098 us, and 2692 us with a SiLU epilogue, 3 CTAs) and the offline run of 2026-11-30
+# (builtin 28 [16,256,128,128]: 6955 us, 4 CTAs): 43-53 GFLOP/s per CTA (2*R*S FLOP per output), 65-77 GB/s in all.
+DEPTHWISE_DIRECT_FLOPS_PER_S_PER_CTA = 47e9  # FLOP/s one CTA of the direct kernel sustains, fitted to the above
+DEPTHWISE_GROUPS_PER_CTA = (64, 32, 16)  # emit_conv_grouped.DEPTHWISE_TILES: the widest that K fills
+DEPTHWISE_SPLIT_CTAS_PER_SM = 4  # with the split: CTAs per SM the grid is sized for (emit_conv_grouped)
+DEPTHWISE_TILE_OUTPUTS = 64  # output pixels of a CTA tile (8x8)
+# With the split the kernel is memory-bound like any streaming kernel (unmeasured): this share of the fp32 peak
 DEPTHWISE_SIMT_EFFICIENCY = 0.5
+
+
+def _setting_or_off(name: str) -> str:
+    try:
+        return _setting(name)
+    except ValueError:  # a bad value is reported where the setting is used (the build); here: the default
+        return "off"
 
 
 def _estimate_depthwise(name: str, op: str, dims, math_mode: str, config: Any, gpu: GpuSpec, dram_bytes: float) -> KernelEstimate:
     l, m, n, k = dims
     flops = 2.0 * l * m * n * k
-    t_math_us = flops / (gpu.peak_flops("f32") * DEPTHWISE_SIMT_EFFICIENCY) * 1e6
+    groups_per_cta = next((g for g in DEPTHWISE_GROUPS_PER_CTA if n >= g), DEPTHWISE_GROUPS_PER_CTA[-1])
+    channel_blocks = -(-n // groups_per_cta)
+    tiles = l * -(-m // DEPTHWISE_TILE_OUTPUTS)
+    split = _setting_or_off("MUCUTLASS_DEPTHWISE_SPLIT") == "on"
+    if split:
+        slices = max(1, min(tiles, -(-DEPTHWISE_SPLIT_CTAS_PER_SM * gpu.sm_count // channel_blocks), 65535))
+        ctas = channel_blocks * slices
+        t_math_us = flops / (gpu.peak_flops("f32") * DEPTHWISE_SIMT_EFFICIENCY * min(1.0, ctas / gpu.sm_count)) * 1e6
+        how = (f"depthwise: the direct SIMT kernel, output tiles split over {ctas} CTAs (MUCUTLASS_DEPTHWISE_SPLIT = on; "
+               "its rate is unmeasured: estimated as a streaming kernel)")
+    else:
+        ctas = channel_blocks
+        t_math_us = flops / (ctas * DEPTHWISE_DIRECT_FLOPS_PER_S_PER_CTA) * 1e6
+        how = (f"depthwise: the direct SIMT kernel on {ctas} CTA(s) (one per {groups_per_cta} channels, each walking "
+               f"all {tiles} output tiles) at the measured {DEPTHWISE_DIRECT_FLOPS_PER_S_PER_CTA / 1e9:.0f} GFLOP/s per CTA "
+               "(H200, 2026-12-01)")
     t_dram_us = dram_bytes / _dram_bw(gpu) * 1e6
-    t_us = _softmax([t_math_us, t_dram_us]) + gpu.launch_latency_us
-    reasons = ["depthwise: a direct (non-tensor-core) kernel, fp32 on the CUDA cores",
-               "memory-bound: DRAM traffic exceeds the math" if t_dram_us >= t_math_us else "bound by fp32 CUDA-core math"]
+    t_launch_us = 2 * gpu.launch_latency_us  # CUTLASS re-lays out the filter in a launch of its own every call
+    t_us = _softmax([t_math_us, t_dram_us]) + t_launch_us
+    reasons = [how, "memory-bound: DRAM traffic exceeds the math" if t_dram_us >= t_math_us
+               else f"bound by the kernel's rate ({ctas} CTAs), not DRAM"]
     return KernelEstimate(
         name=name, op=op, dims=(l, m, n, k), math=math_mode, tile=tuple(config.tile or (0, 0, 0)),
         cluster=tuple(config.cluster), schedule="direct", stages=0, decomposition=config.decomposition, split_k=1,
-        tiles=0, units=0, waves=1.0, wave_efficiency=1.0, padding_waste=0.0,
-        t_mainloop_us=t_math_us, t_l2_us=0.0, t_dram_us=t_dram_us, t_epilogue_us=0.0, t_reduction_us=0.0,
-        t_launch_us=gpu.launch_latency_us, t_us=t_us, achieved_tflops=flops / (t_us * 1e-6) / 1e12 if t_us > 0 else 0.0,
-        feasible=True, reasons=reasons,
+        tiles=tiles * channel_blocks, units=ctas, waves=1.0, wave_efficiency=min(1.0, ctas / gpu.sm_count),
+        padding_waste=0.0, t_mainloop_us=t_math_us, t_l2_us=0.0, t_dram_us=t_dram_us, t_epilogue_us=0.0,
+        t_reduction_us=0.0, t_launch_us=t_launch_us, t_us=t_us,
+        achieved_tflops=flops / (t_us * 1e-6) / 1e12 if t_us > 0 else 0.0, feasible=True, reasons=reasons,
     )
 
 
