@@ -72,6 +72,20 @@ def _as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+def _device_key(device) -> str:
+    """One spelling per device for the reference-model cache. The judge's device is ``cuda`` while its
+    tensors report ``cuda:0``: keyed by ``str(device)`` the references of a set (looked up by the inputs'
+    device) missed the prepared model and built a second one, and a Model whose parameters are not all
+    drawn from the seed then compared the candidate, built from the first one's state_dict, against
+    another model's outputs."""
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    elif d.type == "cpu":  # CPU tensors report no index
+        d = torch.device("cpu")
+    return str(d)
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if len(text) > 300:
@@ -402,7 +416,7 @@ class Judge:
     def model(self, problem: Problem, seed: int, device) -> Any:
         """The reference model for ``seed`` on ``device``, built once per operation: one instance is
         called on every input set, as the candidate's is."""
-        key = (problem.path, problem.source_hash, seed, str(device))
+        key = (problem.path, problem.source_hash, seed, _device_key(device))
         if key not in self.models:
             with self.stages("reference"):
                 self.models[key] = problem.make_model(seed, device)
@@ -413,7 +427,7 @@ class Judge:
         return (problem.path, problem.source_hash, str(device), purpose)
 
     def _use_model(self, problem: Problem, b: Prepared, device) -> None:
-        self.models[(problem.path, problem.source_hash, b.model_seed, str(device))] = b.model
+        self.models[(problem.path, problem.source_hash, b.model_seed, _device_key(device))] = b.model
 
     def prepare(self, problem: Problem, device, purpose: str, n_sets: int, until=None) -> None:
         """Top up the prepared sets for the next ``purpose`` ("validate", "profile") on ``problem`` to

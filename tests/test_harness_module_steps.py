@@ -147,3 +147,26 @@ def test_the_offline_tier_keeps_a_validated_program_with_module_steps(problem, t
         x = torch.rand(8, 32) * sign
         with torch.no_grad():
             assert torch.allclose(ours(x), reference(x), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_state_a_program_is_built_from_is_the_one_its_references_came_from(problem, device):
+    # On a GPU the judge's device is `cuda` while its tensors report `cuda:0` (`cpu:0` and `cpu` are the
+    # same two spellings of one device here). The references of each set, looked up by the inputs' device,
+    # must come from the very instance whose state_dict the candidate is built from: another construction
+    # of this Model draws other gate weights (os.urandom), and every set would differ.
+    from evals.worker import Judge
+
+    judge, attempt = Judge(), _Attempt()
+    attempt.device, attempt.is_program = torch.device(device), True
+    bundle = judge.take(problem, attempt.device, "validate", 3)
+    judge._add_shuffled(problem, bundle)
+    judge.build(attempt, problem, bundle.model_seed)
+    (_, build), = attempt.requests
+    candidate_model = problem.make_model(bundle.model_seed, attempt.device)
+    candidate_model.load_state_dict(build["state_dict"], strict=True)
+    pairs = [(x, refs) for _, x, refs in bundle.sets] + [bundle.shuffled]
+    with torch.no_grad():
+        for x, refs in pairs:
+            assert torch.equal(candidate_model(*x), refs[0])
+    assert len(judge.models) == 1  # one reference instance for the seed, however the device is spelled
