@@ -174,7 +174,7 @@ import time
 
 
 def _spin():
-    a = torch.rand(256, 256)
+    a = torch.rand(512, 512)  # a few ms a product: busy through any timed region, however the GIL is shared
     while True:
         torch.mm(a, a)
         time.sleep(0.0005)
