@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results_io import write_result  # noqa: E402
+from results_io import gpu_slug, write_result  # noqa: E402
 from evals.harness import Candidate, Harness, HarnessSettings  # noqa: E402
 from evals.harness_cli import fmt_us  # noqa: E402
 from evals.problems import load_suite  # noqa: E402
@@ -146,13 +146,6 @@ def usable_cores() -> int:
     except (AttributeError, OSError):
         n = os.cpu_count() or 1
     return max(1, min(n, 64))
-
-
-def gpu_slug(gpu_name: str | None) -> str:
-    if not gpu_name:
-        return "cpu"
-    words = [w for w in gpu_name.lower().replace("nvidia", " ").split() if w]
-    return "-".join(words) or "gpu"
 
 
 class Clock:

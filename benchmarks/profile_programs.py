@@ -36,7 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results_io import write_result  # noqa: E402
+from results_io import gpu_slug, write_result  # noqa: E402
+
+from evals.timing import set_framework  # noqa: E402
 
 STEP_RANGE = "mucutlass.step#"  # + the step's position in program.steps; -1: the fused input casts
 CALL_RANGE = "mucutlass.call"
@@ -146,18 +148,6 @@ def step_facts(step) -> dict:
         fn += " " + next((str(k.value) for k in step.kwargs if k.key == "path"), "")
     return {"name": ", ".join(step.outputs), "kind": "torch", "op": fn,
             "line": printer.format_torch_step(step)[:160]}
-
-
-def set_framework() -> None:
-    """The numerics the judge runs candidates under (evals.candidate_runner.set_framework): no autograd, no TF32 in
-    PyTorch's own matmuls and convolutions, no cuDNN autotuning."""
-    import torch
-
-    torch.set_grad_enabled(False)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.benchmark = False
 
 
 def build_module(program, problem, backend: str, device):
@@ -454,7 +444,7 @@ def profile_problem(choice: Choice, suite: str | None, backend: str, warmup: int
     device = torch.device("cuda" if cuda else "cpu")
     started = time.perf_counter()
     problem = load_problem_of(choice.problem, suite, choice.run_dir)
-    set_framework()
+    set_framework()  # the numerics the judge runs candidates under
     module, inputs, facts = build_module(program, problem, backend, device)
     row.update(facts)
     for _ in range(warmup):
@@ -540,11 +530,6 @@ def to_markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _gpu_slug(name: str) -> str:
-    slug = re.sub(r"^nvidia[ -]*", "", name.strip().lower())
-    return re.sub(r"[^a-z0-9]+", "-", slug).strip("-").split("-")[0] or "gpu"
-
-
 def summarize(rows: list[dict], total: int) -> dict:
     count = Counter(r.get("status") for r in rows)
     return {"problems": total, "profiled": count["profiled"], "failed": count["failed"],
@@ -581,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n.strip() for n in args.problems.split(",") if n.strip()] if args.problems else sorted(runs)
     gpu_name = torch.cuda.get_device_name() if cuda else "cpu"
     env = collect_environment(args.backend)
-    doc = {"date": dt.date.today().isoformat(), "gpu": _gpu_slug(gpu_name) if cuda else "cpu", "gpu_name": gpu_name,
+    doc = {"date": dt.date.today().isoformat(), "gpu": gpu_slug(gpu_name if cuda else None), "gpu_name": gpu_name,
            "suite": args.suite or eval_dir.name, "eval_dir": str(eval_dir), "backend": args.backend,
            "time_source": "cuda" if cuda else "cpu", "warmup": args.warmup, "calls": args.calls,
            "versions": env["versions"], "environment": env, "rows": [], "wall_s": 0.0}

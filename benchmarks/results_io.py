@@ -13,3 +13,11 @@ def write_result(stem: Path, doc: dict, markdown: str) -> None:
     stem.with_suffix(".md").write_text(markdown)
     print(markdown)
     print(f"wrote {stem}.json and {stem}.md")
+
+
+def gpu_slug(gpu_name: str | None) -> str:
+    """A GPU's name as result files spell it ("NVIDIA H200" -> "h200"); "cpu" without one."""
+    if not gpu_name:
+        return "cpu"
+    words = [w for w in gpu_name.lower().replace("nvidia", " ").split() if w]
+    return "-".join(words) or "gpu"

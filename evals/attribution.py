@@ -12,6 +12,7 @@ torch steps are declared glue whose work its FLOP share already weighs (``split_
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Iterable, NamedTuple
 
@@ -172,51 +173,46 @@ def _per_dim(value, dims: int) -> list[int] | None:
     return None
 
 
-def conv_args_known(name: str, concrete) -> bool:
-    """Whether a recorded operator is a convolution whose stride, padding and dilation were recorded as numbers
-    (True for any other operator: nothing to know)."""
-    base = _name(name)
-    where = _CONV_ARGS.get(base)
-    if not _CONV.search(base):
-        return True
-    if where is None or not isinstance(concrete, (list, tuple)):
-        return False
-
-    def numbers(v) -> bool:
-        return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (
-            isinstance(v, (list, tuple)) and bool(v) and all(numbers(e) for e in v))
-
-    return all(i is None or (i < len(concrete) and (numbers(concrete[i]) or (i == where[1] and concrete[i] == "valid")))
-               for i in where[:3])
-
-
-def conv_flops(base: str, x: list[int], w: list[int], concrete=None) -> float:
-    """2 * weight elements * output positions of a convolution. The output positions come from the input's
-    spatial size, the filter, stride, padding and dilation where ``concrete`` holds them; a transposed
-    convolution (and an operator whose arguments are not known) counts per input position instead, which is
-    exact for a transposed one and for stride 1 with 'same' padding, and an overcount for a strided one."""
+def _conv_positions(base: str, x: list[int], w: list[int], concrete) -> int | None:
+    """Output positions per image of a convolution, from the stride, padding and dilation it was recorded with (a
+    transposed one: its input positions, each meeting the whole filter once); None where they were not recorded as
+    numbers (a string padding, an operator not in ``_CONV_ARGS``)."""
     dims = len(w) - 2
-    per_input = 2.0 * _numel(w) * _numel(x) / max(x[1] if len(x) > 1 else 1, 1)
     where = _CONV_ARGS.get(base)
     if dims < 1 or len(x) != len(w) or where is None or not isinstance(concrete, (list, tuple)):
-        return per_input
+        return None
     i_stride, i_pad, i_dil, i_transposed = where
 
     def arg(i):
-        return concrete[i] if i < len(concrete) else None
+        return concrete[i] if i is not None and i < len(concrete) else None
 
     if i_transposed is not None and bool(arg(i_transposed)):
-        return per_input
+        return math.prod(x[2:])
     pad = arg(i_pad)
     stride = _per_dim(arg(i_stride), dims)
     dilation = _per_dim(arg(i_dil), dims) if i_dil is not None else [1] * dims
-    padding = [0] * dims if pad == "valid" else _per_dim(pad, dims)  # 'same' (stride 1): per input position
+    padding = [0] * dims if pad == "valid" else _per_dim(pad, dims)  # 'same' (stride 1): not known here
     if stride is None or padding is None or dilation is None or min(stride) < 1:
-        return per_input
-    positions = 1
-    for size, k, s, p, d in zip(x[2:], w[2:], stride, padding, dilation):
-        positions *= max(0, (size + 2 * p - d * (k - 1) - 1) // s + 1)
+        return None
+    return math.prod(max(0, (size + 2 * p - d * (k - 1) - 1) // s_ + 1)
+                     for size, k, s_, p, d in zip(x[2:], w[2:], stride, padding, dilation))
+
+
+def conv_flops(base: str, x: list[int], w: list[int], concrete=None) -> float:
+    """2 * weight elements * output positions of a convolution (``_conv_positions``). Where its arguments are not
+    known it counts per input position, which is exact for stride 1 with 'same' padding and an overcount for a
+    strided one: never low."""
+    positions = _conv_positions(base, x, w, concrete)
+    if positions is None:
+        return 2.0 * _numel(w) * _numel(x) / max(x[1] if len(x) > 1 else 1, 1)
     return 2.0 * _numel(w) * x[0] * positions
+
+
+def _conv_unknown(name: str, shapes, concrete) -> bool:
+    """A recorded convolution whose output positions its arguments do not give (the operators it dispatched may)."""
+    base = _name(name)
+    ts = _tensor_shapes(shapes)
+    return bool(_CONV.search(base)) and len(ts) >= 2 and _conv_positions(base, ts[0], ts[1], concrete) is None
 
 
 def elementwise_flops(name: str, shapes) -> float:
@@ -237,9 +233,9 @@ def elementwise_flops(name: str, shapes) -> float:
 
 def op_flops(ops) -> float:
     """FLOPs of a forward's recorded ATen operators: ``ops`` is ``[name, input_shapes, parent_index]`` per record
-    (parent -1 at the top), with the non-tensor arguments (``concrete``, None per tensor) as an optional fourth item. A product operator counts by its formula and its sub-operators not at all; any other
-    operator counts what its sub-operators count, or, where they count nothing (it did the work itself), one
-    FLOP per element."""
+    (parent -1 at the top), with the non-tensor arguments (``concrete``, None per tensor) as an optional fourth
+    item. A product operator counts by its formula and its sub-operators not at all; any other operator counts
+    what its sub-operators count, or, where they count nothing (it did the work itself), one FLOP per element."""
     ops = [list(o[:3]) + [o[3] if len(o) > 3 else None] for o in ops]
     children: dict[int, list[int]] = {}
     for i, (_, _, parent, _) in enumerate(ops):
@@ -256,7 +252,7 @@ def op_flops(ops) -> float:
             product = product_flops(str(name), shapes, concrete) if is_aten else None
             # a conv whose stride and padding were not recorded (a string padding) asks the operators it
             # dispatched first: they carry them as numbers
-            if product is not None and (not children.get(i) or conv_args_known(str(name), concrete)):
+            if product is not None and (not children.get(i) or not _conv_unknown(str(name), shapes, concrete)):
                 counted[i] = product
                 continue
             if not done:
@@ -270,12 +266,13 @@ def op_flops(ops) -> float:
     return float(sum(counted.get(i, 0.0) for i in roots))
 
 
-def _plain_arg(a):
-    """A non-tensor argument as the profiler's concrete inputs spell it (ints, floats, bools, strings, lists)."""
+def plain_arg(a):
+    """A non-tensor argument as plain data, as the profiler's concrete inputs spell it (ints, floats, bools,
+    strings, lists; anything else None): the reference's recorder and the candidate process record alike."""
     if isinstance(a, (bool, int, float, str)) or a is None:
         return a
     if isinstance(a, (list, tuple)):
-        return [_plain_arg(v) for v in a]
+        return [plain_arg(v) for v in a]
     return None
 
 
@@ -296,7 +293,7 @@ class OpRecorder:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 shapes = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
-                concrete = [None if isinstance(a, torch.Tensor) else _plain_arg(a) for a in args]
+                concrete = [None if isinstance(a, torch.Tensor) else plain_arg(a) for a in args]
                 recorder.ops.append([f"aten::{func.overloadpacket.__name__}", shapes, -1, concrete])
                 return func(*args, **kwargs)
 

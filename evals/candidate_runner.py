@@ -51,7 +51,7 @@ import torch.profiler
 import torch.utils._python_dispatch
 import torch.utils.flop_counter
 
-from evals import channel, sealed, timing
+from evals import attribution, channel, sealed, timing
 
 # Taken before any candidate code runs: what the checks below use.
 _type = builtins.type
@@ -114,15 +114,6 @@ def _module_functions(*modules) -> dict:
 
 _HARNESS_FUNCTIONS: dict = {}  # filled in main(), once this module is complete
 
-
-def _plain_arg(a):
-    """A recorded non-tensor argument as plain data (ints, floats, bools, strings, lists; anything else None)."""
-    if a is None or isinstance(a, (bool, int, float, str)):
-        return a
-    if isinstance(a, (list, tuple)):
-        return [_plain_arg(v) for v in a]
-    return None
-
 MAX_OPS = 200_000  # operator records sent back from one counted call
 
 
@@ -145,8 +136,8 @@ def tampered() -> list[str]:
         if getattr(owner, attr, None) is not _ORIGINALS[name]:
             changed.append(name)
             setattr(owner, attr, _ORIGINALS[name])
-    # the harness's own functions here (the timing library, the channel, this runner): replaced, or their
-    # code swapped, they would measure or report for the candidate
+    # the harness's own functions here (the timing library, the channel, the work records, this runner): replaced,
+    # or their code swapped, they would measure or report for the candidate
     for (owner, attr), (fn, code) in _HARNESS_FUNCTIONS.items():
         now = vars(owner).get(attr)
         if now is not fn or fn.__code__ is not code:
@@ -199,25 +190,6 @@ def busy_threads(before: dict, after: dict, region_s: float) -> list[str]:
 # Framework state: set by the harness before every call, read back after it
 
 
-def set_framework() -> None:
-    torch.set_default_dtype(torch.float32)
-    torch.set_grad_enabled(False)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.enabled = True
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = False
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
-    torch.use_deterministic_algorithms(False)
-    for dev in ("cpu", "cuda"):
-        try:
-            torch.set_autocast_enabled(dev, False)
-        except (TypeError, RuntimeError):
-            pass
-
-
 def framework_state() -> dict:
     state = {
         "default_dtype": str(torch.get_default_dtype()),
@@ -251,7 +223,7 @@ def framework_changes() -> list[str]:
     now = framework_state()
     changed = [f"{k}={now.get(k)!r} (expected {v!r})" for k, v in _EXPECTED_STATE.items() if now.get(k) != v]
     if changed:
-        set_framework()
+        timing.set_framework()
     return changed
 
 
@@ -441,7 +413,7 @@ class Runner:
         init_args = list(req["init_args"])
         # where the reference is built: on the device, or on the CPU and moved (evals.problems.Problem.init_on_cpu)
         init_device = torch.device("cpu") if req.get("init_on_cpu") else self.device
-        set_framework()
+        timing.set_framework()
         if cand.get("source") is not None:
             cls = _class_from_source(cand["source"], "mucutlass_candidate", f"<candidate {cand.get('name', 'ModelNew')}>",
                                      "ModelNew", "the candidate")
@@ -473,7 +445,7 @@ class Runner:
         return {"framework": framework_changes(), "tampered": tampered()}
 
     def op_build(self, req: dict) -> dict:
-        set_framework()
+        timing.set_framework()
         model = self.factory(int(req["model_seed"]), req.get("state_dict") or {})
         self.instances[int(req["instance"])] = model
         return {"framework": framework_changes(), "tampered": tampered()}
@@ -493,7 +465,7 @@ class Runner:
         out_nbytes = [int(n) for n in req.get("out_nbytes", [])]
         if req.get("poison") is not None:
             poison(self.device, float(req["poison"]), out_nbytes)
-        set_framework()
+        timing.set_framework()
         work = None
         t0 = _perf()
         if req.get("count"):  # this call's work is measured; its output is compared like every other's
@@ -572,7 +544,7 @@ class Runner:
                     parent = index.get(id(e.cpu_parent), -1) if e.cpu_parent is not None else -1
                     op = [e.name, [list(s) for s in (e.input_shapes or [])], parent]
                     if "conv" in e.name:  # stride, padding and dilation: a strided conv's output positions
-                        op.append([_plain_arg(a) for a in (getattr(e, "concrete_inputs", None) or [])])
+                        op.append([attribution.plain_arg(a) for a in (getattr(e, "concrete_inputs", None) or [])])
                     work["ops"].append(op)
                 if kernels and e.device_type == DeviceType.CUDA:
                     work["kernels"].append([e.name, float(e.time_range.elapsed_us())])
@@ -594,7 +566,7 @@ class Runner:
         method = TimingMethod.from_settings(req["settings"])
         if self.device.type == "cuda":
             self.flusher = make_flusher(self.device, method, self.flusher)
-        set_framework()
+        timing.set_framework()
         if self.device.type == "cuda":
             result = time_candidate(model, input_sets, self.flusher, method, graph=bool(req.get("graph", True)))
         else:  # one thread: on a shared host a call's time is otherwise its threads' wait for a core
@@ -645,7 +617,7 @@ class Runner:
 
     def op_sealed_go(self, req: dict) -> dict:
         """Unmask, call and checksum the K staged sets back to back on the timed calls' buffers."""
-        set_framework()
+        timing.set_framework()
         with torch.no_grad():
             sums = sealed.run_go(self.sealed, self.graphs, [int(s) for s in req["mask_seeds"]],
                                  int(req["checksum_seed"]))
@@ -701,9 +673,10 @@ def main(argv=None) -> int:
     arena = channel.Arena.attach(args.arena_fd) if args.arena_fd is not None else None
     if "" in sys.path:
         sys.path.remove("")
-    set_framework()
+    timing.set_framework()
     _EXPECTED_STATE.update(framework_state())
-    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel, statistics, sealed))
+    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel, statistics, sealed,
+                                                attribution))
     _OWN_THREADS.update(t.ident for t in threading.enumerate())
     runner = Runner()
     if runner.cuda:

@@ -307,6 +307,30 @@ def time_cuda(
 
 
 # ---------------------------------------------------------------------------------------------
+def set_framework() -> None:
+    """The numerics a candidate runs and is timed under (its process sets them before every request, and a change
+    it makes is the ``framework_state`` verdict): fp32 default dtype, no autograd, no TF32 in PyTorch's own
+    matmuls and convolutions, cuDNN on without autotuning, no autocast."""
+    import torch
+
+    torch.set_default_dtype(torch.float32)
+    torch.set_grad_enabled(False)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.enabled = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+    torch.use_deterministic_algorithms(False)
+    for dev in ("cpu", "cuda"):
+        try:
+            torch.set_autocast_enabled(dev, False)
+        except (TypeError, RuntimeError):
+            pass
+
+
 # The default method: the harness captures the forward in CUDA graphs and times their replays
 
 TIMING_METHODS = ("cuda_graph", "events_device_sync", "cpu_thread")

@@ -73,17 +73,23 @@ def _as_list(x) -> list:
 
 
 def _device_key(device) -> str:
-    """One spelling per device for the reference-model cache. The judge's device is ``cuda`` while its
-    tensors report ``cuda:0``: keyed by ``str(device)`` the references of a set (looked up by the inputs'
-    device) missed the prepared model and built a second one, and a Model whose parameters are not all
-    drawn from the seed then compared the candidate, built from the first one's state_dict, against
-    another model's outputs."""
+    """One spelling per device for the judge's caches (reference models, prepared sets, sealed K). The judge's
+    device is ``cuda`` while its tensors report ``cuda:0``: keyed by ``str(device)`` the references of a set
+    (looked up by the inputs' device) missed the prepared model and built a second one, and a Model whose
+    parameters are not all drawn from the seed then compared the candidate, built from the first one's
+    state_dict, against another model's outputs."""
     d = torch.device(device)
     if d.type == "cuda" and d.index is None:
         d = torch.device("cuda", torch.cuda.current_device())
     elif d.type == "cpu":  # CPU tensors report no index
         d = torch.device("cpu")
     return str(d)
+
+
+def _compile_failed(out: dict, exc: BaseException) -> None:
+    """A reference torch.compile cannot handle keeps its eager timings; the reason says why it has no other."""
+    out["compile_us"] = None
+    out["reason"] = f"torch.compile failed: {_one_line(exc)}"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -424,7 +430,7 @@ class Judge:
 
     # -- input sets prepared ahead of need ------------------------------------------------------
     def _prepared_key(self, problem: Problem, device, purpose: str) -> tuple:
-        return (problem.path, problem.source_hash, str(device), purpose)
+        return (problem.path, problem.source_hash, _device_key(device), purpose)
 
     def _use_model(self, problem: Problem, b: Prepared, device) -> None:
         self.models[(problem.path, problem.source_hash, b.model_seed, _device_key(device))] = b.model
@@ -988,7 +994,7 @@ class Judge:
         gbps = sealed.bandwidth_gbps(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
         k = sealed.choose_k(t_us, sealed.floor_us(in_bytes + out_bytes, gbps),
                             sealed.staged_bytes(in_bytes, out_bytes, out_numel), device.type)
-        where = (problem.path, problem.source_hash, str(device))
+        where = (problem.path, problem.source_hash, _device_key(device))
         self.sealed_k[where] = k  # the next profile's sets are drawn ahead
         # the same unmask and checksum passes, timed here (the judge's process: nothing of the candidate's
         # runs) once per problem and K; on a GPU at least their bytes at the device's bandwidth, since for
@@ -1119,8 +1125,7 @@ class Judge:
             out["compile_s"] = time.perf_counter() - t0
             return compiled
         except Exception as exc:
-            out["compile_us"] = None
-            out["reason"] = f"torch.compile failed: {_one_line(exc)}"
+            _compile_failed(out, exc)
             torch._dynamo.reset()
             return None
 
@@ -1157,8 +1162,7 @@ class Judge:
                         out["compile_us"], out["compile_spread_pct"] = s["median_us"], s["spread_pct"]
                         timed_s += s["timed_s"]
                     except Exception as exc:  # a recompile that fails on another input set
-                        out["compile_us"] = None
-                        out["reason"] = f"torch.compile failed: {_one_line(exc)}"
+                        _compile_failed(out, exc)
         out["timed_s"] = timed_s
 
     def op_memory(self, req: dict) -> dict:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from dsl_compiler.emit_conv_grouped import DEPTHWISE_SPLIT_CTAS_PER_SM, DEPTHWISE_TILES
 from sol_models.hardware import GpuSpec
 
 # Fraction of the datasheet peak a well-configured large GEMM reaches (H200: tf32 357 of 495
@@ -279,9 +280,10 @@ def estimate_kernel(
 # [4,192,112,112]: 1098 us, and 2692 us with a SiLU epilogue, 3 CTAs) and the offline run of 2026-11-30
 # (builtin 28 [16,256,128,128]: 6955 us, 4 CTAs): 43-53 GFLOP/s per CTA (2*R*S FLOP per output), 65-77 GB/s in all.
 DEPTHWISE_DIRECT_FLOPS_PER_S_PER_CTA = 47e9  # FLOP/s one CTA of the direct kernel sustains, fitted to the above
-DEPTHWISE_GROUPS_PER_CTA = (64, 32, 16)  # emit_conv_grouped.DEPTHWISE_TILES: the widest that K fills
-DEPTHWISE_SPLIT_CTAS_PER_SM = 4  # with the split: CTAs per SM the grid is sized for (emit_conv_grouped)
-DEPTHWISE_TILE_OUTPUTS = 64  # output pixels of a CTA tile (8x8)
+# the emitter's CTA tiles (output rows, cols, channels; the widest that K fills) and, with the split, the CTAs per
+# SM its grid is sized for
+DEPTHWISE_GROUPS_PER_CTA = tuple(c for r, q, c in DEPTHWISE_TILES if (r, q) == DEPTHWISE_TILES[0][:2])  # 64, 32, 16
+DEPTHWISE_TILE_OUTPUTS = DEPTHWISE_TILES[0][0] * DEPTHWISE_TILES[0][1]  # output pixels of a CTA tile (8x8)
 # With the split the kernel is memory-bound like any streaming kernel (unmeasured): this share of the fp32 peak
 DEPTHWISE_SIMT_EFFICIENCY = 0.5
 

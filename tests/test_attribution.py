@@ -166,7 +166,7 @@ def _recorded_with_args(fn) -> list:
     """As the candidate process records them: a conv's non-tensor arguments as a fourth item."""
     from torch.profiler import ProfilerActivity, profile
 
-    from evals.candidate_runner import _plain_arg
+    from evals.attribution import plain_arg
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
@@ -176,7 +176,7 @@ def _recorded_with_args(fn) -> list:
     for e in events:
         op = [e.name, [list(s) for s in e.input_shapes], index.get(id(e.cpu_parent), -1) if e.cpu_parent else -1]
         if "conv" in e.name:
-            op.append([_plain_arg(a) for a in (e.concrete_inputs or [])])
+            op.append([plain_arg(a) for a in (e.concrete_inputs or [])])
         ops.append(op)
     return ops
 
