@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     print(var_mean, flush=True)
     from evals.environment import collect_environment
 
-    doc = {"gpu": args.gpu, "date": args.date, "environment": collect_environment("cutlass"), "build_s": build_s,
+    env = collect_environment("cutlass")
+    doc = {"gpu": args.gpu, "date": args.date, "versions": env["versions"], "environment": env, "build_s": build_s,
            "builds": [{"shape": n, "split": s, "error": b["error"], "build_s": b["build_s"]} for (n, s), b in built.items()],
            "conv": rows, "var_mean": var_mean}
     write_result(Path(args.out) / f"{args.date}-{args.gpu}-depthwise", doc, to_markdown(doc))

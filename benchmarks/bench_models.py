@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"suite": SUITE, "gpu": args.gpu, "date": dt.date.today().isoformat()}
     doc.update(table(problems, Path(args.from_eval), args.gpu))
     doc["gpu"] = (doc.get("environment") or {}).get("gpu") or args.gpu
+    doc["versions"] = (doc.get("environment") or {}).get("versions", {})
     write_result(Path(args.out) / f"{doc['date']}-{args.gpu}-models", doc, to_markdown(doc))
     return 0
 
