@@ -166,18 +166,21 @@ _wake = threading.Event()
 threading.Thread(target=_wake.wait, name="compile-worker-reader", daemon=True).start()
 '''
 
-# a thread that keeps computing beside the calls (a precomputation, a launcher that never stops)
+# a thread that keeps computing beside the calls (a precomputation, a launcher that never stops). Its Python
+# loop holds the GIL through whole switch intervals, so it runs inside any timed region, however short and
+# however loaded the host: the main thread cannot finish a call without waiting for it.
 _BUSY_THREAD = _HONEST + '''
 
 import threading
-import time
 
 
 def _spin():
-    a = torch.rand(512, 512)  # a few ms a product: busy through any timed region, however the GIL is shared
+    a = torch.rand(256, 256)
     while True:
+        total = 0
+        for i in range(200_000):
+            total += i
         torch.mm(a, a)
-        time.sleep(0.0005)
 
 
 threading.Thread(target=_spin, name="prefetch", daemon=True).start()
