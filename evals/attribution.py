@@ -90,11 +90,26 @@ def pytorch_only_reason(split: WorkSplit, flop_share: float | None) -> str | Non
 # _addmm_activation, _scaled_mm, convolutions, attention), not only the few torch's FLOP counter knows, and
 # one FLOP per element for every other operator that computes (a broadcast multiply and a sum over K is a
 # GEMM). The reference is counted by the same formulas (``OpRecorder``), so the share compares like with like.
+#
+# PyTorch's libraries are not only ATen: oneDNN, MKL, FBGEMM and the quantized backends register operators
+# under their own namespaces (``mkldnn::_linear_pointwise`` is a whole Linear+ReLU), and ATen has products
+# with no formula here (``_cdist_forward``, ``_weight_int8pack_mm``). An operator of any namespace torch
+# registers is library work; one with no formula whose operands cannot be mapped elementwise counts as the
+# largest product two of its operands could form, and one of a backend's namespaces whose operands cannot
+# be sized (a packed weight the profiler records without a shape) counts as unsized: none of the call's work
+# is then the candidate's. Operators of a namespace torch does not register are the candidate's own (an
+# extension it built); what they dispatch to torch is recorded beneath them and counted.
 
 _MATMUL_LIKE = {  # name -> (index of the left operand among the tensor inputs)
     "mm": 0, "addmm": 1, "_addmm_activation": 1, "bmm": 0, "baddbmm": 1, "addbmm": 1, "_scaled_mm": 0, "_int_mm": 0,
     "mv": 0, "addmv": 1, "dot": 0, "vdot": 0, "inner": 0, "ger": 0, "outer": 0, "addr": 1, "_mixed_dtypes_linear": 0,
 }
+# Library operators that are a Linear or a distance matrix (x[..., K] against w[N, K]): 2 * numel(x) * N, N from the
+# weight, or from the bias where the weight is packed (FBGEMM's fp16 weight).
+_LINEAR_LIKE = frozenset({"_weight_int8pack_mm", "fbgemm_linear_int8_weight", "fbgemm_linear_int8_weight_fp32_activation",
+                          "_linear_pointwise", "_mkl_linear", "mkldnn_linear", "_sparse_semi_structured_linear",
+                          "_cdist_forward", "cdist", "_euclidean_dist", "qlinear_pointwise", "linear_dynamic_fp16"})
+_BIAS_SIZED = frozenset({"fbgemm_linear_fp16_weight", "fbgemm_linear_fp16_weight_fp32_activation"})
 _CONV = re.compile(r"conv(olution)?(_transpose)?\d?d?$|^_convolution$|^(cudnn|mkldnn|miopen)_convolution|"
                    r"^_slow_conv2d_forward$|^thnn_conv|^slow_conv", re.IGNORECASE)
 _ATTENTION = re.compile(r"scaled_dot_product|_flash_attention_forward|_efficient_attention_forward")
@@ -106,11 +121,28 @@ flatten unflatten t transpose permute expand expand_as as_strided select slice n
 unbind contiguous clone copy_ _to_copy to detach alias lift_fresh resize_ set_ fill_ zero_ cat stack index_select
 item _local_scalar_dense resolve_conj resolve_neg _copy_from _copy_from_and_resize is_same_size result_type
 diagonal movedim swapaxes unfold repeat tile pad constant_pad_nd masked_fill_ record_stream _has_compatible_shallow_copy_type
+_reinterpret_tensor _reorder_linear_weight _mkl_reorder_linear_weight
 """.split())
 
 
 def _name(op: str) -> str:
     return op.split("::", 1)[-1].split(".", 1)[0]
+
+
+def _namespace(op: str) -> str:
+    return op.split("::", 1)[0] if "::" in op else ""
+
+
+def library_namespaces() -> frozenset[str]:
+    """The operator namespaces torch registers in this process (aten, mkldnn, mkl, quantized, onednn, prims,
+    ...): called in the judge, which never loads a candidate's extension."""
+    import torch
+
+    return frozenset(n.split("::", 1)[0] for n in torch._C._dispatch_get_all_op_names()) | {"aten"}
+
+
+# Input dtypes (as the profiler spells them) of index and mask tensors: never the operand of a product.
+_INDEX_DTYPES = frozenset({"long int", "int", "bool", "long", "short int"})
 
 
 def _numel(shape) -> int:
@@ -143,6 +175,15 @@ def product_flops(name: str, shapes, concrete=None) -> float | None:
             return 2.0 * _numel(a)
         # (..., M, K) x (..., K, N): 2 * batch * M * K * N
         return 2.0 * _numel(a) * (b[-1] if len(b) >= 2 else 1)
+    if base in _LINEAR_LIKE and len(ts) >= 2:
+        x = ts[0]
+        w = next((t for t in ts[1:] if len(t) >= 2 and t[-1] == x[-1]), None)
+        if w is not None:
+            return 2.0 * _numel(x) * w[-2]
+        w = next((t for t in ts[1:] if len(t) >= 2 and t[-2] == x[-1]), None)
+        return 2.0 * _numel(x) * w[-1] if w is not None else None
+    if base in _BIAS_SIZED and len(ts) >= 2 and len(ts[-1]) == 1:
+        return 2.0 * _numel(ts[0]) * ts[-1][0]
     if _CONV.search(base) and len(ts) >= 2:
         return conv_flops(base, ts[0], ts[1], concrete)
     if _ATTENTION.search(base) and len(ts) >= 3:
@@ -231,25 +272,79 @@ def elementwise_flops(name: str, shapes) -> float:
         return float(max(_numel(s) for s in ts))
 
 
-def op_flops(ops) -> float:
-    """FLOPs of a forward's recorded ATen operators: ``ops`` is ``[name, input_shapes, parent_index]`` per record
-    (parent -1 at the top), with the non-tensor arguments (``concrete``, None per tensor) as an optional fourth
-    item. A product operator counts by its formula and its sub-operators not at all; any other operator counts
-    what its sub-operators count, or, where they count nothing (it did the work itself), one FLOP per element."""
-    ops = [list(o[:3]) + [o[3] if len(o) > 3 else None] for o in ops]
+def _broadcasts(ts: list[list[int]]) -> bool:
+    import torch
+
+    try:
+        torch.broadcast_shapes(*[tuple(s) for s in ts])
+        return True
+    except (RuntimeError, ValueError):
+        return False
+
+
+def contraction_flops(shapes, dtypes=None) -> float:
+    """The largest product two operands of an operator could form: x[..., K] with w[N, K] or w[K, N] is
+    2 * numel(x) * N (0 where no two operands share a K). Index and mask tensors are no operand."""
+    dtypes = list(dtypes or [])
+    ts = [list(s) for i, s in enumerate(shapes or ()) if isinstance(s, (list, tuple)) and len(s) >= 2
+          and all(isinstance(d, int) for d in s) and (dtypes[i] if i < len(dtypes) else None) not in _INDEX_DTYPES]
+    best = 0.0
+    for i, a in enumerate(ts):
+        for j, b in enumerate(ts):
+            if i != j and a[-1] == b[-1]:
+                best = max(best, 2.0 * _numel(a) * b[-2])
+            if i != j and a[-1] == b[-2]:
+                best = max(best, 2.0 * _numel(a) * b[-1])
+    return best
+
+
+def library_op_flops(name: str, shapes, dtypes=None) -> float:
+    """FLOPs of a library operator with no formula that did its work itself. An elementwise map (operands that
+    broadcast) of ATen counts one per element; an ATen operator whose operands do not broadcast, or any operator
+    of another of torch's namespaces (oneDNN, MKL, quantized: their products take operands of the same shape too),
+    counts the larger of that and the product two operands could form. One of those with an operand recorded
+    without shape or type (a packed weight) and no such pair cannot be sized: infinite."""
+    if _name(name) in _NO_COMPUTE or _name(name).rstrip("_") in _NO_COMPUTE:
+        return 0.0
+    per_element = elementwise_flops(name, shapes)
+    ts = _tensor_shapes(shapes)
+    dtypes = list(dtypes or [])
+    aten = _namespace(name) == "aten"
+    # an ATen operator with an index operand (gather, scatter, embedding) selects; it does not multiply
+    if aten and (len(ts) < 2 or _broadcasts(ts) or any(d in _INDEX_DTYPES for d in dtypes)):
+        return per_element
+    product = contraction_flops(shapes, dtypes)
+    opaque = any((s == [] or s == ()) and i < len(dtypes) and dtypes[i] == "" for i, s in enumerate(shapes or ()))
+    if not aten and product == 0.0 and ts and opaque:
+        return math.inf
+    return max(per_element, product)
+
+
+def op_flops(ops, library: frozenset[str] | None = None) -> float:
+    """FLOPs of a forward's recorded library operators: ``ops`` is ``[name, input_shapes, parent_index]`` per
+    record (parent -1 at the top), with the non-tensor arguments (``concrete``, None per tensor) as an optional
+    fourth item and the input dtypes (as the profiler spells them) as an optional fifth. ``library``: the operator
+    namespaces that are PyTorch's (``library_namespaces``; by default those registered here). A product operator
+    counts by its formula and its sub-operators not at all; any other library operator counts what its
+    sub-operators count, or, where they count nothing (it did the work itself), ``library_op_flops`` (a backend's
+    operator beyond ATen: the larger of the two). An operator
+    of another namespace (the candidate's own extension) counts what it dispatched to the library. Infinite where
+    a library operator's work cannot be sized."""
+    library = library_namespaces() if library is None else library
+    ops = [list(o[:3]) + [o[3] if len(o) > 3 else None, o[4] if len(o) > 4 else None] for o in ops]
     children: dict[int, list[int]] = {}
-    for i, (_, _, parent, _) in enumerate(ops):
+    for i, (_, _, parent, _, _) in enumerate(ops):
         if isinstance(parent, int) and 0 <= parent < len(ops) and parent != i:
             children.setdefault(parent, []).append(i)
     counted: dict[int, float] = {}
     # post-order without recursion (a loop of thousands of small operators nests shallowly but widely)
-    for root in [i for i, (_, _, parent, _) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]:
+    for root in [i for i, (_, _, parent, _, _) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]:
         stack = [(root, False)]
         while stack:
             i, done = stack.pop()
-            name, shapes, _, concrete = ops[i]
-            is_aten = str(name).startswith("aten::")
-            product = product_flops(str(name), shapes, concrete) if is_aten else None
+            name, shapes, _, concrete, dtypes = ops[i]
+            is_library = _namespace(str(name)) in library
+            product = product_flops(str(name), shapes, concrete) if is_library else None
             # a conv whose stride and padding were not recorded (a string padding) asks the operators it
             # dispatched first: they carry them as numbers
             if product is not None and (not children.get(i) or not _conv_unknown(str(name), shapes, concrete)):
@@ -260,9 +355,13 @@ def op_flops(ops) -> float:
                 stack.extend((c, False) for c in children.get(i, []) if c not in counted)
                 continue
             below = sum(counted.get(c, 0.0) for c in children.get(i, []))
-            counted[i] = below if below > 0 or not is_aten else (
-                product if product is not None else elementwise_flops(str(name), shapes))
-    roots = [i for i, (_, _, parent, _) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]
+            if is_library and not str(name).startswith("aten::"):
+                # a backend's operator does its product itself and may dispatch its epilogue (a bias add) to ATen
+                counted[i] = max(below, library_op_flops(str(name), shapes, dtypes))
+                continue
+            counted[i] = below if below > 0 or not is_library else (
+                product if product is not None else library_op_flops(str(name), shapes, dtypes))
+    roots = [i for i, (_, _, parent, _, _) in enumerate(ops) if not (isinstance(parent, int) and 0 <= parent < len(ops))]
     return float(sum(counted.get(i, 0.0) for i in roots))
 
 
@@ -274,6 +373,14 @@ def plain_arg(a):
     if isinstance(a, (list, tuple)):
         return [plain_arg(v) for v in a]
     return None
+
+
+def _profiler_dtypes() -> dict:
+    """torch dtypes as the profiler spells them in its records (the ones ``op_flops`` tells apart)."""
+    import torch
+
+    return {torch.int64: "long int", torch.int32: "int", torch.int16: "short int", torch.bool: "bool",
+            torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16"}
 
 
 class OpRecorder:
@@ -288,13 +395,16 @@ class OpRecorder:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         recorder = self
+        dtype_names = _profiler_dtypes()
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 shapes = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
                 concrete = [None if isinstance(a, torch.Tensor) else plain_arg(a) for a in args]
-                recorder.ops.append([f"aten::{func.overloadpacket.__name__}", shapes, -1, concrete])
+                dtypes = [dtype_names.get(a.dtype, str(a.dtype)) if isinstance(a, torch.Tensor) else "Scalar" for a in args]
+                name = getattr(func.overloadpacket, "_qualified_op_name", f"aten::{func.overloadpacket.__name__}")
+                recorder.ops.append([name, shapes, -1, concrete, dtypes])
                 return func(*args, **kwargs)
 
         self._mode = _Mode()
@@ -341,6 +451,10 @@ def work_share(work: dict, ref_flops: float, program=None, problem=None) -> dict
     else:
         out["aten_flops"] = op_flops(work.get("ops") or [])
         out["ops_recorded"] = len(work.get("ops") or [])
+    if math.isinf(out["aten_flops"]):
+        out["work_reason"] = ("an operator of PyTorch's libraries whose work cannot be sized from its operands (a packed "
+                              "weight) did the work itself: none of the call can be attributed to the candidate")
+        shares.append(0.0)
     if ref_flops > 0:
         shares.append(max(0.0, 1.0 - out["aten_flops"] / ref_flops))
     if program is not None and ref_flops > 0:

@@ -542,9 +542,10 @@ class Runner:
             for e in events:
                 if record_ops and e.device_type == DeviceType.CPU and len(work["ops"]) < MAX_OPS:
                     parent = index.get(id(e.cpu_parent), -1) if e.cpu_parent is not None else -1
-                    op = [e.name, [list(s) for s in (e.input_shapes or [])], parent]
+                    op = [e.name, [list(s) for s in (e.input_shapes or [])], parent, None,
+                          [str(d) for d in (getattr(e, "input_dtypes", None) or [])]]  # index operands multiply nothing
                     if "conv" in e.name:  # stride, padding and dilation: a strided conv's output positions
-                        op.append([attribution.plain_arg(a) for a in (getattr(e, "concrete_inputs", None) or [])])
+                        op[3] = [attribution.plain_arg(a) for a in (getattr(e, "concrete_inputs", None) or [])]
                     work["ops"].append(op)
                 if kernels and e.device_type == DeviceType.CUDA:
                     work["kernels"].append([e.name, float(e.time_range.elapsed_us())])

@@ -59,8 +59,8 @@ def _recorded(fn) -> list:
         fn()
     events = list(prof.events())
     index = {id(e): i for i, e in enumerate(events)}
-    return [[e.name, [list(s) for s in e.input_shapes], index.get(id(e.cpu_parent), -1) if e.cpu_parent else -1]
-            for e in events]
+    return [[e.name, [list(s) for s in e.input_shapes], index.get(id(e.cpu_parent), -1) if e.cpu_parent else -1, None,
+             [str(d) for d in e.input_dtypes]] for e in events]
 
 
 def _operands():
@@ -101,6 +101,75 @@ def test_the_reference_recorder_agrees_with_the_profiler_records():
     with OpRecorder() as rec:
         torch.relu(F.linear(x, w, b))
     assert rec.flops == op_flops(_recorded(lambda: torch.relu(F.linear(x, w, b)))) == GEMM + M * N
+
+
+def _library_spellings(x, w, b):
+    """A Linear computed by PyTorch's libraries beyond ATen's formulas (oneDNN and MKL under their own
+    namespaces, ATen's distance matrix and int8 / fp16-weight GEMMs), where this build has them."""
+    import torch
+
+    out = {
+        "oneDNN linear + relu (mkldnn::)": lambda: torch.ops.mkldnn._linear_pointwise(x, w, b, "relu", [], ""),
+        "distance matrix without mm (aten::_cdist_forward)":
+            lambda: torch.cdist(x, w, compute_mode="donot_use_mm_for_euclid_dist"),
+        "int8 weights (aten::_weight_int8pack_mm)":
+            lambda: torch._weight_int8pack_mm(x, w.to(torch.int8), torch.ones(w.shape[0])),
+    }
+    if torch.backends.mkl.is_available():
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(w, x.shape[0])
+        out["MKL linear (mkl::)"] = lambda: torch.ops.mkl._mkl_linear(x, packed, w, b, x.shape[0])
+    return out
+
+
+def test_a_gemm_in_pytorchs_libraries_beyond_aten_formulas_is_library_work():
+    """Every FLOP of these runs in PyTorch's own libraries: counted as such, also where x and w have one shape
+    (a square GEMM, whose operands would broadcast as an elementwise map's do)."""
+    import torch
+
+    x, w, b = _operands()
+    g = torch.Generator().manual_seed(2)
+    xs, ws, bs = torch.randn(N, K, generator=g), torch.randn(N, K, generator=g), torch.randn(N, generator=g)
+    for (x_, w_, b_, gemm) in ((x, w, b, GEMM), (xs, ws, bs, 2.0 * N * K * N)):
+        for what, fn in _library_spellings(x_, w_, b_).items():
+            flops = op_flops(_recorded(fn))
+            assert 0.9 * gemm <= flops <= 2.2 * gemm, (what, flops, gemm)
+            assert work_share({"ops": _recorded(fn)}, gemm)["candidate_work_share"] < 0.5, what
+
+
+def test_a_library_operator_on_a_packed_weight_cannot_be_sized_and_takes_the_whole_call():
+    import torch
+
+    x, w, b = _operands()
+    packed = torch.ops.quantized.linear_prepack_fp16(w, b)
+    ops = _recorded(lambda: torch.ops.quantized.linear_dynamic_fp16(x, packed))
+    assert op_flops(ops) == float("inf")
+    share = work_share({"ops": ops}, GEMM)
+    assert share["candidate_work_share"] == 0.0 and "cannot be sized" in share["work_reason"]
+
+
+def test_an_operator_of_the_candidates_own_extension_counts_only_what_it_dispatched():
+    own = [["mylib::gemm", [[M, K], [N, K]], -1, None, ["float", "float"]]]
+    assert op_flops(own) == 0.0
+    wrapping = own + [["aten::mm", [[M, K], [K, N]], 0, None, ["float", "float"]]]
+    assert op_flops(wrapping) == GEMM
+    # the same record under a namespace of torch's is library work
+    assert op_flops([["mkldnn::gemm", [[M, K], [N, K]], -1, None, ["float", "float"]]]) == GEMM
+
+
+def test_selections_and_elementwise_maps_are_not_counted_as_products():
+    import torch
+
+    x, w, b = _operands()
+    idx = torch.randint(0, N, (M, K))  # rows of w (N of them), as many as x has elements
+    cases = {  # operators whose operands do not broadcast or share a K, that multiply nothing
+        "embedding": (lambda: torch.embedding(w, idx), M * K * K),
+        "gather": (lambda: torch.gather(w, 0, idx), N * K),
+        "add of one shape": (lambda: x + x, M * K),
+    }
+    for what, (fn, at_most) in cases.items():
+        with OpRecorder() as rec:
+            fn()
+        assert op_flops(_recorded(fn)) <= at_most and rec.flops <= at_most, what
 
 
 def test_work_handed_to_another_process_is_attributed_away():

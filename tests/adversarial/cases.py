@@ -325,6 +325,9 @@ CASES += [
          what="pure PyTorch; patches FlopCounterMode.get_total_flops to 0 and torch.profiler.profile with a look-alike"),
     Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True, also=("timing_tampered",),
          what="pure PyTorch; wraps the runner's evals.channel.send to zero the counted FLOPs and clear what the runner reports"),
+    # an operator of any namespace torch registers is library work; one with no formula counts the product its operands form
+    Case("library_namespace_gemm.py", "pytorch_only", 7, stage="profile", gpu=False,
+         what="pure PyTorch; Linear+ReLU as oneDNN's fused operator, registered outside aten (mkldnn::), which no formula counted"),
     # CPU time the candidate's other processes spend during the counted call attributes it away
     Case("work_in_child_process.py", "pytorch_only", 7, stage="profile",
          what="pure PyTorch in a forked helper process fed over a pipe: the runner's FLOP counter sees no work"),
