@@ -745,10 +745,12 @@ class Judge:
                 "crashed": bool(verdict and verdict.get("died"))}
 
     def measure_precision(self, attempt, inst, problem, model_seed, input_sets: list, refs: list, judged: list,
-                          range_probe: bool = True) -> dict:
+                          range_probe: bool = True, timed: bool = False) -> dict:
         """The precision the candidate's outputs carry. ``judged``: ``(what, set index, outputs)`` for every
         call whose output was read, each judged against its own input set's signatures; then, where f16 is
-        not allowed and nothing was found, one call on the range probe of the first set (f16's overflow)."""
+        not allowed and nothing was found, one call on the range probe of the first set (f16's overflow).
+        With ``timed`` the range probe runs as the first timed call, in its buffers (``timed_sample``): a
+        precision switched on for the timed path only, or for a later instance, overflows there."""
         allowed = tuple(problem.allowed_precisions)
         if all(level in allowed for level in probes.LEVELS):
             return {}
@@ -768,8 +770,13 @@ class Judge:
                     break
         if found is None and range_probe and "f16" not in allowed:
             for what, scaled, ref, probe in self.range_probes(problem, model, model_seed, input_sets[0]):
-                res = attempt.request("call", {"instance": inst, "inputs": scaled, "poison": None,
-                                               "keep": None, "inplace": None, "out_nbytes": []})
+                if timed:
+                    res = attempt.request("timed_sample", {"index": 0, "inputs": list(scaled)})
+                    res["n_outputs"] = len(res.get("outputs") or [])
+                    what = f"{what}, as a timed call"
+                else:
+                    res = attempt.request("call", {"instance": inst, "inputs": scaled, "poison": None,
+                                                   "keep": None, "inplace": None, "out_nbytes": []})
                 with self.stages("probes"):
                     outs = self.check_outputs(res.get("outputs"), res.get("output_problems"), res.get("n_outputs"), ref)
                     level, nums = probes.judge(outs, probe, allowed)
@@ -933,6 +940,11 @@ class Judge:
             with self.stages("sealed"):
                 self.sealed_calls(attempt, inst, problem, model_seed, inputs[0], refs[0], res, device, pool=bundle.sealed)
             timing_hold.close()
+            # f16's range, probed as a timed call (the sealed calls are done with its buffers): the mantissa probes
+            # above cannot tell f16 from TF32, and the validation's range probes ran on another instance, untimed
+            measured = self.measure_precision(attempt, inst, problem, model_seed, inputs[:1], refs[:1], [], timed=True)
+            if measured.get("measured_precision"):
+                raise Finding(verdicts.PRECISION, _precision_text(measured, problem))
             # the work, recorded on a fresh set in a call whose output is compared like every other's
             _, cmp = self.call(attempt, inst, inputs[k + 2], refs[k + 2], tol, count={"kernels": device.type == "cuda"})
             if not cmp["correct"]:

@@ -6,12 +6,15 @@ candidate's may exist, as the runtime's compile workers do, but not run while it
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from judge_fixtures import cpu_harness
 
 from evals import probes
+
+HERE_ADV = Path(__file__).resolve().parent / "adversarial"
 
 
 def _linear(k: int = 64, n: int = 32):
@@ -137,6 +140,23 @@ def test_a_precision_switched_on_for_the_timed_calls_is_measured_on_their_output
     t = timing_harness.profile(tf32_problem, Candidate.from_source(_BF16_WHEN_TIMED))
     assert not t.valid and t.rule == "precision", t.reason
     assert "bf16" in t.reason and "timed" in t.reason
+
+
+# fp32 on the first instance (the validation's), f16 on later ones (the profile's): f16's mantissa is TF32's, so
+# only its range tells it apart, and the validation's range probes ran on the fp32 instance
+_F16_ON_LATER_INSTANCES = (HERE_ADV / "f16_on_later_instances.py").read_text()
+
+
+def test_f16_switched_on_for_a_later_instance_overflows_on_a_range_probe_run_as_a_timed_call(timing_harness,
+                                                                                              tf32_problem):
+    from evals.harness import Candidate
+
+    cand = Candidate.from_source(_F16_ON_LATER_INSTANCES)
+    v = timing_harness.validate(tf32_problem, cand)
+    assert v.correct and v.rule in (None, "pytorch_only"), v.reason  # the validation's instance computes in fp32
+    t = timing_harness.profile(tf32_problem, cand)
+    assert not t.valid and t.rule == "precision", t.reason
+    assert "f16" in t.reason and "as a timed call" in t.reason
 
 
 def test_an_honest_candidates_timed_outputs_carry_no_lower_precision(timing_harness, tf32_problem):

@@ -298,6 +298,10 @@ CASES += [
          what="fp32 on a tensor it has not seen, bf16 on a buffer it has (the in-place call, every timed call)"),
     Case("autograd_function_bf16.py", "precision", 6, problem="linear_relu_tf32",
          what="bf16 inside a custom autograd.Function's forward (named through getattr)"),
+    # f16's range probes run at profile too, as a timed call in the timed buffers (on a CPU with cpu_timing:
+    # tests/test_precision_probes.py); a validation's instance computes in fp32 and passes
+    Case("f16_on_later_instances.py", "precision", 6, problem="linear_relu_tf32", stage="profile", cpu=False,
+         what="fp32 on the first instance (the validation's), f16 on every later one (the profile's): TF32's mantissa, no range probed"),
     # the timed calls' outputs are probed too (GPU: the trick needs stream capture)
     Case("precise_unless_captured.py", "precision", 6, problem="linear_relu_tf32", stage="profile", cpu=False,
          what="fp32 on the default stream, bf16 while a CUDA graph is captured or on a side stream: every timed replay is bf16"),
