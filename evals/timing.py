@@ -419,19 +419,22 @@ def _replay_trials(entries, pairs, flusher, mids=None, calls_per_trial: int = 1,
     return [start.elapsed_time(end) * 1e3 for start, end in pairs]
 
 
-def _fresh_values(entries) -> tuple:
+def _fresh_values(entries, sync=None) -> tuple:
     """(refresh(i), restore()): refresh writes call ``i``'s input set scaled by a factor no earlier call used
-    (floating-point tensors only: every value changes, none changes sign or leaves its range by much);
-    restore puts the original values back and runs each set once more (untimed), so each set's last
-    outputs are for its own inputs again."""
+    (floating-point tensors only: every value changes, none changes sign or leaves its range by much, and the
+    write bumps each tensor's version counter); restore puts the original values back and runs each set once
+    more (untimed), so each set's last outputs are for its own inputs again. ``sync``: what waits for the
+    device after restoring (CUDA's synchronize by default)."""
     import torch
+
+    sync = torch.cuda.synchronize if sync is None else sync
 
     originals = [[x.clone() if isinstance(x, torch.Tensor) and x.is_floating_point() else None for x in e["inputs"]]
                  for e in entries]
 
-    def refresh(i: int) -> None:
+    def refresh(i: int, nth: int | None = None) -> None:  # call i's set; nth: the factor's index (i by default)
         k = i % len(entries)
-        scale = 1.0 + 1e-3 * (1 + i % 4093)
+        scale = 1.0 + 1e-3 * (1 + (i if nth is None else nth) % 4093)
         for x, o in zip(entries[k]["inputs"], originals[k]):
             if o is not None:
                 torch.mul(o, scale, out=x)
@@ -442,7 +445,7 @@ def _fresh_values(entries) -> tuple:
                 if o is not None:
                     x.copy_(o)
             e["run"]()
-        torch.cuda.synchronize()
+        sync()
 
     return refresh, restore
 
@@ -529,21 +532,27 @@ def time_candidate_cpu(model, input_sets, method: TimingMethod) -> dict:
     started = time.perf_counter()
     entries = _eager_entries(lambda inputs: model(*inputs), input_sets)
     perf = time.thread_time
+    # every call gets values no earlier call saw, written before its clock starts: a memo keyed by the inputs
+    # (their bytes, or their buffer and version counter) never answers a timed call (as on a GPU's eager path)
+    refresh, restore = _fresh_values(entries, sync=lambda: None)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         n_warm = max(method.warmup, len(entries))
         warm = []
         for i in range(n_warm):
+            refresh(i)
             t0 = perf()
             entries[i % len(entries)]["run"]()
             warm.append((perf() - t0) * 1e6)
         trials = choose_trials(statistics.median(warm[-3:]), method.target_s, method.min_trials, method.max_trials)
         call_us = []
         for i in range(trials):
+            refresh(i, n_warm + i)
             t0 = perf()
             entries[i % len(entries)]["run"]()
             call_us.append((perf() - t0) * 1e6)
+        restore()
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -323,6 +323,34 @@ def test_graph_trials_are_back_to_back_calls_and_their_mean(fake_cuda, monkeypat
     assert timing.trial_means([1.0, 3.0, 10.0, 20.0, 5.0], 2) == [2.0, 15.0]  # an incomplete trial is dropped
 
 
+def test_cpu_timed_calls_each_get_values_no_earlier_call_saw():
+    """On the CPU (cpu_timing) every timed call gets its set rewritten with values no earlier call used, as the
+    GPU's eager path does: a memo keyed by the input's buffer and version counter (or by its bytes) never answers
+    one. Afterwards each set holds its own values again and its last outputs are for them."""
+    import torch
+
+    from evals import timing
+
+    seen, hits, calls = set(), [], []
+
+    def model(x):
+        key = (x.data_ptr(), x._version)
+        hits.append(key in seen or hash(x.numpy().tobytes()) in seen)
+        seen.update({key, hash(x.numpy().tobytes())})
+        calls.append(1)
+        return x * 2.0
+
+    sets = [[torch.rand(4, 8)] for _ in range(2)]
+    originals = [s[0].clone() for s in sets]
+    method = timing.TimingMethod(warmup=3, min_trials=6, max_trials=6)
+    r = timing.time_candidate_cpu(model, sets, method)
+    assert r["method"] == "cpu_thread" and r["trials"] == 6
+    timed = hits[:3 + 6]  # the warm-up and the timed calls; the restoring calls after them repeat the originals
+    assert len(calls) >= 9 and not any(timed), hits
+    for s, o, last in zip(sets, originals, r["last_outputs"]):
+        assert torch.equal(s[0], o) and torch.equal(last, o * 2.0)
+
+
 def test_calls_per_trial_follow_the_call_time():
     from evals.timing import TimingMethod
 

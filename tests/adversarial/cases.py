@@ -345,6 +345,11 @@ CASES += [
     Case("memo_eager_fallback.py", "timing_tampered", 5, stage="profile", cpu=False, also=("timed_call_wrong",),
          guarantee=True, honest_time=True,
          what="an .item() fingerprint breaks graph capture; eager timed calls on repeated inputs are answered from a memo, no GEMM"),
+    # every timed call (on a CPU with cpu_timing too: tests/test_harness_cpu.py) gets values no earlier call saw,
+    # written in place (a new version); on a GPU a captured graph replays the GEMM the first sight computed
+    Case("version_keyed_memo.py", "timing_tampered", 5, stage="profile", cpu=False, also=("timed_call_wrong",),
+         guarantee=True, honest_time=True,
+         what="answers from memory when the input is the same buffer at the same version counter: O(1), every compared output right"),
     # caught by design: the judge summarizes the raw event times itself; statistics' functions are guarded too (caught when loaded, on a CPU too)
     Case("patch_statistics_median.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces statistics.median / fmean / quantiles for callers in the timing module: reports 0.6x, above the wall bound's 0.5x"),
