@@ -54,7 +54,9 @@ def _check_control(harness, control, on_gpu: bool, tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def cpu_harness():
-    yield from _harness(device="cpu", watchdog_s=10, n_input_sets=3)
+    # a 3 GB limit: the memory hog then touches 4 GB, not 9, and is caught by it well inside the load
+    # watchdog on a loaded two-core host (at 8 GB it sometimes ran out of time first)
+    yield from _harness(device="cpu", watchdog_s=10, n_input_sets=3, memory_limit_gb=3)
 
 
 @pytest.mark.parametrize("case", _params([c for c in CASES if c.cpu], False, lambda c: c.id))
