@@ -258,28 +258,29 @@ def _conv_unknown(name: str, shapes, concrete) -> bool:
 
 def elementwise_flops(name: str, shapes) -> float:
     """One FLOP per element of the broadcast inputs for an operator that computes; 0 for data movement."""
-    base = _name(name).rstrip("_") if not _name(name).startswith("__") else _name(name)
-    if base in _NO_COMPUTE or _name(name) in _NO_COMPUTE:
+    if _moves_data(name):
         return 0.0
     ts = _tensor_shapes(shapes)
     if not ts:
         return 0.0
-    try:
-        import torch
-
-        return float(_numel(torch.broadcast_shapes(*[tuple(s) for s in ts])))
-    except (RuntimeError, ValueError):
-        return float(max(_numel(s) for s in ts))
+    shape = _broadcast_shape(ts)
+    return float(_numel(shape)) if shape is not None else float(max(_numel(s) for s in ts))
 
 
-def _broadcasts(ts: list[list[int]]) -> bool:
+def _moves_data(name: str) -> bool:
+    """Whether an operator only moves, views or fills data (in-place spellings included)."""
+    base = _name(name).rstrip("_") if not _name(name).startswith("__") else _name(name)
+    return base in _NO_COMPUTE or _name(name) in _NO_COMPUTE
+
+
+def _broadcast_shape(ts: list[list[int]]) -> tuple | None:
+    """The shape the operands broadcast to; None where they do not (a product's operands)."""
     import torch
 
     try:
-        torch.broadcast_shapes(*[tuple(s) for s in ts])
-        return True
+        return tuple(torch.broadcast_shapes(*[tuple(s) for s in ts]))
     except (RuntimeError, ValueError):
-        return False
+        return None
 
 
 def contraction_flops(shapes, dtypes=None) -> float:
@@ -304,14 +305,14 @@ def library_op_flops(name: str, shapes, dtypes=None) -> float:
     of another of torch's namespaces (oneDNN, MKL, quantized: their products take operands of the same shape too),
     counts the larger of that and the product two operands could form. One of those with an operand recorded
     without shape or type (a packed weight) and no such pair cannot be sized: infinite."""
-    if _name(name) in _NO_COMPUTE or _name(name).rstrip("_") in _NO_COMPUTE:
+    if _moves_data(name):
         return 0.0
     per_element = elementwise_flops(name, shapes)
     ts = _tensor_shapes(shapes)
     dtypes = list(dtypes or [])
     aten = _namespace(name) == "aten"
     # an ATen operator with an index operand (gather, scatter, embedding) selects; it does not multiply
-    if aten and (len(ts) < 2 or _broadcasts(ts) or any(d in _INDEX_DTYPES for d in dtypes)):
+    if aten and (len(ts) < 2 or _broadcast_shape(ts) is not None or any(d in _INDEX_DTYPES for d in dtypes)):
         return per_element
     product = contraction_flops(shapes, dtypes)
     opaque = any((s == [] or s == ()) and i < len(dtypes) and dtypes[i] == "" for i, s in enumerate(shapes or ()))

@@ -31,6 +31,7 @@ loop, so neither lands between a start and an end event.
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 import statistics
 import time
@@ -432,9 +433,11 @@ def _fresh_values(entries, sync=None) -> tuple:
     originals = [[x.clone() if isinstance(x, torch.Tensor) and x.is_floating_point() else None for x in e["inputs"]]
                  for e in entries]
 
-    def refresh(i: int, nth: int | None = None) -> None:  # call i's set; nth: the factor's index (i by default)
+    factors = itertools.count(1)  # each refresh takes the next: unique however the caller numbers its calls
+
+    def refresh(i: int) -> None:  # call i's set
         k = i % len(entries)
-        scale = 1.0 + 1e-3 * (1 + (i if nth is None else nth) % 4093)
+        scale = 1.0 + 1e-3 * (next(factors) % 4093 or 4093)
         for x, o in zip(entries[k]["inputs"], originals[k]):
             if o is not None:
                 torch.mul(o, scale, out=x)
@@ -548,7 +551,7 @@ def time_candidate_cpu(model, input_sets, method: TimingMethod) -> dict:
         trials = choose_trials(statistics.median(warm[-3:]), method.target_s, method.min_trials, method.max_trials)
         call_us = []
         for i in range(trials):
-            refresh(i, n_warm + i)
+            refresh(i)
             t0 = perf()
             entries[i % len(entries)]["run"]()
             call_us.append((perf() - t0) * 1e6)
