@@ -42,6 +42,7 @@ import sys
 import time
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP = 24
 CAP_SETPCAP, CAP_NET_ADMIN, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_CHROOT, CAP_SYS_PTRACE = 8, 12, 16, 17, 18, 19
@@ -109,6 +110,9 @@ def enter_pid_namespace() -> bool:
         uid, gid = os.getuid(), os.getgid()
         if _libc().unshare(CLONE_NEWUSER) != 0:
             return False
+        # an undumpable process's /proc/self files belong to root, so its user cannot write its own id maps:
+        # dumpable for these three writes only (this process holds no secret, and runs no code of anyone's)
+        _prctl(PR_SET_DUMPABLE, 1)
         try:  # the same ids inside, so files keep their owners
             with open("/proc/self/setgroups", "w") as f:
                 f.write("deny")
@@ -118,6 +122,8 @@ def enter_pid_namespace() -> bool:
                 f.write(f"{gid} {gid} 1")
         except OSError:
             return False
+        finally:
+            _prctl(PR_SET_DUMPABLE, 0)
     return _libc().unshare(CLONE_NEWPID) == 0
 
 
