@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evals.harness import Harness, HarnessSettings  # noqa: E402
+from evals.judge import Harness, HarnessSettings  # noqa: E402
 from evals.harness_cli import bench_rows, fmt_frac, fmt_us, summarize  # noqa: E402
 from evals.problems import ProblemError, load_problems  # noqa: E402
 from evals.environment import collect_environment, versions_text  # noqa: E402

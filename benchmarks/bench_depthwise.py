@@ -6,7 +6,7 @@ Writes <out>/<date>-<gpu>-depthwise.{json,md}.
 
     python3 benchmarks/bench_depthwise.py --out $OUT                # on a GPU: builds 6 kernels, about 3 minutes
 
-Times are CUDA-event medians per call with the L2 flushed before each call (evals.timing.time_cuda,
+Times are CUDA-event medians per call with the L2 flushed before each call (evals.judge.timing.time_cuda,
 host_sync "end": the host runs ahead, so the events hold the GPU's work, not the Python launch). Our kernel's
 time includes CUTLASS's filter reorder, a launch of its own every call. Each kernel is checked against F.conv2d
 plus the same epilogue (fp32: 1e-4).
@@ -74,7 +74,7 @@ def _build(job: tuple[str, str]) -> tuple[str, str, dict, str, float]:
 def _median_us(fn, flusher, calls: int) -> float:
     import statistics
 
-    from evals.timing import time_cuda
+    from evals.judge.timing import time_cuda
 
     sample = time_cuda(lambda _: fn(), [[]], flusher=flusher, warmup=5, min_trials=calls, max_trials=calls,
                        host_sync="end")
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print(NO_GPU, file=sys.stderr)
         return 2
-    from evals.timing import L2Flusher
+    from evals.judge.timing import L2Flusher
 
     start = time.perf_counter()
     jobs = [(name, split) for name in args.shapes for split in SPLITS]

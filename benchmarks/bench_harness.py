@@ -17,7 +17,7 @@ a. overhead: validate + profile wall time minus the worker's time inside the mea
 b. memory: torch's allocated and reserved bytes (and the worker's resident host memory) after every
    attempt of a run of attempts, then after an illegal-address crash and the worker's restart.
 c. timing spread: eager fp32, eager TF32 and torch.compile on three problems, each timed
-   ``--repeats`` times under each variant of ``evals.timing.TimingMethod``: the IQR / median of the
+   ``--repeats`` times under each variant of ``evals.judge.timing.TimingMethod``: the IQR / median of the
    trials, and the range of the repeated medians. Repeats are interleaved (repeat, problem,
    variant, mode) and the variant order rotates, so drift of clocks or temperature is shared.
 """
@@ -45,12 +45,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from results_io import gpu_slug, write_result  # noqa: E402
-from evals.harness import Candidate, Harness, HarnessSettings  # noqa: E402
+from evals.judge import Candidate, Harness, HarnessSettings  # noqa: E402
 from evals.harness_cli import fmt_us  # noqa: E402
 from evals.problems import load_suite  # noqa: E402
 from evals.replay import fmt_num  # noqa: E402
 from evals.environment import collect_environment, versions_text  # noqa: E402
-from evals.timing import TimingMethod, range_pct, spread_pct  # noqa: E402
+from evals.judge.timing import TimingMethod, range_pct, spread_pct  # noqa: E402
 
 ADVERSARIAL = ROOT / "tests" / "adversarial"
 OVERHEAD_PROBLEM = "02_linear_relu_tiny"  # smoke: the harness's cost, not the problem's
@@ -66,7 +66,7 @@ L2_FALLBACK_BYTES = 50 * 1024**2
 
 # name -> changes to the default TimingMethod; "2x_l2" is resolved from the device's L2 size.
 VARIANTS: dict[str, dict] = {
-    # the harness's default: CUDA graphs captured and replayed by the harness (evals.timing.time_candidate)
+    # the harness's default: CUDA graphs captured and replayed by the harness (evals.judge.timing.time_candidate)
     # (trials of back-to-back calls spanning ~2 ms, their mean the trial's time, after 0.1 s of warm-up)
     "cuda_graph": {"graph": True},
     "cuda_graph_one_call": {"graph": True, "trial_us": 0.0, "warmup_s": 0.0},  # the earlier default: one call a trial
@@ -339,7 +339,7 @@ def _diff(a, b):
 
 def tf32(matmul: bool):
     """TF32 in matmuls as asked; cuDNN keeps PyTorch's default (on), as the worker's eager timings do."""
-    from evals.worker import tf32_mode
+    from evals.judge.process import tf32_mode
 
     return tf32_mode(matmul=matmul, cudnn=True)
 
@@ -378,7 +378,7 @@ class SpreadTarget:
 
 def _graph_sample(model, inputs, flusher, method: TimingMethod):
     """The harness's default method (CUDA graphs it captures and replays) as a TimingSample."""
-    from evals.timing import TimingSample, time_candidate
+    from evals.judge.timing import TimingSample, time_candidate
 
     r = time_candidate(model, inputs, flusher, method)
     sample = TimingSample(event_us=list(r["event_us"]), wall_us=[], warmup=method.warmup, elapsed_s=r["timed_s"],
@@ -396,7 +396,7 @@ class Flushers:
         self.by_size = {}
 
     def get(self, method: TimingMethod):
-        from evals.timing import make_flusher
+        from evals.judge.timing import make_flusher
 
         key = method.l2_flush_mb
         self.by_size[key] = make_flusher(self.device, method, self.by_size.get(key))
@@ -410,7 +410,7 @@ def spread_rows_gpu(problems, variants: dict[str, TimingMethod], repeats: int, c
     (the last repeat's duration, ``first_round_s`` before the first)."""
     import torch
 
-    from evals.timing import time_cuda
+    from evals.judge.timing import time_cuda
 
     device = torch.device(device)
     targets = []
@@ -463,7 +463,7 @@ def spread_rows_cpu(problems, repeats: int, trials: int) -> tuple[list[dict], di
     """No GPU: wall-clock timings of tiny problems (the GPU variants do not apply)."""
     import torch
 
-    from evals.timing import time_cpu
+    from evals.judge.timing import time_cpu
 
     rows = []
     for p in problems:
@@ -619,7 +619,7 @@ def to_markdown(doc: dict) -> str:
                      f"{r['trials_median']:.0f} |")
     if doc.get("variants"):
         default = asdict(TimingMethod())
-        lines += ["", "Variants (changes to the current method, `evals.timing.TimingMethod`): " + "; ".join(
+        lines += ["", "Variants (changes to the current method, `evals.judge.timing.TimingMethod`): " + "; ".join(
             f"{name}: " + (", ".join(f"{k}={v}" for k, v in m.items() if v != default.get(k)) or "as is")
             for name, m in doc["variants"].items()) + "."]
     lines += ["", "Per variant (kernels above 50 us):", "",

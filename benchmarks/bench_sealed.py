@@ -1,4 +1,4 @@
-"""Sealed calls (evals/sealed.py) on this machine's GPU: per candidate the reported time t, the judge-clocked
+"""Sealed calls (evals/judge/sealed.py) on this machine's GPU: per candidate the reported time t, the judge-clocked
 bound U, K, t / U and the verdict, for honest candidates on three kinds of problem (a compute-bound 4096
 GEMM, a memory-bound elementwise problem, a tiny launch-bound one) and for the timing cheats of the
 adversarial set. Shows whether ALPHA and BETA_US leave room for honest candidates (t / U well above
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from evals import sealed  # noqa: E402
-from evals.harness import Candidate, Harness, HarnessSettings  # noqa: E402
+from evals.judge import Candidate, Harness, HarnessSettings  # noqa: E402
 from evals.problems import load_problem, load_suite  # noqa: E402
 from tests.adversarial.cases import candidate_for, problem_for  # noqa: E402
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from results_io import gpu_slug, write_result  # noqa: E402
 
-from evals.timing import set_framework  # noqa: E402
+from evals.judge.timing import set_framework  # noqa: E402
 
 STEP_RANGE = "mucutlass.step#"  # + the step's position in program.steps; -1: the fused input casts
 CALL_RANGE = "mucutlass.call"

@@ -402,7 +402,7 @@ def _compile_unit_locked(jobs: list[_Job], nvcc: str, flags: list[str]) -> dict[
     kernels = [j.emitted for j in jobs]
     source = unit_source(kernels)
     # named after its first kernel's key (held locked here): the judge's containment check knows such names as
-    # builds running beside an attempt (evals.sandbox.KERNEL_ENTRY), not as files planted in the cache
+    # builds running beside an attempt (evals.judge.sandbox.KERNEL_ENTRY), not as files planted in the cache
     tmp = Path(tempfile.mkdtemp(prefix=f".{jobs[0].key}.unit-", dir=jobs[0].dir.parent))
     try:
         (tmp / "unit.cu").write_text(source)

@@ -152,7 +152,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return 1
     import torch  # counting the bound needs it anyway
 
-    from evals.harness import Harness, HarnessSettings
+    from evals.judge import Harness, HarnessSettings
 
     harness = Harness(HarnessSettings(compile_reference=not args.no_compile))
     has_gpu = torch.cuda.is_available()

@@ -144,20 +144,20 @@ class Services:
     # -- harness --------------------------------------------------------------------------
     def harness(self) -> Any:
         if self._harness is None:
-            from evals.harness import Harness, HarnessSettings
+            from evals.judge import Harness, HarnessSettings
 
             self._harness = Harness(self._harness_settings or HarnessSettings(gpu=self.gpu))
         return self._harness
 
     def candidate(self, program: Any, backend: str, artifacts: dict[str, str] | None) -> Any:
-        from evals.harness import Candidate
+        from evals.judge import Candidate
 
         return Candidate.from_program(program, backend=backend, artifacts=artifacts or {})
 
     def candidate_of(self, state: dict) -> Any:
         """The candidate of the attempt in flight: its ModelNew source (cuda variants) or its program."""
         if state.get("candidate_source"):
-            from evals.harness import Candidate
+            from evals.judge import Candidate
 
             return Candidate.from_source(state["candidate_source"])
         return self.candidate(program_of(state), state["backend"], state.get("artifacts"))
@@ -176,7 +176,7 @@ class Services:
                 "timing_source": t.timing_source, "reason": t.reason, "flags": list(t.flags)}
 
     def ceiling_check(self, t_us: float, t_sol_us: float) -> tuple[bool, str]:
-        from evals.integrity import sol_ceiling_check
+        from evals.judge import sol_ceiling_check
 
         return sol_ceiling_check(t_us, t_sol_us)
 

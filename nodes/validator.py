@@ -1,4 +1,4 @@
-"""validator: runs the candidate against the reference on fresh random inputs (evals.harness).
+"""validator: runs the candidate against the reference on fresh random inputs (evals.judge).
 A wrong, non-finite, unwritten or input-independent output ends the attempt with the reason."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import pytest
 def cpu_harness(tmp_path_factory, **settings):
     """A judge on the CPU whose protected caches are the test's own, not the user's (a generator for a
     module-scoped fixture: the worker starts at once, with that environment)."""
-    from evals.harness import Harness, HarnessSettings
+    from evals.judge.client import Harness, HarnessSettings
 
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:

@@ -1,6 +1,6 @@
 """The pytorch_only rule on GPU kernel names: data movement around the candidate's kernels is nobody's work."""
 
-from evals.attribution import WorkSplit, pytorch_only_reason, split_kernel_time
+from evals.judge.attribution import WorkSplit, pytorch_only_reason, split_kernel_time
 
 OWN_CONV = "void cutlass::device_kernel<cutlass::conv::kernel::ConvUniversal<t_conv_sm90_128x128x64>>(Params)"
 CAST_NHWC = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<copy_>>(int, F)"
@@ -44,7 +44,7 @@ def test_the_flop_share_flags_on_its_own():
 # ---------------------------------------------------------------------------------------------
 # Operator FLOPs (what a Python candidate dispatched, recorded by the profiler)
 
-from evals.attribution import OTHER_PROCESSES_CPU_S, OpRecorder, op_flops, work_share  # noqa: E402
+from evals.judge.attribution import OTHER_PROCESSES_CPU_S, OpRecorder, op_flops, work_share  # noqa: E402
 
 M, K, N = 8, 64, 32
 GEMM = 2.0 * M * K * N
@@ -235,7 +235,7 @@ def _recorded_with_args(fn) -> list:
     """As the candidate process records them: a conv's non-tensor arguments as a fourth item."""
     from torch.profiler import ProfilerActivity, profile
 
-    from evals.attribution import plain_arg
+    from evals.judge.attribution import plain_arg
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()

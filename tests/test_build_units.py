@@ -278,9 +278,9 @@ def _quiet_ahead_pool():
 
 
 def test_a_unit_building_beside_an_attempt_is_not_taken_for_a_planted_file(nvcc_units, monkeypatch):
-    """The judge's containment check reads new kernel-cache entries by name (evals.sandbox.KERNEL_ENTRY):
+    """The judge's containment check reads new kernel-cache entries by name (evals.judge.sandbox.KERNEL_ENTRY):
     a unit's temporary folder, built in the background while an attempt is judged, must read as a build."""
-    from evals.sandbox import ProtectedTree
+    from evals.judge.sandbox import ProtectedTree
 
     monkeypatch.setenv("FAKE_NVCC_S", "1.0")
     progs = [_variant("gemm_bf16_nt_coop", t) for t in ("128x128x64", "128x256x64", "256x128x64")]

@@ -13,7 +13,7 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from evals import cuda_candidates as cc
-from evals.harness import HarnessSettings
+from evals.judge.client import HarnessSettings
 from evals.problems import SUITES_DIR
 from graph.context import RunContext, Services
 from graph.runner import run_optimize

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from evals.harness import Harness, HarnessSettings
+from evals.judge.client import Harness, HarnessSettings
 from tests.adversarial.cases import CASES, CONTROLS, FLAG_RULES, HERE, PROPERTIES
 from tests.adversarial.runner import SECRET_VARS, Scratch, run_case, run_control
 

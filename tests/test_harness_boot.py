@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evals import channel, verdicts
-from evals.worker import Attempt, Finding, Judge
+from evals.judge import wire, verdicts
+from evals.judge.process import Attempt, Finding, Judge
 
 
 class FakeProc:
@@ -22,7 +22,7 @@ class FakeProc:
     def request(self, op, payload, timeout_s):
         self.requests.append(op)
         if self.dies:
-            raise channel.ChannelError(self.error_rule, f"the candidate process died during {op!r} (exit code 1)")
+            raise wire.ChannelError(self.error_rule, f"the candidate process died during {op!r} (exit code 1)")
         return {"ok": True, "result": {"pid": id(self)}, "handler_s": 0.0}
 
     def supervisor_report(self, timeout_s=None):

@@ -8,7 +8,7 @@ from mucutlass.cli import main
 
 
 def test_cli_module_imports_nothing_heavy():
-    code = "import sys, evals.harness_cli; print(any(m in sys.modules for m in ('torch', 'evals.harness')))"
+    code = "import sys, evals.harness_cli; print(any(m in sys.modules for m in ('torch', 'evals.judge.client')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -48,7 +48,7 @@ def test_baseline_rows_summary_and_markdown():
     import importlib.util
     from pathlib import Path
 
-    from evals.harness import ReferenceTimings
+    from evals.judge.client import ReferenceTimings
     from evals.harness_cli import baseline_row, summarize
     from evals.metrics import geomean
     from evals.problems import load_suite

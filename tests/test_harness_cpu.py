@@ -3,7 +3,7 @@ programs through the interpreter, estimates instead of timings."""
 
 import pytest
 
-from evals.harness import Candidate, HarnessSettings, ReferenceTimings
+from evals.judge.client import Candidate, HarnessSettings, ReferenceTimings
 from evals.problems import load_suite
 from tests.adversarial.cases import HERE
 from tests.adversarial.shared import shared_harness
@@ -215,7 +215,7 @@ def _timed_window(log: list[str]) -> list[str]:
 
 
 def test_host_sync_modes_place_the_synchronize(fake_cuda):
-    from evals import timing
+    from evals.judge import timing
 
     def fn(inputs):
         fake_cuda.log.append("fn")
@@ -238,7 +238,7 @@ def test_host_sync_modes_place_the_synchronize(fake_cuda):
 def test_events_are_created_before_the_timed_calls_and_gc_is_off(fake_cuda):
     import gc
 
-    from evals import timing
+    from evals.judge import timing
 
     gc_states = []
 
@@ -260,7 +260,7 @@ def test_events_are_created_before_the_timed_calls_and_gc_is_off(fake_cuda):
 def test_gc_stays_off_if_it_was_off(fake_cuda):
     import gc
 
-    from evals import timing
+    from evals.judge import timing
 
     gc.disable()
     try:
@@ -273,7 +273,7 @@ def test_gc_stays_off_if_it_was_off(fake_cuda):
 def test_warmup_by_duration_runs_back_to_back(fake_cuda):
     import time as _time
 
-    from evals import timing
+    from evals.judge import timing
 
     calls = []
 
@@ -299,7 +299,7 @@ def test_graph_trials_are_back_to_back_calls_and_their_mean(fake_cuda, monkeypat
     its own events), the device synchronized only after the trial, and the trial's time their mean."""
     import time as _time
 
-    from evals import timing
+    from evals.judge import timing
 
     def fn(inputs):
         fake_cuda.log.append("fn")
@@ -329,7 +329,7 @@ def test_cpu_timed_calls_each_get_values_no_earlier_call_saw():
     one. Afterwards each set holds its own values again and its last outputs are for them."""
     import torch
 
-    from evals import timing
+    from evals.judge import timing
 
     seen, hits, calls = set(), [], []
 
@@ -352,7 +352,7 @@ def test_cpu_timed_calls_each_get_values_no_earlier_call_saw():
 
 
 def test_calls_per_trial_follow_the_call_time():
-    from evals.timing import TimingMethod
+    from evals.judge.timing import TimingMethod
 
     m = TimingMethod(trial_us=2000.0, max_calls_per_trial=16)
     assert m.calls_per_trial(340.0) == 6 and m.calls_per_trial(2700.0) == 1 and m.calls_per_trial(5.0) == 16
@@ -362,7 +362,7 @@ def test_calls_per_trial_follow_the_call_time():
 
 
 def test_timing_method_from_harness_settings():
-    from evals.timing import TimingMethod
+    from evals.judge.timing import TimingMethod
 
     s = HarnessSettings(warmup=3, warmup_s=0.2, target_timed_s=1.5, max_trials=1000, l2_flush_mb=120,
                         l2_flush_mode="zero", host_sync="after")
@@ -386,7 +386,7 @@ def test_timing_method_from_harness_settings():
 def test_flusher_modes_and_sizes():
     import torch
 
-    from evals.timing import L2Flusher, TimingMethod, make_flusher, range_pct
+    from evals.judge.timing import L2Flusher, TimingMethod, make_flusher, range_pct
 
     assert make_flusher("cpu", TimingMethod(l2_flush_mb=0)) is None
     f = make_flusher("cpu", TimingMethod(l2_flush_mb=1, l2_flush_mode="fill"))
@@ -520,7 +520,7 @@ def test_bench_harness_spread_loop_with_fake_events(fake_cuda):
 
 
 def test_host_sync_end_enqueues_every_trial_then_synchronizes_once(fake_cuda):
-    from evals import timing
+    from evals.judge import timing
 
     def fn(inputs):
         fake_cuda.log.append("fn")
@@ -539,17 +539,17 @@ def test_host_sync_end_enqueues_every_trial_then_synchronizes_once(fake_cuda):
 def test_the_judge_summarizes_raw_event_times_itself():
     """The median, spread and trial count come from the per-call times, computed in the judge: a
     candidate process's own summary (its statistics module may be patched) is replaced."""
-    from evals import worker
+    from evals.judge import process
 
     res = {"call_us": [100.0, 102.0, 98.0, 100.0, 400.0, 404.0], "calls_per_trial": 2, "median_us": 1.0,
            "spread_pct": 0.0, "trials": 99}
-    worker._summarize_timing(res)
+    process._summarize_timing(res)
     assert res["trials"] == 3 and res["median_us"] == pytest.approx(101.0) and res["min_us"] == pytest.approx(99.0)
     assert res["mean_us"] == pytest.approx((101.0 + 99.0 + 402.0) / 3)
     for bad in ({"call_us": [], "calls_per_trial": 1}, {"call_us": [1.0, float("nan")], "calls_per_trial": 1},
                 {"call_us": [1.0, 2.0], "calls_per_trial": 3}, {"call_us": "fast", "calls_per_trial": 1}):
-        with pytest.raises(worker.Finding) as err:
-            worker._summarize_timing(dict(bad))
+        with pytest.raises(process.Finding) as err:
+            process._summarize_timing(dict(bad))
         assert err.value.rule == "timing_tampered"
 
 
@@ -559,7 +559,7 @@ def test_eager_timed_calls_get_values_never_seen_and_the_inputs_come_back(fake_c
     the trials the inputs hold their own values again and each set's last output is for them."""
     import torch
 
-    from evals import timing
+    from evals.judge import timing
 
     seen = []
 

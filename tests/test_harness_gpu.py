@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from evals.harness import Candidate, Harness, HarnessSettings
+from evals.judge.client import Candidate, Harness, HarnessSettings
 from evals.problems import load_suite
 from tests.adversarial.cases import HERE
 
@@ -125,7 +125,7 @@ def test_program_candidate_on_gpu(harness, smoke):
 
 
 # ---------------------------------------------------------------------------------------------
-# The timing methods (evals.timing.TimingMethod) the harness can be set to, and its own numbers
+# The timing methods (evals.judge.timing.TimingMethod) the harness can be set to, and its own numbers
 
 
 @pytest.fixture(scope="module")

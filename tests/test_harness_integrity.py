@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from evals import integrity
-from evals.timing import choose_trials, spread_pct, time_cpu
+from evals.judge import integrity
+from evals.judge.timing import choose_trials, spread_pct, time_cpu
 
 
 def test_sol_ceiling():
@@ -60,7 +60,7 @@ def test_time_cuda_logic_with_fake_events(monkeypatch):
     CPU stand-ins for CUDA events; the real ones run in the GPU tests."""
     import time as _time
 
-    from evals import timing
+    from evals.judge import timing
 
     class FakeEvent:
         def __init__(self, enable_timing=True):
@@ -114,7 +114,7 @@ def test_program_precision_follows_the_dataflow():
 def test_probe_signatures_tell_rounding_from_a_wrong_answer():
     """Each rounding level leaves its signature on the probe; a scaled result of the same size is a
     wrong answer, not a precision."""
-    from evals import probes
+    from evals.judge import probes
 
     torch.manual_seed(0)
     model = torch.nn.Linear(64, 32)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from evals import verdicts
-from evals.harness import Candidate
+from evals.judge import verdicts
+from evals.judge.client import Candidate
 from evals.problems import load_problem, load_suite
-from evals.sandbox import PROJECT_ROOT, candidate_env, changed_paths, snapshot
+from evals.judge.sandbox import PROJECT_ROOT, candidate_env, changed_paths, snapshot
 from tests.adversarial.shared import shared_harness
 
 HEAD = """
@@ -134,7 +134,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES), ids=list(CASES))
 def test_attack_is_caught_for_its_rule(harness, problem, name):
-    from evals.sandbox import sandbox_available
+    from evals.judge.sandbox import sandbox_available
 
     rule, source = CASES[name]
     planted = PROJECT_ROOT / "evals" / "zz_planted.py"
@@ -272,7 +272,7 @@ def test_a_program_instance_gets_the_parameters_of_its_own_model_seed():
     # parameters must follow the seed of the instance being built, not the one it was loaded under.
     import torch
 
-    from evals.worker import Judge
+    from evals.judge.process import Judge
 
     class FakeAttempt:
         instances, is_program, device = 0, True, torch.device("cpu")
@@ -300,7 +300,7 @@ def test_a_program_instance_gets_the_parameters_of_its_own_model_seed():
 def test_kernel_caches_are_protected_even_before_they_exist(tmp_path, monkeypatch):
     # The configured cache may not exist when the judge starts, and the user's default cache is read by
     # later runs without MUCUTLASS_CACHE_DIR: a planted entry in either is seen and removed.
-    from evals.sandbox import ProtectedTree, protected_roots
+    from evals.judge.sandbox import ProtectedTree, protected_roots
 
     configured = tmp_path / "configured"
     default = tmp_path / "xdg"

@@ -13,8 +13,8 @@ import torch
 from dsl_compiler.frontend import trace_problem
 from dsl_compiler.parser import parse
 from dsl_compiler.printer import format_program
-from evals import verdicts
-from evals.harness import Candidate
+from evals.judge import verdicts
+from evals.judge.client import Candidate
 from evals.problems import load_problem, load_suite
 from tests.adversarial.shared import shared_harness
 
@@ -104,7 +104,7 @@ class _Attempt:
 
 @pytest.mark.parametrize("which", ["module steps", "no module steps", "python"])
 def test_only_a_program_with_module_steps_is_sent_the_problems_source(problem, program_text, which):
-    from evals.worker import Judge
+    from evals.judge.process import Judge
 
     if which == "module steps":
         cand = candidate(program_text)
@@ -155,7 +155,7 @@ def test_the_state_a_program_is_built_from_is_the_one_its_references_came_from(p
     # same two spellings of one device here). The references of each set, looked up by the inputs' device,
     # must come from the very instance whose state_dict the candidate is built from: another construction
     # of this Model draws other gate weights (os.urandom), and every set would differ.
-    from evals.worker import Judge
+    from evals.judge.process import Judge
 
     judge, attempt = Judge(), _Attempt()
     attempt.device, attempt.is_program = torch.device(device), True

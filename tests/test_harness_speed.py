@@ -10,9 +10,9 @@ import time
 import pytest
 import torch
 
-from evals import verdicts
+from evals.judge import verdicts
 from evals.problems import load_suite
-from evals.worker import Judge, Prepared, compare
+from evals.judge.process import Judge, Prepared, compare
 
 
 def _compare_elementwise(outs, refs, tol):
@@ -184,7 +184,7 @@ def test_the_judge_works_while_the_candidate_answers_and_no_reply_is_left_unread
 
 
 def test_same_or_both_nan_takes_nan_for_nan():
-    from evals.worker import _same_or_both_nan
+    from evals.judge.process import _same_or_both_nan
 
     x = torch.randn(50)
     nan = x.clone()
@@ -194,16 +194,16 @@ def test_same_or_both_nan_takes_nan_for_nan():
 
 
 def _pinned_round_trip():
-    from evals import channel
+    from evals.judge import wire
 
-    a = channel.Arena.create(8 << 20)
+    a = wire.Arena.create(8 << 20)
     try:
         pinned = a.pin(4 << 20)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         x = torch.randn(256, 1024, device=device)  # 1 MB in the pinned part, a second one past it
         y = torch.randn(1024, 1024, device=device)
-        packed, _ = channel.pack({"x": x, "y": y, "z": torch.randn(3, device=device)}, a)
-        back = channel.unpack(packed, a, device)
+        packed, _ = wire.pack({"x": x, "y": y, "z": torch.randn(3, device=device)}, a)
+        back = wire.unpack(packed, a, device)
         assert all(torch.equal(back[k], v) for k, v in (("x", x), ("y", y)))
     finally:
         a.close()

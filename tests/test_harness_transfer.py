@@ -1,4 +1,4 @@
-"""Tensors between the judge and the candidate go through a shared arena (evals.channel.Arena), not
+"""Tensors between the judge and the candidate go through a shared arena (evals.judge.wire.Arena), not
 pickled frames: the round trip is exact, a descriptor the candidate forges cannot make the judge read
 outside the arena, the candidate cannot shrink the arena under the judge's mapping, the arena never
 holds the expected outputs, and the judge reports where its time goes (stages)."""
@@ -11,15 +11,15 @@ import textwrap
 import pytest
 import torch
 
-from evals import channel
-from evals.harness import Candidate
+from evals.judge import wire
+from evals.judge.client import Candidate
 from evals.problems import load_suite
 from tests.adversarial.shared import shared_harness
 
 
 @pytest.fixture()
 def arena():
-    a = channel.Arena.create(1 << 20)
+    a = wire.Arena.create(1 << 20)
     yield a
     a.close()
 
@@ -30,10 +30,10 @@ def test_round_trip_is_exact_for_every_kind_of_tensor(arena):
         "bool": torch.rand(6) > 0.5, "scalar": torch.tensor(2.5), "empty": torch.empty(0, 3),
         "strided": torch.randn(6, 4).t(), "u8": torch.randint(0, 255, (5,), dtype=torch.uint8),
     }
-    packed, end = channel.pack({"inputs": list(xs.values()), "n": 3, "text": "x"}, arena)
-    assert all(isinstance(d, dict) and channel.DESCRIPTOR in d for d in packed["inputs"])  # none in the frame
-    assert end % channel.ALIGN == 0 and end <= arena.nbytes
-    back = channel.unpack(packed, channel.Arena.attach(os.dup(arena.fd)))
+    packed, end = wire.pack({"inputs": list(xs.values()), "n": 3, "text": "x"}, arena)
+    assert all(isinstance(d, dict) and wire.DESCRIPTOR in d for d in packed["inputs"])  # none in the frame
+    assert end % wire.ALIGN == 0 and end <= arena.nbytes
+    back = wire.unpack(packed, wire.Arena.attach(os.dup(arena.fd)))
     assert back["n"] == 3 and back["text"] == "x"
     for x, y in zip(xs.values(), back["inputs"]):
         assert y.dtype == x.dtype and y.shape == x.shape and torch.equal(y, x)
@@ -44,24 +44,24 @@ def test_round_trip_is_exact_for_every_kind_of_tensor(arena):
 
 def test_a_tensor_larger_than_the_arena_travels_in_the_frame(arena):
     big = torch.randn(arena.nbytes // 4 + 1)
-    packed, _ = channel.pack({"x": big, "y": torch.ones(3)}, arena)
-    assert isinstance(packed["x"], torch.Tensor) and channel.DESCRIPTOR in packed["y"]
-    back = channel.unpack(packed, arena)
+    packed, _ = wire.pack({"x": big, "y": torch.ones(3)}, arena)
+    assert isinstance(packed["x"], torch.Tensor) and wire.DESCRIPTOR in packed["y"]
+    back = wire.unpack(packed, arena)
     assert torch.equal(back["x"], big) and torch.equal(back["y"], torch.ones(3))
 
 
 @pytest.mark.parametrize("descriptor", [
-    {channel.DESCRIPTOR: [0, 1 << 30], "dtype": "uint8", "shape": [1 << 30]},  # past the end
-    {channel.DESCRIPTOR: [-256, 16], "dtype": "float32", "shape": [4]},  # before the start
-    {channel.DESCRIPTOR: [3, 16], "dtype": "float32", "shape": [4]},  # misaligned
-    {channel.DESCRIPTOR: [0, 16], "dtype": "float32", "shape": [5]},  # bytes do not match the shape
-    {channel.DESCRIPTOR: [0, 16], "dtype": "object", "shape": [4]},  # not a tensor dtype
-    {channel.DESCRIPTOR: [0, 16], "dtype": "float32", "shape": [-4]},
-    {channel.DESCRIPTOR: "0,16", "dtype": "float32", "shape": [4]},
+    {wire.DESCRIPTOR: [0, 1 << 30], "dtype": "uint8", "shape": [1 << 30]},  # past the end
+    {wire.DESCRIPTOR: [-256, 16], "dtype": "float32", "shape": [4]},  # before the start
+    {wire.DESCRIPTOR: [3, 16], "dtype": "float32", "shape": [4]},  # misaligned
+    {wire.DESCRIPTOR: [0, 16], "dtype": "float32", "shape": [5]},  # bytes do not match the shape
+    {wire.DESCRIPTOR: [0, 16], "dtype": "object", "shape": [4]},  # not a tensor dtype
+    {wire.DESCRIPTOR: [0, 16], "dtype": "float32", "shape": [-4]},
+    {wire.DESCRIPTOR: "0,16", "dtype": "float32", "shape": [4]},
 ])
 def test_a_forged_descriptor_is_a_channel_error(arena, descriptor):
-    with pytest.raises(channel.ChannelError) as err:
-        channel.unpack({"outputs": [descriptor]}, arena)
+    with pytest.raises(wire.ChannelError) as err:
+        wire.unpack({"outputs": [descriptor]}, arena)
     assert err.value.rule == "channel"
 
 
@@ -129,7 +129,7 @@ def test_honest_candidate_reports_its_stages(harness, problem):
     # the candidate ran its calls, their tensors crossed the arena, and the judge compared every output
     for name in ("candidate", "transfer", "compare"):
         assert stages.get(name, 0.0) > 0.0, (name, stages)
-    # the reference's work is this validation's unless its sets were drawn ahead (evals.worker.Prepared)
+    # the reference's work is this validation's unless its sets were drawn ahead (evals.judge.process.Prepared)
     assert stages.get("reference", 0.0) > 0.0 or v.info["prepared_sets"] == len(v.sets), (stages, v.info.get("prepared_sets"))
     # every stage is judge time inside this one request, which the caller's clock spans: only the stages'
     # rounding (to 0.1 ms each) can take their sum past it
@@ -219,8 +219,8 @@ def test_a_reply_with_a_forged_descriptor_is_a_channel_verdict(harness, problem)
 def test_replacing_the_harness_timing_or_channel_functions_is_tampering(harness, problem):
     """A function of the timing library (or the channel) replaced, or its code swapped, in the candidate
     process: reported at once, and put back."""
-    for plant in ("from evals import timing as _t\n_t.time_candidate = lambda *a, **k: None\n",
-                  "from evals import channel as _c\n_c.unpack.__code__ = (lambda obj, arena, device=None: obj).__code__\n"):
+    for plant in ("from evals.judge import timing as _t\n_t.time_candidate = lambda *a, **k: None\n",
+                  "from evals.judge import wire as _c\n_c.unpack.__code__ = (lambda obj, arena, device=None: obj).__code__\n"):
         source = HEAD.replace("class ModelNew", plant + "\n\nclass ModelNew") + "        return torch.relu(self.fc(x))\n"
         v = harness.validate(problem, Candidate.from_source(source))
         assert not v.correct and v.rule == "timing_tampered", v
@@ -232,7 +232,7 @@ def test_threads_started_by_the_candidate_are_found():
     """What the timing request checks before it times anything: threads alive that the candidate started."""
     import threading
 
-    from evals import candidate_runner as cr
+    from evals.judge import candidate as cr
 
     cr._OWN_THREADS.clear()
     cr._OWN_THREADS.update(t.ident for t in threading.enumerate())
@@ -252,7 +252,7 @@ def test_time_added_inside_an_open_stage_is_not_counted_twice():
     """A request's time added to `candidate` while the `end` stage is open (the closing ping) leaves `end`."""
     import time
 
-    from evals.worker import Stages
+    from evals.judge.process import Stages
 
     stages = Stages()
     t0 = time.perf_counter()

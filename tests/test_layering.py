@@ -147,3 +147,36 @@ def test_the_checks_catch_a_cycle_and_a_wrong_direction(tmp_path):
     edges = import_graph(modules(tmp_path, ("dsl_compiler", "evals")))
     assert cycles(edges) == [["dsl_compiler.a", "evals.judge"]]
     assert package_violations(edges) == ["dsl_compiler.a -> evals.judge"]
+
+
+# The judge's package has one door: the rest of the product imports ``evals.judge`` itself, never a module inside
+# it (tests and benchmarks reach inside on purpose); and the judge reads the problem, the folder locks and the
+# cuda candidates' build folders from the rest of evals, nothing else (never the runner, the store or a report).
+JUDGE = "evals.judge"
+JUDGE_READS = {"evals.problems", "evals.settings", "evals.locks", "evals.cuda_candidates"}
+
+
+def judge_door_violations(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for source, targets in edges.items():
+        inside = source == JUDGE or source.startswith(JUDGE + ".")
+        for target in targets:
+            target_inside = target == JUDGE or target.startswith(JUDGE + ".")
+            if not inside and target_inside and target != JUDGE:
+                bad.append(f"{source} -> {target} (import the door: from evals.judge import ...)")
+            if inside and not target_inside and target.startswith("evals.") and target not in JUDGE_READS:
+                bad.append(f"{source} -> {target} (the judge reads only {', '.join(sorted(JUDGE_READS))} of evals)")
+    return sorted(bad)
+
+
+def test_the_judge_is_reached_through_its_door():
+    assert judge_door_violations(EDGES) == []
+
+
+def test_the_door_rule_catches_a_reach_inside(tmp_path):
+    edges = {"graph.context": {"evals.judge.process"}, "evals.judge.client": {"evals.runner"},
+             "nodes.validator": {"evals.judge"}}
+    assert judge_door_violations(edges) == [
+        "evals.judge.client -> evals.runner (the judge reads only evals.cuda_candidates, evals.locks, "
+        "evals.problems, evals.settings of evals)",
+        "graph.context -> evals.judge.process (import the door: from evals.judge import ...)"]

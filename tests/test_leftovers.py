@@ -40,7 +40,7 @@ def test_a_dying_workers_last_words_reach_the_crash_reason(tmp_path, monkeypatch
 
     import pytest
 
-    from evals.harness import HarnessSettings, WorkerFailure, WorkerProcess
+    from evals.judge.client import HarnessSettings, WorkerFailure, WorkerProcess
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     fake_python = tmp_path / "python"

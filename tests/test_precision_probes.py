@@ -1,6 +1,6 @@
 """What the judge measures around the timed calls, on the CPU: precision on every output it reads
-(evals.probes, evals.worker), f16's range probed inside its range as well as past it, the timed calls'
-outputs probed like the validation's; and the thread rule (evals.candidate_runner): a thread of the
+(evals.judge.probes, evals.judge.process), f16's range probed inside its range as well as past it, the timed calls'
+outputs probed like the validation's; and the thread rule (evals.judge.candidate): a thread of the
 candidate's may exist, as the runtime's compile workers do, but not run while it is timed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 from judge_fixtures import cpu_harness
 
-from evals import probes
+from evals.judge import probes
 
 HERE_ADV = Path(__file__).resolve().parent / "adversarial"
 
@@ -135,7 +135,7 @@ def tf32_problem(tmp_path_factory):
 
 
 def test_a_precision_switched_on_for_the_timed_calls_is_measured_on_their_outputs(timing_harness, tf32_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     t = timing_harness.profile(tf32_problem, Candidate.from_source(_BF16_WHEN_TIMED))
     assert not t.valid and t.rule == "precision", t.reason
@@ -149,7 +149,7 @@ _F16_ON_LATER_INSTANCES = (HERE_ADV / "f16_on_later_instances.py").read_text()
 
 def test_f16_switched_on_for_a_later_instance_overflows_on_a_range_probe_run_as_a_timed_call(timing_harness,
                                                                                               tf32_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     cand = Candidate.from_source(_F16_ON_LATER_INSTANCES)
     v = timing_harness.validate(tf32_problem, cand)
@@ -160,7 +160,7 @@ def test_f16_switched_on_for_a_later_instance_overflows_on_a_range_probe_run_as_
 
 
 def test_an_honest_candidates_timed_outputs_carry_no_lower_precision(timing_harness, tf32_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     t = timing_harness.profile(tf32_problem, Candidate.from_source(_HONEST))
     assert t.valid, t.reason
@@ -168,7 +168,7 @@ def test_an_honest_candidates_timed_outputs_carry_no_lower_precision(timing_harn
 
 
 def test_the_thread_rule_counts_cpu_spent_while_timed_not_threads_alive():
-    from evals import candidate_runner as cr
+    from evals.judge import candidate as cr
 
     before = {1: ("idle", 0.50), 2: ("launcher", 0.10)}
     after = {1: ("idle", 0.5001), 2: ("launcher", 0.30), 3: ("started while timed", 0.05)}
@@ -208,14 +208,14 @@ threading.Thread(target=_spin, name="prefetch", daemon=True).start()
 
 
 def test_an_idle_thread_of_the_runtime_is_not_timing_tampering(timing_harness, tf32_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     t = timing_harness.profile(tf32_problem, Candidate.from_source(_IDLE_THREAD))
     assert t.valid, t.reason
 
 
 def test_a_thread_that_runs_while_timed_is_timing_tampering(timing_harness, tf32_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     t = timing_harness.profile(tf32_problem, Candidate.from_source(_BUSY_THREAD))
     assert not t.valid and t.rule == "timing_tampered", t.reason
@@ -236,7 +236,7 @@ def sampling_harness(tmp_path_factory):
 
 
 def test_past_its_budget_the_probe_judges_a_sample_of_two_sets(sampling_harness, tf32_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     v = sampling_harness.validate(tf32_problem, Candidate.from_source(_HONEST))
     assert v.correct, v.reason
@@ -247,7 +247,7 @@ def test_past_its_budget_the_probe_judges_a_sample_of_two_sets(sampling_harness,
 def test_a_sample_still_catches_a_precision_lowered_after_the_first_call(sampling_harness, tf32_problem):
     """Whichever two sets are drawn, one of the outputs judged against them came from a bf16 call (the
     repeated call on set 1 does, when set 1 is drawn), so the sample cannot miss it."""
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     for _ in range(2):
         v = sampling_harness.validate(tf32_problem, Candidate.from_source(_BF16_AFTER_FIRST))

@@ -1,4 +1,4 @@
-"""The candidate's containment below the judge (evals.sandbox, evals.supervisor), attacked directly: its
+"""The candidate's containment below the judge (evals.judge.sandbox, evals.judge.supervisor), attacked directly: its
 processes' memory and environment, a frozen supervisor, writes outside its folder, Python's start-up
 folders. The whole-harness view of the same attacks is tests/adversarial (plants_next_attempt_env,
 freezes_supervisor, writes_via_proc_root, plants_startup_hook)."""
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from evals.sandbox import PROJECT_ROOT, CandidateProcess, ProtectedTree, candidate_env, sandbox_available
-from evals.supervisor import _drop_ptrace, descendants, stopped
+from evals.judge.sandbox import PROJECT_ROOT, CandidateProcess, ProtectedTree, candidate_env, sandbox_available
+from evals.judge.supervisor import _drop_ptrace, descendants, stopped
 
 
 def _read_environ_without_ptrace(pid: int) -> str:
@@ -95,7 +95,7 @@ except OSError as e:
     out["parent"] = e.strerror
 print(json.dumps(out), flush=True)
 """
-    cmd = [sys.executable, "-P", "-m", "evals.supervisor", "--workdir", str(workdir), "--sandbox", "--",
+    cmd = [sys.executable, "-P", "-m", "evals.judge.supervisor", "--workdir", str(workdir), "--sandbox", "--",
            sys.executable, "-c", probe]
     keep_r, keep_w = os.pipe()  # the supervisor's stdin stays open while the probe runs (EOF ends the tree)
     try:
@@ -136,20 +136,20 @@ def test_candidates_get_their_own_compile_caches_and_no_user_site(tmp_path, monk
                 "XDG_CACHE_HOME", "TMPDIR"):
         assert env[var].startswith(str(tmp_path)), var
     assert env["MUCUTLASS_CACHE_DIR"] and not env["MUCUTLASS_CACHE_DIR"].startswith(str(tmp_path))
-    from evals.sandbox import user_site_needed
+    from evals.judge.sandbox import user_site_needed
 
     assert user_site_needed() or env.get("PYTHONNOUSERSITE") == "1"
     # either way: the user's site folder is cut off unless the harness's own dependencies live there
-    monkeypatch.setattr("evals.sandbox.user_site_needed", lambda: False)
+    monkeypatch.setattr("evals.judge.sandbox.user_site_needed", lambda: False)
     assert candidate_env({}, workdir=str(tmp_path)).get("PYTHONNOUSERSITE") == "1"
-    monkeypatch.setattr("evals.sandbox.user_site_needed", lambda: True)
+    monkeypatch.setattr("evals.judge.sandbox.user_site_needed", lambda: True)
     assert "PYTHONNOUSERSITE" not in candidate_env({}, workdir=str(tmp_path))
 
 
 def test_without_the_sandbox_the_containment_cases_are_still_caught(tmp_path, monkeypatch):
     """Where namespaces are refused (an unprivileged container) the judge falls back to undumpable processes,
     armed spares, its own watch of a stopped supervisor and snapshots: the same red-team cases, judged so."""
-    from evals.harness import Harness, HarnessSettings
+    from evals.judge.client import Harness, HarnessSettings
     from tests.adversarial.cases import CASES
     from tests.adversarial.runner import SECRET_VARS, Scratch, run_case
 
@@ -182,7 +182,7 @@ class _FakeCuda:
 
 
 def test_the_cuda_check_needs_a_device_it_can_allocate_on(monkeypatch):
-    from evals import supervisor
+    from evals.judge import supervisor
 
     def cdll_with(fake):
         def cdll(name, *a, **k):
@@ -202,7 +202,7 @@ def test_the_cuda_check_needs_a_device_it_can_allocate_on(monkeypatch):
 def test_a_sandbox_that_loses_the_gpu_is_refused(monkeypatch):
     """Where a process inside the sandbox cannot use the GPU that processes outside it can, the probe
     says no and candidates run without the sandbox rather than every one of them failing."""
-    from evals import supervisor
+    from evals.judge import supervisor
 
     inside = {"v": False}
     monkeypatch.setattr(supervisor, "cuda_usable", lambda: inside["v"])

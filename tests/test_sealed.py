@@ -1,4 +1,4 @@
-"""Sealed calls (evals/sealed.py): masking is exact and hides the values, the go loop computes what the
+"""Sealed calls (evals/judge/sealed.py): masking is exact and hides the values, the go loop computes what the
 judge expects, checksums catch outputs not computed inside the timed request, and the flag rule and
 its bound behave as documented. The judge-level behaviour (a candidate whose reported time is a lie)
 is in tests/test_harness_cpu.py-style integration below, on the CPU with ``cpu_timing``."""
@@ -12,7 +12,7 @@ import pytest
 import torch
 from judge_fixtures import cpu_harness
 
-from evals import sealed
+from evals.judge import sealed
 
 HERE_ADV = Path(__file__).resolve().parent / "adversarial"
 
@@ -282,7 +282,7 @@ def _go(self, req):
     _SEEDS["mask"] = req["mask_seeds"]
     return {"checksums": [0.0] * self.sealed.k}
 def _fetch(self, req):
-    from evals import sealed
+    from evals.judge import sealed
     sealed.run_go(self.sealed, self.graphs, [int(s) for s in _SEEDS["mask"]], 0)
     return _real_fetch(self, req)
 _runner.Runner.op_sealed_go = _go
@@ -313,7 +313,7 @@ def medium_problem(tmp_path_factory):
 
 
 def test_honest_candidate_records_the_bound(cpu_timing_harness, medium_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_HONEST))
     assert t.valid, t.reason
@@ -324,7 +324,7 @@ def test_honest_candidate_records_the_bound(cpu_timing_harness, medium_problem):
 
 
 def test_memoised_timed_calls_are_timing_tampered(cpu_timing_harness, medium_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_MEMO))
     assert not t.valid and t.rule == "timing_tampered", t.reason
@@ -332,7 +332,7 @@ def test_memoised_timed_calls_are_timing_tampered(cpu_timing_harness, medium_pro
 
 
 def test_forged_go_reply_is_timing_tampered(cpu_timing_harness, medium_problem):
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_FORGED))
     assert not t.valid and t.rule == "timing_tampered", t.reason
@@ -341,7 +341,7 @@ def test_forged_go_reply_is_timing_tampered(cpu_timing_harness, medium_problem):
 
 def test_rewritten_runner_timing_is_timing_tampered(cpu_timing_harness, medium_problem):
     """The adversarial case rewrites_runner_timing.py: no guard in the candidate's process reports it."""
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_REWRITES_TIMING))
     assert not t.valid and t.rule == "timing_tampered", t.reason

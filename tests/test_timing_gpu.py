@@ -9,7 +9,7 @@ def test_a_failed_capture_leaves_random_draws_on_the_gpu_working():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    from evals.timing import TimingMethod, make_flusher, time_candidate
+    from evals.judge.timing import TimingMethod, make_flusher, time_candidate
 
     def branches_on_a_value(x):  # the host reads x.mean() inside the capture: capture fails
         return torch.relu(x) if x.mean() > 0 else x - 1.0

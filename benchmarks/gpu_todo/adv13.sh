@@ -14,7 +14,7 @@ source benchmarks/gpu_env.sh || { say "wheel install failed"; exit 1; }
 export MUCUTLASS_CACHE_DIR=$PWD/.cache/mucutlass
 mkdir -p "$MUCUTLASS_CACHE_DIR"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv >> "$log" 2>&1
-python3 -c "from evals.sandbox import sandbox_available; print('sandbox available:', sandbox_available())" >> "$log" 2>&1
+python3 -c "from evals.judge.sandbox import sandbox_available; print('sandbox available:', sandbox_available())" >> "$log" 2>&1
 say "adversarial"
 for k in 0 1 2 3 4 5 6 7; do
   timeout 470 python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 30 --shard $k/8 --budget-s 430 \

@@ -11,7 +11,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/mucutlass-out}
 mkdir -p "$OUT/shards"
 source benchmarks/gpu_env.sh || { echo "wheel install failed"; exit 1; }
-python3 -c "from evals.sandbox import sandbox_available; print('sandbox', sandbox_available())" > "$OUT/iso13-sandbox.txt" 2>&1
+python3 -c "from evals.judge.sandbox import sandbox_available; print('sandbox', sandbox_available())" > "$OUT/iso13-sandbox.txt" 2>&1
 CASES="plants_next_attempt_env.py plants_compile_caches.py hides_output_reuse.py freezes_supervisor.py
 plants_startup_hook.py reads_ancestor_environ.py writes_via_proc_root.py plants_sitecustomize.py plants_nv_compute_cache.py
 stops_next_attempt.py writes_project.py writes_kernel_cache.py daemon_child.py reads_secrets.py gpu_memory_hog.py

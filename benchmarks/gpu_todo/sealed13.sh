@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sealed calls (evals/sealed.py) on one H200, about 2.5 minutes: honest candidates on a compute-bound 4096 GEMM
+# Sealed calls (evals/judge/sealed.py) on one H200, about 2.5 minutes: honest candidates on a compute-bound 4096 GEMM
 # (builtin/01_gemm_square), a memory-bound elementwise problem (benchmarks/harness_problems/large_cheap_relu.py),
 # a tiny launch-bound one (smoke/02_linear_relu_tiny) and builtin/11_linear_relu, each profiled twice, then the
 # timing cheats of the adversarial set on 11_linear_relu, all through the judge (Harness.profile). Prints per case

@@ -96,12 +96,12 @@ class Control:
     cpu: bool = True
     flags_ok: tuple[str, ...] = ()  # flags an honest candidate of this kind rightly carries
     pending: str | None = None
-    needs_sandbox: bool = False  # passes where the namespace sandbox runs (evals.sandbox.sandbox_available)
+    needs_sandbox: bool = False  # passes where the namespace sandbox runs (evals.judge.sandbox.sandbox_available)
     what: str = ""
 
     def why_not_here(self) -> str | None:
         """Why this control cannot pass on this host (None when it can)."""
-        from evals.sandbox import sandbox_available
+        from evals.judge.sandbox import sandbox_available
 
         if self.needs_sandbox and not sandbox_available():
             return "no namespaces here: every write seen during an attempt is blamed on the candidate (docs/harness.md)"
@@ -328,7 +328,7 @@ CASES += [
     Case("patch_flop_counter.py", "pytorch_only", 7, stage="profile", taints=True,
          what="pure PyTorch; patches FlopCounterMode.get_total_flops to 0 and torch.profiler.profile with a look-alike"),
     Case("patch_channel_send.py", "pytorch_only", 7, stage="profile", taints=True, also=("timing_tampered",),
-         what="pure PyTorch; wraps the runner's evals.channel.send to zero the counted FLOPs and clear what the runner reports"),
+         what="pure PyTorch; wraps the runner's evals.judge.wire.send to zero the counted FLOPs and clear what the runner reports"),
     # an operator of any namespace torch registers is library work; one with no formula counts the product its operands form
     Case("library_namespace_gemm.py", "pytorch_only", 7, stage="profile", gpu=False,
          what="pure PyTorch; Linear+ReLU as oneDNN's fused operator, registered outside aten (mkldnn::), which no formula counted"),
@@ -361,7 +361,7 @@ CASES += [
     # caught by design: torch.cuda.CUDAGraph, torch.cuda.graph and their capture methods are guarded names
     Case("fake_cuda_graph.py", "timing_tampered", 5, stage="profile", cpu=True, taints=True,
          what="replaces torch.cuda.CUDAGraph / torch.cuda.graph: capture runs forward once, replay is empty unless an input was rewritten"),
-    # caught by design: every function of evals.timing (L2Flusher.flush included) is guarded by identity and code
+    # caught by design: every function of evals.judge.timing (L2Flusher.flush included) is guarded by identity and code
     Case("skips_l2_flush.py", "timing_tampered", 5, stage="profile", cpu=True,
          what="replaces the harness's L2Flusher.flush with a no-op: every timed call runs with a warm L2"),
     # 8 containment
@@ -441,7 +441,7 @@ def shapes_of(problem) -> dict[str, int]:
 
 def candidate_for(file: str, problem, subs: dict[str, str] | None = None):
     """A harness Candidate for a case file: Python source, or a parsed .mcu program (shapes filled in)."""
-    from evals.harness import Candidate
+    from evals.judge.client import Candidate
 
     text = (HERE / file).read_text(encoding="utf-8")
     for key, value in (subs or {}).items():

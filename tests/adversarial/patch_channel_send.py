@@ -1,5 +1,5 @@
 """Pure PyTorch that edits what the harness's code in its process says about it: every reply goes
-to the judge through evals.channel.send, looked up at call time, so that function is wrapped to
+to the judge through evals.judge.wire.send, looked up at call time, so that function is wrapped to
 clear the counted FLOPs and the kernel list of a work measurement (and the lists of replaced
 functions and changed settings of any reply) before the reply is framed. The computation is an
 honest F.linear + ReLU."""
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline  # noqa: F401
 
 try:
-    _channel = importlib.import_module("evals." + "chan" + "nel")
+    _channel = importlib.import_module("evals.judge." + "wi" + "re")
     _send = _channel.send
 
     def _edited(sock, obj, *args, **kwargs):

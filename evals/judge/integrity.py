@@ -4,8 +4,8 @@ empty when ok.
 What a μCUTLASS program says of itself is data, not code, so its precisions (following the
 dataflow) and whether it has a kernel at all are read from it here; the SOL ceiling compares a time
 with the physical bound. Everything about what a candidate does (outputs, inputs, precision of
-Python code, work attribution, timing) is measured by the judge process (``evals.worker``). A
-``CheckResult`` is named by its rule (``evals.verdicts``): hard rules fail the attempt, flags are
+Python code, work attribution, timing) is measured by the judge process (``evals.judge.process``). A
+``CheckResult`` is named by its rule (``evals.judge.verdicts``): hard rules fail the attempt, flags are
 kept out of headline numbers.
 """
 
@@ -19,7 +19,7 @@ CheckVerdict = tuple[bool, str]
 
 # the precision rules are the language's (one home); the harness reads them through this module
 from dsl_compiler.precision import PRECISION_BITS, lowest_precision, program_precisions  # noqa: F401
-from evals.verdicts import HARD_RULES
+from evals.judge.verdicts import HARD_RULES
 
 
 class CheckResult(BaseModel):

@@ -1,17 +1,17 @@
 """The judge's side of a candidate process: start (ahead of need), request, contain, end.
 
     proc = CandidateProcess.start(settings)        # returns at once; torch imports in the background
-    reply = proc.request("call", {...}, timeout_s)  # -> dict, or raises channel.ChannelError(rule, text)
+    reply = proc.request("call", {...}, timeout_s)  # -> dict, or raises wire.ChannelError(rule, text)
     findings = proc.finish()                        # kills the tree; containment findings
 
-The process runs ``evals.candidate_runner`` under ``evals.supervisor`` (a child subreaper that kills
+The process runs ``evals.judge.candidate`` under ``evals.judge.supervisor`` (a child subreaper that kills
 every descendant with it and polls the tree's memory), in an empty temporary directory that is not
 on its import path, with keys and tokens removed from its environment and no descriptor but its
 end of a dedicated socket. Its stdout and stderr go to a log; its compile caches (TorchInductor,
 Triton, C++ extensions, CUDA's JIT cache) and temporary files are in its own folder.
 
 Where the kernel allows namespaces (``sandbox_available``: root, or unprivileged user namespaces),
-the candidate runs in a sandbox (``evals.supervisor``) where every file system but its folder is
+the candidate runs in a sandbox (``evals.judge.supervisor``) where every file system but its folder is
 read-only and no process outside is visible: a write into the project or a cache is refused by the
 kernel, and a write another process makes meanwhile is not the candidate's. Elsewhere, writes into
 the project, the kernel cache, Python's start-up folders and the default compile caches are found
@@ -35,9 +35,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evals import channel
+from evals.judge import wire
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|^LANGSMITH_|^LANGCHAIN_"
                         r"|^OPENAI_|^ANTHROPIC_|^AWS_|^AZURE_|^GOOGLE_|^GCP_|^HF_|^HUGGING|^GH_|^GITHUB_|^WANDB_",
                         re.IGNORECASE)
@@ -127,7 +127,7 @@ def sandbox_available() -> bool:
         else:
             with tempfile.TemporaryDirectory(prefix="mucutlass-probe-") as d:
                 try:
-                    _SANDBOX = subprocess.run([sys.executable, "-P", "-s", "-m", "evals.supervisor", "--probe"],
+                    _SANDBOX = subprocess.run([sys.executable, "-P", "-s", "-m", "evals.judge.supervisor", "--probe"],
                                               cwd=d, env=candidate_env(), capture_output=True, timeout=30).returncode == 0
                 except (OSError, subprocess.SubprocessError):
                     _SANDBOX = False
@@ -300,7 +300,7 @@ class CandidateProcess:
     info: dict | None = None
     exit_state: dict | None = None
     findings: list[Finding] = field(default_factory=list)
-    arena: channel.Arena | None = None  # shared memory for the tensors of requests and replies
+    arena: wire.Arena | None = None  # shared memory for the tensors of requests and replies
     device: str = "cpu"  # where the judge wants the reply's tensors
     last_transfer: dict = field(default_factory=dict)  # seconds of the last request: pack, wait, unpack
 
@@ -312,7 +312,7 @@ class CandidateProcess:
               rss_limit_bytes: int = 0, sandbox: bool | None = None) -> "CandidateProcess":
         judge_end, cand_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            arena = channel.Arena.create()
+            arena = wire.Arena.create()
         except OSError:  # no memfd here: tensors travel in the frames
             arena = None
         sandbox = sandbox_available() if sandbox is None else sandbox
@@ -332,10 +332,10 @@ class CandidateProcess:
         fd = cand_end.fileno()
         fds = (fd, armed_w) if arena is None else (fd, arena.fd, armed_w)
         flags = ["-P", "-s"] if env.get("PYTHONNOUSERSITE") else ["-P"]  # as candidate_env decided
-        runner = [python, *flags, "-m", "evals.candidate_runner", "--fd", str(fd), "--armed-fd", str(armed_w)]
+        runner = [python, *flags, "-m", "evals.judge.candidate", "--fd", str(fd), "--armed-fd", str(armed_w)]
         if arena is not None:
             runner += ["--arena-fd", str(arena.fd)]
-        cmd = [python, *flags, "-m", "evals.supervisor", "--rss-limit-bytes", str(int(rss_limit_bytes)),
+        cmd = [python, *flags, "-m", "evals.judge.supervisor", "--rss-limit-bytes", str(int(rss_limit_bytes)),
                *[a for f in fds for a in ("--pass-fd", str(f))], "--workdir", workdir,
                *(["--sandbox"] if sandbox else []), *(["--writable", str(ext)] if ext else []), "--", *runner]
         try:
@@ -373,7 +373,7 @@ class CandidateProcess:
     def supervisor_stopped(self) -> bool:
         """Whether the supervisor was stopped (SIGSTOP by the candidate, its same-user child): it then
         polls nothing and kills nothing."""
-        from evals.supervisor import stopped
+        from evals.judge.supervisor import stopped
 
         return self.proc.poll() is None and stopped(self.proc.pid)
 
@@ -391,14 +391,14 @@ class CandidateProcess:
         """The request half of ``request``: the judge may work while the candidate answers, then
         ``receive``. One request is outstanding at a time."""
         self.seq += 1
-        nonce = channel.new_nonce()
+        nonce = wire.new_nonce()
         t0 = time.perf_counter()
-        packed, reply_at = channel.pack(payload, self.arena)
+        packed, reply_at = wire.pack(payload, self.arena)
         msg = {"op": op, "nonce": nonce, "seq": self.seq, **packed, "reply_at": reply_at}
         try:
-            channel.send(self.sock, msg)
+            wire.send(self.sock, msg)
         except OSError:
-            raise channel.ChannelError("crash", f"the candidate process was gone before '{op}'{self._tail()}") from None
+            raise wire.ChannelError("crash", f"the candidate process was gone before '{op}'{self._tail()}") from None
         self._sent = (op, nonce, t0, time.perf_counter())
 
     def receive(self, timeout_s: float) -> dict:
@@ -406,20 +406,20 @@ class CandidateProcess:
         op, nonce, t0, t1 = self._sent
         deadline = time.monotonic() + timeout_s
         try:
-            reply = channel.recv(self.sock, deadline, alive=self._runner_alive)
-        except channel.ChannelError as exc:
+            reply = wire.recv(self.sock, deadline, alive=self._runner_alive)
+        except wire.ChannelError as exc:
             if exc.rule == "timeout":
-                raise channel.ChannelError("timeout", f"no answer to '{op}' within the {timeout_s:g} s watchdog (a hang)") from None
+                raise wire.ChannelError("timeout", f"no answer to '{op}' within the {timeout_s:g} s watchdog (a hang)") from None
             if exc.rule == "crash":
                 self._await_exit(2.0)
-                raise channel.ChannelError("crash", f"the candidate process died during '{op}'{self._tail()}") from None
+                raise wire.ChannelError("crash", f"the candidate process died during '{op}'{self._tail()}") from None
             raise
         if not isinstance(reply, dict) or reply.get("nonce") != nonce or reply.get("seq") != self.seq:
-            raise channel.ChannelError("channel", f"a reply to '{op}' not bound to its request (wrong nonce or sequence)")
-        if channel.pending_bytes(self.sock):
-            raise channel.ChannelError("channel", f"more bytes after the reply to '{op}': a second reply was written")
+            raise wire.ChannelError("channel", f"a reply to '{op}' not bound to its request (wrong nonce or sequence)")
+        if wire.pending_bytes(self.sock):
+            raise wire.ChannelError("channel", f"more bytes after the reply to '{op}': a second reply was written")
         t2 = time.perf_counter()
-        reply = channel.unpack(reply, self.arena, self.device)
+        reply = wire.unpack(reply, self.arena, self.device)
         self.last_transfer = {"pack_s": t1 - t0, "wait_s": t2 - t1, "unpack_s": time.perf_counter() - t2}
         return reply
 
@@ -506,7 +506,7 @@ class CandidateProcess:
     def kill_tree(self) -> None:
         """SIGKILL the supervisor's descendants, from the judge (a daemon orphaned to a stopped supervisor
         included), then the supervisor."""
-        from evals.supervisor import kill_descendants
+        from evals.judge.supervisor import kill_descendants
 
         kill_descendants(self.proc.pid, rounds=20, pause_s=0.005)
         try:

@@ -1,7 +1,7 @@
 """Sealed calls: a bound on a candidate's time per call, taken by the judge's clock, that no code in the
 candidate's process can lower.
 
-The in-process timing (``evals.timing``) runs where the kernels run, so a candidate that rewrites the
+The in-process timing (``evals.judge.timing``) runs where the kernels run, so a candidate that rewrites the
 harness's code there can make it report anything. Sealed calls do not trust that process at all:
 
 1. stage (untimed): the judge sends K fresh input sets, each tensor *masked*: its bytes XORed with
@@ -19,7 +19,7 @@ The work of K calls therefore happened between the judge's two clock readings: `
 minus the cost of the unmask and checksum passes at the device's bandwidth (its physics floor) is an
 upper bound on the time of one call, whatever code ran. A reported time ``t < ALPHA * U - beta`` is a
 lie (``timing_tampered``). This module holds the pure parts: masking, seeds, checksums, the choice of
-K, the bound and the rule; ``evals.worker`` (judge) and ``evals.candidate_runner`` call them.
+K, the bound and the rule; ``evals.judge.process`` (judge) and ``evals.judge.candidate`` call them.
 """
 
 from __future__ import annotations

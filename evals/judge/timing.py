@@ -7,7 +7,7 @@ candidate Python runs inside a timed window, and capture fails when work is left
 the capturing stream does not join. When capture fails, eager calls are timed with a device-wide
 synchronize inside every window (``events_device_sync``). Every window is preceded by an L2 flush
 enqueued before its start event, so the GPU is busy while the host launches the call. The judge
-bounds the result with its own wall clock (``evals.worker``).
+bounds the result with its own wall clock (``evals.judge.process``).
 
 ``time_cuda`` is the earlier event method, kept for the benchmark's comparison of methods: inputs
 rotated between several sets, the L2 flushed, a CUDA event pair on the current stream around the
@@ -531,7 +531,7 @@ def time_candidate_cpu(model, input_sets, method: TimingMethod) -> dict:
     """``time_candidate`` on the CPU (``cpu_thread``): eager calls over the rotated ``input_sets``, each
     timed by this thread's CPU clock (on a shared host the wall clock counts the waits for a core; the
     caller runs torch on one thread). A claim like every in-process time; the judge bounds it with sealed
-    calls (``evals.sealed``), by the CPU time the kernel counts for the candidate's processes."""
+    calls (``evals.judge.sealed``), by the CPU time the kernel counts for the candidate's processes."""
     started = time.perf_counter()
     entries = _eager_entries(lambda inputs: model(*inputs), input_sets)
     perf = time.thread_time
@@ -621,8 +621,8 @@ def ncu_counters(problem, candidate, settings, timeout_s: float = 600.0) -> dict
         spec.write_text(json.dumps({"problem": problem.to_spec(), "candidate": candidate.model_dump()}))
         cmd = ["ncu", "--csv", "--clock-control", "none", "--target-processes", "all",
                "--nvtx", "--nvtx-include", "mucutlass_candidate/", "--metrics", ",".join(NCU_METRICS),
-               sys.executable, "-m", "evals.ncu_target", str(spec)]
-        from evals.sandbox import candidate_env  # evals.timing is imported in the candidate: no import at the top
+               sys.executable, "-m", "evals.judge.ncu_target", str(spec)]
+        from evals.judge.sandbox import candidate_env  # evals.judge.timing is imported in the candidate: no import at the top
 
         env = candidate_env(workdir=tmp)  # no keys, the candidate's own caches (it runs outside the sandbox)
         try:

@@ -1,8 +1,8 @@
 """The candidate process: runs one candidate's code and returns raw outputs to the judge.
 
-Started ahead of need by the judge (``evals.sandbox``) under a supervisor, in an empty temporary
+Started ahead of need by the judge (``evals.judge.sandbox``) under a supervisor, in an empty temporary
 directory that is not on its import path, with secrets removed from its environment. It speaks
-only on the socket whose descriptor it is given (``evals.channel``); stdout and stderr are a log.
+only on the socket whose descriptor it is given (``evals.judge.wire``); stdout and stderr are a log.
 It never holds the reference model, the input seeds, the expected outputs or the verdict: it gets the
 constructor arguments, a parameter seed (or, for a μCUTLASS program, the reference's parameters) and
 input tensors, and answers with output tensors and what it observed. Only a program with ``module``
@@ -51,7 +51,7 @@ import torch.profiler
 import torch.utils._python_dispatch
 import torch.utils.flop_counter
 
-from evals import attribution, channel, sealed, timing
+from evals.judge import attribution, wire, sealed, timing
 
 # Taken before any candidate code runs: what the checks below use.
 _type = builtins.type
@@ -290,7 +290,7 @@ def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[l
             copies.append(None)
             continue
         problems.append("")
-        copies.append(o.detach())  # copied into the channel's arena with the reply (evals.channel.pack)
+        copies.append(o.detach())  # copied into the channel's arena with the reply (evals.judge.wire.pack)
     return copies, problems
 
 
@@ -557,7 +557,7 @@ class Runner:
         return out, work
 
     def op_time(self, req: dict) -> dict:
-        from evals.timing import TimingMethod, make_flusher, time_candidate
+        from evals.judge.timing import TimingMethod, make_flusher, time_candidate
 
         # a thread of the candidate's may exist (the runtime's compile workers do) but not run while it is timed:
         # work such a thread launches runs beside or after the timed calls, never inside them
@@ -607,7 +607,7 @@ class Runner:
         copies, problems = inspect_outputs(_flatten(entry["outputs"]()), entry["inputs"], self.device.type)
         return {"outputs": copies, "output_problems": problems, "tampered": tampered()}
 
-    # -- sealed calls (evals.sealed): the judge's clock times the go request --------------------
+    # -- sealed calls (evals.judge.sealed): the judge's clock times the go request --------------------
     def op_sealed_stage(self, req: dict) -> dict:
         """K masked input sets ([K, ...] per input position) and the outputs' shapes: everything the go
         request writes is allocated now."""
@@ -671,12 +671,12 @@ def main(argv=None) -> int:
     ap.add_argument("--armed-fd", type=int, default=None, help="closed at start, once this process is undumpable")
     args = ap.parse_args(argv)
     sock = socket.socket(fileno=args.fd)  # the supervisor passed this descriptor and the arena's, no other
-    arena = channel.Arena.attach(args.arena_fd) if args.arena_fd is not None else None
+    arena = wire.Arena.attach(args.arena_fd) if args.arena_fd is not None else None
     if "" in sys.path:
         sys.path.remove("")
     timing.set_framework()
     _EXPECTED_STATE.update(framework_state())
-    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, channel, statistics, sealed,
+    _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, wire, statistics, sealed,
                                                 attribution))
     _OWN_THREADS.update(t.ident for t in threading.enumerate())
     runner = Runner()
@@ -688,8 +688,8 @@ def main(argv=None) -> int:
     gc.freeze()
     while True:
         try:
-            req = channel.recv(sock, trusted=True)
-        except channel.ChannelError:
+            req = wire.recv(sock, trusted=True)
+        except wire.ChannelError:
             return 0  # the judge closed the channel
         nonce, seq, op = req.get("nonce"), req.get("seq"), req.get("op", "")
         reply_at = req.get("reply_at", 0)
@@ -697,7 +697,7 @@ def main(argv=None) -> int:
         fatal = False
         t0 = _perf()
         try:
-            req = channel.unpack(req, arena, runner.device)
+            req = wire.unpack(req, arena, runner.device)
             if handler is None:
                 raise CandidateError(f"unknown operation {op!r}")
             reply = {"ok": True, "result": handler(req)}
@@ -712,9 +712,9 @@ def main(argv=None) -> int:
                      "tampered": tampered()}
         reply.update(nonce=nonce, seq=seq, handler_s=_perf() - t0)
         try:
-            channel.send(sock, channel.pack(_wire(reply), arena, reply_at)[0])
+            wire.send(sock, wire.pack(_wire(reply), arena, reply_at)[0])
         except Exception as exc:  # an unpicklable result the candidate slipped in
-            channel.send(sock, {"ok": False, "error": f"the reply could not be sent: {_one_line(exc)}",
+            wire.send(sock, {"ok": False, "error": f"the reply could not be sent: {_one_line(exc)}",
                                 "kind": "exception", "nonce": nonce, "seq": seq})
         if fatal:
             os._exit(3)  # a CUDA error leaves the context unusable

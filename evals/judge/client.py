@@ -1,6 +1,6 @@
 """The GPU harness: validates and times candidates against a problem's reference, crash-isolated.
 
-All work runs in a worker subprocess (``evals.worker``, one per GPU), so a crash, an illegal
+All work runs in a worker subprocess (``evals.judge.process``, one per GPU), so a crash, an illegal
 address or a hang costs one call: the worker is killed or exits, the call returns a failed result
 with the reason, and a fresh worker is started for the next call. The parent never imports torch.
 
@@ -28,15 +28,15 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from evals import integrity, verdicts
-from evals.integrity import CheckResult
+from evals.judge import integrity, verdicts
+from evals.judge.integrity import CheckResult
 from evals.problems import Problem, default_precisions
-from evals.timing import SETTING_NAMES, TimingMethod
+from evals.judge.timing import SETTING_NAMES, TimingMethod
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-# The settings of how a measurement is taken (evals.timing.TimingMethod, as the worker reads them).
+# The settings of how a measurement is taken (evals.judge.timing.TimingMethod, as the worker reads them).
 TIMING_SETTINGS = tuple(SETTING_NAMES.get(f, f) for f in TimingMethod.__dataclass_fields__)
 
 
@@ -167,8 +167,8 @@ class Validation(BaseModel):
     correct: bool
     max_abs_error: float | None = None
     max_rel_error: float | None = None
-    reason: str = ""  # "rule: why" (evals.verdicts) when not correct
-    rule: str | None = None  # the verdict's rule (evals.verdicts.RULES); when correct, a flag's rule or None
+    reason: str = ""  # "rule: why" (evals.judge.verdicts) when not correct
+    rule: str | None = None  # the verdict's rule (evals.judge.verdicts.RULES); when correct, a flag's rule or None
     sets: list[SetResult] = Field(default_factory=list)
     checks: list[CheckResult] = Field(default_factory=list)
     precision: str | None = None  # the lowest math precision the candidate uses (static, programs)
@@ -199,11 +199,11 @@ class Timing(BaseModel):
     timed_s: float | None = None  # the worker's time in the measurement (warm-up and timed calls)
     valid: bool = True  # False when a timing check failed (the number cannot be trusted)
     reason: str = ""
-    rule: str | None = None  # the verdict's rule when not valid (evals.verdicts.RULES)
+    rule: str | None = None  # the verdict's rule when not valid (evals.judge.verdicts.RULES)
     method: str | None = None  # how the time was taken: cuda_graph, events_device_sync, estimate
     calls_per_trial: int | None = None  # back-to-back calls averaged in one trial (median_us is the median trial)
     wall_bound_us: float | None = None  # the judge's own clock over back-to-back timed calls, per call
-    # sealed calls (evals.sealed): k, bound_us (U), t_us, alpha, beta_us, floor_us, flagged, method (what they prove)
+    # sealed calls (evals.judge.sealed): k, bound_us (U), t_us, alpha, beta_us, floor_us, flagged, method (what they prove)
     sealed: dict = Field(default_factory=dict)
     timing_lock: dict = Field(default_factory=dict)  # held (bool) and waited_s: the GPU's lock (evals.locks)
     work: dict = Field(default_factory=dict)  # kernels that ran and the candidate's share of GPU time
@@ -267,7 +267,7 @@ class WorkerFailure(Exception):
 
 
 class WorkerProcess:
-    """One ``python -m evals.worker`` process and its JSON-lines pipe."""
+    """One ``python -m evals.judge.process`` process and its JSON-lines pipe."""
 
     def __init__(self, settings: HarnessSettings):
         self.settings = settings
@@ -286,7 +286,7 @@ class WorkerProcess:
         # however this process ends (SIGKILL included); stderr_tail reads it through the descriptor
         self.log = tempfile.TemporaryFile(prefix="mucutlass-worker-", suffix=".log")
         self.proc = subprocess.Popen(
-            [settings.python, "-m", "evals.worker"],
+            [settings.python, "-m", "evals.judge.process"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             cwd=str(PROJECT_ROOT), env=env, start_new_session=True,
         )
@@ -623,6 +623,6 @@ class Harness:
 
     # -- optional hardware counters -------------------------------------------------------
     def _ncu_counters(self, problem: Problem, candidate: Candidate) -> dict[str, float]:
-        from evals.timing import ncu_counters
+        from evals.judge.timing import ncu_counters
 
         return ncu_counters(problem, candidate, self.settings)

@@ -1,6 +1,6 @@
 """The candidate process's supervisor: a small process (no torch) between the judge and the candidate.
 
-    python -P -m evals.supervisor --rss-limit-bytes N [--sandbox] -- python -P -m evals.candidate_runner --fd 3
+    python -P -m evals.judge.supervisor --rss-limit-bytes N [--sandbox] -- python -P -m evals.judge.candidate --fd 3
 
 It marks itself a child subreaper (``PR_SET_CHILD_SUBREAPER``), so every process the candidate
 starts, including double-forked daemons and ones in a new session, stays its descendant; it dies

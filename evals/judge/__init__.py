@@ -1,0 +1,25 @@
+"""The judge: validates and times candidates against a problem's reference, in processes of its own.
+
+This is the package's one door for the rest of the product: the graph's nodes, the evaluation runner and
+the command line use only the names below. Inside, ``client`` (the harness the caller holds; it never
+imports torch) talks to the judge process (``process``), which runs every attempt in a fresh candidate
+process (``candidate``) under a supervisor (``supervisor``, ``sandbox``), over the wire format of
+``wire``; the runtime checks (``checks``), precision probes (``probes``), sealed calls (``sealed``), work
+attribution (``attribution``) and timing (``timing``) are its own modules. docs/harness.md is the design
+and threat model.
+"""
+
+from evals.judge.client import (
+    Candidate,
+    Harness,
+    HarnessSettings,
+    ReferenceTimings,
+    SetResult,
+    Timing,
+    Validation,
+    WorkerFailure,
+)
+from evals.judge.integrity import CheckResult, sol_ceiling_check
+
+__all__ = ["Candidate", "CheckResult", "Harness", "HarnessSettings", "ReferenceTimings", "SetResult", "Timing",
+           "Validation", "WorkerFailure", "sol_ceiling_check"]
