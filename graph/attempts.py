@@ -84,10 +84,20 @@ def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: li
     return update
 
 
-def ceiling_bound_us(sol: dict, precision: str | None) -> float | None:
+def ceiling_bound_us(sol: dict, precision: str | None, program: Any = None) -> float | None:
     """The t_SOL a measured time is held to: the bound of the narrowest precision the program
     computed in (``precision`` is e.g. "tf32" or "bf16,tf32"), since a bf16 kernel may honestly beat
-    the tf32 bound but never its own; the report's headline bound when none is known."""
+    the tf32 bound but never its own; the report's headline bound when none is known. A program that
+    stores parameters in a narrower type (converted once, at load) moves those bytes legally: its
+    bound counts them at their stored type (``sol_models.bounds.stored_bound_us``), so the judge
+    holds a program to what it may do, never to more."""
     per = sol.get("per_precision") or {}
-    bounds = [(per.get(p) or {}).get("t_sol_us") for p in (precision or "").split(",")]
-    return min((b for b in bounds if b), default=None) or sol.get("t_sol_us")
+    names = [p for p in (precision or "").split(",") if p]
+    bounds = [(per.get(p) or {}).get("t_sol_us") for p in names]
+    headline = min((b for b in bounds if b), default=None) or sol.get("t_sol_us")
+    if program is None or not headline:
+        return headline
+    from sol_models.bounds import stored_bound_us
+
+    legal = [stored_bound_us(sol, p, program) for p in (names or [sol.get("precision", "tf32")])]
+    return min([headline, *(b for b in legal if b)])

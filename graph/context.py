@@ -77,7 +77,7 @@ class Services:
         work = count_problem(problem)
         report = sol_report(work, get_gpu(gpu), precision="tf32")
         out = _as_dict(report)
-        for name in ("flops", "bytes_fused", "bytes_unfused", "output_bytes"):
+        for name in ("flops", "bytes_fused", "bytes_unfused", "input_bytes", "param_bytes", "output_bytes"):
             if getattr(work, name, None) is not None:
                 out.setdefault(name, getattr(work, name))
         return out

@@ -11,7 +11,7 @@ from graph.attempts import ceiling_bound_us, judge
 from graph.context import RunContext
 from evals.policies import stop_reason
 from graph.memory import remember_state
-from graph.state import OptimizeState, current, history
+from graph.state import OptimizeState, current, history, program_of
 
 
 def sol_judge(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
@@ -20,7 +20,7 @@ def sol_judge(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     update: dict = {}
     attempt = current(state)
     if attempt is not None:  # a profiled attempt to judge (failed ones were finished where they failed)
-        t_sol = ceiling_bound_us(state.get("sol", {}), attempt.precision)
+        t_sol = ceiling_bound_us(state.get("sol", {}), attempt.precision, program_of(state))
         flags: list[str] = []
         if t_sol and attempt.t_us:
             ok, reason = svc.ceiling_check(attempt.t_us, t_sol)

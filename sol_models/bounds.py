@@ -121,3 +121,19 @@ def headroom(t_measured_us: float, t_sol_us: float) -> float:
     if not (t_measured_us > 0 and math.isfinite(t_measured_us)):
         raise ValueError(f"t_measured_us must be a positive finite time, got {t_measured_us}")
     return t_measured_us / t_sol_us
+
+
+def stored_bound_us(sol: dict, precision: str, program) -> float | None:
+    """t_SOL at ``precision`` of a problem (its ``sol_report`` as a dict, with ``param_bytes``) when a program
+    stores the parameters it reads at their declared types: the problem's fused bytes with its parameters'
+    counted as the program holds them (``counting.count_program``'s ``param_bytes``, converted once at load),
+    never more than the problem's. None where the report lacks what it needs."""
+    from sol_models.counting import count_program
+
+    per = (sol.get("per_precision") or {}).get(precision) or {}
+    fused, params, bw = sol.get("bytes_fused"), sol.get("param_bytes"), sol.get("dram_bw_gbps")
+    if not (per and fused and params is not None and bw):
+        return None
+    stored = min(float(params), float(count_program(program).param_bytes or 0.0))
+    t_memory_us = (float(fused) - float(params) + stored) / (float(bw) * 1e9) * 1e6
+    return max(float(per["t_compute_us"]), t_memory_us)

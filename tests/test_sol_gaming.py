@@ -77,3 +77,42 @@ def test_numpy_and_missing_times():
     assert ceiling_check(np.float32(95.0), 100.0).ok
     v = ceiling_check(None, 100.0)
     assert v.verdict == "invalid" and "None" in v.reason
+
+
+def test_a_program_storing_its_parameters_narrower_is_held_to_those_bytes(tmp_path):
+    """A GEMM + reduction whose weight dominates the bytes: an f16 program converts the weight once, at load, and
+    reads 2 bytes an element; its ceiling counts them so (an honest f16 program ~2x under the fp32-bytes bound was
+    flagged impossible), and a program storing it in f32 keeps the problem's own bound."""
+    from graph.attempts import ceiling_bound_us
+
+    problem = tmp_path / "matvec_sum.py"
+    problem.write_text(
+        "import torch, torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(8192, 8192)\n"
+        "    def forward(self, x):\n        return torch.sigmoid(self.fc(x)).sum(dim=1, keepdim=True)\n"
+        "def get_inputs():\n    return [torch.rand(8, 8192)]\n"
+        "def get_init_inputs():\n    return []\n")
+    work = count_problem(problem)
+    report = sol_report(work, H200, "tf32").model_dump()
+    report.update(param_bytes=work.param_bytes, input_bytes=work.input_bytes)
+    f16_text = """program p
+input x: f32[8, 8192]
+param w: f16[8192, 8192] = "fc.weight"
+param b: f32[8192] = "fc.bias"
+kernel fc = gemm(x, w^T) { math = f16; store h: f32 = sigmoid(acc + b[col]) }
+torch s = sum(h, dim=1, keepdim=True)
+output s
+"""
+    prog, diags = parse(f16_text)
+    assert prog is not None, diags
+    f32_prog, diags = parse(f16_text.replace("f16[8192, 8192]", "f32[8192, 8192]").replace("math = f16", "math = tf32"))
+    assert f32_prog is not None, diags
+    headline = ceiling_bound_us(report, "f16")
+    legal = ceiling_bound_us(report, "f16", prog)
+    weight = 8192 * 8192
+    assert legal < headline
+    assert legal == pytest.approx(headline - 2 * weight / (H200.dram_bw_gbps * 1e9) * 1e6, rel=1e-6)
+    assert ceiling_bound_us(report, "tf32", f32_prog) == pytest.approx(ceiling_bound_us(report, "tf32"))
+    honest_us = 1.2 * legal  # the f16 program near its own bound: under the fp32 bytes' bound, over its own
+    assert honest_us < headline and ceiling_check(honest_us, legal).ok and not ceiling_check(honest_us, headline).ok
