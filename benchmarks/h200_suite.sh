@@ -7,6 +7,11 @@
 #           of the default method, cuda_graph, beside variants of it), on a quiet host; under 3.5 minutes
 #   (harness and timing back to back fit one 10-minute command: benchmarks/gpu_todo/speed13.sh);
 #   variants: hand-written CUDA ModelNew modules through the cuda variant beside the offline tier (bench_variants.py);
+#   judge-scale: the judge on suite $SUITE (default builtin-huge: KernelBench's largest sizes) with honest
+#            candidates (the reference's layers and the offline tier's first program), JUDGES judges (default 3)
+#            sharing the GPU (bench_judge_scale.py: verdicts, overhead per attempt, peak memory per process);
+#   adversarial-at: the adversarial set on another Linear + ReLU problem (PROBLEM, default the 4 GiB-output
+#            builtin-huge/10_linear_bias_relu_4gib_out), 4 shards, ONLY (case files) to run a part of it;
 #   offline: build the offline tier's candidate kernels for suite $SUITE (builtin or builtin-large; spread over
 #            one translation unit per core), evaluate the suite (resumable: run the stage again to finish), write
 #            the offline benchmark table <date>-h200-offline-$SUITE.{json,md} and the report.
@@ -17,7 +22,7 @@
 # stage: SUITE (default builtin), PREBUILD_ATTEMPTS (candidates built per problem, default ATTEMPTS + 2),
 # TABLE_S and REPORT_S (default 60 each).
 set -uo pipefail
-stage=${1:?usage: h200_suite.sh harness|gpu-tests|adversarial|timing|variants|offline}
+stage=${1:?usage: h200_suite.sh harness|gpu-tests|adversarial|adversarial-at|judge-scale|timing|variants|offline}
 OUT=${OUT:-/tmp/mucutlass-out}
 ATTEMPTS=${ATTEMPTS:-3}
 mkdir -p "$OUT"
@@ -54,6 +59,28 @@ if [ "$stage" = harness ] || [ "$stage" = adversarial ]; then
   python3 -m tests.adversarial.report --merge "$OUT"/shards/*.shard*.json --out "$OUT" >> "$log" 2>&1
   say "adversarial exit $?"
   grep -E "caught=False|next_clean=False|passed=False|Traceback|stopping" "$OUT/shards.log" >> "$log"
+fi
+
+if [ "$stage" = judge-scale ]; then
+  say "bench_judge_scale ${SUITE:-builtin-huge}"
+  timeout "${JUDGE_SCALE_S:-480}" python3 benchmarks/bench_judge_scale.py --suite "${SUITE:-builtin-huge}" \
+    --judges "${JUDGES:-3}" --programs --jobs "$(nproc)" --budget-s $(( ${JUDGE_SCALE_S:-480} - 60 )) \
+    --out "$OUT" >> "$log" 2>&1
+  say "bench_judge_scale exit $?"
+fi
+
+if [ "$stage" = adversarial-at ]; then
+  PROBLEM=${PROBLEM:-builtin-huge/10_linear_bias_relu_4gib_out}
+  say "adversarial on $PROBLEM"
+  for k in 0 1 2 3; do
+    timeout $(( ${ADVERSARIAL_S:-240} + 60 )) python3 -m tests.adversarial.report --out "$OUT/shards-at" \
+      --watchdog-s 120 --problem "$PROBLEM" --shard $k/4 --budget-s "${ADVERSARIAL_S:-240}" \
+      ${ONLY:+--only $ONLY} >> "$OUT/shards-at.log" 2>&1 &
+  done
+  wait
+  python3 -m tests.adversarial.report --merge "$OUT"/shards-at/*.shard*.json --out "$OUT" >> "$log" 2>&1
+  say "adversarial-at exit $?"
+  grep -E "caught=False|next_clean=False|passed=False|Traceback|stopping" "$OUT/shards-at.log" >> "$log"
 fi
 
 if [ "$stage" = timing ]; then

@@ -19,7 +19,7 @@ class FakeProc:
         self.dies, self.error_rule = dies, error_rule
         self.finished, self.requests = False, []
 
-    def request(self, op, payload, timeout_s):
+    def request(self, op, payload, timeout_s, max_stream_bytes=0):
         self.requests.append(op)
         if self.dies:
             raise wire.ChannelError(self.error_rule, f"the candidate process died during {op!r} (exit code 1)")

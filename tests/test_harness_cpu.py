@@ -539,17 +539,18 @@ def test_host_sync_end_enqueues_every_trial_then_synchronizes_once(fake_cuda):
 def test_the_judge_summarizes_raw_event_times_itself():
     """The median, spread and trial count come from the per-call times, computed in the judge: a
     candidate process's own summary (its statistics module may be patched) is replaced."""
-    from evals.judge import process
+    from evals.judge.checks.timed import summarize_timing
+    from evals.judge.findings import Finding
 
     res = {"call_us": [100.0, 102.0, 98.0, 100.0, 400.0, 404.0], "calls_per_trial": 2, "median_us": 1.0,
            "spread_pct": 0.0, "trials": 99}
-    process._summarize_timing(res)
+    summarize_timing(res)
     assert res["trials"] == 3 and res["median_us"] == pytest.approx(101.0) and res["min_us"] == pytest.approx(99.0)
     assert res["mean_us"] == pytest.approx((101.0 + 99.0 + 402.0) / 3)
     for bad in ({"call_us": [], "calls_per_trial": 1}, {"call_us": [1.0, float("nan")], "calls_per_trial": 1},
                 {"call_us": [1.0, 2.0], "calls_per_trial": 3}, {"call_us": "fast", "calls_per_trial": 1}):
-        with pytest.raises(process.Finding) as err:
-            process._summarize_timing(dict(bad))
+        with pytest.raises(Finding) as err:
+            summarize_timing(dict(bad))
         assert err.value.rule == "timing_tampered"
 
 

@@ -12,7 +12,9 @@ import torch
 
 from evals.judge import verdicts
 from evals.problems import load_suite
-from evals.judge.process import Judge, Prepared, compare
+from evals.judge.compare import compare
+from evals.judge.process import Judge, Prepared
+from evals.judge.settings import HarnessSettings
 
 
 def _compare_elementwise(outs, refs, tol):
@@ -121,7 +123,7 @@ def test_preparing_stops_when_asked_and_for_another_problem(judge, problem):
 
 def test_idle_prepares_the_next_attempt_and_is_no_operation_s_time(judge, problem):
     cpu = torch.device("cpu")
-    judge.settings = {"cpu_timing": True}
+    judge.settings = HarnessSettings(device="cpu", cpu_timing=True)
     judge.next_up = (problem, cpu, 3, 5)
     judge.stages.seconds["compare"] = 0.0
     judge.idle(lambda: False)
@@ -165,7 +167,7 @@ def test_an_ended_process_is_awaited_in_a_thread_and_reaped_before_the_next(judg
 
 
 def test_the_judge_works_while_the_candidate_answers_and_no_reply_is_left_unread(judge):
-    judge.settings = {"spare_processes": 1, "memory_limit_gb": 0}
+    judge.settings = HarnessSettings(device="cpu", spare_processes=1, memory_limit_gb=0)
     attempt = judge.attempt_for("digest", torch.device("cpu"), 60.0, fresh=True)
     first = attempt.request("ping", {}, timeout_s=300.0)  # the process is ready
     seen = []
@@ -183,14 +185,26 @@ def test_the_judge_works_while_the_candidate_answers_and_no_reply_is_left_unread
     assert judge.ending == [] and not attempt.proc.alive()
 
 
-def test_same_or_both_nan_takes_nan_for_nan():
-    from evals.judge.process import _same_or_both_nan
+def test_digests_tell_equal_outputs_nan_for_nan():
+    """Two calls' outputs are the same when their summaries' digests agree (kept instead of the outputs): NaN
+    equals NaN for the repeated call, never for the input-independence check, and one changed element shows."""
+    from evals.judge.compare import Keys, same, same_or_both_nan, summarize
 
     x = torch.randn(50)
     nan = x.clone()
     nan[5] = float("nan")
-    assert _same_or_both_nan([x], [x.clone()]) and _same_or_both_nan([nan], [nan.clone()])
-    assert not _same_or_both_nan([nan], [x]) and not _same_or_both_nan([x], [x + 1])
+    keys = Keys([x], 16)
+
+    def s(t):
+        return summarize([t], [x], 1e-4, keys)
+
+    assert same_or_both_nan(s(x), s(x.clone())) and same_or_both_nan(s(nan), s(nan.clone()))
+    assert not same_or_both_nan(s(nan), s(x)) and not same_or_both_nan(s(x), s(x + 1))
+    assert same(s(x), s(x.clone())) and not same(s(nan), s(nan.clone()))
+    one = x.clone()
+    one[49] += 1e-6
+    assert not same(s(x), s(one))
+    assert same(s(x * 0.0), s(-(x * 0.0)))  # -0.0 is 0.0, as torch.equal has it
 
 
 def _pinned_round_trip():
@@ -202,7 +216,7 @@ def _pinned_round_trip():
         device = "cuda" if torch.cuda.is_available() else "cpu"
         x = torch.randn(256, 1024, device=device)  # 1 MB in the pinned part, a second one past it
         y = torch.randn(1024, 1024, device=device)
-        packed, _ = wire.pack({"x": x, "y": y, "z": torch.randn(3, device=device)}, a)
+        packed, _, _ = wire.pack({"x": x, "y": y, "z": torch.randn(3, device=device)}, a)
         back = wire.unpack(packed, a, device)
         assert all(torch.equal(back[k], v) for k, v in (("x", x), ("y", y)))
     finally:

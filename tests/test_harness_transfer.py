@@ -30,8 +30,8 @@ def test_round_trip_is_exact_for_every_kind_of_tensor(arena):
         "bool": torch.rand(6) > 0.5, "scalar": torch.tensor(2.5), "empty": torch.empty(0, 3),
         "strided": torch.randn(6, 4).t(), "u8": torch.randint(0, 255, (5,), dtype=torch.uint8),
     }
-    packed, end = wire.pack({"inputs": list(xs.values()), "n": 3, "text": "x"}, arena)
-    assert all(isinstance(d, dict) and wire.DESCRIPTOR in d for d in packed["inputs"])  # none in the frame
+    packed, end, streams = wire.pack({"inputs": list(xs.values()), "n": 3, "text": "x"}, arena)
+    assert all(isinstance(d, dict) and wire.DESCRIPTOR in d for d in packed["inputs"]) and not streams  # none in the frame
     assert end % wire.ALIGN == 0 and end <= arena.nbytes
     back = wire.unpack(packed, wire.Arena.attach(os.dup(arena.fd)))
     assert back["n"] == 3 and back["text"] == "x"
@@ -42,12 +42,78 @@ def test_round_trip_is_exact_for_every_kind_of_tensor(arena):
     assert torch.equal(back["inputs"][0], xs["f32"])
 
 
-def test_a_tensor_larger_than_the_arena_travels_in_the_frame(arena):
-    big = torch.randn(arena.nbytes // 4 + 1)
-    packed, _ = wire.pack({"x": big, "y": torch.ones(3)}, arena)
-    assert isinstance(packed["x"], torch.Tensor) and wire.DESCRIPTOR in packed["y"]
-    back = wire.unpack(packed, arena)
-    assert torch.equal(back["x"], big) and torch.equal(back["y"], torch.ones(3))
+def _pair():
+    import socket
+
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+def test_a_tensor_larger_than_the_arena_streams_through_it_in_chunks(arena):
+    """No tensor travels in a frame: one larger than the whole arena crosses its stream region chunk by chunk
+    (the receiver pulls each chunk, the next asked for before the current one is copied out), byte for byte."""
+    import threading
+
+    big = torch.randn(arena.nbytes // 4 * 3 + 7)  # three arenas and a bit: many chunks, a short last one
+    small = torch.ones(3)
+    sender, receiver = _pair()
+    frames = []
+    real_send = wire.send
+
+    def counting_send(sock, obj):  # every frame the sender writes is small: descriptors, never tensor bytes
+        if sock is sender:
+            frames.append(len(wire.encode(obj)))
+        real_send(sock, obj)
+
+    other = wire.Arena.attach(os.dup(arena.fd))
+    got = {}
+
+    def receive():
+        msg = wire.recv(receiver, deadline=None)
+        got["msg"] = wire.unpack(msg, other, sock=receiver, max_stream_bytes=big.nbytes)
+
+    t = threading.Thread(target=receive)
+    t.start()
+    wire.send = counting_send
+    try:
+        wire.send_message(sender, {"x": big, "y": small, "n": 2}, arena)
+    finally:
+        wire.send = real_send
+    t.join(30)
+    assert torch.equal(got["msg"]["x"], big) and torch.equal(got["msg"]["y"], small) and got["msg"]["n"] == 2
+    assert max(frames) < 4096, frames
+    chunks = -(-big.nbytes // wire.chunk_bytes(arena))
+    assert len(frames) == 1 + chunks  # the message, then one frame per chunk
+    sender.close(), receiver.close(), other.close()
+
+
+def test_a_reply_streaming_more_than_asked_for_is_a_channel_error(arena):
+    big = torch.randn(arena.nbytes // 2)
+    packed, _, streams = wire.pack({"x": big}, arena)
+    assert streams and wire.STREAM in packed["x"]
+    _, receiver = _pair()
+    with pytest.raises(wire.ChannelError) as err:
+        wire.unpack(packed, arena, sock=receiver, max_stream_bytes=big.nbytes - 1)
+    assert err.value.rule == "channel"
+
+
+def test_a_forged_chunk_is_a_channel_error(arena):
+    """A sender that answers a pull with another chunk than the one asked for (or another place in the arena)."""
+    import threading
+
+    big = torch.randn(arena.nbytes // 2)
+    packed, _, _ = wire.pack({"x": big}, arena)
+    sender, receiver = _pair()
+
+    def forge():
+        wire.recv(sender, deadline=None)  # the pull of chunk 0
+        wire.send(sender, {"chunk": [0, 1], "at": wire.inline_limit(arena), "nbytes": wire.chunk_bytes(arena)})
+
+    t = threading.Thread(target=forge)
+    t.start()
+    with pytest.raises(wire.ChannelError) as err:
+        wire.unpack(packed, arena, sock=receiver, max_stream_bytes=big.nbytes)
+    t.join(10)
+    assert err.value.rule == "channel"
 
 
 @pytest.mark.parametrize("descriptor", [

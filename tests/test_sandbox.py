@@ -158,8 +158,9 @@ def test_without_the_sandbox_the_containment_cases_are_still_caught(tmp_path, mo
         monkeypatch.setenv(k, v)
     harness = Harness(HarnessSettings(device="cpu", watchdog_s=20, n_input_sets=2))
     try:
-        for name in ("freezes_supervisor.py", "plants_next_attempt_env.py", "plants_sitecustomize.py",
-                     "stops_next_attempt.py"):
+        # (the cases that write into the host's Python installation or caches run only in the sandbox: see the
+        # start-up module test below for the judge's own undo of such a write, in a folder of this test's)
+        for name in ("freezes_supervisor.py", "plants_next_attempt_env.py", "stops_next_attempt.py"):
             case = next(c for c in CASES if c.file == name)
             out = run_case(harness, case, False, Scratch(tmp_path / name, harness.settings))
             assert out.caught and out.next_clean, (name, out.rule, out.problems, out.reason, out.next_reason)
@@ -209,3 +210,33 @@ def test_a_sandbox_that_loses_the_gpu_is_refused(monkeypatch):
     assert supervisor.probe_sandbox() is False
     inside["v"] = None  # no CUDA driver at all: the sandbox stands
     assert supervisor.probe_sandbox() is True
+
+
+def test_without_the_sandbox_a_planted_start_up_module_is_undone(tmp_path, monkeypatch):
+    """Without the sandbox a candidate can write into every folder of its import path; the judge watches the top
+    of each (a sitecustomize.py there would run in every later Python process) and removes what was planted. The
+    folder here is this test's own, on the import path through PYTHONPATH, so nothing reaches the host's."""
+    from evals.judge.client import Candidate, Harness, HarnessSettings
+    from evals.problems import load_suite
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("MUCUTLASS_SANDBOX", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    problem = next(p for p in load_suite("smoke") if p.name == "02_linear_relu_tiny")
+    planted = site / "sitecustomize.py"
+    source = (
+        "import os, sys, torch, torch.nn as nn\n"
+        f"for p in sys.path:\n    if os.path.realpath(p) == {str(site)!r}:\n"
+        f"        open(os.path.join(p, 'sitecustomize.py'), 'w').write('# planted\\n')\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self, in_features, out_features):\n"
+        "        super().__init__()\n        self.fc = nn.Linear(in_features, out_features)\n"
+        "    def forward(self, x):\n        return torch.relu(self.fc(x))\n")
+    harness = Harness(HarnessSettings(device="cpu", watchdog_s=30, n_input_sets=2))
+    try:
+        v = harness.validate(problem, Candidate.from_source(source))
+    finally:
+        harness.close()
+    assert not v.correct and v.rule == "containment" and "sitecustomize.py" in v.reason, v.reason
+    assert not planted.exists()

@@ -143,17 +143,31 @@ def test_checksums_catch_outputs_not_computed_in_the_request():
     assert sealed.checksums_agree([True] * k, expected, scales) == [0, 1, 2, 3]
 
 
-def test_checksum_tolerates_reduction_order_but_not_a_scaled_output():
+def _candidate_checksums(outs: torch.Tensor, cseed: int) -> list[float]:
+    """The checksums as the candidate's go request computes them (float32 products, float64 sums)."""
+    k = outs.shape[0]
+    n = min(outs[0].numel(), sealed.CHECKSUM_CHUNK)
+    weights, products = torch.zeros(n), torch.zeros(n)
+    out = torch.zeros(k, dtype=torch.float64)
+    sealed.weighed(outs, sealed.output_seed(cseed, 0), weights, products, out)
+    return out.tolist()
+
+
+@pytest.mark.parametrize("chunk", [None, 4096])  # the weights of one chunk, or of many (a large output)
+def test_checksum_tolerates_reduction_order_but_not_a_scaled_output(chunk, monkeypatch):
+    if chunk is not None:
+        monkeypatch.setattr(sealed, "CHECKSUM_CHUNK", chunk)
     g = torch.Generator().manual_seed(3)
     outs = torch.randn(3, 1000, 1000, generator=g)
     cseed = 99
     expected, scales = sealed.expected_checksums([outs], cseed)
-    w = sealed.weights_for(sealed.output_seed(cseed, 0), 3, 10**6, "cpu")
-    # as the candidate computes them: float32 products, summed in float64 (here in another order)
-    fp32 = [float((outs[i].reshape(-1) * w[i]).flip(0).double().cumsum(0)[-1]) for i in range(3)]
-    assert sealed.checksums_agree(fp32, expected, scales) == []
+    assert sealed.checksums_agree(_candidate_checksums(outs, cseed), expected, scales) == []
     scaled, _ = sealed.expected_checksums([outs * 1.01], cseed)
     assert sealed.checksums_agree(scaled, expected, scales) == [0, 1, 2]
+    # each call weighs its outputs with its own weights: the same output in two calls has two checksums
+    same = outs[:1].expand(3, 1000, 1000).contiguous()
+    sums, _ = sealed.expected_checksums([same], cseed)
+    assert len({round(v, 6) for v in sums}) == 3
 
 
 def test_non_finite_outputs_agree_only_when_both_sides_see_them():

@@ -51,7 +51,7 @@ import torch.profiler
 import torch.utils._python_dispatch
 import torch.utils.flop_counter
 
-from evals.judge import attribution, wire, sealed, timing
+from evals.judge import attribution, compare, memory, sealed, timing, wire
 
 # Taken before any candidate code runs: what the checks below use.
 _type = builtins.type
@@ -115,6 +115,7 @@ def _module_functions(*modules) -> dict:
 _HARNESS_FUNCTIONS: dict = {}  # filled in main(), once this module is complete
 
 MAX_OPS = 200_000  # operator records sent back from one counted call
+PULL_TIMEOUT_S = 600.0  # streaming a request's or a reply's tensors (the judge's watchdog bounds the whole request)
 
 
 def _all_threads_config():
@@ -294,6 +295,22 @@ def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[l
     return copies, problems
 
 
+def held_outputs(earlier: list, new: list) -> list:
+    """The outputs an instance holds after a call: the call's, and earlier ones, newest first, while they take
+    at most ``memory.HELD_MIN_BYTES``, or two of the call's outputs up to ``memory.HELD_MAX_BYTES``. A small
+    problem's every output is held through the attempt and a larger one's last one or two: a buffer reused for a
+    later output overlaps one that is held (an output of several GiB is held alone)."""
+    size = sum(_storage_bytes(t) for t in new)
+    budget = max(memory.HELD_MIN_BYTES, min(2 * size, memory.HELD_MAX_BYTES))
+    kept, total = list(new), 0
+    for t in reversed(earlier):
+        total += _storage_bytes(t)
+        if total > budget:
+            break
+        kept.insert(0, t)
+    return kept
+
+
 def poison(device: torch.device, value: float, out_nbytes: list[int]) -> None:
     """Fill the allocator's free memory with ``value``, so memory allocated and never written holds it."""
     if device.type != "cuda":
@@ -395,7 +412,9 @@ class Runner:
         self.flusher = None
         self.is_program = False
         self.sealed = None  # the staged sets of a sealed-call measurement
-        self.previous: dict[int, list] = {}  # per instance: every earlier call's outputs, held (a ring of buffers shows)
+        self.previous: dict[int, list] = {}  # per instance: earlier calls' outputs, held (a ring of buffers shows)
+        self.timed_outputs: list = []  # per timed input set: (its timed entry, last outputs, inputs)
+        self.method = None  # how the last measurement was taken (evals.judge.timing)
 
     def dev(self, x):
         return x.to(self.device) if _type(x) is _Tensor else x
@@ -405,10 +424,14 @@ class Runner:
         if req.get("linger_s"):  # the closing ping: a process that ends itself meanwhile is a crash
             _sleep(min(float(req["linger_s"]), 5.0))
         return {"pid": os.getpid(), "cuda": self.cuda, "torch": torch.__version__,
-                "gpu_name": torch.cuda.get_device_name() if self.cuda else None, "cwd": os.getcwd()}
+                "gpu_name": torch.cuda.get_device_name() if self.cuda else None, "cwd": os.getcwd(),
+                # what this process's allocator held at most (a claim: for the memory table, never a verdict)
+                "peak_device_bytes": torch.cuda.max_memory_allocated() if self.cuda else 0}
 
     def op_load(self, req: dict) -> dict:
         self.device = torch.device(req["device"])
+        if self.cuda and req.get("gpu_fraction"):  # the judge's plan for this problem, before the candidate's import
+            torch.cuda.set_per_process_memory_fraction(min(1.0, float(req["gpu_fraction"])))
         cand = req["candidate"]
         init_args = list(req["init_args"])
         # where the reference is built: on the device, or on the CPU and moved (evals.problems.Problem.init_on_cpu)
@@ -461,7 +484,7 @@ class Runner:
         else:
             inputs = [self.dev(x) for x in req["inputs"]]
         if req.get("keep"):
-            self.kept[req["keep"]] = inputs
+            self.kept = {req["keep"]: inputs}  # one set is written in place later; earlier ones are let go
         out_nbytes = [int(n) for n in req.get("out_nbytes", [])]
         if req.get("poison") is not None:
             poison(self.device, float(req["poison"]), out_nbytes)
@@ -483,8 +506,9 @@ class Runner:
         earlier = self.previous.get(int(req["instance"]), [])
         copies, problems = inspect_outputs(outs, inputs, self.device.type, others=(
             ("the model's own parameters or buffers", held), ("an output of an earlier call", earlier)))
-        self.previous[int(req["instance"])] = earlier + [o for o in outs if _type(o) is _Tensor]
-        inputs_after = [x.detach() if _type(x) is _Tensor else None for x in inputs]  # copied with the reply
+        self.previous[int(req["instance"])] = held_outputs(earlier, [o for o in outs if _type(o) is _Tensor])
+        # the inputs as they are after the call, as digests under the judge's key (their bytes stay here)
+        inputs_after = compare.content_digests(inputs, int(req.get("input_key") or 0))
         return {"outputs": copies, "output_problems": problems, "n_outputs": len(outs), "inputs_after": inputs_after,
                 "framework": changed, "tampered": tampered(), "wall_s": wall_s, "work": work}
 
@@ -574,24 +598,27 @@ class Runner:
             torch.set_num_threads(1)
             result = timing.time_candidate_cpu(model, input_sets, method)
         self.graphs = result.pop("graphs")
-        # the outputs of each input set's last timed call; each graph is replayed once more and read at
-        # once, since separately captured graphs may write one buffer a program keeps across calls
-        outputs = []
-        for entry, outs, ins in zip(self.graphs, result.pop("last_outputs"), input_sets):
-            if result["method"] == "cuda_graph":
-                entry["run"]()
-                if self.cuda:
-                    _cuda_sync()
-                outs = entry["outputs"]()
-            copies, problems = inspect_outputs(_flatten(outs), ins, self.device.type)
-            # copied now: the next graph's replay may overwrite the buffer before the reply is packed
-            copies = [_ORIGINALS["torch.Tensor.clone"](c) if c is not None else None for c in copies]
-            outputs.append({"outputs": copies, "output_problems": problems})
-        result["last_outputs"] = outputs
+        # each input set's last timed call's outputs are fetched one set at a time (timed_output), so no reply
+        # carries more than one set's outputs
+        self.timed_outputs = [(entry, outs, ins) for entry, outs, ins in zip(self.graphs, result.pop("last_outputs"),
+                                                                            input_sets)]
+        self.method = result["method"]
         result["framework"] = framework_changes()
         result["tampered"] = tampered()
         result["threads"] = busy_threads(threads_before, thread_cpu_s(), _perf() - t_region)
         return result
+
+    def op_timed_output(self, req: dict) -> dict:
+        """The outputs of timed input set ``index``'s last timed call: its graph replayed once more and read at
+        once (separately captured graphs may write one buffer a program keeps across calls)."""
+        entry, outs, ins = self.timed_outputs[int(req["index"])]
+        if self.method == "cuda_graph":
+            entry["run"]()
+            if self.cuda:
+                _cuda_sync()
+            outs = entry["outputs"]()
+        copies, problems = inspect_outputs(_flatten(outs), ins, self.device.type)
+        return {"outputs": copies, "output_problems": problems, "n_outputs": len(copies), "tampered": tampered()}
 
     def op_timed_sample(self, req: dict) -> dict:
         """New values written into the inputs of timed call ``index`` (the same buffers), the call
@@ -682,6 +709,9 @@ def main(argv=None) -> int:
     runner = Runner()
     if runner.cuda:
         torch.empty(1, device="cuda")  # the CUDA context, before the judge needs it
+        share = os.environ.get("MUCUTLASS_GPU_FRACTION")
+        if share:  # this candidate's part of its judge's share of the GPU (evals.judge.memory); a candidate can undo it
+            torch.cuda.set_per_process_memory_fraction(min(1.0, float(share)))
         if arena is not None and os.environ.get("MUCUTLASS_PIN_ARENA_MB"):
             arena.pin(int(os.environ["MUCUTLASS_PIN_ARENA_MB"]) << 20)  # while a spare: the judge pins its side too
     _warm_profiler(runner.cuda)
@@ -697,7 +727,7 @@ def main(argv=None) -> int:
         fatal = False
         t0 = _perf()
         try:
-            req = wire.unpack(req, arena, runner.device)
+            req = wire.unpack(req, arena, runner.device, sock=sock, deadline=time.monotonic() + PULL_TIMEOUT_S)
             if handler is None:
                 raise CandidateError(f"unknown operation {op!r}")
             reply = {"ok": True, "result": handler(req)}
@@ -712,7 +742,7 @@ def main(argv=None) -> int:
                      "tampered": tampered()}
         reply.update(nonce=nonce, seq=seq, handler_s=_perf() - t0)
         try:
-            wire.send(sock, wire.pack(_wire(reply), arena, reply_at)[0])
+            wire.send_message(sock, _wire(reply), arena, reply_at, deadline=time.monotonic() + PULL_TIMEOUT_S)
         except Exception as exc:  # an unpicklable result the candidate slipped in
             wire.send(sock, {"ok": False, "error": f"the reply could not be sent: {_one_line(exc)}",
                                 "kind": "exception", "nonce": nonce, "seq": seq})

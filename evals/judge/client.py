@@ -20,7 +20,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,78 +30,9 @@ from pydantic import BaseModel, Field, model_validator
 from evals.judge import integrity, verdicts
 from evals.judge.integrity import CheckResult
 from evals.problems import Problem, default_precisions
-from evals.judge.timing import SETTING_NAMES, TimingMethod
+from evals.judge.settings import HarnessSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-# The settings of how a measurement is taken (evals.judge.timing.TimingMethod, as the worker reads them).
-TIMING_SETTINGS = tuple(SETTING_NAMES.get(f, f) for f in TimingMethod.__dataclass_fields__)
-
-
-class HarnessSettings(BaseModel):
-    """How candidates are judged and timed. Times are in seconds unless the name says otherwise."""
-
-    n_input_sets: int = Field(5, ge=1, description="correctness input sets, each from a fresh seed")
-    seed: int | None = Field(None, description="base seed; None draws fresh seeds for every call")
-    tolerance: float | None = Field(None, gt=0, description="overrides every problem's tolerance")
-    device: Literal["auto", "cuda", "cpu"] = "auto"
-    gpu_index: int | None = Field(None, description="the GPU this harness's worker uses (CUDA_VISIBLE_DEVICES)")
-    gpu: str = Field("h200", description="GPU name for SOL estimates when no GPU is present")
-    watchdog_s: float = Field(default_factory=lambda: float(os.environ.get("MUCUTLASS_WATCHDOG_S", 120.0)), gt=0,
-                              description="a validate or profile call running longer is killed (env MUCUTLASS_WATCHDOG_S)")
-    reference_watchdog_s: float = Field(900.0, gt=0, description="limit for reference timings (torch.compile)")
-    startup_timeout_s: float = Field(300.0, gt=0, description="limit for a worker to start (imports torch)")
-    warmup: int = Field(5, ge=1, description="calls before timing; they also estimate the trial count")
-    warmup_s: float = Field(0.1, ge=0, description="then back-to-back calls for this long before timing, so clocks and power settle")
-    trial_us: float = Field(2000.0, ge=0, description="a trial is back-to-back calls spanning about this much GPU time; "
-                            "its time is their mean (0: one call per trial)")
-    max_calls_per_trial: int = Field(16, ge=1)
-    closing_linger_s: float = Field(0.25, ge=0, description="the closing ping of a validation is answered this long "
-                                    "after it is sent: a candidate process that ends itself meanwhile is a crash")
-    min_trials: int = Field(20, ge=3)
-    max_trials: int = Field(200, ge=3)
-    target_timed_s: float = Field(0.5, gt=0, description="time spent in timed calls per measurement")
-    timing_input_sets: int = Field(3, ge=1, description="input sets rotated between timed calls")
-    l2_flush_mb: int = Field(256, ge=0, description="bytes written before every timed call; > L2 (0: no flush)")
-    l2_flush_mode: Literal["fill", "zero"] = Field("fill", description="how the flush buffer is written: fill_(1.0) or zero_()")
-    host_sync: Literal["before_and_after", "after", "end"] = Field(
-        "before_and_after", description="'before_and_after': the GPU idles between the flush and a timed call, whose "
-        "event time then includes its host launch latency; 'after': the flush keeps the GPU busy while the call is "
-        "launched; 'end': all trials are enqueued and synchronized once (the host runs ahead of the GPU)")
-    probe_budget_s: float = Field(2.0, ge=0, description="seconds of float64 signature runs the precision probe may "
-                                  "spend per check; beyond it a secret sample of at least two of the judged outputs "
-                                  "is probed (0: every output, whatever it costs)")
-    compile_reference: bool = True
-    cpu_timing: bool = Field(False, description="without a GPU, measure candidates on the CPU (wall clock in the "
-                             "candidate's process, bounded by sealed calls) instead of estimating programs: for "
-                             "testing the judge's timing rules where no GPU is")
-    timing_lock_wait_s: float = Field(120.0, ge=0, description="judges sharing a GPU on this host measure one at a "
-                                      "time, with no other judge's validation beside them; the longest wait for "
-                                      "that (then the work goes on without it); 0 turns it off")
-    ncu: bool = Field(False, description="collect Nsight Compute counters when `ncu` exists (slow)")
-    python: str = Field(default_factory=lambda: sys.executable)
-    spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
-                                        "(each imports torch and starts CUDA; None: 3 with a GPU, 1 without)")
-    pin_arena_mb: int = Field(0, ge=0, description="page-lock this much of each candidate channel's shared arena in "
-                              "both processes (GPU only: tensors cross at DMA speed; 0: pageable; off until measured)")
-    memory_limit_gb: float = Field(
-        default_factory=lambda: float(os.environ.get("MUCUTLASS_MEMORY_LIMIT_GB", 8.0)), ge=0,
-        description="resident host memory of a candidate's whole process tree before it is killed (0: no limit; "
-        "env MUCUTLASS_MEMORY_LIMIT_GB)")
-
-    def worker_view(self) -> dict:
-        return self.model_dump(include={"device", "compile_reference", "watchdog_s", "startup_timeout_s", "closing_linger_s",
-                                        "timing_input_sets", "memory_limit_gb", "spare_processes", "cpu_timing", "probe_budget_s",
-                                        "timing_lock_wait_s",
-                                        *TIMING_SETTINGS}) | {
-            "compile": self.compile_reference}
-
-    @model_validator(mode="after")
-    def _trials_in_order(self) -> "HarnessSettings":
-        if self.max_trials < self.min_trials:
-            raise ValueError(f"max_trials ({self.max_trials}) must be at least min_trials ({self.min_trials})")
-        return self
 
 
 class Candidate(BaseModel):
@@ -208,6 +138,7 @@ class Timing(BaseModel):
     timing_lock: dict = Field(default_factory=dict)  # held (bool) and waited_s: the GPU's lock (evals.locks)
     work: dict = Field(default_factory=dict)  # kernels that ran and the candidate's share of GPU time
     stages: dict[str, float] = Field(default_factory=dict)  # the judge's seconds per stage (Validation: info["stages"])
+    memory: dict = Field(default_factory=dict)  # peak device and host bytes of the judge and the candidate
     checks: list[CheckResult] = Field(default_factory=list)
     counters: dict[str, float] = Field(default_factory=dict)
     crashed: bool = False
@@ -280,8 +211,6 @@ class WorkerProcess:
             env["CUDA_VISIBLE_DEVICES"] = outer[settings.gpu_index] if settings.gpu_index < len(outer) else str(settings.gpu_index)
         if settings.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-        if settings.pin_arena_mb:  # read by the worker (its side of each arena) and the candidate processes
-            env["MUCUTLASS_PIN_ARENA_MB"] = str(settings.pin_arena_mb)
         # the worker's stderr goes to an unnamed temporary file: nothing is left in the temp folder
         # however this process ends (SIGKILL included); stderr_tail reads it through the descriptor
         self.log = tempfile.TemporaryFile(prefix="mucutlass-worker-", suffix=".log")
@@ -554,6 +483,7 @@ class Harness:
                 wall_bound_us=res.get("wall_bound_us"), sealed=res.get("sealed") or {},
                 timing_lock=res.get("timing_lock") or {}, work=res.get("work") or {}, crashed=bool(res.get("crashed")),
                 calls_per_trial=res.get("calls_per_trial"), stages=res.get("stages") or {},
+                memory=res.get("memory") or {},
                 **_memory_of(res),
             )
             if verdict:

@@ -135,33 +135,81 @@ def in_range_probe(inputs, seed: int):
     return out
 
 
-def signatures(model, inputs, ref32) -> dict | None:
+def signatures(model, inputs, ref32, positions=None, allowed=None) -> dict | None:
     """The exact outputs and each level's error on one probe set; None where the probe says nothing
     (fp32's own result is not finite or not close to exact there)."""
-    return signatures_many(model, [inputs], [ref32])[0]
+    return signatures_many(model, [inputs], [ref32], positions, allowed)[0]
 
 
-def signatures_many(model, input_sets, refs32) -> list[dict | None]:
-    """``signatures`` for several input sets, each level's copy of the model made once for all of them."""
+def probed_levels(allowed) -> tuple[str, ...]:
+    """The levels a probe runs: every level ``allowed`` excludes (the ones it can find), and the coarsest one it
+    allows (a disallowed level's signature must stand clear of the allowed ones', and the coarsest is the one
+    that decides); every level when ``allowed`` is None. At the default 1e-2 (f32, tf32, bf16, f16 allowed) that is
+    bf16 and fp8: three float64 runs of the model a probed set, not five."""
+    if allowed is None:
+        return LEVELS
+    allowed = tuple(allowed)
+    kept = [level for level in LEVELS if level in allowed]
+    return tuple(level for level in LEVELS if level not in allowed or (kept and level == kept[-1]))
+
+
+def _at(outs, positions):
+    """The outputs at ``positions`` (per output: an index tensor into its flat values; None: every element)."""
+    if positions is None:
+        return list(outs)
+    return [o.reshape(-1)[p.to(o.device)] if p is not None else o for o, p in zip(outs, positions)]
+
+
+def _float64_unsupported(exc: Exception) -> bool:
+    """An operator of the reference with no float64 kernel: the probe says nothing on this problem. Anything
+    else (the judge's memory above all) is the judge's failure, never a silent pass."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return False
+    text = str(exc)
+    return isinstance(exc, (RuntimeError, NotImplementedError, TypeError)) and any(
+        s in text for s in ("not implemented for", "Double", "double", "dtype", "expected scalar type"))
+
+
+def signatures_many(model, input_sets, refs32, positions=None, allowed=None) -> list[dict | None]:
+    """``signatures`` for several input sets, each level's copy of the model made once for all of them. With
+    ``positions`` (``evals.judge.compare.Keys.positions``) every output is kept at those positions only: each
+    float64 run lives until its sample is taken, one at a time. A reference that has no float64 kernel gets no
+    probe (None); any other failure (out of memory) raises ``HarnessError``."""
+    import torch
+
+    from evals.judge.findings import HarnessError
+
     n = len(input_sets)
+    levels = probed_levels(allowed)
     exact: list = [None] * n
     emulated: list[dict] = [{} for _ in range(n)]
+    overflow: list[dict] = [{} for _ in range(n)]
     try:
-        for level in (None, *LEVELS):
+        for level in (None, *levels):
             m = at_level(model, level)
             for i, inputs in enumerate(input_sets):
                 outs = run_model_at(m, inputs, level)
+                if level is not None:  # an infinity anywhere counts, sampled or not (f16's overflow)
+                    overflow[i][level] = not all(bool(torch.isfinite(o).all()) for o in outs)
+                kept = _at(outs, positions)
+                del outs
                 if level is None:
-                    exact[i] = outs
+                    exact[i] = kept
                 else:
-                    emulated[i][level] = outs
+                    emulated[i][level] = kept
             del m
-    except Exception:  # noqa: BLE001 - a reference that will not run in float64 gets no probe
-        return [None] * n
+    except Exception as exc:  # noqa: BLE001 - sorted below: no float64 kernel, or the judge's own failure
+        if _float64_unsupported(exc):
+            return [None] * n
+        raise HarnessError(f"the precision probe could not run: {type(exc).__name__}: "
+                           f"{' '.join(str(exc).split())[:200]}") from None
     out: list[dict | None] = []
     for i in range(n):
-        errors = {"f32": rel_error(refs32[i], exact[i])}
-        errors.update({level: rel_error(emulated[i][level], exact[i]) for level in LEVELS})
+        errors = {"f32": rel_error(_at(refs32[i], positions), exact[i])}
+        errors.update({level: math.inf if overflow[i][level] else rel_error(emulated[i][level], exact[i])
+                       for level in levels})
         ok = math.isfinite(errors["f32"]) and errors["f32"] <= 1e-3
         out.append({"exact": exact[i], "errors": errors, "emulated": emulated[i]} if ok else None)
     return out
@@ -181,14 +229,16 @@ def error_alignment(outs, exact) -> float:
     return abs(dot) / math.sqrt(nd * ne) if nd > 0 and ne > 0 else 0.0
 
 
-def judge(candidate_outs, probe: dict, allowed) -> tuple[str | None, dict]:
-    """The disallowed level whose signature the candidate's error carries (None: none), and the numbers."""
+def judge(candidate_outs, probe: dict, allowed, nonfinite: bool = False) -> tuple[str | None, dict]:
+    """The disallowed level whose signature the candidate's error carries (None: none), and the numbers.
+    ``candidate_outs`` are the outputs at the probe's positions; ``nonfinite``: an infinity or a NaN anywhere
+    in the whole outputs (sampled or not)."""
     errors = probe["errors"]
-    e_c = rel_error(candidate_outs, probe["exact"])
+    e_c = math.inf if nonfinite else rel_error(candidate_outs, probe["exact"])
     allowed_errs = [errors[a] for a in allowed if a in errors and a != "f32"]
     found = None
     for level in LEVELS:
-        if level in allowed:
+        if level in allowed or level not in errors:
             continue
         e_l = errors[level]
         clear_of_allowed = all(e_l >= SIGNATURE_OVER_ALLOWED * a for a in allowed_errs)

@@ -381,28 +381,32 @@ class CandidateProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def request(self, op: str, payload: dict, timeout_s: float) -> dict:
+    def request(self, op: str, payload: dict, timeout_s: float, max_stream_bytes: int = 0) -> dict:
         """The reply to one request; ``ChannelError`` when the process died, hung, or answered
         anything but the reply bound to this request."""
-        self.send(op, payload)
-        return self.receive(timeout_s)
+        self.send(op, payload, timeout_s)
+        return self.receive(timeout_s, max_stream_bytes)
 
-    def send(self, op: str, payload: dict) -> None:
+    def send(self, op: str, payload: dict, timeout_s: float = 600.0) -> None:
         """The request half of ``request``: the judge may work while the candidate answers, then
-        ``receive``. One request is outstanding at a time."""
+        ``receive``. One request is outstanding at a time. Tensors the arena's free part cannot hold are
+        pulled by the candidate through its stream region before this returns (within ``timeout_s``)."""
         self.seq += 1
         nonce = wire.new_nonce()
         t0 = time.perf_counter()
-        packed, reply_at = wire.pack(payload, self.arena)
-        msg = {"op": op, "nonce": nonce, "seq": self.seq, **packed, "reply_at": reply_at}
         try:
+            packed, reply_at, streams = wire.pack(payload, self.arena)
+            msg = {"op": op, "nonce": nonce, "seq": self.seq, **packed, "reply_at": reply_at}
             wire.send(self.sock, msg)
+            if streams:
+                wire.serve(self.sock, self.arena, streams, time.monotonic() + timeout_s, alive=self._runner_alive)
         except OSError:
             raise wire.ChannelError("crash", f"the candidate process was gone before '{op}'{self._tail()}") from None
         self._sent = (op, nonce, t0, time.perf_counter())
 
-    def receive(self, timeout_s: float) -> dict:
-        """The reply to the request ``send`` sent (its watchdog counted from now)."""
+    def receive(self, timeout_s: float, max_stream_bytes: int = 0) -> dict:
+        """The reply to the request ``send`` sent (its watchdog counted from now). ``max_stream_bytes``: the most
+        its tensors may stream beyond the arena's free part (a reply claiming more is ``channel``)."""
         op, nonce, t0, t1 = self._sent
         deadline = time.monotonic() + timeout_s
         try:
@@ -419,9 +423,26 @@ class CandidateProcess:
         if wire.pending_bytes(self.sock):
             raise wire.ChannelError("channel", f"more bytes after the reply to '{op}': a second reply was written")
         t2 = time.perf_counter()
-        reply = wire.unpack(reply, self.arena, self.device)
+        try:
+            reply = wire.unpack(reply, self.arena, self.device, sock=self.sock, deadline=deadline,
+                                alive=self._runner_alive, max_stream_bytes=max_stream_bytes)
+        except wire.ChannelError as exc:
+            if exc.rule == "crash":
+                self._await_exit(2.0)
+                raise wire.ChannelError("crash", f"the candidate process died during '{op}'{self._tail()}") from None
+            raise
+        if wire.pending_bytes(self.sock):
+            raise wire.ChannelError("channel", f"more bytes after the reply to '{op}': a second reply was written")
         self.last_transfer = {"pack_s": t1 - t0, "wait_s": t2 - t1, "unpack_s": time.perf_counter() - t2}
         return reply
+
+    def set_memory_limit(self, rss_limit_bytes: int) -> None:
+        """The host memory the candidate's tree may hold from now on (the supervisor polls it; 0: no limit)."""
+        try:
+            self.proc.stdin.write(f"limit {int(rss_limit_bytes)}\n".encode())
+            self.proc.stdin.flush()
+        except OSError:
+            pass
 
     def _await_exit(self, timeout_s: float) -> None:
         """The supervisor's exit report (it follows the candidate's death within a poll)."""

@@ -232,7 +232,14 @@ def stopped(pid: int) -> bool:
 
 
 def _rss_bytes(pid: int) -> int:
+    """The memory a process holds of its own: anonymous pages and shared memory (its arena, any memfd or
+    /dev/shm it makes), not the pages of the libraries it maps (CUDA's alone are a gigabyte or more, shared
+    with every process that loads them and dropped by the kernel when memory is short)."""
     try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("RssAnon", "RssShmem")))
+        if fields:
+            return sum(int(v.split()[0]) for v in fields.values()) * 1024
         with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
@@ -409,6 +416,11 @@ def main(argv=None) -> int:
                 if line.strip() == "kill":
                     reason = "killed"
                     break
+                if line.startswith("limit "):  # the judge sets the attempt's limit once it knows the problem
+                    try:
+                        sup.rss_limit_bytes = max(0, int(line.split()[1]))
+                    except (IndexError, ValueError):
+                        pass
                 if line.strip() == "report":
                     out.write(json.dumps(sup.state("report")) + "\n")
                     out.flush()

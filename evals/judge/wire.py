@@ -113,9 +113,11 @@ def new_nonce() -> str:
 # ---------------------------------------------------------------------------------------------
 # The arena: tensors through shared memory
 
-ARENA_BYTES = 4 << 30  # sparse: pages exist only where a tensor was written (a memfd of one candidate process)
+ARENA_BYTES = 1 << 30  # sparse: pages exist only where a tensor was written (a memfd of one candidate process)
 ALIGN = 256
 DESCRIPTOR = "__arena__"
+STREAM = "__stream__"  # a tensor that did not fit the arena's free part: it crosses the stream region in chunks
+CHUNK_BYTES = 64 << 20  # one half of the stream region (the arena's last two chunks): one chunk in flight, one copied
 _DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
                 "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64")
 
@@ -186,26 +188,49 @@ class Arena:
             pass
 
 
-def pack(obj, arena: Arena | None, start: int = 0) -> tuple[object, int]:
-    """``obj`` with every tensor written into ``arena`` from ``start`` and replaced by a descriptor;
-    returns it and the first free offset. Without an arena, or for a tensor that does not fit, the
-    tensor stays in the frame (on the CPU)."""
+def chunk_bytes(arena: Arena) -> int:
+    """One half of ``arena``'s stream region: ``CHUNK_BYTES``, or an eighth of a small arena."""
+    return max(ALIGN, min(CHUNK_BYTES, arena.nbytes // 8) // ALIGN * ALIGN)
+
+
+def inline_limit(arena: Arena | None) -> int:
+    """The end of the arena's part for tensors written whole (the stream region follows it)."""
+    return 0 if arena is None else arena.nbytes - 2 * chunk_bytes(arena)
+
+
+def _flat_bytes(t):
+    """A contiguous tensor's bytes as a flat uint8 tensor (a view)."""
     import torch
 
-    at = [max(0, min(int(start), arena.nbytes if arena else 0))]
+    return t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
+
+
+def pack(obj, arena: Arena | None, start: int = 0) -> tuple[object, int, list]:
+    """``obj`` with every tensor replaced by a descriptor: written whole into ``arena`` from ``start`` while it
+    fits before the stream region, else named as a stream (it crosses the stream region in chunks once the
+    frame is sent: ``serve``). Returns the packed object, the first free offset and the streamed tensors (each
+    contiguous, on its own device). Without an arena a tensor travels in the frame (on the CPU)."""
+    import torch
+
+    limit = inline_limit(arena)
+    at = [max(0, min(int(start), limit))]
+    streams: list = []
 
     def walk(x):
         if isinstance(x, torch.Tensor):
             t = x.detach()
+            if arena is None or t.dtype not in names or t.is_sparse or t.layout is not torch.strided:
+                return t.to("cpu") if t.device.type != "cpu" else t
             nbytes = t.numel() * t.element_size()
             off = -(-at[0] // ALIGN) * ALIGN
-            if arena is None or t.dtype not in names or off + nbytes > arena.nbytes or t.is_sparse \
-                    or t.layout is not torch.strided:
-                return t.to("cpu") if t.device.type != "cpu" else t
+            meta = {"dtype": names[t.dtype], "shape": list(t.shape)}
+            if off + nbytes > limit:
+                streams.append(t.contiguous())
+                return {STREAM: [len(streams) - 1, nbytes], **meta}
             if nbytes:
                 arena.bytes()[off:off + nbytes].view(t.dtype).view(t.shape).copy_(t)
             at[0] = off + nbytes
-            return {DESCRIPTOR: [off, nbytes], "dtype": names[t.dtype], "shape": list(t.shape)}
+            return {DESCRIPTOR: [off, nbytes], **meta}
         if isinstance(x, dict):
             return {k: walk(v) for k, v in x.items()}
         if isinstance(x, (list, tuple)):
@@ -214,44 +239,134 @@ def pack(obj, arena: Arena | None, start: int = 0) -> tuple[object, int]:
 
     names = {v: k for k, v in _dtypes().items()}
     out = walk(obj)
-    return out, -(-at[0] // ALIGN) * ALIGN
+    return out, -(-at[0] // ALIGN) * ALIGN, streams
 
 
-def unpack(obj, arena: Arena | None, device=None):
-    """``obj`` with every descriptor replaced by a tensor copied out of ``arena`` onto ``device`` (the
-    CPU by default). A descriptor that is malformed or out of bounds is a ``ChannelError``."""
+def send_message(sock: socket.socket, obj, arena: Arena | None, start: int = 0, deadline: float | None = None,
+                 alive=None) -> int:
+    """Send ``obj`` (its tensors through ``arena``) and serve the receiver's pulls of the streamed ones; returns
+    the first free offset of the arena's inline part."""
+    packed, end, streams = pack(obj, arena, start)
+    send(sock, packed)
+    if streams:
+        serve(sock, arena, streams, deadline, alive)
+    return end
+
+
+def serve(sock: socket.socket, arena: Arena, streams: list, deadline: float | None = None, alive=None) -> None:
+    """The sender's half of streaming: for every ``{"pull": [i, j]}`` write chunk ``j`` of stream ``i`` into the
+    stream region's half for that chunk and answer where it is, until ``{"done": true}``. Chunks alternate
+    between the halves in the order they are pulled, so the one pulled next never overwrites one being copied."""
+    chunk = chunk_bytes(arena)
+    base = inline_limit(arena)
+    flats = [_flat_bytes(t) for t in streams]
+    served = 0
+    while True:
+        msg = recv(sock, deadline, alive)
+        if isinstance(msg, dict) and msg.get("done") is True:
+            return
+        pull = msg.get("pull") if isinstance(msg, dict) else None
+        if not (isinstance(pull, list) and len(pull) == 2 and all(type(v) is int for v in pull)
+                and 0 <= pull[0] < len(flats) and 0 <= pull[1] * chunk < max(flats[pull[0]].numel(), 1)):
+            raise ChannelError("channel", "a request for a chunk of a streamed tensor that was not sent")
+        i, j = pull
+        part = flats[i][j * chunk:(j + 1) * chunk]
+        off = base + (served % 2) * chunk
+        arena.bytes()[off:off + part.numel()].copy_(part)
+        send(sock, {"chunk": [i, j], "at": off, "nbytes": int(part.numel())})
+        served += 1
+
+
+def unpack(obj, arena: Arena | None, device=None, sock: socket.socket | None = None, deadline: float | None = None,
+           alive=None, max_stream_bytes: int | None = None):
+    """``obj`` with every descriptor replaced by a tensor copied out of ``arena`` onto ``device`` (the CPU by
+    default), streamed tensors pulled through ``sock`` chunk by chunk into a tensor allocated on ``device``. A
+    descriptor that is malformed or out of bounds, or streams that pass ``max_stream_bytes``, are a
+    ``ChannelError``."""
     import torch
 
     dtypes = _dtypes()
+    streamed: list = []  # (index, destination bytes)
 
     def bad(text: str):
         return ChannelError("channel", f"a tensor descriptor on the channel is not valid: {text}")
 
+    def typed(d: dict):
+        name, shape = d.get("dtype"), d.get("shape")
+        if name not in dtypes or not isinstance(shape, list) or not all(type(v) is int and v >= 0 for v in shape):
+            raise bad("dtype or shape")
+        dtype = dtypes[name]
+        size = dtype.itemsize if hasattr(dtype, "itemsize") else torch.empty((), dtype=dtype).element_size()
+        return dtype, shape, math.prod(shape) * size
+
     def tensor(d: dict):
-        loc, name, shape = d.get(DESCRIPTOR), d.get("dtype"), d.get("shape")
+        loc = d.get(DESCRIPTOR)
         if arena is None:
             raise bad("no shared arena")
         if not (isinstance(loc, list) and len(loc) == 2 and all(type(v) is int for v in loc)):
             raise bad("location")
         off, nbytes = loc
-        if name not in dtypes or not isinstance(shape, list) or not all(type(v) is int and v >= 0 for v in shape):
-            raise bad("dtype or shape")
-        dtype = dtypes[name]
-        size = dtype.itemsize if hasattr(dtype, "itemsize") else torch.empty((), dtype=dtype).element_size()
-        if off < 0 or off % ALIGN or nbytes != math.prod(shape) * size or off + nbytes > arena.nbytes:
-            raise bad(f"{nbytes} bytes at {off} for {name}{shape}")
+        dtype, shape, expected = typed(d)
+        if off < 0 or off % ALIGN or nbytes != expected or off + nbytes > arena.nbytes:
+            raise bad(f"{nbytes} bytes at {off} for {d.get('dtype')}{shape}")
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype, device=device)
         view = arena.bytes()[off:off + nbytes].view(dtype).view(shape)
         return view.to(device if device is not None else "cpu", copy=True)
 
+    def stream(d: dict):
+        loc = d.get(STREAM)
+        if arena is None or sock is None:
+            raise bad("a streamed tensor where nothing can stream")
+        if not (isinstance(loc, list) and len(loc) == 2 and all(type(v) is int for v in loc)) or loc[0] != len(streamed):
+            raise bad("stream index")
+        dtype, shape, expected = typed(d)
+        if loc[1] != expected:
+            raise bad(f"{loc[1]} bytes for {d.get('dtype')}{shape}")
+        total = sum(t.numel() for _, t in streamed) + expected
+        if max_stream_bytes is not None and total > max_stream_bytes:
+            raise ChannelError("channel", f"a reply streams {total} bytes of tensors, more than the "
+                               f"{max_stream_bytes} this request can return")
+        out = torch.empty(shape, dtype=dtype, device=device if device is not None else "cpu")
+        streamed.append((loc[0], _flat_bytes(out)))
+        return out
+
     def walk(x):
         if isinstance(x, dict):
-            return tensor(x) if DESCRIPTOR in x else {k: walk(v) for k, v in x.items()}
+            if DESCRIPTOR in x:
+                return tensor(x)
+            if STREAM in x:
+                return stream(x)
+            return {k: walk(v) for k, v in x.items()}
         if isinstance(x, list):
             return [walk(v) for v in x]
         if isinstance(x, torch.Tensor) and device is not None:  # one that travelled in the frame
             return x.to(device)
         return x
 
-    return walk(obj)
+    out = walk(obj)
+    if streamed:
+        _pull(sock, arena, streamed, deadline, alive)
+    return out
+
+
+def _pull(sock: socket.socket, arena: Arena, streamed: list, deadline: float | None, alive) -> None:
+    """The receiver's half of streaming: every chunk of every streamed tensor pulled in order, the next one
+    asked for before the current one is copied out (the sender writes it into the other half meanwhile)."""
+    chunk = chunk_bytes(arena)
+    base = inline_limit(arena)
+    order = [(i, j) for i, dest in streamed for j in range(-(-dest.numel() // chunk))]
+    dests = dict(streamed)
+    if order:
+        send(sock, {"pull": list(order[0])})
+    for n, (i, j) in enumerate(order):
+        msg = recv(sock, deadline, alive)
+        want = dests[i][j * chunk:(j + 1) * chunk]
+        at = base + (n % 2) * chunk
+        if not (isinstance(msg, dict) and msg.get("chunk") == [i, j] and msg.get("at") == at
+                and msg.get("nbytes") == want.numel()):
+            raise ChannelError("channel", "a chunk of a streamed tensor that was not the one asked for")
+        if n + 1 < len(order):
+            send(sock, {"pull": list(order[n + 1])})
+        want.copy_(arena.bytes()[at:at + want.numel()])
+    send(sock, {"done": True})

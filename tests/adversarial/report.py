@@ -37,6 +37,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--watchdog-s", type=float, default=60.0)
     ap.add_argument("--only", nargs="*", help="case files to run (default: all)")
+    ap.add_argument("--problem", help="SUITE/NAME: run every case and control on this Linear + ReLU problem instead "
+                    "(e.g. builtin-huge/10_linear_bias_relu_4gib_out)")
     ap.add_argument("--cpu-timing", action="store_true", help="without a GPU, profile the timing cases and the "
                     "controls on the CPU (sealed calls bound the time; on a busy host the times are noisy)")
     ap.add_argument("--shard", help="K/N: run every N-th case and control starting at the K-th; writes a partial table")
@@ -48,6 +50,10 @@ def main(argv=None) -> int:
     if args.merge:
         return _write(_merged([json.loads(Path(p).read_text()) for p in args.merge]), Path(args.out))
     shard_k, shard_n = (int(v) for v in args.shard.split("/")) if args.shard else (0, 1)
+    if args.problem:
+        from tests.adversarial.cases import PROBLEM_ENV
+
+        os.environ[PROBLEM_ENV] = args.problem
     os.environ.update(SECRET_VARS)  # the judge's environment holds keys a candidate must not see
     started = time.monotonic()
     harness = Harness(HarnessSettings(device=args.device, watchdog_s=args.watchdog_s, cpu_timing=args.cpu_timing,
@@ -56,9 +62,10 @@ def main(argv=None) -> int:
     on_gpu = args.device != "cpu" and bool(info.get("cuda"))
     controls = [c for i, c in enumerate(CONTROLS) if not (args.only and c.file not in args.only)
                 and (on_gpu or c.cpu) and not c.why_not_here() and i % shard_n == shard_k]
-    cases = [(i, c) for i, c in enumerate(CASES) if not (args.only and c.file not in args.only) and i % shard_n == shard_k]
+    cases = [(i, c) for i, c in enumerate(CASES) if not (args.only and c.file not in args.only) and i % shard_n == shard_k
+             and not c.why_not_here()]
     doc = {"date": dt.date.today().isoformat(), "device": "gpu" if on_gpu else "cpu", "gpu_name": info.get("gpu_name"),
-           "torch": info.get("torch"), "rows": [], "controls": [],
+           "torch": info.get("torch"), "rows": [], "controls": [], "problem": args.problem,
            "not_reached": [c.file for c in controls] + [c.id for _, c in cases]}
     out = Path(args.out)
     stem = _stem(doc) + (f".shard{shard_k}" if args.shard else "")
@@ -133,7 +140,9 @@ class Results:
 
 
 def _stem(doc: dict) -> str:
-    return f"{doc['date']}-{'h200' if doc['device'] == 'gpu' else 'cpu'}-adversarial"
+    problem = doc.get("problem")
+    tail = f"-{problem.split('/')[0]}" if problem else ""
+    return f"{doc['date']}-{'h200' if doc['device'] == 'gpu' else 'cpu'}-adversarial{tail}"
 
 
 def _write_tables(doc: dict, json_path: Path, md_path: Path | None) -> None:
@@ -176,7 +185,7 @@ def _merged(parts: list[dict]) -> dict:
     controls = [c for p in parts for c in p["controls"]]
     not_reached = [n for p in parts for n in p.get("not_reached", [])]
     first = parts[0]
-    return _summary({k: first.get(k) for k in ("date", "device", "gpu_name", "torch")}
+    return _summary({k: first.get(k) for k in ("date", "device", "gpu_name", "torch", "problem")}
                     | {"rows": rows, "controls": controls, "shards": len(parts), "not_reached": not_reached})
 
 

@@ -1,0 +1,64 @@
+"""The output must follow the input: two sets whose references differ give different outputs, and the same
+values in another order (first and last element, sum and shape kept) give the reordered set's answer, so a
+cache keyed by the inputs' address or by a cheap digest of their content answers wrong."""
+
+from __future__ import annotations
+
+import torch
+
+from evals.judge import compare, verdicts
+from evals.judge.findings import Finding
+
+
+def outputs_follow_inputs(v) -> None:
+    first = v.sets[0]
+    for i, rec in enumerate(v.sets[1:], start=1):
+        if compare.same(first.summary, rec.summary) and not compare.samples_close(first.ref_sample, rec.ref_sample,
+                                                                                  v.tol):
+            raise Finding(verdicts.INPUT_INDEPENDENT, f"input sets 1 and {i + 1} give the same output (the reference's "
+                          f"differ): the result does not follow the input")
+
+
+def reordered_values(v) -> None:
+    """Set 1's values in another order (first and last kept), called where their reference differs."""
+    x0, ref0 = v.kept(0)
+    shuffled = v.bundle.shuffled
+    if shuffled is None:
+        with v.judge.stages("reference"):
+            xs = interior_permutation(x0)
+        shuffled = (xs, v.judge.reference(v.problem, v.model_seed, xs) if xs is not None else None)
+    v.bundle.shuffled = None
+    xs, ref_sh = shuffled
+    if xs is None:
+        return
+    with v.judge.stages("compare"):
+        differs = not compare.samples_close(v.keys.sample(ref_sh), v.sets[0].ref_sample, v.tol)
+    if not differs:
+        return
+    outs = v.attempt.call(v.inst, xs, ref_sh)
+    with v.judge.stages("compare"):
+        cmp = compare.summarize(outs, ref_sh, v.tol, None).cmp
+    if not cmp["correct"]:
+        raise Finding(verdicts.INPUT_INDEPENDENT, "wrong on input set 1 with its values reordered (first and last "
+                      f"values, sum and shape kept): the result is cached by a digest of the content; {cmp['text']}")
+
+
+def interior_permutation(inputs: list):
+    """The inputs with every float tensor's values reordered except its first and last (None when no tensor is
+    large enough)."""
+    import os
+
+    out, changed = [], False
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() >= 4:
+            flat = x.reshape(-1).clone()
+            n = flat.numel()
+            # drawn where the values are (a GPU draws millions in a millisecond, a CPU in a fraction of a second)
+            g = torch.Generator(device=flat.device).manual_seed(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
+            perm = torch.randperm(n - 2, generator=g, device=flat.device) + 1
+            flat[1:n - 1] = flat[perm]
+            out.append(flat.reshape(x.shape))
+            changed = True
+        else:
+            out.append(x)
+    return out if changed else None

@@ -1,0 +1,58 @@
+"""Work attribution: the share of the problem's FLOPs the candidate's own code did on its counted call
+(evals.judge.attribution): below half, the candidate is flagged ``pytorch_only`` (a flag, not a verdict)."""
+
+from __future__ import annotations
+
+from evals.judge import verdicts
+from evals.judge.attribution import WorkSplit, pytorch_only_reason, work_share
+from evals.judge.findings import Finding
+
+
+def attributed_work(v) -> None:
+    work = v.attempt.work or {"error": "no call was counted"}
+    with v.judge.stages("attribution"):
+        v.info.update(work_share(work, v.counted_flops, v.attempt.program, v.problem))
+
+
+def validation_flags(info: dict) -> list[dict]:
+    share = info.get("candidate_work_share")
+    if share is None or share >= 0.5:
+        return []
+    why = info.get("work_reason") or (f"{100 * (1 - share):.0f}% of the problem's FLOPs ran in PyTorch's own "
+                                      f"operators; less than half of the work is in kernels the candidate brought")
+    return [{"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)}]
+
+
+def counted_call(p) -> None:
+    """A profile's work, recorded on a fresh set in a call whose output is compared like every other's."""
+    seed, x, ref = p.next_set()
+    outs = p.attempt.call(p.inst, x, ref, count={"kernels": p.device.type == "cuda"})
+    from evals.judge import compare
+
+    with p.judge.stages("compare"):
+        cmp = compare.summarize(outs, ref, p.tol, None).cmp
+    del outs
+    if not cmp["correct"]:
+        raise Finding(cmp["rule"], f"the call whose work was recorded: {cmp['text']}")
+    flops = p.judge.reference_flops(p.problem, p.model_seed, x)
+    with p.judge.stages("attribution"):
+        p.work = work_share(p.attempt.work or {"error": "no call was counted"}, flops, p.attempt.program, p.problem)
+
+
+def profile_flags(p, candidate: dict) -> list[dict]:
+    """GPU time says who did the work where the candidate's kernels are real ones: Python candidates and built
+    programs (a program on the interpreter runs its kernels as PyTorch operators by design)."""
+    work = p.work or {}
+    timed_kernels = candidate.get("source") is not None or candidate.get("backend") == "cutlass"
+    why = None
+    if work.get("work_reason"):  # the work ran where no record reaches (another process)
+        why = work["work_reason"]
+    elif timed_kernels and work.get("split_us") is not None:
+        # the kernels' names say it (a library called from C++ bypasses a FLOP counter), with data movement
+        # around the candidate's kernels left out; a Python candidate's operator FLOPs beside them
+        why = pytorch_only_reason(WorkSplit(**work["split_us"]),
+                                  work.get("candidate_work_share") if not p.attempt.is_program else None)
+    elif work.get("candidate_work_share") is not None and work["candidate_work_share"] < 0.5:
+        why = (f"{100 * (1 - work['candidate_work_share']):.0f}% of the problem's FLOPs ran in PyTorch's own "
+               f"operators; less than half of the work is in kernels the candidate brought")
+    return [{"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)}] if why else []

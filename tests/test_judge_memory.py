@@ -1,0 +1,195 @@
+"""The judge at KernelBench's sizes, on the CPU: the memory plan (what a judge and its candidate may hold, and a
+clear refusal where even that cannot fit), the chunked comparison against the whole one, digests that see any
+change, kept sets drawn again from their seeds, and a precision probe that cannot run failing the attempt as the
+harness's error instead of passing without it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evals.judge import compare, memory, probes
+from evals.judge.findings import HarnessError
+
+GB = memory.GB
+H200_SHARE = 139 * GB // 3  # three judges on one H200
+
+
+@pytest.mark.parametrize("name, input_bytes, output_bytes, param_bytes", [
+    ("4 GiB output from K = 32", 8 << 20, 4 << 30, 0),
+    ("8 GiB matrix-vector input", 8 << 30, 8 << 10, 0),
+    ("4 GiB parameter", 8 << 20, 8 << 20, 4 << 30),
+    ("8 GiB conv output", 384 << 20, 8 << 30, 0),
+    ("6 GiB conv output", 768 << 20, 6 << 30, 0),
+])
+def test_kernelbench_s_largest_sizes_fit_three_judges_per_gpu(name, input_bytes, output_bytes, param_bytes):
+    plan = memory.plan(memory.Footprint(input_bytes, output_bytes, param_bytes), H200_SHARE)
+    assert plan.refusal == "", (name, plan)
+    assert plan.judge_need_bytes <= plan.judge_bytes and plan.candidate_need_bytes <= plan.candidate_bytes
+    assert plan.judge_bytes + plan.candidate_bytes == H200_SHARE
+    assert plan.timing_sets >= 1 and plan.host_limit_bytes >= memory.HOST_FLOOR_BYTES
+
+
+def test_a_small_problem_keeps_its_sets_and_prepares_ahead():
+    plan = memory.plan(memory.Footprint(1 << 20, 1 << 20, 1 << 20), H200_SHARE)
+    assert plan.hold_references and plan.timing_sets == 3 and plan.prepared_bytes > 1 << 30
+    assert plan.host_limit_bytes == memory.HOST_FLOOR_BYTES
+
+
+def test_where_references_do_not_fit_the_judge_keeps_seeds():
+    big = memory.Footprint(384 << 20, 8 << 30, 0)
+    assert not memory.plan(big, H200_SHARE).hold_references
+    assert memory.plan(big, 139 * GB).hold_references  # one judge on the GPU: it keeps them whole
+    assert memory.plan(big, H200_SHARE).prepared_bytes == 0  # nothing drawn ahead of need either
+
+
+def test_a_problem_no_share_can_hold_is_refused_in_one_line_that_says_why_and_what_to_do():
+    plan = memory.plan(memory.Footprint(40 << 30, 40 << 30, 0), H200_SHARE)
+    assert plan.refusal.startswith("the harness cannot judge this problem here")
+    assert "MUCUTLASS_JUDGES_PER_GPU" in plan.refusal and "\n" not in plan.refusal
+    assert "inputs 40.00 GB" in plan.refusal
+
+
+def test_on_the_cpu_the_host_limit_grows_with_the_problem_and_a_limit_of_zero_is_none():
+    small = memory.plan(memory.Footprint(1 << 20, 1 << 20, 0), 0, on_gpu=False)
+    large = memory.plan(memory.Footprint(2 << 30, 2 << 30, 1 << 30), 0, on_gpu=False)
+    assert small.host_limit_bytes == memory.HOST_FLOOR_BYTES
+    assert large.host_limit_bytes > 2 * (2 * (2 << 30) + (1 << 30))
+    assert memory.plan(memory.Footprint(1, 1, 0), 0, on_gpu=False, host_floor_bytes=0).host_limit_bytes == 0
+
+
+def test_the_candidate_s_window_of_earlier_outputs_follows_the_plan():
+    from evals.judge.candidate import held_outputs
+
+    small = [torch.empty(1 << 10) for _ in range(5)]
+    assert held_outputs(small[:-1], small[-1:]) == small  # a small problem: every output held
+    big = [torch.empty(64 << 20) for _ in range(4)]  # 256 MiB each: two earlier held (512 MiB)
+    kept = held_outputs(big[:-1], big[-1:])
+    assert kept == big[1:] and memory.held_earlier(256 << 20) == 2
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 24])
+def test_the_chunked_comparison_is_the_whole_comparison(chunk, monkeypatch):
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", chunk)
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(37, 11, generator=g)
+    near = ref + 1e-6 * torch.randn(37, 11, generator=g)
+    far = ref.clone()
+    far[30, 5] += 1.0
+    far[2, 1] -= 3.0
+    nonfinite = ref.clone()
+    nonfinite[36, 10] = float("inf")
+    for outs, correct, rule in (([near], True, None), ([far], False, "mismatch"), ([nonfinite], False, "nonfinite")):
+        got = compare.compare(outs, [ref], 1e-4)
+        assert got["correct"] == correct and got["rule"] == rule, got
+        diff = (outs[0].double() - ref.double()).abs()
+        if rule != "nonfinite":
+            assert got["max_abs_error"] == pytest.approx(float(diff.max()), rel=1e-12)
+            assert got["max_rel_error"] == pytest.approx(float((diff / ref.double().abs().clamp_min(1e-12)).max()),
+                                                         rel=1e-12)
+        if rule == "mismatch":
+            assert "2 of 407 elements" in got["text"]
+
+
+def test_samples_are_secret_positions_the_same_for_every_call_of_an_operation():
+    ref = torch.randn(1000)
+    keys = compare.Keys([ref], 100)
+    again = compare.Keys([ref], 100)
+    assert keys.positions[0].numel() <= 100 and torch.all(keys.positions[0][1:] > keys.positions[0][:-1])
+    assert not torch.equal(keys.positions[0], again.positions[0])  # each operation draws its own
+    a, b = keys.sample([ref]), keys.sample([ref.clone()])
+    assert torch.equal(a[0], b[0]) and torch.equal(a[0], ref[keys.positions[0]].double())
+    whole = compare.Keys([ref], 4096)
+    assert torch.equal(whole.positions[0], torch.arange(1000))  # a small output is kept whole
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.float64])
+def test_content_digests_see_any_changed_bit_and_agree_between_processes(dtype):
+    x = (torch.rand(3000) * 100).to(dtype)
+    d = compare.content_digests([x, 5], seed=123)
+    assert d[1] is None and d == compare.content_digests([x.clone(), 5], seed=123)
+    y = x.clone()
+    y.view(torch.uint8)[1777] ^= 1  # one bit
+    assert compare.content_digests([y], seed=123) != d[:1]
+    assert compare.content_digests([x], seed=124) != d[:1]  # keyed: another call's key gives another digest
+
+
+class _Double:
+    """A model whose float64 run fails the way a given exception does."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+        self.layer = torch.nn.Linear(4, 4)
+
+    def parameters(self):
+        return self.layer.parameters()
+
+    def buffers(self):
+        return self.layer.buffers()
+
+    def __call__(self, x):
+        if x.dtype == torch.float64:
+            raise self.exc
+        return self.layer(x)
+
+
+def test_a_probe_that_runs_out_of_memory_fails_the_attempt_as_the_harness_s(monkeypatch):
+    monkeypatch.setattr(probes, "at_level", lambda model, level: model)
+    x = [torch.rand(2, 4)]
+    ref = [torch.rand(2, 4)]
+    with pytest.raises(HarnessError, match="the precision probe could not run: OutOfMemoryError"):
+        probes.signatures(_Double(torch.OutOfMemoryError("CUDA out of memory")), x, ref)
+    # a reference with no float64 kernel says nothing on this problem (no probe), which is not the judge's failure
+    assert probes.signatures(_Double(RuntimeError('"addmm" not implemented for \'Double\'')), x, ref) is None
+
+
+def test_a_kept_set_is_drawn_again_from_its_seed_and_checked():
+    from evals.judge.validation import Validation
+
+    class Judge:
+        draws = 0
+
+        def inputs(self, problem, seeds, device):
+            Judge.draws += 1
+            g = torch.Generator().manual_seed(seeds[0] + (1 if problem.drift and Judge.draws > 1 else 0))
+            return [[torch.rand(8, generator=g)]]
+
+        def reference(self, problem, seed, x):
+            return [x[0] * 2]
+
+    class Plan:
+        hold_references = False
+
+    class Problem:
+        path, tolerance, drift = "p.py", 1e-2, False
+
+    class Bundle:
+        model_seed, model = 1, None
+
+    class Settings:
+        probe_budget_s, sample_elements = 0.0, 1024
+
+    problem = Problem()
+    v = Validation(Judge(), None, problem, "cpu", Settings(), Bundle(), 2, 1, Plan())
+    x = Judge().inputs(problem, [7], "cpu")[0]
+    v.keep(0, 7, x, [x[0] * 2])
+    x_again, ref_again = v.kept(0)
+    assert torch.equal(x_again[0], x[0]) and torch.equal(ref_again[0], x[0] * 2)
+    problem.drift = True  # a get_inputs that is not a function of its seed
+    with pytest.raises(HarnessError, match="other values under the same seed"):
+        v.kept(0)
+
+
+def test_a_probe_runs_the_levels_it_can_find_and_the_coarsest_it_allows():
+    assert probes.probed_levels(("f32", "tf32", "bf16", "f16")) == ("bf16", "fp8")
+    assert probes.probed_levels(("f32", "tf32")) == ("tf32", "f16", "bf16", "fp8")
+    assert probes.probed_levels(("f32",)) == ("tf32", "f16", "bf16", "fp8")
+    assert probes.probed_levels(None) == probes.LEVELS
+    layer = torch.nn.Linear(64, 32)
+    x, ref = [torch.rand(16, 64)], None
+    with torch.no_grad():
+        ref = [layer(x[0])]
+    sig = probes.signatures(layer, x, ref, allowed=("f32", "tf32", "bf16", "f16"))
+    assert set(sig["errors"]) == {"f32", "bf16", "fp8"} and sig["errors"]["fp8"] > 4 * sig["errors"]["bf16"]
+    level, _ = probes.judge([probes.run_at(layer, x, "fp8")[0]], sig, ("f32", "tf32", "bf16", "f16"))
+    assert level == "fp8"
