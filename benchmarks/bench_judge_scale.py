@@ -55,27 +55,48 @@ def offline_program(problem, gpu: str):
     return None
 
 
-def build_programs(problems: list, gpu: str, jobs: int) -> dict:
-    """name -> (Candidate or None, why): each problem's first program, built on the cutlass backend."""
-    from dsl_compiler.build import build_program
+def _listed(args: tuple[str, str, str]) -> tuple[str, str | None, str]:
+    """One problem's first program as JSON, in a process of its own (tracing is not shared between threads)."""
+    suite, name, gpu = args
+    problem = next(p for p in load_suite(suite) if p.name == name)
+    try:
+        program = offline_program(problem, gpu)
+    except Exception as exc:  # noqa: BLE001 - a problem without a program is a row that says why
+        return name, None, f"no program: {type(exc).__name__}: {exc}"[:200]
+    if program is None:
+        return name, None, "the offline tier listed no program with a kernel"
+    return name, program.model_dump_json(), ""
 
-    def one(problem):
-        try:
-            program = offline_program(problem, gpu)
-        except Exception as exc:  # noqa: BLE001 - a problem without a program is a row that says why
-            return problem.name, (None, f"no program: {type(exc).__name__}: {exc}"[:200])
-        if program is None:
-            return problem.name, (None, "the offline tier listed no program with a kernel")
+
+def build_programs(suite: str, problems: list, gpu: str, jobs: int) -> dict:
+    """name -> (Candidate or None, why): each problem's first program (listed in processes side by side), built on
+    the cutlass backend as soon as it is listed (one nvcc per core)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from dsl_compiler.build import build_program
+    from dsl_compiler.ir import Program
+
+    def build(name: str, text: str):
+        program = Program.model_validate_json(text)
         result = build_program(program, jobs=1)
         if not result.ok:
             why = result.diagnostics[0].message if result.diagnostics else "build failed"
-            return problem.name, (None, f"build failed: {why}"[:200])
-        return problem.name, (Candidate.from_program(program, backend="cutlass", artifacts=result.artifacts), "")
+            return name, (None, f"build failed: {why}"[:200])
+        return name, (Candidate.from_program(program, backend="cutlass", artifacts=result.artifacts), "")
 
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        out = dict(pool.map(one, problems))
-    print(f"programs built in {time.perf_counter() - start:.0f} s", flush=True)
+    out: dict = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as builders, \
+            ProcessPoolExecutor(max_workers=max(1, min(jobs, len(problems), 8))) as listers:
+        builds = []
+        for done in as_completed([listers.submit(_listed, (suite, p.name, gpu)) for p in problems]):
+            name, text, why = done.result()
+            if text is None:
+                out[name] = (None, why)
+            else:
+                builds.append(builders.submit(build, name, text))
+        out.update(b.result() for b in builds)
+    print(f"programs listed and built in {time.perf_counter() - start:.0f} s", flush=True)
     return out
 
 
@@ -230,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     problems = [p for p in load_suite(args.suite) if not args.only or p.name in args.only]
     start = time.monotonic()
-    programs = build_programs(problems, args.gpu, args.jobs) if args.programs else {}
+    programs = build_programs(args.suite, problems, args.gpu, args.jobs) if args.programs else {}
     rows, extra = run(problems, programs, args.judges, max(0.0, args.budget_s - (time.monotonic() - start)),
                       args.watchdog_s)
     env = collect_environment(backend="cutlass" if args.programs else None)

@@ -78,7 +78,9 @@ def judge_need(fp: Footprint, hold_references: bool = True) -> int:
     float64 signature run that follows it (inputs, parameters and outputs at 8 bytes an element, and its work
     space)."""
     held = (4 if hold_references else 1) * fp.set_bytes
-    float64_run = int(FLOAT64_RUN * 2 * (fp.input_bytes + fp.param_bytes + fp.output_bytes))
+    # the float64 copy of the model is made parameter by parameter (twice its bytes, and one rounded fp32 copy of
+    # a parameter at a time); inputs and outputs in float64 with the run's own work space
+    float64_run = int(FLOAT64_RUN * 2 * (fp.input_bytes + fp.output_bytes)) + 3 * fp.param_bytes
     return held + fp.param_bytes + max(fp.output_bytes, float64_run) + CONTEXT_BYTES
 
 

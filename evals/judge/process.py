@@ -387,8 +387,8 @@ class Judge:
         self._use_model(problem, b, device)
         b.sets = b.sets[:n_sets]
         b.ready = len(b.sets)
-        plan = self.plans.get(self.problem_key(problem, device))
-        if plan is None or n_sets * plan.footprint.set_bytes <= max(self.prepared_cap(problem, device), 0):
+        plan = self.plan(problem, device, b)  # from the first set (drawn now where none was): before any other
+        if n_sets * plan.footprint.set_bytes <= max(self.prepared_cap(problem, device), 0):
             while len(b.sets) < n_sets:
                 b.sets.append(self._new_set(problem, b, self._seed_for(b, len(b.sets)), device))
         return b
@@ -659,9 +659,12 @@ class Judge:
         device = self.device_for(settings)
         if device.type != "cuda":
             return {"timing_source": None, "reason": "no GPU in this process: reference timings need one"}
-        seeds = [_seed() for _ in range(settings.timing_input_sets)]
-        model = problem.make_model(seeds[0], device)
-        input_sets = [problem.make_inputs(s, device) for s in seeds]
+        bundle = self.take(problem, device, "reference", 1)  # its plan says how many sets fit beside the graphs
+        n_sets = self.plans[self.problem_key(problem, device)].timing_sets
+        model = bundle.model
+        input_sets = [x for _, x, _ in bundle.sets] + [self.inputs(problem, [_seed()], device)[0]
+                                                       for _ in range(n_sets - len(bundle.sets))]
+        del bundle
         method = TimingMethod.from_settings(settings.timing_view())
         self.flusher = make_flusher(device, method, self.flusher)
         out: dict[str, Any] = {"timing_source": "gpu"}
@@ -831,6 +834,10 @@ def main() -> int:
                 reply = {"id": req.get("id"), "ok": False, "error": str(exc), "kind": "input"}
             except HarnessError as exc:  # never a verdict on the candidate: the attempt fails with the reason
                 reply = {"id": req.get("id"), "ok": False, "error": f"harness: {exc}", "kind": "harness"}
+            except torch.OutOfMemoryError as exc:  # the judge's own share was too small: the harness's failure
+                judge.end_current()
+                reply = {"id": req.get("id"), "ok": False, "kind": "harness",
+                         "error": f"harness: the judge ran out of its GPU memory share: {_one_line(exc)[:240]}"}
             except Exception as exc:  # noqa: BLE001 - a judge bug must not look like a verdict
                 traceback.print_exc(file=sys.stderr)
                 reply = {"id": req.get("id"), "ok": False, "error": f"the judge failed: {_one_line(exc)}", "kind": "judge"}
