@@ -19,6 +19,7 @@ import torch
 from evals.judge import verdicts
 
 CHUNK_ELEMENTS = 1 << 24  # per reduction step: float64 temporaries of 128 MB at most
+WEIGHTS_KEPT_ELEMENTS = 1 << 20  # digest weights kept between calls up to this many per chunk (8 MB)
 
 
 def _seed() -> int:
@@ -55,13 +56,16 @@ class Keys:
         self._weights: dict[tuple[torch.device, int, int], torch.Tensor] = {}
 
     def weights(self, device, chunk: int, n: int) -> torch.Tensor:
-        """The digest's odd int64 weights for elements [chunk * CHUNK_ELEMENTS, + n) (drawn once, then kept)."""
+        """The digest's odd int64 weights for elements [chunk * CHUNK_ELEMENTS, + n): drawn again for every call
+        (a 4 GiB output's would be 8 GiB kept), kept only where they are small (one short chunk)."""
         key = (torch.device(device), chunk, n)
-        if key not in self._weights:
-            g = torch.Generator(device=device).manual_seed((self.digest_seed + 0x9E37_79B9 * (chunk + 1)) & (2**63 - 1))
-            w = torch.randint(-(2**62), 2**62, (n,), generator=g, device=device, dtype=torch.int64)
-            self._weights[key] = w.bitwise_or_(1)
-        return self._weights[key]
+        if key in self._weights:
+            return self._weights[key]
+        g = torch.Generator(device=device).manual_seed((self.digest_seed + 0x9E37_79B9 * (chunk + 1)) & (2**63 - 1))
+        w = torch.randint(-(2**62), 2**62, (n,), generator=g, device=device, dtype=torch.int64).bitwise_or_(1)
+        if n <= WEIGHTS_KEPT_ELEMENTS:
+            self._weights[key] = w
+        return w
 
     def sample(self, outs: list) -> list:
         """The values of ``outs`` at the sample positions, float64 (None where there is no tensor)."""
