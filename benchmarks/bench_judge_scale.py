@@ -122,7 +122,8 @@ def judge_one(harness: Harness, problem, kind: str, candidate: Candidate, eager_
     return {
         "problem": problem.name, "candidate": kind, "correct": bool(v.correct),
         "timing_valid": bool(t is not None and t.valid), "rule": v.rule if not v.correct else (t.rule if t else None),
-        "reason": (v.reason or (t.reason if t is not None else ""))[:300], "flags": flags,
+        "reason": (v.reason or (t.reason if t is not None else ""))[:900], "flags": flags,
+        "memory_steps_mb": v.info.get("memory_steps_mb"),
         "verdict_right": bool(honest_ok),
         "t_us": t.median_us if t is not None else None, "eager_fp32_us": eager_us,
         "validate_s": round(v.wall_s, 2), "profile_s": round(t.wall_s, 2) if t is not None else None,

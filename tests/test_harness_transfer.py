@@ -329,3 +329,13 @@ def test_time_added_inside_an_open_stage_is_not_counted_twice():
     split = stages.take()
     assert split["candidate"] == 0.04 and split["end"] <= wall - 0.04 + 1e-3
     assert sum(split.values()) <= wall + 1e-3
+
+
+def test_a_copy_across_the_pinned_part_s_end_is_made_in_two(arena):
+    """On a GPU a copy between the device and host memory that is partly page-locked fails ("invalid argument"): a
+    tensor that crosses the end of the arena's pinned part is written and read in two copies."""
+    arena.pinned = 4096 + 512  # as if the first 4.5 KiB were registered (here only the split is exercised)
+    x = torch.randn(3000)  # 12 KB from offset 0: crosses it
+    packed, _, _ = wire.pack({"x": x}, arena)
+    assert torch.equal(wire.unpack(packed, arena)["x"], x)
+    arena.pinned = 0

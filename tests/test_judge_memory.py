@@ -65,7 +65,9 @@ def test_the_candidate_s_window_of_earlier_outputs_follows_the_plan():
     assert held_outputs(small[:-1], small[-1:]) == small  # a small problem: every output held
     big = [torch.empty(64 << 20) for _ in range(4)]  # 256 MiB each: two earlier held (512 MiB)
     kept = held_outputs(big[:-1], big[-1:])
-    assert kept == big[1:] and memory.held_earlier(256 << 20) == 2
+    assert kept == big[2:] and memory.held_earlier(256 << 20) == 2  # the last two calls: a ring of two shows
+    huge = [torch.empty(3 << 29)]  # 6 GiB: none held between calls (the next call holds only its own)
+    assert held_outputs(big, huge) == [] and memory.held_earlier(4 << 30) == 1 and memory.held_earlier(6 << 30) == 0
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 1 << 24])

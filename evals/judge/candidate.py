@@ -296,14 +296,14 @@ def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[l
 
 
 def held_outputs(earlier: list, new: list) -> list:
-    """The outputs an instance holds after a call: the call's, and earlier ones, newest first, while they take
-    at most ``memory.HELD_MIN_BYTES``, or two of the call's outputs up to ``memory.HELD_MAX_BYTES``. A small
-    problem's every output is held through the attempt and a larger one's last one or two: a buffer reused for a
-    later output overlaps one that is held (an output of several GiB is held alone)."""
+    """The outputs an instance holds between calls, newest first (the call's own, then earlier ones), while they take
+    at most the window of ``memory.held_window_bytes``: a small problem's every output is held through the attempt,
+    a larger one's last two or one, an output over 4 GiB none (beside the next call's own it would double what
+    the candidate holds). A buffer reused for a later output overlaps one that is held."""
     size = sum(_storage_bytes(t) for t in new)
-    budget = max(memory.HELD_MIN_BYTES, min(2 * size, memory.HELD_MAX_BYTES))
-    kept, total = list(new), 0
-    for t in reversed(earlier):
+    budget = memory.held_window_bytes(size)
+    kept, total = [], 0
+    for t in [*reversed(new), *reversed(earlier)]:
         total += _storage_bytes(t)
         if total > budget:
             break

@@ -65,10 +65,15 @@ class MemoryPlan:
         return out
 
 
+def held_window_bytes(output_bytes: int) -> int:
+    """What a candidate holds of its earlier outputs between calls (evals.judge.candidate.held_outputs): every output
+    up to ``HELD_MIN_BYTES``, else the last two calls' within ``HELD_MAX_BYTES`` (a ring of two buffers shows)."""
+    return max(HELD_MIN_BYTES, min(2 * output_bytes, HELD_MAX_BYTES))
+
+
 def held_earlier(output_bytes: int) -> int:
-    """Earlier outputs a candidate holds beside a call's (evals.judge.candidate.held_outputs, the same rule)."""
-    budget = max(HELD_MIN_BYTES, min(2 * output_bytes, HELD_MAX_BYTES))
-    return int(budget // max(output_bytes, 1))
+    """Earlier outputs a candidate holds while it computes a call's (the same rule)."""
+    return int(held_window_bytes(output_bytes) // max(output_bytes, 1))
 
 
 def judge_need(fp: Footprint, hold_references: bool = True) -> int:

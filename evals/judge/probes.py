@@ -207,7 +207,7 @@ def signatures_many(model, input_sets, refs32, positions=None, allowed=None) -> 
         if _float64_unsupported(exc):
             return [None] * n
         raise HarnessError(f"the precision probe could not run: {type(exc).__name__}: "
-                           f"{' '.join(str(exc).split())[:200]}") from None
+                           f"{' '.join(str(exc).split())[:700]}") from None
     out: list[dict | None] = []
     for i in range(n):
         errors = {"f32": rel_error(_at(refs32[i], positions), exact[i])}

@@ -837,7 +837,7 @@ def main() -> int:
             except torch.OutOfMemoryError as exc:  # the judge's own share was too small: the harness's failure
                 judge.end_current()
                 reply = {"id": req.get("id"), "ok": False, "kind": "harness",
-                         "error": f"harness: the judge ran out of its GPU memory share: {_one_line(exc)[:240]}"}
+                         "error": f"harness: the judge ran out of its GPU memory share: {_one_line(exc)[:700]}"}
             except Exception as exc:  # noqa: BLE001 - a judge bug must not look like a verdict
                 traceback.print_exc(file=sys.stderr)
                 reply = {"id": req.get("id"), "ok": False, "error": f"the judge failed: {_one_line(exc)}", "kind": "judge"}

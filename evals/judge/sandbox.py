@@ -57,6 +57,8 @@ def candidate_env(base: dict | None = None, workdir: str | None = None) -> dict:
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # a .pyc written from here could reach the judge's next import
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSTARTUP", None)
+    if env.get("MUCUTLASS_JUDGE_ALLOC_CONF") and env.get("PYTORCH_CUDA_ALLOC_CONF") == env["MUCUTLASS_JUDGE_ALLOC_CONF"]:
+        env.pop("PYTORCH_CUDA_ALLOC_CONF")  # the judge's allocator settings are its own; a candidate's are the user's
     for var in ("NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"):  # numerics are the harness's to set
         env.pop(var, None)
     env.pop("PYTHONHOME", None)

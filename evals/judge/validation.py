@@ -95,8 +95,13 @@ class Validation:
             return SetRecord(what=what, seed=seed, summary=summary, ref_sample=self.keys.sample(ref))
 
     def run(self) -> None:
+        steps_mb = self.info.setdefault("memory_steps_mb", {})
         for step in STEPS:
             step(self)
+            if self.device.type == "cuda":  # what the judge holds after each step (the memory table's numbers)
+                import torch
+
+                steps_mb[step.__name__] = round(torch.cuda.memory_allocated() / 2**20, 1)
 
     def set_rows(self) -> list[dict]:
         """The reply's per-set rows."""

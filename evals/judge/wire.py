@@ -171,6 +171,26 @@ class Arena:
             self.pinned = n
         return self.pinned
 
+    def write(self, offset: int, src) -> None:
+        """``src`` (a flat uint8 tensor, any device) into the arena at ``offset``. A copy between a GPU and host
+        memory that is partly page-locked fails, so one that crosses the pinned part's end is made in two."""
+        self._copy(offset, src, into_arena=True)
+
+    def read(self, offset: int, dst) -> None:
+        """The arena's bytes at ``offset`` into ``dst`` (a flat uint8 tensor, any device)."""
+        self._copy(offset, dst, into_arena=False)
+
+    def _copy(self, offset: int, other, into_arena: bool) -> None:
+        n = other.numel()
+        cut = self.pinned - offset if offset < self.pinned < offset + n else n
+        for a, b in ((0, cut), (cut, n)):
+            if b > a:
+                region = self.bytes()[offset + a:offset + b]
+                if into_arena:
+                    region.copy_(other[a:b])
+                else:
+                    other[a:b].copy_(region)
+
     def close(self) -> None:
         if self.pinned:
             import torch
@@ -228,7 +248,7 @@ def pack(obj, arena: Arena | None, start: int = 0) -> tuple[object, int, list]:
                 streams.append(t.contiguous())
                 return {STREAM: [len(streams) - 1, nbytes], **meta}
             if nbytes:
-                arena.bytes()[off:off + nbytes].view(t.dtype).view(t.shape).copy_(t)
+                arena.write(off, _flat_bytes(t.contiguous()))
             at[0] = off + nbytes
             return {DESCRIPTOR: [off, nbytes], **meta}
         if isinstance(x, dict):
@@ -272,7 +292,7 @@ def serve(sock: socket.socket, arena: Arena, streams: list, deadline: float | No
         i, j = pull
         part = flats[i][j * chunk:(j + 1) * chunk]
         off = base + (served % 2) * chunk
-        arena.bytes()[off:off + part.numel()].copy_(part)
+        arena.write(off, part)
         send(sock, {"chunk": [i, j], "at": off, "nbytes": int(part.numel())})
         served += 1
 
@@ -311,8 +331,9 @@ def unpack(obj, arena: Arena | None, device=None, sock: socket.socket | None = N
             raise bad(f"{nbytes} bytes at {off} for {d.get('dtype')}{shape}")
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype, device=device)
-        view = arena.bytes()[off:off + nbytes].view(dtype).view(shape)
-        return view.to(device if device is not None else "cpu", copy=True)
+        out = torch.empty(shape, dtype=dtype, device=device if device is not None else "cpu")
+        arena.read(off, _flat_bytes(out))
+        return out
 
     def stream(d: dict):
         loc = d.get(STREAM)
@@ -368,5 +389,5 @@ def _pull(sock: socket.socket, arena: Arena, streamed: list, deadline: float | N
             raise ChannelError("channel", "a chunk of a streamed tensor that was not the one asked for")
         if n + 1 < len(order):
             send(sock, {"pull": list(order[n + 1])})
-        want.copy_(arena.bytes()[at:at + want.numel()])
+        arena.read(at, want)
     send(sock, {"done": True})
