@@ -208,7 +208,7 @@ class WorkerProcess:
         # the judge allocates and frees outputs of many sizes (a 4 GiB one, its float64 copies, chunks): segments
         # that grow in place keep them from fragmenting its share of the GPU (its candidates keep the default)
         env.setdefault("MUCUTLASS_JUDGE_ALLOC_CONF", "expandable_segments:True")
-        env["PYTORCH_CUDA_ALLOC_CONF"] = env["MUCUTLASS_JUDGE_ALLOC_CONF"]
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", env["MUCUTLASS_JUDGE_ALLOC_CONF"])
         if settings.gpu_index is not None:
             outer = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
             # an index into the devices this process may already be limited to
