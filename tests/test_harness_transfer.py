@@ -339,3 +339,22 @@ def test_a_copy_across_the_pinned_part_s_end_is_made_in_two(arena):
     packed, _, _ = wire.pack({"x": x}, arena)
     assert torch.equal(wire.unpack(packed, arena)["x"], x)
     arena.pinned = 0
+
+
+def test_a_tensor_that_is_not_contiguous_streams_row_by_row(arena):
+    """A channels-last output streams in its logical order without a contiguous copy of the whole of it: each chunk
+    is made from the rows that hold it."""
+    import threading
+
+    x = torch.randn(16, 64, 40, 40).to(memory_format=torch.channels_last)  # 6.5 MB: many 128 KiB chunks
+    assert not x.is_contiguous()
+    for a, b in ((0, 100), (6553, 409600), (x.nbytes - 7, x.nbytes)):
+        assert torch.equal(wire.chunk_of(x, a, b), wire._flat_bytes(x.contiguous())[a:b])
+    sender, receiver = _pair()
+    got = {}
+    t = threading.Thread(target=lambda: got.update(m=wire.unpack(wire.recv(receiver), arena, sock=receiver,
+                                                                  max_stream_bytes=x.nbytes)))
+    t.start()
+    wire.send_message(sender, {"x": x}, arena)
+    t.join(30)
+    assert torch.equal(got["m"]["x"], x) and got["m"]["x"].is_contiguous()

@@ -298,7 +298,7 @@ def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[l
 def held_outputs(earlier: list, new: list) -> list:
     """The outputs an instance holds between calls, newest first (the call's own, then earlier ones), while they take
     at most the window of ``memory.held_window_bytes``: a small problem's every output is held through the attempt,
-    a larger one's last two or one, an output over 4 GiB none (beside the next call's own it would double what
+    a larger one's last two or one, an output over 1 GiB none (beside the next call's own it would double what
     the candidate holds). A buffer reused for a later output overlaps one that is held."""
     size = sum(_storage_bytes(t) for t in new)
     budget = memory.held_window_bytes(size)

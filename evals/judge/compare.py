@@ -30,6 +30,14 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1)
 
 
+def at_positions(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``t``'s values at flat (row-major) ``positions``, without a copy of a tensor that is not contiguous."""
+    positions = positions.to(t.device)
+    if t.is_contiguous():
+        return t.reshape(-1)[positions]
+    return t[torch.unravel_index(positions, t.shape)]
+
+
 def _chunks(n: int, size: int = CHUNK_ELEMENTS):
     for a in range(0, n, size):
         yield a, min(n, a + size)
@@ -74,7 +82,7 @@ class Keys:
             if pos is None or not isinstance(o, torch.Tensor):
                 out.append(None)
             else:
-                out.append(_flat(o)[pos.to(o.device)].double())
+                out.append(at_positions(o, pos).double())
         return out
 
 

@@ -160,7 +160,9 @@ def _at(outs, positions):
     """The outputs at ``positions`` (per output: an index tensor into its flat values; None: every element)."""
     if positions is None:
         return list(outs)
-    return [o.reshape(-1)[p.to(o.device)] if p is not None else o for o, p in zip(outs, positions)]
+    from evals.judge.compare import at_positions
+
+    return [at_positions(o, p) if p is not None else o for o, p in zip(outs, positions)]
 
 
 def _float64_unsupported(exc: Exception) -> bool:

@@ -121,7 +121,8 @@ class Prepared:
         self.drawn = 0  # sets handed to the operation so far
 
     def nbytes(self) -> int:
-        return memory.nbytes(t for _, x, r in (*self.sets, *self.sealed) for t in (*x, *r))
+        shuffled = [t for part in (self.shuffled or ()) if part for t in part]
+        return memory.nbytes([t for _, x, r in (*self.sets, *self.sealed) for t in (*x, *r)] + shuffled)
 
     def room_for_one(self, cap_bytes: int, set_bytes: int | None = None) -> bool:
         """Whether one more set of the size of those held (or ``set_bytes``) stays under ``cap_bytes``."""
@@ -336,10 +337,15 @@ class Judge:
             raise HarnessError(plan.refusal)
         return plan
 
-    def prepared_cap(self, problem: Problem, device) -> int:
+    def prepared_cap(self, problem: Problem, device, purpose: str | None = None) -> int:
+        """What sets drawn ahead of need may hold for ``purpose``: the plan's room for them, less what the other
+        kinds of operation of the problem already hold (one cap for all of them)."""
         cap = PREPARED_MAX_BYTES.get(torch.device(device).type, PREPARED_MAX_BYTES["cpu"])
         plan = self.plans.get(self.problem_key(problem, device))
-        return cap if plan is None else min(cap, plan.prepared_bytes)
+        cap = cap if plan is None else min(cap, plan.prepared_bytes)
+        others = sum(b.nbytes() for k, b in self.prepared.items()
+                     if k[:3] == self.problem_key(problem, device) and k[3] != purpose)
+        return max(0, cap - others)
 
     # -- input sets prepared ahead of need ------------------------------------------------------
     def _prepared_key(self, problem: Problem, device, purpose: str) -> tuple:
@@ -356,7 +362,7 @@ class Judge:
         for other in [k for k in self.prepared if k[:3] != key[:3]]:  # another problem's: not needed next
             del self.prepared[other]
         stop = until or (lambda: False)
-        cap = self.prepared_cap(problem, device)
+        cap = self.prepared_cap(problem, device, purpose)
         plan = self.plans.get(key[:3])
         hint = plan.footprint.set_bytes if plan is not None else None
         b = self.prepared.get(key)
@@ -369,7 +375,7 @@ class Judge:
             if stop() or not b.room_for_one(cap, hint):
                 return
             b.sets.append(self._new_set(problem, b, _seed(), device))
-        if purpose == "validate" and b.shuffled is None and not stop():
+        if purpose == "validate" and b.shuffled is None and not stop() and b.room_for_one(cap, hint):
             self._add_shuffled(problem, b)
         # a profile's sealed calls: as many sets as the last profile of this problem staged (its K)
         while purpose == "profile" and b.sets and len(b.sealed) < self.sealed_k.get(key[:3], 0):
@@ -388,7 +394,7 @@ class Judge:
         b.sets = b.sets[:n_sets]
         b.ready = len(b.sets)
         plan = self.plan(problem, device, b)  # from the first set (drawn now where none was): before any other
-        if n_sets * plan.footprint.set_bytes <= max(self.prepared_cap(problem, device), 0):
+        if n_sets * plan.footprint.set_bytes <= max(self.prepared_cap(problem, device, purpose), 0):
             while len(b.sets) < n_sets:
                 b.sets.append(self._new_set(problem, b, self._seed_for(b, len(b.sets)), device))
         return b
@@ -461,7 +467,9 @@ class Judge:
             raise HarnessError(f"the reference ran out of the judge's GPU memory: {_one_line(exc)[:200]}") from None
         except Exception as exc:
             raise ProblemError(f"{problem.path}: the reference failed: {_one_line(exc)}") from None
-        return [o.detach() if isinstance(o, torch.Tensor) else o for o in _as_list(out)]
+        # contiguous once, here: every comparison, digest and sample of it then reads it in place (a channels-last
+        # 8 GiB output was copied again for each of them)
+        return [o.detach().contiguous() if isinstance(o, torch.Tensor) else o for o in _as_list(out)]
 
     def load(self, attempt: Attempt, problem: Problem, cand: dict, model_seed: int, boot_timeout_s: float,
              gpu_fraction: float | None = None) -> None:

@@ -225,6 +225,19 @@ def _flat_bytes(t):
     return t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
 
 
+def chunk_of(t, a: int, b: int):
+    """Bytes [a, b) of ``t`` in row-major order as a flat uint8 tensor: a view of a contiguous tensor; of another
+    (a channels-last output), only the rows that hold those bytes made contiguous, never the whole tensor."""
+    if t.is_contiguous():
+        return _flat_bytes(t)[a:b]
+    rows = t.shape[0] if t.dim() else 1
+    row = t.numel() * t.element_size() // max(rows, 1)
+    if t.dim() == 0 or row == 0:
+        return _flat_bytes(t.contiguous())[a:b]
+    r0, r1 = a // row, -(-b // row)
+    return _flat_bytes(t[r0:r1].contiguous())[a - r0 * row:b - r0 * row]
+
+
 def pack(obj, arena: Arena | None, start: int = 0) -> tuple[object, int, list]:
     """``obj`` with every tensor replaced by a descriptor: written whole into ``arena`` from ``start`` while it
     fits before the stream region, else named as a stream (it crosses the stream region in chunks once the
@@ -245,7 +258,7 @@ def pack(obj, arena: Arena | None, start: int = 0) -> tuple[object, int, list]:
             off = -(-at[0] // ALIGN) * ALIGN
             meta = {"dtype": names[t.dtype], "shape": list(t.shape)}
             if off + nbytes > limit:
-                streams.append(t.contiguous())
+                streams.append(t)  # as it is: its chunks are made as they are pulled (serve)
                 return {STREAM: [len(streams) - 1, nbytes], **meta}
             if nbytes:
                 arena.write(off, _flat_bytes(t.contiguous()))
@@ -279,7 +292,7 @@ def serve(sock: socket.socket, arena: Arena, streams: list, deadline: float | No
     between the halves in the order they are pulled, so the one pulled next never overwrites one being copied."""
     chunk = chunk_bytes(arena)
     base = inline_limit(arena)
-    flats = [_flat_bytes(t) for t in streams]
+    sizes = [t.numel() * t.element_size() for t in streams]
     served = 0
     while True:
         msg = recv(sock, deadline, alive)
@@ -287,10 +300,10 @@ def serve(sock: socket.socket, arena: Arena, streams: list, deadline: float | No
             return
         pull = msg.get("pull") if isinstance(msg, dict) else None
         if not (isinstance(pull, list) and len(pull) == 2 and all(type(v) is int for v in pull)
-                and 0 <= pull[0] < len(flats) and 0 <= pull[1] * chunk < max(flats[pull[0]].numel(), 1)):
+                and 0 <= pull[0] < len(sizes) and 0 <= pull[1] * chunk < max(sizes[pull[0]], 1)):
             raise ChannelError("channel", "a request for a chunk of a streamed tensor that was not sent")
         i, j = pull
-        part = flats[i][j * chunk:(j + 1) * chunk]
+        part = chunk_of(streams[i], j * chunk, min(sizes[i], (j + 1) * chunk))
         off = base + (served % 2) * chunk
         arena.write(off, part)
         send(sock, {"chunk": [i, j], "at": off, "nbytes": int(part.numel())})
