@@ -67,7 +67,7 @@ def test_the_candidate_s_window_of_earlier_outputs_follows_the_plan():
     kept = held_outputs(big[:-1], big[-1:])
     assert kept == big[2:] and memory.held_earlier(256 << 20) == 2  # the last two calls: a ring of two shows
     huge = [torch.empty(3 << 29)]  # 6 GiB: none held between calls (the next call holds only its own)
-    assert held_outputs(big, huge) == [] and memory.held_earlier(4 << 30) == 1 and memory.held_earlier(6 << 30) == 0
+    assert held_outputs(big, huge) == [] and memory.held_earlier(512 << 20) == 2 and memory.held_earlier(6 << 30) == 0
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 1 << 24])
