@@ -195,3 +195,24 @@ def test_a_probe_runs_the_levels_it_can_find_and_the_coarsest_it_allows():
     assert set(sig["errors"]) == {"f32", "bf16", "fp8"} and sig["errors"]["fp8"] > 4 * sig["errors"]["bf16"]
     level, _ = probes.judge([probes.run_at(layer, x, "fp8")[0]], sig, ("f32", "tf32", "bf16", "f16"))
     assert level == "fp8"
+
+
+def test_float64_runs_that_do_not_fit_the_gpu_run_on_the_host(monkeypatch):
+    """An out-of-memory error in a float64 run moves the probe to the host (slower, whole): the probe runs, and only
+    a failure there too is the harness's error."""
+    real = probes._signatures_on
+    calls = []
+
+    def first_oom(model, input_sets, refs32, positions, allowed):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(model, input_sets, refs32, positions, allowed)
+
+    monkeypatch.setattr(probes, "_signatures_on", first_oom)
+    layer = torch.nn.Linear(16, 8)
+    x = [torch.rand(4, 16)]
+    with torch.no_grad():
+        ref = [layer(x[0])]
+    sig = probes.signatures(layer, x, ref, allowed=("f32", "tf32"))
+    assert sig is not None and len(calls) == 2 and set(sig["errors"]) >= {"f16", "bf16", "fp8"}

@@ -91,10 +91,10 @@ def judge_need(fp: Footprint, hold_references: bool = True) -> int:
 
 def candidate_need(fp: Footprint) -> int:
     """The candidate's peak during a validation: parameters, two sets of inputs (set 1's, kept for the in-place
-    call, and the call's), its output and the earlier ones it holds, and a quarter of an output for its own work
-    space."""
-    outputs = (1 + held_earlier(fp.output_bytes)) * fp.output_bytes
-    return fp.param_bytes + 2 * fp.input_bytes + outputs + fp.output_bytes // 4 + CONTEXT_BYTES
+    call, and the call's), its output and the earlier ones it holds, and one more output for its own work (a
+    candidate written as PyTorch's unfused operators holds an intermediate of the output's size)."""
+    outputs = (2 + held_earlier(fp.output_bytes)) * fp.output_bytes
+    return fp.param_bytes + 2 * fp.input_bytes + outputs + CONTEXT_BYTES
 
 
 def plan(fp: Footprint, device_bytes: int, *, timing_sets: int = 3, host_floor_bytes: int | None = None,

@@ -180,36 +180,55 @@ def _float64_unsupported(exc: Exception) -> bool:
 def signatures_many(model, input_sets, refs32, positions=None, allowed=None) -> list[dict | None]:
     """``signatures`` for several input sets, each level's copy of the model made once for all of them. With
     ``positions`` (``evals.judge.compare.Keys.positions``) every output is kept at those positions only: each
-    float64 run lives until its sample is taken, one at a time. A reference that has no float64 kernel gets no
-    probe (None); any other failure (out of memory) raises ``HarnessError``."""
+    float64 run lives until its sample is taken, one at a time. Where the float64 runs do not fit the judge's
+    share of the GPU they run again on the host (slower, whole); a reference that has no float64 kernel gets no
+    probe (None); any other failure raises ``HarnessError``."""
     import torch
 
     from evals.judge.findings import HarnessError
+
+    try:
+        return _signatures_on(model, input_sets, refs32, positions, allowed)
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        try:  # the same runs on the host: the judge's memory on the GPU is not what the probe may be skipped for
+            cpu = [[x.cpu() if isinstance(x, torch.Tensor) else x for x in xs] for xs in input_sets]
+            refs = [[r.cpu() if isinstance(r, torch.Tensor) else r for r in rs] for rs in refs32]
+            where = None if positions is None else [None if p is None else p.cpu() for p in positions]
+            host = copy.deepcopy(model)
+            host = host.cpu() if hasattr(host, "cpu") else host
+            return _signatures_on(host, cpu, refs, where, allowed)
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            error = exc
+    except Exception as exc:  # noqa: BLE001 - sorted below: no float64 kernel, or the judge's own failure
+        error = exc
+    if _float64_unsupported(error):
+        return [None] * len(input_sets)
+    raise HarnessError(f"the precision probe could not run: {type(error).__name__}: "
+                       f"{' '.join(str(error).split())[:700]}") from None
+
+
+def _signatures_on(model, input_sets, refs32, positions, allowed) -> list[dict | None]:
+    import torch
 
     n = len(input_sets)
     levels = probed_levels(allowed)
     exact: list = [None] * n
     emulated: list[dict] = [{} for _ in range(n)]
     overflow: list[dict] = [{} for _ in range(n)]
-    try:
-        for level in (None, *levels):
-            m = at_level(model, level)
-            for i, inputs in enumerate(input_sets):
-                outs = run_model_at(m, inputs, level)
-                if level is not None:  # an infinity anywhere counts, sampled or not (f16's overflow)
-                    overflow[i][level] = not all(bool(torch.isfinite(o).all()) for o in outs)
-                kept = _at(outs, positions)
-                del outs
-                if level is None:
-                    exact[i] = kept
-                else:
-                    emulated[i][level] = kept
-            del m
-    except Exception as exc:  # noqa: BLE001 - sorted below: no float64 kernel, or the judge's own failure
-        if _float64_unsupported(exc):
-            return [None] * n
-        raise HarnessError(f"the precision probe could not run: {type(exc).__name__}: "
-                           f"{' '.join(str(exc).split())[:700]}") from None
+    for level in (None, *levels):
+        m = at_level(model, level)
+        for i, inputs in enumerate(input_sets):
+            outs = run_model_at(m, inputs, level)
+            if level is not None:  # an infinity anywhere counts, sampled or not (f16's overflow)
+                overflow[i][level] = not all(bool(torch.isfinite(o).all()) for o in outs)
+            kept = _at(outs, positions)
+            del outs
+            if level is None:
+                exact[i] = kept
+            else:
+                emulated[i][level] = kept
+        del m
     out: list[dict | None] = []
     for i in range(n):
         errors = {"f32": rel_error(_at(refs32[i], positions), exact[i])}
