@@ -358,3 +358,15 @@ def test_a_tensor_that_is_not_contiguous_streams_row_by_row(arena):
     wire.send_message(sender, {"x": x}, arena)
     t.join(30)
     assert torch.equal(got["m"]["x"], x) and got["m"]["x"].is_contiguous()
+
+
+def test_a_reply_before_the_tensors_are_taken_is_the_reply(arena):
+    """A candidate that cannot take a request's streamed tensors (out of memory on its device) answers at once with
+    its error: the sender stops serving and hands that frame on as the reply, never a channel verdict."""
+    big = torch.randn(arena.nbytes // 2)
+    sender, receiver = _pair()
+    wire.send(receiver, {"ok": False, "error": "OutOfMemoryError: CUDA out of memory", "nonce": "n", "seq": 1})
+    _, _, streams = wire.pack({"x": big}, arena)
+    with pytest.raises(wire.EarlyReply) as early:
+        wire.serve(sender, arena, streams)
+    assert early.value.frame["error"].startswith("OutOfMemoryError")

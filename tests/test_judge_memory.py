@@ -39,7 +39,8 @@ def test_a_small_problem_keeps_its_sets_and_prepares_ahead():
 def test_where_references_do_not_fit_the_judge_keeps_seeds():
     big = memory.Footprint(384 << 20, 8 << 30, 0)
     assert not memory.plan(big, H200_SHARE).hold_references
-    assert memory.plan(big, 139 * GB).hold_references  # one judge on the GPU: it keeps them whole
+    assert not memory.plan(big, 139 * GB).hold_references  # an output over 1 GiB: drawn again, even alone on the GPU
+    assert memory.plan(memory.Footprint(384 << 20, 512 << 20, 0), H200_SHARE).hold_references
     assert memory.plan(big, H200_SHARE).prepared_bytes == 0  # nothing drawn ahead of need either
 
 

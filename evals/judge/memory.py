@@ -24,6 +24,7 @@ JUDGE_SHARE = 0.65  # of a judge's GPU memory, for the judge process (the rest f
 FLOAT64_RUN = 1.1  # a float64 run of the model against its inputs, parameters and outputs in float64 (its work space)
 HELD_MIN_BYTES = 512 << 20  # a candidate holds earlier outputs up to this, or up to two outputs within HELD_MAX_BYTES
 HELD_MAX_BYTES = 1 << 30
+HOLD_REFERENCES_MAX_BYTES = 1 << 30  # a larger output's kept sets are drawn again when needed (a reference call)
 PREPARED_SHARE = 0.25  # of the judge's part, for input sets drawn ahead of need
 TIMING_SETS_SHARE = 0.5  # of the candidate's part, for the sets rotated between timed calls (with their outputs)
 CONTEXT_BYTES = 600 << 20  # a CUDA context and torch's workspaces, per process on the device
@@ -108,7 +109,7 @@ def plan(fp: Footprint, device_bytes: int, *, timing_sets: int = 3, host_floor_b
     j_need = judge_need(fp)
     refusal = ""
     if on_gpu and device_bytes > 0:
-        if j_need + c_need > device_bytes:
+        if j_need + c_need > device_bytes or fp.output_bytes > HOLD_REFERENCES_MAX_BYTES:
             j_need, hold = judge_need(fp, hold_references=False), False
         if j_need + c_need > device_bytes:
             refusal = (f"the harness cannot judge this problem here: its checks need about "

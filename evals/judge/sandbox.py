@@ -396,12 +396,15 @@ class CandidateProcess:
         self.seq += 1
         nonce = wire.new_nonce()
         t0 = time.perf_counter()
+        self._early = None
         try:
             packed, reply_at, streams = wire.pack(payload, self.arena)
             msg = {"op": op, "nonce": nonce, "seq": self.seq, **packed, "reply_at": reply_at}
             wire.send(self.sock, msg)
             if streams:
                 wire.serve(self.sock, self.arena, streams, time.monotonic() + timeout_s, alive=self._runner_alive)
+        except wire.EarlyReply as early:  # it answered before taking the tensors: that is its reply
+            self._early = early.frame
         except OSError:
             raise wire.ChannelError("crash", f"the candidate process was gone before '{op}'{self._tail()}") from None
         self._sent = (op, nonce, t0, time.perf_counter())
@@ -412,7 +415,9 @@ class CandidateProcess:
         op, nonce, t0, t1 = self._sent
         deadline = time.monotonic() + timeout_s
         try:
-            reply = wire.recv(self.sock, deadline, alive=self._runner_alive)
+            reply = self._early if getattr(self, "_early", None) is not None else \
+                wire.recv(self.sock, deadline, alive=self._runner_alive)
+            self._early = None
         except wire.ChannelError as exc:
             if exc.rule == "timeout":
                 raise wire.ChannelError("timeout", f"no answer to '{op}' within the {timeout_s:g} s watchdog (a hang)") from None

@@ -98,12 +98,24 @@ class Validation:
         steps_mb = self.info.setdefault("memory_steps_mb", {})
         for step in STEPS:
             step(self)
-            if self.device.type == "cuda":  # what the judge holds after each step (the memory table's numbers)
-                import torch
-
-                steps_mb[step.__name__] = round(torch.cuda.memory_allocated() / 2**20, 1)
+            steps_mb[step.__name__] = _held_mb(self.device)  # what the judge holds after each step
 
     def set_rows(self) -> list[dict]:
         """The reply's per-set rows."""
         return [{"seed": rec.seed, **{k: rec.summary.cmp[k] for k in ("correct", "max_abs_error", "max_rel_error")},
                  "reason": rec.summary.cmp["text"], "rule": rec.summary.cmp["rule"]} for rec in self.sets]
+
+
+def _held_mb(device) -> float:
+    """MB the judge holds: its GPU allocator's, or on the CPU its resident memory (the memory table's numbers)."""
+    import os
+
+    import torch
+
+    if device.type == "cuda":
+        return round(torch.cuda.memory_allocated() / 2**20, 1)
+    try:
+        with open("/proc/self/statm") as f:
+            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except (OSError, ValueError):
+        return 0.0

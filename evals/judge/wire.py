@@ -30,6 +30,15 @@ HEADER = struct.Struct(">Q")
 MAX_FRAME_BYTES = 8 * 1024**3  # a frame larger than this is not a reply
 
 
+class EarlyReply(Exception):
+    """The peer answered while a request's tensors were being pulled (it failed to take them: out of memory, its
+    own error): the frame is its reply to the request, read as such."""
+
+    def __init__(self, frame):
+        super().__init__("a reply before the request's tensors were taken")
+        self.frame = frame
+
+
 class ChannelError(Exception):
     """The peer broke the protocol (``rule`` says how it is judged: ``channel``, ``crash`` or ``timeout``)."""
 
@@ -298,6 +307,8 @@ def serve(sock: socket.socket, arena: Arena, streams: list, deadline: float | No
         msg = recv(sock, deadline, alive)
         if isinstance(msg, dict) and msg.get("done") is True:
             return
+        if isinstance(msg, dict) and "nonce" in msg and "pull" not in msg:
+            raise EarlyReply(msg)
         pull = msg.get("pull") if isinstance(msg, dict) else None
         if not (isinstance(pull, list) and len(pull) == 2 and all(type(v) is int for v in pull)
                 and 0 <= pull[0] < len(sizes) and 0 <= pull[1] * chunk < max(sizes[pull[0]], 1)):

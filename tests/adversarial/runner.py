@@ -22,7 +22,8 @@ DAEMON_WAIT_S = 2.0  # the daemon case writes its marker 1.5 s after it starts
 
 def memory_limit_bytes(settings) -> int | None:
     """The judge's host memory limit for a candidate, from whichever settings field states one (a name
-    with "mem" and "limit" or "max" in it; the unit from its suffix, bytes without one)."""
+    with "mem" and "limit" or "max" in it; the unit from its suffix, bytes without one); where it is left to the
+    problem's footprint, the floor the judge keeps for a small problem (evals.judge.memory)."""
     units = {"_bytes": 1, "_b": 1, "_kb": 1 << 10, "_kib": 1 << 10, "_mb": 1 << 20, "_mib": 1 << 20,
              "_gb": 1 << 30, "_gib": 1 << 30}
     fields = getattr(settings, "model_dump", lambda: {})()
@@ -33,7 +34,12 @@ def memory_limit_bytes(settings) -> int | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             scale = next((u for suffix, u in units.items() if low.endswith(suffix)), 1)
             return int(value * scale)
-    return None
+    try:
+        from evals.judge.memory import HOST_FLOOR_BYTES
+
+        return HOST_FLOOR_BYTES
+    except ImportError:
+        return None
 
 
 class Scratch:

@@ -30,6 +30,7 @@ def call_every_set(v) -> None:
         if not rec.summary.cmp["correct"] and v.first_bad is None:
             v.first_bad = i
         v.sets.append(rec)
+        del x, ref  # before the next set is drawn: only the kept sets stay held
 
 
 def every_set_correct(v) -> None:
