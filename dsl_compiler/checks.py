@@ -566,8 +566,25 @@ def _gib(n: float) -> str:
     """A byte count in the unit that reads best (B, KiB, MiB or GiB)."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
-            return f"{n / scale:.3g} {unit}"
+            try:
+                return f"{n / scale:.3g} {unit}"
+            except OverflowError:  # a count past any float (dimensions of hundreds of digits)
+                return f"{_three_digits(int(n) // scale)} {unit}"
     return f"{n:.0f} B"
+
+
+def _three_digits(n: int) -> str:
+    """An integer of 1000 or more, of any size, in ``.3g``'s scientific form (three digits, rounded half up)."""
+    exponent = int(math.log10(n))
+    while 10**exponent > n:  # log10 of a huge integer can land one off
+        exponent -= 1
+    while 10 ** (exponent + 1) <= n:
+        exponent += 1
+    lead = (n + 5 * 10 ** (exponent - 3)) // 10 ** (exponent - 2)
+    if lead == 1000:  # 9.995e+k rounds up to 1e+(k+1)
+        lead, exponent = 100, exponent + 1
+    mantissa = f"{lead // 100}.{lead % 100:02d}".rstrip("0").rstrip(".")
+    return f"{mantissa}e+{exponent:02d}"
 
 
 def _size_bounds(names: list[str], types: dict[str, shapes.TensorType], span: ir.Span | None, tgt: Target,

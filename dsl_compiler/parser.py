@@ -162,7 +162,7 @@ class _ToIR(Transformer_NonRecursive):
     def signed_number(self, meta, children):
         minus, tok = children
         text = str(tok)
-        value: int | float = int(text) if tok.type == "INT" else float(text)
+        value: int | float = _int(tok) if tok.type == "INT" else float(text)
         return -value if minus is not None else value
 
     def string_lit(self, meta, children):
@@ -193,7 +193,7 @@ class _ToIR(Transformer_NonRecursive):
         return ("header", str(children[0]), _span(meta))
 
     def dims(self, meta, children):
-        return tuple(int(c) for c in children)
+        return tuple(_int(c) for c in children)
 
     def decl(self, meta, children):
         kind, name, dtype, dims, layout, source = children
@@ -515,10 +515,20 @@ class _ToIR(Transformer_NonRecursive):
 
 
 def _channel_range(name: Token, start: Token, end: Token) -> tuple[int, int]:
-    if int(end) <= int(start):
+    if _int(end) <= _int(start):
         raise _err(f"{name}[{start}:{end}] names no channels", start, found=f"[{start}:{end}]",
                    expected="[start:end] with end > start", hint="channels start..end, end excluded")
-    return int(start), int(end)
+    return _int(start), _int(end)
+
+
+def _int(tok: Token) -> int:
+    """An integer literal; one of more digits than Python converts (4300) is a located size error."""
+    try:
+        return int(tok)
+    except ValueError:
+        raise _err(f"an integer of {len(str(tok))} digits is larger than any tensor a device can hold", tok,
+                   found=f"{len(str(tok))} digits", expected="an element count that fits the device's memory",
+                   hint="check the sizes: no tensor of a program may exceed the GPU's memory", code="size") from None
 
 
 def _end_of(text: str) -> tuple[int, int]:
