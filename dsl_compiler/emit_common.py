@@ -1,6 +1,6 @@
 """What the three CUTLASS emitters share (``emit_cutlass`` for GEMM and sm_90 conv, ``emit_grouped``
 for grouped GEMM, ``emit_conv_grouped`` for grouped and depthwise conv): the emitted-kernel and ABI
-types, the C++ preamble and helpers, element types, the epilogue expression writer and the
+types, the C++ preamble, element types, the epilogue expression writer and the
 schedule, stage and alignment choices."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ops import OPS
 from dsl_compiler.precision import kernel_math
 from dsl_compiler.walk import expr_nodes
 from dsl_compiler.ir import (
@@ -121,55 +122,6 @@ def evt_leaves(expr, out: list):
     return out
 
 
-UNARY_CPP = {
-    "neg": "(-({0}))",
-    "abs": "fabsf({0})",
-    "relu": "fmaxf({0}, 0.f)",
-    "gelu": "mu_gelu({0})",
-    "gelu_tanh": "mu_gelu_tanh({0})",
-    "silu": "mu_silu({0})",
-    "sigmoid": "mu_sigmoid({0})",
-    "tanh": "tanhf({0})",
-    "mish": "mu_mish({0})",
-    "softplus": "mu_softplus({0})",
-    "exp": "expf({0})",
-    "log": "logf({0})",
-    "sqrt": "sqrtf({0})",
-    "rsqrt": "(1.f / sqrtf({0}))",
-    "square": "mu_square({0})",
-    "hardswish": "mu_hardswish({0})",
-    "hardsigmoid": "mu_hardsigmoid({0})",
-}
-BINARY_CPP = {
-    "add": "({0} + {1})",
-    "sub": "({0} - {1})",
-    "mul": "({0} * {1})",
-    "div": "({0} / {1})",
-    "min": "fminf({0}, {1})",
-    "max": "fmaxf({0}, {1})",
-    "pow": "powf({0}, {1})",
-}
-PARAM_CPP = {"clamp": "mu_clamp", "hardtanh": "mu_clamp", "leaky_relu": "mu_leaky_relu", "elu": "mu_elu"}
-
-HELPERS = r"""
-CUTLASS_HOST_DEVICE float mu_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-CUTLASS_HOST_DEVICE float mu_silu(float x) { return x / (1.f + expf(-x)); }
-CUTLASS_HOST_DEVICE float mu_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
-CUTLASS_HOST_DEVICE float mu_gelu_tanh(float x) {
-  return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-}
-// PyTorch's softplus: linear above threshold 20 to avoid overflow of exp.
-CUTLASS_HOST_DEVICE float mu_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-CUTLASS_HOST_DEVICE float mu_mish(float x) { return x * tanhf(mu_softplus(x)); }
-CUTLASS_HOST_DEVICE float mu_square(float x) { return x * x; }
-CUTLASS_HOST_DEVICE float mu_hardsigmoid(float x) { return fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
-CUTLASS_HOST_DEVICE float mu_hardswish(float x) { return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
-CUTLASS_HOST_DEVICE float mu_leaky_relu(float x, float s) { return x > 0.f ? x : x * s; }
-CUTLASS_HOST_DEVICE float mu_elu(float x, float a) { return x > 0.f ? x : a * (expf(x) - 1.f); }
-CUTLASS_HOST_DEVICE float mu_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
-"""
-
-
 class ExprWriter:
     """Writes one store expression as C++ over leaf variables v0..vn and runtime constants."""
 
@@ -191,12 +143,12 @@ class ExprWriter:
         if isinstance(expr, Const):
             return self.const(expr.value)
         if isinstance(expr, Unary):
-            return UNARY_CPP[expr.fn].format(self.write(expr.arg))
+            return OPS[expr.fn].cpp.format(self.write(expr.arg))
         if isinstance(expr, Binary):
-            return BINARY_CPP[expr.fn].format(self.write(expr.lhs), self.write(expr.rhs))
+            return OPS[expr.fn].cpp.format(self.write(expr.lhs), self.write(expr.rhs))
         if isinstance(expr, ParamCall):  # the parser and the frontend always give every parameter
             arg = self.write(expr.arg)
-            return f"{PARAM_CPP[expr.fn]}({', '.join([arg, *(self.const(v) for v in expr.params)])})"
+            return OPS[expr.fn].cpp.format(arg, *(self.const(v) for v in expr.params))
         if isinstance(expr, Reduce):
             return self.write(expr.arg)
         raise TypeError(f"unknown expression node {type(expr).__name__}")

@@ -36,7 +36,6 @@ from dsl_compiler.emit_common import (
     CONV_INTS,
     CPP_ELEMENT,
     ELEMENT_BITS,
-    HELPERS,
     MU_FAIL,
     AbiTensor,
     EmitError,
@@ -49,6 +48,7 @@ from dsl_compiler.emit_common import (
     unsupported,
 )
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ops import CPP_HELPERS
 from dsl_compiler.ir import ConvOp, Kernel, Program, Reduce, Store
 from dsl_compiler.precision import kernel_math
 from dsl_compiler.run_settings import runtime_setting
@@ -319,7 +319,7 @@ def _emit_depthwise(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, m
     else:
         algo = ("cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided,\n"
                 "    cutlass::MatrixShape<-1, -1>, cutlass::MatrixShape<-1, -1>")
-    body = f"""{HELPERS}
+    body = f"""{CPP_HELPERS}
 {epi.functor}
 using EpilogueOp = MuOutputOp<{el_acc}>;
 using ThreadBlockOutputShape = cutlass::conv::TensorNHWCShape<1, {oh}, {ow}, {g}>;  // output pixels x channels per CTA
@@ -433,7 +433,7 @@ def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, mat
     inst_k = 8 if dtype == "f32" else 16
     algo = "kOptimized" if plan["mode"] == "kSingleGroup" else "kAnalytic"
     stages = plan["stages"]
-    body = f"""{HELPERS}
+    body = f"""{CPP_HELPERS}
 {epi.functor}
 using EpilogueOp = MuOutputOp<{el_acc}>;
 using ThreadblockShape = cutlass::gemm::GemmShape<{tm}, {tn}, {tk}>;  // knob: tile

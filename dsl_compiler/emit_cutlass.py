@@ -35,7 +35,6 @@ from dsl_compiler.emit_common import (
     EmittedKernel,
     ExprWriter,
     GEMM_INCLUDES,
-    HELPERS,
     KernelAbi,
     MU_FAIL,
     PREAMBLE,
@@ -52,6 +51,7 @@ from dsl_compiler.emit_common import (
     stage_count,
     unsupported,
 )
+from dsl_compiler.ops import CPP_HELPERS
 from dsl_compiler.ir import (
     ConvOp,
     GemmOp,
@@ -454,7 +454,7 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
         "math": f"ElementA = {el_a}",
         "alignment": f"AlignmentA = {alignment(kernel, a_dt)}",
     }
-    body = f"""{HELPERS}
+    body = f"""{CPP_HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
 {epi.functors}using TileShape = {cute_shape(tile)};            // knob: tile
 using ClusterShape = {cute_shape(cluster)};  // knob: cluster
@@ -551,7 +551,7 @@ def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, s
     el_acc = acc_element(kernel)
     knobs = {"tile": f"TileShape", "cluster": "ClusterShape", "stages": "StageCount", "math": f"ElementAct = {el_x}"}
     conv_tile = f"cute::Shape<cute::_{tile[0]}, cute::_{tile[1]}, cute::Shape<cute::_{tile[2]}>>"
-    body = f"""{HELPERS}
+    body = f"""{CPP_HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
 {epi.functors}using TileShape = {conv_tile};                    // knob: tile
 using ClusterShape = {cute_shape(cfg.cluster)};  // knob: cluster

@@ -29,7 +29,6 @@ from dsl_compiler.emit_common import (
     CPP_ELEMENT,
     ELEMENT_BITS,
     GEMM_INCLUDES,
-    HELPERS,
     MU_FAIL,
     PREAMBLE,
     AbiTensor,
@@ -50,6 +49,7 @@ from dsl_compiler.emit_common import (
     stage_count,
     unsupported,
 )
+from dsl_compiler.ops import CPP_HELPERS
 from dsl_compiler.ir import GroupedGemmOp, Kernel, Program, Reduce
 
 _FUSION = "cutlass::epilogue::fusion"
@@ -216,7 +216,7 @@ def emit_grouped_gemm(program: Program, kernel: Kernel, op: GroupedGemmOp, dtype
         f"  reinterpret_cast<const {CPP_ELEMENT[dt]}**>(t + kOffRows)[{slot} * kGroups + i] = "
         f"static_cast<const {CPP_ELEMENT[dt]}*>(p.rows[{slot}]) + r0;\n"
         for slot, (_, dt) in enumerate(epi.row_vectors))
-    body = f"""{HELPERS}
+    body = f"""{CPP_HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
 {functors}using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K) per group
 using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from dsl_compiler import ir
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ops import OPS
 
 # A program is a few kilobytes; the cap keeps a pathological input from costing minutes.
 MAX_PROGRAM_CHARS = 100_000
@@ -29,7 +30,7 @@ LAYOUTS = ir.Layout.__args__  # type: ignore[attr-defined]
 INDEX_KINDS = ("row", "col", "scalar")
 UNARY_FNS = ir.UnaryFn.__args__  # type: ignore[attr-defined]
 BINARY_CALL_FNS = ("min", "max", "pow")
-PARAM_FN_ARITY = {"clamp": 2, "hardtanh": 2, "leaky_relu": 1, "elu": 1}
+PARAM_FN_ARITY = {fn: len(OPS[fn].params) for fn in ir.ParamFn.__args__}  # type: ignore[attr-defined]
 REDUCE_FNS = ir.ReduceFn.__args__  # type: ignore[attr-defined]
 # Each knob: what it allows (a diagnostic's "expected") and an example value (its hint).
 KNOB_VALUES: dict[str, tuple[str, str]] = {
@@ -451,8 +452,7 @@ class _ToIR(Transformer_NonRecursive):
             return self._checked(ir.Binary(fn=fn, lhs=nodes[0], rhs=nodes[1], span=span), span, *args)
         if fn in PARAM_FN_ARITY:
             n = PARAM_FN_ARITY[fn]
-            like = {"clamp": "clamp(x, -1.0, 1.0)", "hardtanh": "hardtanh(x, -1.0, 1.0)",
-                    "leaky_relu": "leaky_relu(x, 0.01)", "elu": "elu(x, 1.0)"}[fn]
+            like = OPS[fn].example
             arity(n + 1, like)
             params = []
             for a in args[1:]:
