@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field
 
 from dsl_compiler import fused_cast
 from dsl_compiler.diagnostics import Diagnostic, has_errors
-from dsl_compiler.emit_cutlass import EmittedKernel, emit_program
+from dsl_compiler.cutlass.emit import EmittedKernel, emit_program
 from dsl_compiler.ir import Program
 from dsl_compiler.run_settings import runtime_setting
 

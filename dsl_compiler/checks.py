@@ -383,7 +383,7 @@ class _KernelChecker:
                          found="channels_last", expected="contiguous (row-major; read transposed with ^T)",
                          hint="channels_last applies to conv tensors; drop it here")
         # TMA's rule binds the TMA kernels (GEMM, groups = 1 conv). A grouped or depthwise conv runs a CUTLASS 2.x
-        # kernel (emit_conv_grouped) whose vector widths follow the extents; that emitter states its own limits.
+        # kernel (cutlass.grouped_conv) whose vector widths follow the extents; that emitter states its own limits.
         tma_operands = not (self.is_conv and self.k.op.groups > 1)
         tensors: list[tuple[str, shapes.TensorType, ir.Span | None]] = [
             (o.name, self.types[o.name], o.span) for o in (a, b) if tma_operands and o.name not in nchw]
@@ -769,11 +769,11 @@ def _check_slice_store(kernel: ir.Kernel, store: ir.Store, t: shapes.TensorType,
 def _backend_limits(program: ir.Program) -> list[Diagnostic]:
     """What the CUTLASS emitter itself refuses to build (knob combinations its kernels do not take)."""
     try:
-        from dsl_compiler import emit_cutlass
+        from dsl_compiler.cutlass.emit import emit_program
     except ImportError:
         return []
     try:
-        _, diags = emit_cutlass.emit_program(program)
+        _, diags = emit_program(program)
     except Exception as exc:  # noqa: BLE001
         return [_diag("unsupported", f"the CUTLASS emitter cannot handle this program ({type(exc).__name__}: {exc})",
                       None, hint="try the interpreter backend, or simplify the kernel")]

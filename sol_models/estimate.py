@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from dsl_compiler.emit_conv_grouped import DEPTHWISE_SPLIT_CTAS_PER_SM, DEPTHWISE_TILES
+from dsl_compiler.cutlass.grouped_conv import DEPTHWISE_SPLIT_CTAS_PER_SM, DEPTHWISE_TILES
 from sol_models.hardware import GpuSpec
 
 # Fraction of the datasheet peak a well-configured large GEMM reaches (H200: tf32 357 of 495
@@ -272,7 +272,7 @@ def estimate_kernel(
     )
 
 
-# A depthwise conv (one output channel per group) runs as CUTLASS's direct SIMT kernel (emit_conv_grouped). Its grid
+# A depthwise conv (one output channel per group) runs as CUTLASS's direct SIMT kernel (cutlass.grouped_conv). Its grid
 # is (1, ceil(K / groups per CTA), split_k_slices): DepthwiseDirect2dConvIdentityThreadblockSwizzle puts the N*P*Q
 # output tiles on split_k_slices, which the emitter leaves at 1 unless MUCUTLASS_DEPTHWISE_SPLIT = on, so 3-4 CTAs
 # each walk every 8x8 output tile of their 64 channels in turn. Measured on an H200 (fp32, 3x3, stride 1): the step

@@ -6,7 +6,7 @@ import re
 
 from test_backend_programs import program
 
-from dsl_compiler.emit_cutlass import emit_kernel, emit_program
+from dsl_compiler.cutlass.emit import emit_kernel, emit_program
 
 
 def _one(name):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.fx.passes.shape_prop import ShapeProp
 
 from dsl_compiler import ir, ops, torch_steps
-from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.cutlass.emit import emit_program
 from dsl_compiler.frontend.normalize import normalize
 from dsl_compiler.interpreter import run
 from dsl_compiler.ops import CPP_HELPERS, EPILOGUE_OPS, OPS

@@ -343,7 +343,7 @@ class Lowering:
 
     def grouped_conv_epilogue_limit(self, group: _Group, tensor_ops) -> str:
         """Why a grouped / depthwise conv's epilogue cannot take these operands ('' when it can): CUTLASS's
-        kernels for them (dsl_compiler.emit_conv_grouped) read at most one tensor, through their source
+        kernels for them (dsl_compiler.cutlass.grouped_conv) read at most one tensor, through their source
         operand: the conv's bias, a per-channel vector or a residual."""
         import torch.fx
 

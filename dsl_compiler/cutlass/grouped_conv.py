@@ -24,7 +24,7 @@ one tensor read through CUTLASS's source operand C: a per-channel vector ``b[col
 strides 0) or a full tensor of the output's shape (a residual). Literal constants are runtime scalars.
 
 A 1-D conv runs as the 2-D one with H = R = 1 (the depthwise kernel then computes its 8x8 output tiles on
-one valid row: correct, and memory traffic only for that row). The C ABI and ``KernelAbi`` are those of ``emit_cutlass`` (conv ints, pointers x, w, d, then the
+one valid row: correct, and memory traffic only for that row). The C ABI and ``KernelAbi`` are those of ``emit`` (conv ints, pointers x, w, d, then the
 epilogue tensor), so ``cutlass_runtime`` calls these kernels unchanged.
 """
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsl_compiler.emit_common import (
+from dsl_compiler.cutlass.common import (
     CONV_INTS,
     CPP_ELEMENT,
     ELEMENT_BITS,
@@ -479,7 +479,7 @@ _GROUPED_INCLUDES = r"""#include "cutlass/gemm/threadblock/threadblock_swizzle.h
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
 """
 
-# ints: the conv ints of emit_cutlass (N, D, H, W, C, K, T, R, S, pads, strides, dilations; D = T = 1 here).
+# ints: the conv ints of emit (N, D, H, W, C, K, T, R, S, pads, strides, dilations; D = T = 1 here).
 _ABI = "\n" + MU_FAIL + r"""
 static cutlass::conv::Conv2dProblemSize mu_problem(const int64_t* ints) {
   auto I = [&](int i) { return int(ints[i]); };

@@ -1,5 +1,5 @@
-"""What the three CUTLASS emitters share (``emit_cutlass`` for GEMM and sm_90 conv, ``emit_grouped``
-for grouped GEMM, ``emit_conv_grouped`` for grouped and depthwise conv): the emitted-kernel and ABI
+"""What the three CUTLASS emitters share (``emit`` for GEMM and sm_90 conv, ``grouped_gemm``
+for grouped GEMM, ``grouped_conv`` for grouped and depthwise conv): the emitted-kernel and ABI
 types, the C++ preamble, element types, the epilogue expression writer and the
 schedule, stage and alignment choices."""
 

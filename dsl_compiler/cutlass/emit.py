@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from dsl_compiler import shapes
 from dsl_compiler.diagnostics import Diagnostic
-from dsl_compiler.emit_common import (
+from dsl_compiler.cutlass.common import (
     AbiTensor,
     CONV_INTS,
     CPP_ELEMENT,
@@ -357,7 +357,7 @@ def emit_kernel(program: Program, kernel: Kernel, dtypes: dict[str, str] | None 
                           f"{'grouped GEMM' if isinstance(op, GroupedGemmOp) else 'grouped or depthwise conv'}",
                           "store the whole output and concatenate it in a torch step (cat)", span=s.span)
     if isinstance(op, GroupedGemmOp):
-        from dsl_compiler.emit_grouped import emit_grouped_gemm  # imports this module's helpers
+        from dsl_compiler.cutlass.grouped_gemm import emit_grouped_gemm  # imports this module's helpers
 
         return emit_grouped_gemm(program, kernel, op, dtypes)
     emitted = _emit_conv(program, kernel, op, dtypes) if isinstance(op, ConvOp) else _emit_gemm(program, kernel, op, dtypes)
@@ -517,7 +517,7 @@ static int mu_sm_count() {{
 def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
     require_operands(kernel, (op.x, op.w), dtypes)
     if op.groups != 1:  # CUTLASS 4.2's sm_90 conv collectives take groups = 1: CUTLASS 2.x kernels instead
-        from dsl_compiler.emit_conv_grouped import emit_grouped_conv
+        from dsl_compiler.cutlass.grouped_conv import emit_grouped_conv
 
         return emit_grouped_conv(program, kernel, op, dtypes)
     for o, what in ((op.x, "input"), (op.w, "filter")):

@@ -10,7 +10,7 @@ to group. It reads per-group problem shapes, pointers and strides from device ar
 constants of the program, so they are baked into the source; the arrays depend on the tensors' addresses and
 leading dimensions, so ``mucutlass_run`` fills them at the front of the workspace with a one-block kernel on the
 given stream before the GEMM (stream-ordered and capturable into a CUDA graph, unlike a copy from host memory).
-``mucutlass_workspace_size`` counts them. The C ABI is the other kernels' (see ``emit_cutlass``): ``ptrs`` are
+``mucutlass_workspace_size`` counts them. The C ABI is the other kernels' (see ``cutlass.emit``): ``ptrs`` are
 A, B, D, then the epilogue's tensors; ``ints`` are ``M`` (= T), ``N``, ``K``, ``L`` (= G) and leading dimensions
 ``p<i>.ld`` (and ``p1.bs``, B's stride between groups).
 
@@ -25,7 +25,7 @@ workspace for the whole launch and do not follow the groups.
 from __future__ import annotations
 
 from dsl_compiler.diagnostics import Diagnostic
-from dsl_compiler.emit_common import (
+from dsl_compiler.cutlass.common import (
     CPP_ELEMENT,
     ELEMENT_BITS,
     GEMM_INCLUDES,
