@@ -4,8 +4,6 @@ elementwise chains after them their epilogues, reductions row reductions, the re
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic
@@ -32,72 +30,15 @@ from dsl_compiler.ir import (
     Unary,
 )
 from dsl_compiler.frontend.concat import cat_as_slice_stores, cat_prefix_families
-from dsl_compiler.frontend.results import CoverageRow, TraceOptions, TraceResult
+from dsl_compiler.frontend.results import TraceOptions, TraceResult
 from dsl_compiler.frontend.reference import LoadedReference, ParamRef, Traced
-from dsl_compiler.frontend.normalize import DTYPES, Op, TRANSPOSES, literal, normalize
-from dsl_compiler.precision import default_math
-
-
-_RESERVED = {
-    "program", "input", "param", "kernel", "torch", "output", "let", "store", "acc", "row", "col", "gemm", "conv",
-    "conv1d", "conv2d", "conv3d", "grouped_gemm", "math", "accum", "tile", "cluster", "stages", "schedule", "raster",
-    "swizzle", "decomposition", "split_k", "alignment", "auto", "true", "false", "none", "channels_last", "contiguous",
-    "f32", "bf16", "f16", "tf32", "scalar", "full",
-}
-
-
-def _safe_base(raw: str) -> str:
-    base = re.sub(r"[^A-Za-z0-9_]", "_", raw).strip("_") or "t"
-    if base[0].isdigit() or base.lower() in _RESERVED:
-        base = f"t_{base}"
-    return base
-
-
-TMA_BYTES = 16  # every TMA operand's contiguous extent (last dim; channels for channels-last) is a multiple of this
-
-
-def _element_bytes(dtype: str | None) -> int:
-    return 2 if dtype in ("f16", "bf16") else 4
-
-
-def _padded(n: int, align: int) -> int:
-    return -(-n // align) * align
-
-
-def _pad_spec(extra: tuple[int, ...]) -> tuple[int, ...]:
-    """``F.pad``'s argument for growing (or, negative, cutting) each dim at its end by ``extra``:
-    pairs from the last dim backwards, leading dims that do not change left out."""
-    spec: list[int] = []
-    for d in reversed(range(len(extra))):
-        spec += [0, int(extra[d])]
-    while len(spec) > 2 and spec[-1] == 0 and spec[-2] == 0:
-        spec = spec[:-2]
-    return tuple(spec)
-
-
-class _Namer:
-    def __init__(self):
-        self.used: set[str] = set()
-
-    def __call__(self, raw: str) -> str:
-        base = _safe_base(raw)
-        name, i = base, 1
-        while name in self.used:
-            i += 1
-            name = f"{base}_{i}"
-        self.used.add(name)
-        return name
-
-
-@dataclass
-class _Group:
-    """A kernel and the epilogue nodes fused into it."""
-
-    anchor: Any  # the gemm / conv node
-    members: list[Any] = field(default_factory=list)  # fused ew / reduce nodes, in order
-    reduces: set[Any] = field(default_factory=set)
-    kernel_name: str = ""
-    batch_norm: Any = None  # the BatchNorm node folded into the kernel's weights and bias
+from dsl_compiler.frontend.graph import KernelGroup, LoweringSettings, OpGraph
+from dsl_compiler.frontend.normalize import DTYPES, Op, TRANSPOSES, literal
+from dsl_compiler.frontend.passes.padding import (
+    TMA_BYTES, alignment, conv_padding, element_bytes, epilogue_padding, gemm_padding, gemm_shapes, pad_spec,
+)
+from dsl_compiler.frontend.passes.precision import fold_store_casts, half_math, storage_math
+from dsl_compiler.frontend.passes.naming import Namer, kernel_base, safe_base
 
 
 class Lowering:
@@ -109,71 +50,22 @@ class Lowering:
         # 16-bit math over fp32 data, only where the problem allows it
         self.half_math = options.math if options.math in ref.allowed_precisions else None
         self.why = why or {}  # kernel name -> why its epilogue or kernel went to PyTorch
+        self.settings = LoweringSettings(options, ref.allowed_precisions, self.half_math, self.why)
+        self.graph = OpGraph(traced)
         self.tuple_outputs: dict[Any, Any] = {}
-        self.nodes = list(traced.gm.graph.nodes)
-        self.order = {n: i for i, n in enumerate(self.nodes)}
-        self.ops: dict[Any, Op] = {}
-        self.coverage: dict[Any, CoverageRow] = {}
+        self.nodes = self.graph.nodes
+        self.ops = self.graph.ops
+        self.coverage = self.graph.coverage
         self.diagnostics: list[Diagnostic] = []
-        self.namer = _Namer()
-
-    # -- helpers ---------------------------------------------------------------------------
-    def resolve(self, x):
-        """Follow aliases (clone, detach, contiguous, identity) to the node that holds the value."""
-        import torch.fx
-
-        while isinstance(x, torch.fx.Node) and self.ops.get(x) is not None and self.ops[x].kind == "alias":
-            x = self.ops[x].operands[0]
-        return x
-
-    @staticmethod
-    def meta(x):
-        import torch.fx
-
-        if isinstance(x, torch.fx.Node):
-            tm = x.meta.get("tensor_meta")
-            return tm if hasattr(tm, "shape") else None
-        return None
-
-    def _tensor_meta(self, x) -> tuple[Any, Any] | None:
-        """(shape, torch dtype) of a value: a model tensor, or a traced node through aliases and params."""
-        import torch
-
-        if isinstance(x, ParamRef):
-            t = self.traced.state.get(x.key)
-            return (t.shape, t.dtype) if isinstance(t, torch.Tensor) else None
-        x = self.resolve(x)
-        if self.ops.get(x) is not None and self.ops[x].kind == "param":
-            return self._tensor_meta(self.ops[x].operands[0])
-        tm = self.meta(x)
-        return (tm.shape, tm.dtype) if tm is not None else None
-
-    def shape_of(self, x) -> tuple[int, ...] | None:
-        found = self._tensor_meta(x)
-        return tuple(int(s) for s in found[0]) if found is not None else None
-
-    def dtype_of(self, x) -> str | None:
-        found = self._tensor_meta(x)
-        return DTYPES.get(str(found[1])) if found is not None else None
-
-    def users(self, node) -> list[Any]:
-        """Users of a value, looking through aliases."""
-        out = []
-        for u in node.users:
-            if self.ops[u].kind == "alias":
-                out.extend(self.users(u))
-            else:
-                out.append(u)
-        return out
-
-    def cover(self, node, placement, where="", reason=""):
-        op = self.ops[node]
-        self.coverage[node] = CoverageRow(op=node.name, target=op.target, placement=placement, where=where, reason=reason)
+        self.namer = Namer()
+        g = self.graph
+        self.resolve, self.meta, self.shape_of, self.dtype_of, self.users = g.resolve, g.meta, g.shape_of, g.dtype_of, g.users
+        self.cover, self.is_param, self.is_depthwise, self.bias_index = g.cover, g.is_param, g.is_depthwise, g.bias_index
+        self.depends_on, self.group_of = g.depends_on, g.group_of
 
     # -- phase 1: normalise ----------------------------------------------------------------
     def normalise(self):
-        for n in self.nodes:
-            self.ops[n] = normalize(n, self.traced.gm, self.traced.state)
+        self.graph.normalise()
 
     # -- phase 2: kernels --------------------------------------------------------------------
     def check_gemm(self, op: Op) -> str:
@@ -250,55 +142,6 @@ class Lowering:
         return ""
 
     # -- phase 3: grouping -------------------------------------------------------------------
-    def bias_index(self, group: _Group, x) -> str | None:
-        """How tensor x broadcasts against the group's kernel output: full / col / row / scalar."""
-        out = self.shape_of(group.anchor)
-        s = self.shape_of(x)
-        if s is None or out is None:
-            return None
-        numel = math.prod(s) if s else 1
-        if numel == 1:
-            return "scalar"
-        if s == out:
-            return "full"
-        kind = self.ops[group.anchor].kind
-        squeezed = tuple(s)
-        while squeezed and squeezed[0] == 1:
-            squeezed = squeezed[1:]
-        if kind == "gemm":
-            if len(squeezed) == 1 and squeezed[0] == out[-1] and len(s) <= len(out):
-                return "col"
-            if len(out) == 2 and squeezed == (out[0], 1):
-                return "row"
-        if kind == "conv":
-            channels = out[1]
-            spatial = len(out) - 2
-            if squeezed == (channels,) + (1,) * spatial and len(s) <= len(out):
-                return "col"
-        return None
-
-    def depends_on(self, x, group: _Group, memo=None) -> bool:
-        """Whether x (transitively) reads a value of the group."""
-        import torch.fx
-
-        if not isinstance(x, torch.fx.Node):
-            return False
-        memo = {} if memo is None else memo
-        if x in memo:
-            return memo[x]
-        memo[x] = False
-        x = self.resolve(x)
-        if x is group.anchor or x in group.members:
-            memo[x] = True
-            return True
-        found = any(self.depends_on(i, group, memo) for i in x.all_input_nodes)
-        memo[x] = found
-        return found
-
-    def group_of(self, x) -> _Group | None:
-        x = self.resolve(x)
-        return self.member_of.get(x)
-
     def try_fuse(self, node) -> str:
         """Fuse an elementwise / reduce node into the group of its operand; '' on success, else why not."""
         op = self.ops[node]
@@ -341,7 +184,7 @@ class Lowering:
         self.member_of[node] = group
         return ""
 
-    def grouped_conv_epilogue_limit(self, group: _Group, tensor_ops) -> str:
+    def grouped_conv_epilogue_limit(self, group: KernelGroup, tensor_ops) -> str:
         """Why a grouped / depthwise conv's epilogue cannot take these operands ('' when it can): CUTLASS's
         kernels for them (dsl_compiler.cutlass.grouped_conv) read at most one tensor, through their source
         operand: the conv's bias, a per-channel vector or a residual."""
@@ -368,7 +211,7 @@ class Lowering:
             return "reductions are off"
         if self.ops[group.anchor].kind != "gemm" or len(out_shape) != 2:
             return "reductions are fused only into 2-D GEMM outputs"
-        if self.gemm_padding(self.ops[group.anchor])[1]:
+        if gemm_padding(self.graph, self.settings, self.ops[group.anchor])[1]:
             return "N is padded to 16 bytes for the kernel: a fused reduction would sum the padded columns"
         dim = op.dim % len(out_shape)
         if dim != len(out_shape) - 1:
@@ -422,7 +265,7 @@ class Lowering:
             return "the kernel's weight or bias is computed, not a model tensor"
         if anchor.bias is not None and self.shape_of(anchor.bias) != (out[1],):
             return "the kernel's bias is not one value per channel"
-        grown = self.conv_padding(anchor)[1] if anchor.kind == "conv" else sum(self.gemm_padding(anchor)[:2])
+        grown = conv_padding(self.graph, self.settings, anchor)[1] if anchor.kind == "conv" else sum(gemm_padding(self.graph, self.settings, anchor)[:2])
         if grown:
             return "the kernel pads its output channels to 16 bytes (the statistics would count the padding)"
         import torch.fx
@@ -501,9 +344,9 @@ class Lowering:
     # -- the whole thing ---------------------------------------------------------------------
     def run(self) -> TraceResult:
         self.normalise()
-        self.member_of: dict[Any, _Group] = {}
-        self.groups: list[_Group] = []
-        self.aliases_to_reduce: dict[Any, Any] = {}
+        self.member_of = self.graph.member_of
+        self.groups = self.graph.groups
+        self.aliases_to_reduce = self.graph.aliases_to_reduce
         demoted = set(self.options.demote)
 
         for node in self.nodes:
@@ -517,7 +360,7 @@ class Lowering:
                 if why:
                     op.kind, op.reason = "torch", why
                     continue
-                group = _Group(anchor=node)
+                group = KernelGroup(anchor=node)
                 group.kernel_name = self._kernel_name_for(node)
                 self.groups.append(group)
                 self.member_of[node] = group
@@ -562,7 +405,7 @@ class Lowering:
             op.torch_args, op.torch_kwargs = [op.operands[0]], {"dim": op.dim, "keepdim": op.keepdim}
 
     def _kernel_name_for(self, node) -> str:
-        return _safe_base(str(node.target) if node.op == "call_module" else node.name)
+        return kernel_base(node)
 
     # -- phase 4: emit -----------------------------------------------------------------------
     def emit(self) -> TraceResult:
@@ -621,7 +464,7 @@ class Lowering:
                 self.cover(n, "folded", reason="folded into another op")
         program = None
         if not self.failed and self.half_math is not None:
-            self.steps = _fold_store_casts(self.steps, outputs)
+            self.steps = fold_store_casts(self.steps, outputs)
         if not self.failed:
             try:
                 program = Program(name=self.namer_program(), decls=tuple(self.decls), steps=tuple(self.steps), outputs=tuple(outputs))
@@ -640,7 +483,7 @@ class Lowering:
         return TraceResult(program=program, coverage=coverage, diagnostics=self.diagnostics)
 
     def namer_program(self) -> str:
-        return _safe_base(self.name)
+        return safe_base(self.name)
 
     def fail(self, message: str, code: str = "unsupported", hint: str | None = None):
         self.failed = True
@@ -855,7 +698,7 @@ class Lowering:
         self.steps.append(TorchStep(outputs=(flat,), fn="reshape", args=(TensorArg(name=name), LiteralArg(value=(-1,) + tuple(shape[-2:])))))
         return flat
 
-    def conv_as_gemm(self, group: _Group, half: str | None) -> str | None:
+    def conv_as_gemm(self, group: KernelGroup, half: str | None) -> str | None:
         """"nchw" or "nhwc" when the group's conv is a 1x1 conv (stride 1, no padding, one group) that runs as a
         GEMM over its activation as stored: "nhwc" when a conv kernel wrote it channels-last (one GEMM over
         [N*H*W, C], K-major), else "nchw" (a batched GEMM over [N, C, H*W], read M-major). None otherwise,
@@ -874,8 +717,8 @@ class Lowering:
         if any(int(v) != 1 for v in op.conv["stride"]) or any(int(v) != 0 for v in op.conv["padding"]):
             return None
         # 16 bytes: C as the filter's (and, NHWC, the activation's) contiguous extent, K as the output's
-        align = self.alignment(half, self.dtype_of(x))
-        if self.is_param(x) or sx[1] % align or sw[0] % (TMA_BYTES // _element_bytes(self.dtype_of(group.anchor))):
+        align = alignment(half, self.dtype_of(x))
+        if self.is_param(x) or sx[1] % align or sw[0] % (TMA_BYTES // element_bytes(self.dtype_of(group.anchor))):
             return None
         if op.bias is not None and not (self.is_param(op.bias) and self.shape_of(op.bias) == (sw[0],)):
             return None
@@ -890,7 +733,7 @@ class Lowering:
         if name is not None and name in self.cl_tensors:
             return "nhwc"
         spatial = math.prod(sx[2:])
-        if spatial % self.alignment(half, self.dtype_of(x)):
+        if spatial % alignment(half, self.dtype_of(x)):
             return None  # [N, C, H*W] read M-major: H*W is its contiguous extent
         return "nchw"
 
@@ -937,49 +780,6 @@ class Lowering:
             self.cover(r, "param", where=self.param_names[key])
         return self.param_names[key]
 
-    def epilogue_padding(self, group: _Group, r, index: str | None, d_rows: int, d_cols: int) -> tuple[int, ...] | None:
-        """How much an epilogue tensor grows with its kernel's padded output: a column vector by the
-        padded columns (conv: output channels), a row vector by the padded rows, a full tensor by both."""
-        shape = self.shape_of(r)
-        if not (d_rows or d_cols) or shape is None or index in (None, "scalar"):
-            return None
-        extra = [0] * len(shape)
-        conv = self.ops[group.anchor].kind == "conv"
-        if conv:
-            spatial = len(self.shape_of(group.anchor)) - 2
-            if index == "full":
-                extra[1] = d_cols
-            elif index == "col":
-                extra[max(0, len(shape) - 1 - spatial)] = d_cols
-        elif index == "col":
-            extra[-1] = d_cols
-        elif index == "row":
-            extra[-2 if len(shape) >= 2 and shape[-1] == 1 else -1] = d_rows
-        elif index == "full":
-            extra[-2:] = [d_rows, d_cols]
-        return tuple(extra) if any(extra) else None
-
-    def group_half_math(self, anchor_op: Op) -> str | None:
-        """The 16-bit math of one kernel: the options', except for a depthwise conv (a memory-bound
-        SIMT kernel: converting its input costs more traffic than 16-bit reads save)."""
-        if anchor_op.kind == "conv" and self.is_depthwise(anchor_op):
-            return None
-        return self.half_math
-
-    def kernel_math(self, dtype: str, half: str | None) -> str | None:
-        """The math of a kernel over ``dtype`` data: its 16-bit math over fp32, else the storage
-        type's own (tf32 over f32) when the problem allows it."""
-        if half is not None and dtype == "f32":
-            return half
-        return default_math(dtype, self.allowed_precisions)
-
-    def is_param(self, x) -> bool:
-        """Whether value x is a model tensor (a param of the program, not a computed tensor)."""
-        import torch.fx
-
-        r = self.resolve(x) if isinstance(x, torch.fx.Node) else x
-        return isinstance(r, ParamRef) or (self.ops.get(r) is not None and self.ops[r].kind == "param")
-
     def operand(self, x, half: str | None, layout="contiguous", extra: tuple[int, ...] | None = None) -> str | None:
         """The tensor a kernel reads for value x: in 16-bit math (``half``) a param is declared in that
         type (converted once when bound) and any other fp32 tensor is converted by a ``to`` step.
@@ -1000,53 +800,11 @@ class Lowering:
         key = (name, tuple(extra))
         if key not in self.pads:
             out = self.namer(f"{name}_{'pad' if min(extra) >= 0 else 'cut'}")
-            self.steps.append(TorchStep(outputs=(out,), fn="pad", args=(TensorArg(name=name), LiteralArg(value=_pad_spec(extra)))))
+            self.steps.append(TorchStep(outputs=(out,), fn="pad", args=(TensorArg(name=name), LiteralArg(value=pad_spec(extra)))))
             self.pads[key] = out
             if name in self.cl_tensors:
                 self.cl_tensors.add(out)
         return self.pads[key]
-
-    def alignment(self, half: str | None, dtype: str | None) -> int:
-        """Elements per TMA_BYTES of what a kernel reads: its 16-bit math over fp32, else the storage type."""
-        return TMA_BYTES // _element_bytes(half if half is not None and dtype == "f32" else dtype)
-
-    def gemm_shapes(self, op: Op) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """The stored shapes of a GEMM's operands as the kernel reads them (rank > 3 flattened)."""
-        sa, sb = self.shape_of(op.operands[0]), self.shape_of(op.operands[1])
-        if sa is None or sb is None:
-            return None
-        if op.flatten_a:
-            sa = (math.prod(sa[:-1]), sa[-1])
-        if op.flatten_batch:
-            sa, sb = (math.prod(sa[:-2]),) + tuple(sa[-2:]), (math.prod(sb[:-2]),) + tuple(sb[-2:])
-        return tuple(sa), tuple(sb)
-
-    def gemm_padding(self, op: Op, kmajor: bool = False) -> tuple[int, int, int]:
-        """(dM, dN, dK): how much the kernel's M, N and K grow so that every contiguous extent (A's and
-        B's last dims as read, after a K-major copy when ``kmajor``, and the output's N) is a multiple of
-        16 bytes. Zeros in K add nothing to any product; padded M rows and N columns are sliced off."""
-        shapes = self.gemm_shapes(op) if self.options.pad else None
-        if shapes is None:
-            return 0, 0, 0
-        (sa, sb), a_t, b_t = shapes, op.a_t, op.b_t
-        m, k = (sa[-1], sa[-2]) if a_t else (sa[-2], sa[-1])
-        n = sb[-2] if b_t else sb[-1]
-        if kmajor:
-            a_t, b_t = False, True
-        align = self.alignment(self.group_half_math(op), self.dtype_of(op.operands[0]))
-        d_m = _padded(m, align) - m if a_t else 0
-        d_k = _padded(k, align) - k if (not a_t or b_t) else 0
-        return d_m, _padded(n, align) - n, d_k
-
-    def conv_padding(self, op: Op) -> tuple[int, int]:
-        """(dC, dK): input and output channels grown to 16 bytes (channels are the contiguous extent of
-        NHWC activations, KRSC filters and the NHWC output); zero channels add nothing to the sum,
-        padded output channels are sliced off. Grouped and depthwise convs keep theirs."""
-        sx, sw = self.shape_of(op.operands[0]), self.shape_of(op.operands[1])
-        if not self.options.pad or sx is None or sw is None or int(op.conv.get("groups", 1)) != 1:
-            return 0, 0
-        align = self.alignment(self.group_half_math(op), self.dtype_of(op.operands[0]))
-        return _padded(sx[1], align) - sx[1], _padded(sw[0], align) - sw[0]
 
     def cast(self, name: str, dtype: str) -> str:
         """``name`` converted to ``dtype`` by one ``to`` step (once per tensor); the copy keeps the layout."""
@@ -1095,7 +853,7 @@ class Lowering:
             self.channels_last[key] = cl
         return self.channels_last[key]
 
-    def fold_batch_norm(self, group: _Group, op_ir):
+    def fold_batch_norm(self, group: KernelGroup, op_ir):
         """The kernel's op reading its filter with group.batch_norm folded in, and the folded bias to add
         (``Ref``); with batch statistics, first the statistics pass and its ``var_mean`` step."""
         anchor_op, bn_node = self.ops[group.anchor], group.batch_norm
@@ -1108,7 +866,7 @@ class Lowering:
             raw = self.namer(f"{kname}_raw")
             expr = Acc() if bias_name is None else Binary(fn="add", lhs=Acc(), rhs=Ref(name=bias_name, index="col"))
             dtype = self.dtype_of(group.anchor) or "f32"
-            math_mode = self.kernel_math(dtype, self.group_half_math(anchor_op))
+            math_mode = storage_math(dtype, half_math(self.graph, self.settings, anchor_op), self.allowed_precisions)
             if conv and math_mode == "tf32" and self.is_depthwise(anchor_op):
                 math_mode = "f32"
             self.steps.append(Kernel(name=self.namer(f"{kname}_stats"), op=op_ir, config=KernelConfig(math=math_mode),
@@ -1137,12 +895,7 @@ class Lowering:
             op_ir = op_ir.model_copy(update={"b": Operand(name=w2, transpose=op_ir.b.transpose)})
         return op_ir, Ref(name=shift, index="col")
 
-    def is_depthwise(self, op: Op) -> bool:
-        """groups == C: one filter per input channel (the CUTLASS backend's direct SIMT kernel)."""
-        shape = self.shape_of(op.operands[0])
-        return shape is not None and len(shape) > 1 and int(op.conv.get("groups", 1)) == shape[1] > 1
-
-    def emit_group(self, group: _Group):
+    def emit_group(self, group: KernelGroup):
         import torch.fx
 
         if group.anchor in self.emitted:
@@ -1150,7 +903,7 @@ class Lowering:
         self.emitted.add(group.anchor)
         self.emitted.update(group.members)
         anchor_op = self.ops[group.anchor]
-        half = self.group_half_math(anchor_op)
+        half = half_math(self.graph, self.settings, anchor_op)
         members = set(group.members) | {group.anchor}
         gemm_1x1 = self.conv_as_gemm(group, half)
 
@@ -1159,9 +912,9 @@ class Lowering:
         if anchor_op.kind == "gemm":
             a, b = anchor_op.operands
             a_t, b_t = anchor_op.a_t, anchor_op.b_t
-            kmajor = group.kernel_name in self.options.kmajor and self.kernel_math(self.dtype_of(a) or "", half) == "tf32"
-            d_m, d_n, d_k = self.gemm_padding(anchor_op, kmajor)
-            shapes = self.gemm_shapes(anchor_op)
+            kmajor = group.kernel_name in self.options.kmajor and storage_math(self.dtype_of(a) or "", half, self.allowed_precisions) == "tf32"
+            d_m, d_n, d_k = gemm_padding(self.graph, self.settings, anchor_op, kmajor)
+            shapes = gemm_shapes(self.graph, anchor_op)
             flat = anchor_op.flatten_a or anchor_op.flatten_batch
             a_extra = b_extra = None
             if shapes is not None and (d_m or d_n or d_k):
@@ -1192,7 +945,7 @@ class Lowering:
             op_ir = self.conv_gemm_operands(anchor_op, half, gemm_1x1)
         else:
             x, w = anchor_op.operands
-            d_c, d_kc = self.conv_padding(anchor_op)
+            d_c, d_kc = conv_padding(self.graph, self.settings, anchor_op)
             x_name = self.conv_input(x, half, d_c)
             w_extra = (d_kc, d_c) + (0,) * (len(self.shape_of(w)) - 2) if (d_c or d_kc) else None
             w_name = self.operand(w, half, layout="channels_last", extra=w_extra)
@@ -1210,7 +963,7 @@ class Lowering:
                     if r in members:
                         continue
                     index = self.bias_index(group, r) or "full"
-                    name = self.value(r, extra=self.epilogue_padding(group, r, index, d_m, d_n or d_kc))
+                    name = self.value(r, extra=epilogue_padding(self.graph, group, r, index, d_m, d_n or d_kc))
                     if anchor_op.kind == "conv" and index == "full" and name is not None:
                         name = self.as_channels_last(name)  # a residual must match the NHWC output
                     externals[r] = (name or "?", index)
@@ -1221,7 +974,7 @@ class Lowering:
             index = self.bias_index(group, r)
             if anchor_op.kind == "conv" and (gemm_1x1 or self.shape_of(r) == (self.shape_of(group.anchor)[1],)):
                 index = "col"  # the conv's own bias: one value per output channel
-            name = self.value(r, extra=self.epilogue_padding(group, r, index, d_m, d_n or d_kc))
+            name = self.value(r, extra=epilogue_padding(self.graph, group, r, index, d_m, d_n or d_kc))
             if index is None or name is None:
                 self.fail(f"{group.anchor.name}: bias of shape {list(self.shape_of(r) or ())} does not broadcast over the output")
                 return
@@ -1304,7 +1057,7 @@ class Lowering:
                 stores = [Store(name=st.name, dtype=st.dtype, expr=Reduce(fn=st.expr.fn, arg=first))
                           if st.expr.arg == stores[0].expr.arg else st for st in stores]
             stores.insert(0, Store(name=self.namer(f"{kname}_tile"), dtype=dtype, expr=first))
-        math_mode = self.kernel_math(dtype, half)
+        math_mode = storage_math(dtype, half, self.allowed_precisions)
         if anchor_op.kind == "conv" and math_mode == "tf32" and self.is_depthwise(anchor_op):
             math_mode = "f32"  # CUTLASS's depthwise kernel multiplies in fp32 on SIMT cores: say so
         kernel = Kernel(name=kname, op=op_ir, config=KernelConfig(math=math_mode), lets=tuple(lets), stores=tuple(stores))
@@ -1371,47 +1124,6 @@ class Lowering:
 
 _BAD = object()
 
-
-def _tensor_reads(step) -> list[str]:
-    """Names of the tensors a step reads (operands, epilogue tensors, step arguments)."""
-    if isinstance(step, TorchStep):
-        return [a.name for a in step.args if isinstance(a, TensorArg)]
-    from dsl_compiler.walk import epilogue_refs
-
-    return [o.name for o in step.operands] + [r.name for r in epilogue_refs(step)]
-
-
-def _fold_store_casts(steps: list, outputs: list[str]) -> list:
-    """A kernel store read only by a ``to`` step is stored in the step's element type directly:
-    the epilogue's rounding is the cast's, and one copy of the tensor is saved (an MLP's hidden
-    layer written in f16 for the next f16 kernel)."""
-    reads: dict[str, int] = {}
-    for step in steps:
-        for name in _tensor_reads(step):
-            reads[name] = reads.get(name, 0) + 1
-    stored = {st.name: k for k in steps if isinstance(k, Kernel) for st in k.stores if not isinstance(st.expr, Reduce)}
-    folded: dict[str, tuple[str, str]] = {}  # store name -> (cast output, element type)
-    for step in steps:
-        if not (isinstance(step, TorchStep) and step.fn == "to" and len(step.args) == 1
-                and isinstance(step.args[0], TensorArg) and len(step.outputs) == 1):
-            continue
-        src = step.args[0].name
-        dtype = next((k.value for k in step.kwargs if k.key == "dtype"), None)
-        if src in stored and dtype in ("f16", "bf16") and reads.get(src) == 1 and src not in outputs:
-            folded[src] = (step.outputs[0], dtype)
-    if not folded:
-        return steps
-    out = []
-    for step in steps:
-        if isinstance(step, TorchStep) and step.fn == "to" and any(
-                isinstance(a, TensorArg) and a.name in folded and step.outputs[0] == folded[a.name][0] for a in step.args):
-            continue
-        if isinstance(step, Kernel) and any(st.name in folded for st in step.stores):
-            stores = tuple(st.model_copy(update={"name": folded[st.name][0], "dtype": folded[st.name][1]})
-                           if st.name in folded else st for st in step.stores)
-            step = step.model_copy(update={"stores": stores})
-        out.append(step)
-    return out
 
 def _whitelist_form(fn: str, args: list, kwargs: dict, shape) -> tuple[str | None, Any, dict]:
     """Rewrite a traced call into the torch-step whitelist's spelling (None, reason when impossible)."""
