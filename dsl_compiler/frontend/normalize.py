@@ -496,7 +496,7 @@ def _normalize_module(node, module) -> Op:
     # no kernel form: the functional equivalent as a PyTorch step
     op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p)
     if isinstance(module, nn.modules.batchnorm._BatchNorm):
-        # folded into the kernel before it where it can be (lower.Lowering.try_fold_batch_norm), else the step
+        # folded into the kernel before it where it can be (passes.folding.try_fold_batch_norm), else the step
         batch_stats = module.training or not module.track_running_stats
         op.kind, op.operands = "batch_norm", [x]
         op.batch_norm = dict(weight=p("weight"), bias=p("bias"), eps=float(module.eps), batch_stats=batch_stats,
