@@ -39,11 +39,13 @@ class LoweringSettings:
 
 
 class OpGraph:
-    def __init__(self, traced: Traced, coverage: dict[Any, CoverageRow] | None = None):
+    """The traced nodes in order, each with its op (``normalise``), and what the grouping pass made of them."""
+
+    def __init__(self, traced: Traced):
         self.traced = traced
         self.nodes = list(traced.gm.graph.nodes)
         self.ops: dict[Any, Op] = {}
-        self.coverage: dict[Any, CoverageRow] = {} if coverage is None else coverage
+        self.coverage: dict[Any, CoverageRow] = {}
         # the grouping pass's result
         self.groups: list[KernelGroup] = []
         self.member_of: dict[Any, KernelGroup] = {}
