@@ -29,7 +29,7 @@ DEFAULT_PROBLEM = ROOT / "evals" / "suites" / "builtin" / "20_conv2d_bias_relu.p
 
 def variants(problem_path: str, n: int, gpu: str = "h200") -> list:
     """Programs of the offline tier's candidates, the first ``n`` with a distinct kernel source."""
-    from dsl_compiler.emit_cutlass import emit_program
+    from dsl_compiler.cutlass.emit import emit_program
     from evals.problems import load_problem
     from nodes.offline.policy import OfflineTier
 

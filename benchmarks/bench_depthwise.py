@@ -1,4 +1,4 @@
-"""The depthwise direct conv (dsl_compiler.emit_conv_grouped) on the H200's slow shapes, with
+"""The depthwise direct conv (dsl_compiler.cutlass.grouped_conv) on the H200's slow shapes, with
 ``MUCUTLASS_DEPTHWISE_SPLIT`` off (CUTLASS's grid of ceil(K / 64) CTAs walking every output tile) and on (the tiles
 spread over about 4 CTAs per SM), beside torch's F.conv2d (channels-last and contiguous); and BatchNorm's
 statistics step (``var_mean`` over a channels-last activation) against the same reduction over the NHWC rows.
@@ -83,7 +83,7 @@ def _median_us(fn, flusher, calls: int) -> float:
 
 def call_spec(name: str) -> tuple[str, dict, dict]:
     """The kernel's name, op and ABI as ``cutlass_runtime.call_kernel`` takes them (the same with either setting)."""
-    from dsl_compiler.emit_cutlass import emit_program
+    from dsl_compiler.cutlass.emit import emit_program
 
     prog = program(name)
     (kernel,) = prog.kernels

@@ -63,7 +63,7 @@ def prebuild(names: list[str], gpu: str, count: int, jobs: int) -> dict:
     from concurrent.futures import as_completed
 
     from dsl_compiler.build import build_program
-    from dsl_compiler.emit_cutlass import emit_program
+    from dsl_compiler.cutlass.emit import emit_program
     from dsl_compiler.ir import Program
 
     start = time.perf_counter()

@@ -70,7 +70,7 @@ def unique_kernels(programs: list) -> set[str]:
     the toolchain): programs that share a configuration and epilogue share a kernel."""
     import hashlib
 
-    from dsl_compiler.emit_cutlass import emit_program
+    from dsl_compiler.cutlass.emit import emit_program
 
     keys = set()
     for program in programs:

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
-from dsl_compiler.emit_cutlass import emit_program  # noqa: E402
+from dsl_compiler.cutlass.emit import emit_program  # noqa: E402
 from dsl_compiler.parser import parse  # noqa: E402
 
 SUITES = ("builtin", "builtin-large", "builtin-strict", "smoke")

@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field
 
 from dsl_compiler import fused_cast
 from dsl_compiler.diagnostics import Diagnostic, has_errors
-from dsl_compiler.emit_cutlass import EmittedKernel, emit_program
+from dsl_compiler.cutlass.emit import EmittedKernel, emit_program
 from dsl_compiler.ir import Program
 from dsl_compiler.run_settings import runtime_setting
 
@@ -599,24 +599,29 @@ def build_program(program: Program, target: str = "sm90a", jobs: int | None = No
     out = BuildResult(ok=True, diagnostics=list(diags), cached=not todo, kernels=len(build_jobs), cache_hits=hits,
                       ahead_kernels=len(extra))
     for job in build_jobs:
-        name = job.emitted.kernel_name
-        ok, build_s, log = results.get(job.key, (True, 0.0, ""))
-        out.kernel_build_s[name] = round(build_s, 3)
-        if ok:
-            out.artifacts[name] = str(job.dir / "kernel.so")
-            out.sources[name] = str(job.dir / "kernel.cu")
-        else:
-            out.ok = False
-            knob, msg = map_nvcc_error(log, job.emitted)
-            kernel = next(k for k in program.kernels if k.name == name)
-            out.diagnostics.append(Diagnostic(
-                code="build", span=kernel.span,
-                message=f"kernel '{name}': nvcc rejected the CUTLASS kernel ({knob}): {msg[:300]}",
-                found=f"{knob}", hint=f"change {knob} of kernel '{name}' (full log: {job.failed_dir / 'build.log'})"))
+        _record_kernel(program, job, results.get(job.key, (True, 0.0, "")), out)
     if out.ok:
         _add_fused_cast_library(program, out)
     out.seconds = round(time.perf_counter() - t0, 3)
     return out
+
+
+def _record_kernel(program: Program, job: _Job, result: tuple[bool, float, str], out: BuildResult) -> None:
+    """One kernel's build in the result: its library and source, or nvcc's first error as a Diagnostic."""
+    name = job.emitted.kernel_name
+    ok, build_s, log = result
+    out.kernel_build_s[name] = round(build_s, 3)
+    if ok:
+        out.artifacts[name] = str(job.dir / "kernel.so")
+        out.sources[name] = str(job.dir / "kernel.cu")
+        return
+    out.ok = False
+    knob, msg = map_nvcc_error(log, job.emitted)
+    kernel = next(k for k in program.kernels if k.name == name)
+    out.diagnostics.append(Diagnostic(
+        code="build", span=kernel.span,
+        message=f"kernel '{name}': nvcc rejected the CUTLASS kernel ({knob}): {msg[:300]}",
+        found=f"{knob}", hint=f"change {knob} of kernel '{name}' (full log: {job.failed_dir / 'build.log'})"))
 
 
 def _add_fused_cast_library(program: Program, out: BuildResult) -> None:

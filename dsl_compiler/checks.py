@@ -106,118 +106,129 @@ def _dims_text(t: tuple[int, ...]) -> str:
 
 def _check_names(program: ir.Program) -> list[Diagnostic]:
     """Every name defined once, and before it is used."""
-    diags: list[Diagnostic] = []
-    defined: dict[str, ir.Span | None] = {}
-    later: dict[str, ir.Span | None] = {}
-    for step in program.steps:
-        names = [s.name for s in step.stores] if isinstance(step, ir.Kernel) else list(step.outputs)
-        for n in names:
-            later.setdefault(n, step.span)
+    return _NameChecker(program).run()
 
-    # a tensor filled by slices is defined by its first writer and read whole after its last; a read of its
-    # channels y[a:b] needs those channels written
-    writes_at: list[list[tuple[str, tuple[int, int]]]] = []
-    for step in program.steps:
-        writes_at.append([(s.name, s.channels) for s in step.stores if s.channels is not None]
-                         if isinstance(step, ir.Kernel) else
-                         [(step.outputs[0], step.channels)] if step.channels is not None else [])
-    sliced = {name for w in writes_at for name, _ in w}
-    last_writer = {name: i for i, w in enumerate(writes_at) for name, _ in w}
-    step_index = 0
 
-    def written_before(name: str, channels: tuple[int, int]) -> bool:
-        covered = sorted(ch for w in writes_at[:step_index] for n, ch in w if n == name)
+class _NameChecker:
+    """The name check's walk over the program. A tensor filled by slices is defined by its first writer and read
+    whole after its last; a read of its channels y[a:b] needs those channels written."""
+
+    def __init__(self, program: ir.Program):
+        self.program = program
+        self.diags: list[Diagnostic] = []
+        self.defined: dict[str, ir.Span | None] = {}
+        self.later: dict[str, ir.Span | None] = {}  # names some step defines, where the first does
+        for step in program.steps:
+            names = [s.name for s in step.stores] if isinstance(step, ir.Kernel) else list(step.outputs)
+            for n in names:
+                self.later.setdefault(n, step.span)
+        self.writes_at: list[list[tuple[str, tuple[int, int]]]] = []  # per step: the slices it writes
+        for step in program.steps:
+            self.writes_at.append([(s.name, s.channels) for s in step.stores if s.channels is not None]
+                                  if isinstance(step, ir.Kernel) else
+                                  [(step.outputs[0], step.channels)] if step.channels is not None else [])
+        self.sliced = {name for w in self.writes_at for name, _ in w}
+        self.last_writer = {name: i for i, w in enumerate(self.writes_at) for name, _ in w}
+        self.step_index = 0  # the step being read (len(steps) at the output line)
+        self.slice_defined: set[str] = set()
+        self.kernel_names: set[str] = set()
+
+    def run(self) -> list[Diagnostic]:
+        for d in self.program.decls:
+            self.define(d.name, d.span, d.kind)
+        for self.step_index, step in enumerate(self.program.steps):
+            if isinstance(step, ir.Kernel):
+                self.kernel(step)
+            else:
+                for a in step.args:
+                    if isinstance(a, ir.TensorArg):
+                        self.use(a.name, a.span or step.span, f"torch step '{step.fn}'", a.channels)
+                for o in step.outputs:
+                    self.define(o, step.span, "slice store" if step.channels is not None else "torch-step output")
+        seen: set[str] = set()
+        for o in self.program.outputs:
+            if o in seen:
+                self.diags.append(_diag("duplicate-name", f"'{o}' is output twice", self.program.outputs_span, found=o,
+                                        expected="distinct outputs", hint="list each output once"))
+            seen.add(o)
+            self.step_index = len(self.program.steps)
+            self.use(o, self.program.outputs_span, "the output line")
+        return self.diags
+
+    def kernel(self, step: ir.Kernel) -> None:
+        if step.name in self.kernel_names:
+            self.diags.append(_diag("duplicate-name", f"two kernels are named '{step.name}'", step.span,
+                                    found=step.name, expected="distinct kernel names", hint="rename one of them"))
+        self.kernel_names.add(step.name)
+        for o in step.operands:
+            self.use(o.name, o.span or step.op.span, f"kernel '{step.name}'")
+        lets: set[str] = set()
+        for let in step.lets:
+            for node in expr_nodes(let.expr):
+                if isinstance(node, ir.Ref) and node.name not in lets:
+                    self.use(node.name, node.span or let.span, f"kernel '{step.name}'")
+            if let.name in lets or let.name in self.defined:
+                self.diags.append(_diag("duplicate-name", f"let '{let.name}' shadows another name", let.span,
+                                        found=let.name, expected="a new name", hint="choose a name not used above"))
+            lets.add(let.name)
+        for store in step.stores:
+            for node in expr_nodes(store.expr):
+                if isinstance(node, ir.Ref) and node.name not in lets:
+                    self.use(node.name, node.span or store.span, f"kernel '{step.name}'")
+        for store in step.stores:
+            self.define(store.name, store.span, "slice store" if store.channels is not None else "store")
+
+    def written_before(self, name: str, channels: tuple[int, int]) -> bool:
+        covered = sorted(ch for w in self.writes_at[:self.step_index] for n, ch in w if n == name)
         reach = channels[0]
         for a, b in covered:
             if a <= reach < b:
                 reach = b
         return reach >= channels[1]
-    slice_defined: set[str] = set()
 
-    def define(name: str, span: ir.Span | None, what: str) -> None:
-        if what == "slice store" and name in slice_defined:
+    def define(self, name: str, span: ir.Span | None, what: str) -> None:
+        if what == "slice store" and name in self.slice_defined:
             return
-        if what == "slice store" and name not in defined:
-            slice_defined.add(name)
-        if name in defined:
-            first = defined[name]
-            diags.append(_diag("duplicate-name", f"'{name}' is defined twice", span, found=f"a second {what} '{name}'",
-                               expected="each tensor name defined once",
-                               hint=f"rename it (the first definition is at {first})" if first else "rename it"))
+        if what == "slice store" and name not in self.defined:
+            self.slice_defined.add(name)
+        if name in self.defined:
+            first = self.defined[name]
+            self.diags.append(_diag("duplicate-name", f"'{name}' is defined twice", span, found=f"a second {what} '{name}'",
+                                    expected="each tensor name defined once",
+                                    hint=f"rename it (the first definition is at {first})" if first else "rename it"))
         else:
-            defined[name] = span
+            self.defined[name] = span
 
-    def use(name: str, span: ir.Span | None, where: str, channels: tuple[int, int] | None = None) -> None:
+    def use(self, name: str, span: ir.Span | None, where: str, channels: tuple[int, int] | None = None) -> None:
+        diags, defined, sliced = self.diags, self.defined, self.sliced
         if channels is not None and name not in sliced:
             diags.append(_diag("shape-mismatch", f"{where} reads {name}[{channels[0]}:{channels[1]}]; '{name}' is no "
                                "tensor that slices fill", span, found=f"{name}[{channels[0]}:{channels[1]}]",
                                expected=name, hint="read channel slices of tensors written by `store y[a:b]`"))
             return
-        if channels is not None and name in defined and not written_before(name, channels):
+        if channels is not None and name in defined and not self.written_before(name, channels):
             diags.append(_diag("undefined-name", f"{where} reads {name}[{channels[0]}:{channels[1]}] before those "
                                "channels are written", span, found="channels not yet written",
                                expected="a read after the writers of those channels",
                                hint="move this step below the steps that write those channels"))
             return
-        if channels is None and name in defined and name in sliced and step_index <= last_writer[name]:
+        if channels is None and name in defined and name in sliced and self.step_index <= self.last_writer[name]:
             diags.append(_diag("undefined-name", f"'{name}' is read by {where} before all its channels are stored",
-                               span, found=f"its last slice writer comes later, at {program.steps[last_writer[name]].span}",
+                               span, found=f"its last slice writer comes later, at {self.program.steps[self.last_writer[name]].span}",
                                expected=f"a read after every `store {name}[a:b]`",
                                hint="move this step below the last step that writes into it, or read the channels "
                                     f"written so far: {name}[0:c]"))
             return
         if name in defined:
             return
-        if name in later:
+        if name in self.later:
             diags.append(_diag("undefined-name", f"'{name}' is used by {where} before it is defined", span,
-                               found=f"'{name}' defined later, at {later[name]}", expected="a name defined above its use",
+                               found=f"'{name}' defined later, at {self.later[name]}", expected="a name defined above its use",
                                hint="move the step that computes it above this one"))
         else:
             diags.append(_diag("undefined-name", f"'{name}' is not defined", span, found=name,
                                expected="an input, a param, or a tensor stored or computed earlier",
                                hint=f"declare it (input {name}: f32[...]) or compute it in an earlier step"))
-
-    for d in program.decls:
-        define(d.name, d.span, d.kind)
-    kernel_names: set[str] = set()
-    for step_index, step in enumerate(program.steps):
-        if isinstance(step, ir.Kernel):
-            if step.name in kernel_names:
-                diags.append(_diag("duplicate-name", f"two kernels are named '{step.name}'", step.span,
-                                   found=step.name, expected="distinct kernel names", hint="rename one of them"))
-            kernel_names.add(step.name)
-            for o in step.operands:
-                use(o.name, o.span or step.op.span, f"kernel '{step.name}'")
-            lets: set[str] = set()
-            for let in step.lets:
-                for node in expr_nodes(let.expr):
-                    if isinstance(node, ir.Ref) and node.name not in lets:
-                        use(node.name, node.span or let.span, f"kernel '{step.name}'")
-                if let.name in lets or let.name in defined:
-                    diags.append(_diag("duplicate-name", f"let '{let.name}' shadows another name", let.span,
-                                       found=let.name, expected="a new name", hint="choose a name not used above"))
-                lets.add(let.name)
-            for store in step.stores:
-                for node in expr_nodes(store.expr):
-                    if isinstance(node, ir.Ref) and node.name not in lets:
-                        use(node.name, node.span or store.span, f"kernel '{step.name}'")
-            for store in step.stores:
-                define(store.name, store.span, "slice store" if store.channels is not None else "store")
-        else:
-            for a in step.args:
-                if isinstance(a, ir.TensorArg):
-                    use(a.name, a.span or step.span, f"torch step '{step.fn}'", a.channels)
-            for o in step.outputs:
-                define(o, step.span, "slice store" if step.channels is not None else "torch-step output")
-    seen: set[str] = set()
-    for o in program.outputs:
-        if o in seen:
-            diags.append(_diag("duplicate-name", f"'{o}' is output twice", program.outputs_span, found=o,
-                               expected="distinct outputs", hint="list each output once"))
-        seen.add(o)
-        step_index = len(program.steps)
-        use(o, program.outputs_span, "the output line")
-    return diags
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,7 +394,7 @@ class _KernelChecker:
                          found="channels_last", expected="contiguous (row-major; read transposed with ^T)",
                          hint="channels_last applies to conv tensors; drop it here")
         # TMA's rule binds the TMA kernels (GEMM, groups = 1 conv). A grouped or depthwise conv runs a CUTLASS 2.x
-        # kernel (emit_conv_grouped) whose vector widths follow the extents; that emitter states its own limits.
+        # kernel (cutlass.grouped_conv) whose vector widths follow the extents; that emitter states its own limits.
         tma_operands = not (self.is_conv and self.k.op.groups > 1)
         tensors: list[tuple[str, shapes.TensorType, ir.Span | None]] = [
             (o.name, self.types[o.name], o.span) for o in (a, b) if tma_operands and o.name not in nchw]
@@ -566,8 +577,25 @@ def _gib(n: float) -> str:
     """A byte count in the unit that reads best (B, KiB, MiB or GiB)."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
-            return f"{n / scale:.3g} {unit}"
+            try:
+                return f"{n / scale:.3g} {unit}"
+            except OverflowError:  # a count past any float (dimensions of hundreds of digits)
+                return f"{_three_digits(int(n) // scale)} {unit}"
     return f"{n:.0f} B"
+
+
+def _three_digits(n: int) -> str:
+    """An integer of 1000 or more, of any size, in ``.3g``'s scientific form (three digits, rounded half up)."""
+    exponent = int(math.log10(n))
+    while 10**exponent > n:  # log10 of a huge integer can land one off
+        exponent -= 1
+    while 10 ** (exponent + 1) <= n:
+        exponent += 1
+    lead = (n + 5 * 10 ** (exponent - 3)) // 10 ** (exponent - 2)
+    if lead == 1000:  # 9.995e+k rounds up to 1e+(k+1)
+        lead, exponent = 100, exponent + 1
+    mantissa = f"{lead // 100}.{lead % 100:02d}".rstrip("0").rstrip(".")
+    return f"{mantissa}e+{exponent:02d}"
 
 
 def _size_bounds(names: list[str], types: dict[str, shapes.TensorType], span: ir.Span | None, tgt: Target,
@@ -752,11 +780,11 @@ def _check_slice_store(kernel: ir.Kernel, store: ir.Store, t: shapes.TensorType,
 def _backend_limits(program: ir.Program) -> list[Diagnostic]:
     """What the CUTLASS emitter itself refuses to build (knob combinations its kernels do not take)."""
     try:
-        from dsl_compiler import emit_cutlass
+        from dsl_compiler.cutlass.emit import emit_program
     except ImportError:
         return []
     try:
-        _, diags = emit_cutlass.emit_program(program)
+        _, diags = emit_program(program)
     except Exception as exc:  # noqa: BLE001
         return [_diag("unsupported", f"the CUTLASS emitter cannot handle this program ({type(exc).__name__}: {exc})",
                       None, hint="try the interpreter backend, or simplify the kernel")]

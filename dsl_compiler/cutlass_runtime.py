@@ -1,7 +1,7 @@
 """Run built CUTLASS kernels on torch tensors.
 
 Each kernel's shared library is loaded once per process (ctypes) and called through its C ABI
-(see ``emit_cutlass``) on torch's current CUDA stream, with outputs and the workspace allocated by
+(see ``cutlass.emit``) on torch's current CUDA stream, with outputs and the workspace allocated by
 torch's caching allocator. A non-zero status becomes ``CutlassError`` carrying CUTLASS's own text.
 """
 
@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.cutlass.emit import emit_program
 from dsl_compiler.ir import Kernel, Program
 
 # --- portable begin: torch and the standard library only; export.py copies this block, with this module's plain imports, into ModelNew files ---

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from dsl_compiler import cutlass_runtime, fused_cast
-from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.cutlass.emit import emit_program
 from dsl_compiler.ir import Program
 from dsl_compiler.run_settings import RuntimeOptions
 from dsl_compiler.runtime import module_paths

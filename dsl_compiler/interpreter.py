@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from dsl_compiler import ir, precision, shapes, torch_steps
+from dsl_compiler.ops import OPS
 from dsl_compiler.torch_steps import channels_last
 
 Env = dict[str, torch.Tensor]
@@ -122,49 +123,6 @@ def accumulate(kernel: ir.Kernel, env: Env, math: str) -> torch.Tensor:
 # Epilogue
 
 
-UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "neg": torch.neg,
-    "abs": torch.abs,
-    # min / max / relu / clamp follow C's fminf / fmaxf, as the emitted epilogue: a NaN operand yields the other
-    "relu": lambda x: torch.fmax(x, torch.zeros((), dtype=x.dtype, device=x.device)),
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-    "mish": F.mish,
-    "softplus": F.softplus,
-    "exp": torch.exp,
-    "log": torch.log,
-    "sqrt": torch.sqrt,
-    "rsqrt": torch.rsqrt,
-    "square": torch.square,
-    "hardswish": F.hardswish,
-    "hardsigmoid": F.hardsigmoid,
-}
-BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "add": torch.add,
-    "sub": torch.sub,
-    "mul": torch.mul,
-    "div": torch.div,
-    "min": torch.fmin,
-    "max": torch.fmax,
-    "pow": torch.pow,
-}
-
-
-def _param_fn(fn: str, x: torch.Tensor, params: tuple[float, ...]) -> torch.Tensor:
-    if fn in ("clamp", "hardtanh"):
-        lo = torch.tensor(params[0], dtype=x.dtype, device=x.device)
-        hi = torch.tensor(params[1], dtype=x.dtype, device=x.device)
-        return torch.fmin(torch.fmax(x, lo), hi)
-    if fn == "leaky_relu":
-        return F.leaky_relu(x, params[0])
-    if fn == "elu":
-        return F.elu(x, params[0])
-    raise ValueError(f"unknown function {fn}")
-
-
 class _Epilogue:
     """Evaluates epilogue expressions over one kernel's accumulator, in fp32."""
 
@@ -203,11 +161,11 @@ class _Epilogue:
                 return t.float()
             return self.vector(t, e.index)
         if isinstance(e, ir.Unary):
-            return UNARY[e.fn](self.eval(e.arg))
+            return OPS[e.fn].interpret(self.eval(e.arg))  # the op table's function
         if isinstance(e, ir.Binary):
-            return BINARY[e.fn](self.eval(e.lhs), self.eval(e.rhs))
+            return OPS[e.fn].interpret(self.eval(e.lhs), self.eval(e.rhs))
         if isinstance(e, ir.ParamCall):
-            return _param_fn(e.fn, self.eval(e.arg), e.params)
+            return OPS[e.fn].interpret(self.eval(e.arg), *e.params)
         if isinstance(e, ir.Reduce):
             return self.reduce(e.fn, torch.broadcast_to(self.eval(e.arg), self.acc.shape))
         raise TypeError(f"not an expression: {type(e).__name__}")

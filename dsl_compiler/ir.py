@@ -12,6 +12,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dsl_compiler import ops
+
 # ---------------------------------------------------------------------------------------------
 # Basics
 
@@ -165,13 +167,11 @@ class KernelConfig(Node):
 # ---------------------------------------------------------------------------------------------
 # Epilogue expressions over the accumulator
 
-UnaryFn = Literal[
-    "neg", "abs", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "mish", "softplus",
-    "exp", "log", "sqrt", "rsqrt", "square", "hardswish", "hardsigmoid",
-]
-BinaryFn = Literal["add", "sub", "mul", "div", "min", "max", "pow"]
-# Functions with literal parameters: clamp(x, lo, hi), hardtanh(x, lo, hi), leaky_relu(x, slope), elu(x, alpha).
-ParamFn = Literal["clamp", "hardtanh", "leaky_relu", "elu"]
+# The element-wise functions are the op table's (dsl_compiler.ops): f(x), f(x, y), and f(x, literal, ...) such as
+# clamp(x, lo, hi), leaky_relu(x, slope).
+UnaryFn = Literal[ops.names("unary")]  # type: ignore[valid-type]
+BinaryFn = Literal[ops.names("binary")]  # type: ignore[valid-type]
+ParamFn = Literal[ops.names("param")]  # type: ignore[valid-type]
 ReduceFn = Literal["row_sum", "row_max", "row_min", "col_sum", "col_max", "col_min"]
 
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from dsl_compiler import ir
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.ops import OPS
 
 # A program is a few kilobytes; the cap keeps a pathological input from costing minutes.
 MAX_PROGRAM_CHARS = 100_000
@@ -29,7 +30,7 @@ LAYOUTS = ir.Layout.__args__  # type: ignore[attr-defined]
 INDEX_KINDS = ("row", "col", "scalar")
 UNARY_FNS = ir.UnaryFn.__args__  # type: ignore[attr-defined]
 BINARY_CALL_FNS = ("min", "max", "pow")
-PARAM_FN_ARITY = {"clamp": 2, "hardtanh": 2, "leaky_relu": 1, "elu": 1}
+PARAM_FN_ARITY = {fn: len(OPS[fn].params) for fn in ir.ParamFn.__args__}  # type: ignore[attr-defined]
 REDUCE_FNS = ir.ReduceFn.__args__  # type: ignore[attr-defined]
 # Each knob: what it allows (a diagnostic's "expected") and an example value (its hint).
 KNOB_VALUES: dict[str, tuple[str, str]] = {
@@ -162,7 +163,7 @@ class _ToIR(Transformer_NonRecursive):
     def signed_number(self, meta, children):
         minus, tok = children
         text = str(tok)
-        value: int | float = int(text) if tok.type == "INT" else float(text)
+        value: int | float = _int(tok) if tok.type == "INT" else float(text)
         return -value if minus is not None else value
 
     def string_lit(self, meta, children):
@@ -193,7 +194,7 @@ class _ToIR(Transformer_NonRecursive):
         return ("header", str(children[0]), _span(meta))
 
     def dims(self, meta, children):
-        return tuple(int(c) for c in children)
+        return tuple(_int(c) for c in children)
 
     def decl(self, meta, children):
         kind, name, dtype, dims, layout, source = children
@@ -451,8 +452,7 @@ class _ToIR(Transformer_NonRecursive):
             return self._checked(ir.Binary(fn=fn, lhs=nodes[0], rhs=nodes[1], span=span), span, *args)
         if fn in PARAM_FN_ARITY:
             n = PARAM_FN_ARITY[fn]
-            like = {"clamp": "clamp(x, -1.0, 1.0)", "hardtanh": "hardtanh(x, -1.0, 1.0)",
-                    "leaky_relu": "leaky_relu(x, 0.01)", "elu": "elu(x, 1.0)"}[fn]
+            like = OPS[fn].example
             arity(n + 1, like)
             params = []
             for a in args[1:]:
@@ -515,10 +515,20 @@ class _ToIR(Transformer_NonRecursive):
 
 
 def _channel_range(name: Token, start: Token, end: Token) -> tuple[int, int]:
-    if int(end) <= int(start):
+    if _int(end) <= _int(start):
         raise _err(f"{name}[{start}:{end}] names no channels", start, found=f"[{start}:{end}]",
                    expected="[start:end] with end > start", hint="channels start..end, end excluded")
-    return int(start), int(end)
+    return _int(start), _int(end)
+
+
+def _int(tok: Token) -> int:
+    """An integer literal; one of more digits than Python converts (4300) is a located size error."""
+    try:
+        return int(tok)
+    except ValueError:
+        raise _err(f"an integer of {len(str(tok))} digits is larger than any tensor a device can hold", tok,
+                   found=f"{len(str(tok))} digits", expected="an element count that fits the device's memory",
+                   hint="check the sizes: no tensor of a program may exceed the GPU's memory", code="size") from None
 
 
 def _end_of(text: str) -> tuple[int, int]:

@@ -11,7 +11,7 @@ RUNTIME_SETTINGS = {
     "MUCUTLASS_CUDA_GRAPH": ("off", "on", "auto"),  # auto: when the estimate says the program is launch-bound
     "MUCUTLASS_FUSED_CASTS": ("off", "on"),  # the input casts / layout copies of a program as one launch
     # the depthwise direct conv's output tiles spread over about 4 CTAs per SM (split_k_slices) instead of one CTA per
-    # 64 channels walking all of them (emit_conv_grouped; benchmarks/bench_depthwise.py measures it); read at emit time
+    # 64 channels walking all of them (cutlass.grouped_conv; benchmarks/bench_depthwise.py measures it); read at emit time
     "MUCUTLASS_DEPTHWISE_SPLIT": ("off", "on"),
 }
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from dsl_compiler.diagnostics import model_text
+from dsl_compiler.ops import fusable_torch_steps
 from dsl_compiler.precision import kernel_maths
 from evals.policies import best_time_us
 from evals.records import AttemptRecord, Hypothesis
@@ -63,12 +64,8 @@ class ProgramFeatures:
         )
 
 
-# Element-wise PyTorch functions an epilogue can absorb (see docs/language.md, epilogue functions).
-_FUSABLE = {
-    "relu", "gelu", "silu", "sigmoid", "tanh", "mish", "softplus", "exp", "log", "clamp", "hardtanh",
-    "leaky_relu", "elu", "add", "sub", "mul", "div", "minimum", "maximum", "hardswish", "hardsigmoid",
-    "abs", "neg", "square", "sqrt", "rsqrt", "pow",
-}
+# Element-wise PyTorch functions an epilogue can absorb (the op table's)
+_FUSABLE = fusable_torch_steps()
 
 
 def nominate(

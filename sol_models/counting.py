@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from dsl_compiler.limits import TimeLimitExceeded, time_limit
+from dsl_compiler.ops import OPS
 from dsl_compiler.walk import epilogue_nodes, epilogue_refs
 
 OpKind = Literal["matmul", "elementwise", "reduction", "norm", "softmax", "pool", "data", "other"]
@@ -106,7 +107,8 @@ _ELEMENTWISE: dict[str, float] = {
     "log_sigmoid_forward": 4.0, "softsign": 3.0, "logit": 3.0,
     "native_dropout": 2.0,  # draw a mask and scale
 }
-_GELU_FLOPS = {"none": 5.0, "tanh": 9.0}  # erf form: div, erf, add, 2 mul; tanh form: cube, fma, tanh, ...
+# by its approximate argument: the epilogue's gelu (erf form) and gelu_tanh in the op table
+_GELU_FLOPS = {"none": OPS["gelu"].flops, "tanh": OPS["gelu_tanh"].flops}
 
 _REDUCTION: dict[str, float] = {
     **dict.fromkeys(
@@ -573,8 +575,6 @@ def _count_problem(problem: Any, seed: int) -> WorkCount:
 
 # Torch steps that only re-describe contiguous memory: no bytes, no launch.
 _FREE_TORCH_STEPS = {"reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze"}
-_EPILOGUE_FLOPS = {**_ELEMENTWISE, "gelu": _GELU_FLOPS["none"], "gelu_tanh": _GELU_FLOPS["tanh"],
-                   "clamp": 2.0, "hardtanh": 2.0, "leaky_relu": 2.0, "elu": 3.0}
 
 
 class ProgramCountError(ValueError):
@@ -603,9 +603,9 @@ def _epilogue_cost_per_element(kernel: Any) -> float:
 
     cost = 0.0
     for node in epilogue_nodes(kernel):
-        if isinstance(node, (ir.Unary, ir.ParamCall)):
-            cost += _EPILOGUE_FLOPS.get(node.fn, 1.0)
-        elif isinstance(node, (ir.Binary, ir.Reduce)):
+        if isinstance(node, (ir.Unary, ir.Binary, ir.ParamCall)):
+            cost += OPS[node.fn].flops
+        elif isinstance(node, ir.Reduce):
             cost += 1.0
     return cost
 

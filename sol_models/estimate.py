@@ -27,11 +27,12 @@ follow the CUTLASS emitter's (``auto`` tile: 128x256 cooperative, 128x128 ping-p
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from dsl_compiler.emit_conv_grouped import DEPTHWISE_SPLIT_CTAS_PER_SM, DEPTHWISE_TILES
+from dsl_compiler.cutlass.grouped_conv import DEPTHWISE_SPLIT_CTAS_PER_SM, DEPTHWISE_TILES
 from sol_models.hardware import GpuSpec
 
 # Fraction of the datasheet peak a well-configured large GEMM reaches (H200: tf32 357 of 495
@@ -131,37 +132,34 @@ def auto_stages(tile: tuple[int, int, int], operand_bytes: int, gpu: GpuSpec) ->
     return max(1, int((gpu.smem_per_sm_kb - EPILOGUE_SMEM_KB) * 1024 // stage_bytes))
 
 
-def estimate_kernel(
-    *,
-    name: str,
-    op: str,
-    dims: tuple[int, int, int, int],
-    math_mode: str,
-    config: Any,
-    gpu: GpuSpec,
-    operand_bytes_per_element: int,
-    dram_bytes: float,
-    epilogue_bytes_per_output: float,
-    groups: int = 1,
-    group_sizes: tuple[int, ...] | None = None,
-    mainloop_factor: float = 1.0,
-    mainloop_reason: str = "",
-) -> KernelEstimate:
-    """Estimate one kernel from its GEMM view and configuration (an ``ir.KernelConfig``).
+@dataclass(frozen=True)
+class _Tiling:
+    """How one kernel falls into CTA tiles, pipeline stages and work units on the GPU."""
 
-    ``dram_bytes``: operands, epilogue tensors and stores, once. ``epilogue_bytes_per_output``:
-    bytes the epilogue moves per output element (stores and full-size aux reads). ``groups``: a
-    grouped convolution's groups (N and the tiles are per group)."""
+    tile: tuple[int, int, int]
+    schedule: str  # cooperative | pingpong | conv
+    cluster_m: int
+    cluster_n: int
+    sms: int  # SMs in whole clusters
+    stages: int
+    stage_eff: float
+    feasible: bool
+    tiles_mn: int
+    useful_macs: int
+    split: int
+    k_blocks: int
+    units: int
+    computed_macs: int
+    padding_waste: float
+
+
+def _tiling(op: str, dims: tuple[int, int, int, int], config: Any, gpu: GpuSpec, es: int, groups: int,
+            group_sizes: tuple[int, ...] | None, reasons: list[str]) -> _Tiling:
     l, m, n, k = dims
-    reasons: list[str] = []
-    is_conv = op.startswith("conv")
-    if is_conv and groups > 1 and n // groups == 1:
-        return _estimate_depthwise(name, op, dims, math_mode, config, gpu, dram_bytes)
-    es = operand_bytes_per_element
     schedule = config.schedule
     tile = config.tile or default_tile(op, es, schedule)
     tm, tn, tk = tile
-    if is_conv:
+    if op.startswith("conv"):
         schedule = "conv"
     elif schedule == "auto":
         schedule = "cooperative" if tm >= 128 else "pingpong"
@@ -193,15 +191,20 @@ def estimate_kernel(
         useful_macs = l * m * n * k
     split = max(1, config.split_k) if config.decomposition == "split_k" else 1
     k_per_unit = _ceil_div(_ceil_div(k, split), tk) * tk
-    k_blocks = k_per_unit // tk
-    units = tiles_mn * split
     computed_macs = tiles_mn * tm * tn * k_per_unit * split
     padding_waste = max(0.0, 1.0 - useful_macs / computed_macs) if computed_macs else 0.0
     if padding_waste > 0.2:
         reasons.append(f"{padding_waste:.0%} of the computed tile area is padding (tile {tm}x{tn} over M={m}, N={n_per_group})")
+    return _Tiling(tile, schedule, cm, cn, sms, stages, stage_eff, feasible, tiles_mn, useful_macs, split,
+                   k_per_unit // tk, tiles_mn * split, computed_macs, padding_waste)
 
-    # Mainloop rate per SM.
-    peak_per_sm = gpu.peak_flops(math_mode) * _fraction(gpu, math_mode) / gpu.sm_count * stage_eff * mainloop_factor
+
+def _mainloop(t: _Tiling, math_mode: str, config: Any, gpu: GpuSpec, mainloop_factor: float, mainloop_reason: str,
+              reasons: list[str]) -> tuple[float, float, float, int, bool]:
+    """(mainloop time in us, waves, wave efficiency, ways the K sum is split, feasible)."""
+    tm, tn, tk = t.tile
+    schedule, units, sms, k_blocks, feasible = t.schedule, t.units, t.sms, t.k_blocks, t.feasible
+    peak_per_sm = gpu.peak_flops(math_mode) * _fraction(gpu, math_mode) / gpu.sm_count * t.stage_eff * mainloop_factor
     if mainloop_factor < 1.0:
         reasons.append(f"{mainloop_reason} (x{mainloop_factor:.2f})")
     threads = 256 if schedule == "cooperative" else 128
@@ -225,14 +228,48 @@ def estimate_kernel(
         waves = float(_ceil_div(units, sms))
         t_mainloop_us = waves * t_unit_us
         wave_eff = units / (waves * sms) if waves else 0.0
-        fixup_splits = split
+        fixup_splits = t.split
         if wave_eff < 0.7:
             reasons.append(f"{units} work units on {sms} SMs: {waves:.0f} wave(s) at {wave_eff:.0%} occupancy")
+    return t_mainloop_us, waves, wave_eff, fixup_splits, feasible
+
+
+def estimate_kernel(
+    *,
+    name: str,
+    op: str,
+    dims: tuple[int, int, int, int],
+    math_mode: str,
+    config: Any,
+    gpu: GpuSpec,
+    operand_bytes_per_element: int,
+    dram_bytes: float,
+    epilogue_bytes_per_output: float,
+    groups: int = 1,
+    group_sizes: tuple[int, ...] | None = None,
+    mainloop_factor: float = 1.0,
+    mainloop_reason: str = "",
+) -> KernelEstimate:
+    """Estimate one kernel from its GEMM view and configuration (an ``ir.KernelConfig``).
+
+    ``dram_bytes``: operands, epilogue tensors and stores, once. ``epilogue_bytes_per_output``:
+    bytes the epilogue moves per output element (stores and full-size aux reads). ``groups``: a
+    grouped convolution's groups (N and the tiles are per group)."""
+    l, m, n, k = dims
+    reasons: list[str] = []
+    is_conv = op.startswith("conv")
+    if is_conv and groups > 1 and n // groups == 1:
+        return _estimate_depthwise(name, op, dims, math_mode, config, gpu, dram_bytes)
+    es = operand_bytes_per_element
+    t = _tiling(op, dims, config, gpu, es, groups, group_sizes, reasons)
+    (tm, tn, tk), schedule, cm, cn, sms = t.tile, t.schedule, t.cluster_m, t.cluster_n, t.sms
+    t_mainloop_us, waves, wave_eff, fixup_splits, feasible = _mainloop(t, math_mode, config, gpu, mainloop_factor,
+                                                                       mainloop_reason, reasons)
 
     # Operand traffic through L2 (multicast within a cluster), and DRAM.
     l2_bw = L2_BYTES_PER_CLOCK_PER_SM * gpu.sm_count * gpu.boost_clock_mhz * 1e6
-    a_reads = computed_macs / tn * es / max(cn, 1)
-    b_reads = computed_macs / tm * es / max(cm, 1)
+    a_reads = t.computed_macs / tn * es / max(cn, 1)
+    b_reads = t.computed_macs / tm * es / max(cm, 1)
     t_l2_us = (a_reads + b_reads) / l2_bw * 1e6
     partial_bytes = 0.0
     if fixup_splits > 1:
@@ -246,7 +283,7 @@ def estimate_kernel(
     # Epilogue per tile at its SM's share of DRAM bandwidth; how much of it is hidden depends on the schedule.
     tile_epilogue_bytes = tm * tn * epilogue_bytes_per_output
     t_epi_tile_us = tile_epilogue_bytes / (dram_bw / sms) * 1e6
-    epi_waves = waves if config.decomposition != "stream_k" else _ceil_div(tiles_mn, sms)
+    epi_waves = waves if config.decomposition != "stream_k" else _ceil_div(t.tiles_mn, sms)
     t_epilogue_us = epi_waves * t_epi_tile_us * EPILOGUE_EXPOSED[schedule]
 
     t_overlapped = _softmax([t_mainloop_us, t_l2_us, t_dram_us])
@@ -258,12 +295,12 @@ def estimate_kernel(
     t_us = t_overlapped + t_epilogue_us + t_reduction_us + t_launch_us
     if not feasible:
         reasons.append("infeasible configuration: ranked last")
-    flops = 2.0 * useful_macs
+    flops = 2.0 * t.useful_macs
     return KernelEstimate(
         name=name, op=op, dims=(l, m, n, k), math=math_mode, tile=(tm, tn, tk),
-        cluster=tuple(config.cluster), schedule=schedule, stages=stages,
-        decomposition=config.decomposition, split_k=split, tiles=tiles_mn, units=units,
-        waves=waves, wave_efficiency=wave_eff, padding_waste=padding_waste,
+        cluster=tuple(config.cluster), schedule=schedule, stages=t.stages,
+        decomposition=config.decomposition, split_k=t.split, tiles=t.tiles_mn, units=t.units,
+        waves=waves, wave_efficiency=wave_eff, padding_waste=t.padding_waste,
         t_mainloop_us=t_mainloop_us, t_l2_us=t_l2_us, t_dram_us=t_dram_us,
         t_epilogue_us=t_epilogue_us, t_reduction_us=t_reduction_us, t_launch_us=t_launch_us,
         t_us=t_us if feasible else math.inf,
@@ -272,7 +309,7 @@ def estimate_kernel(
     )
 
 
-# A depthwise conv (one output channel per group) runs as CUTLASS's direct SIMT kernel (emit_conv_grouped). Its grid
+# A depthwise conv (one output channel per group) runs as CUTLASS's direct SIMT kernel (cutlass.grouped_conv). Its grid
 # is (1, ceil(K / groups per CTA), split_k_slices): DepthwiseDirect2dConvIdentityThreadblockSwizzle puts the N*P*Q
 # output tiles on split_k_slices, which the emitter leaves at 1 unless MUCUTLASS_DEPTHWISE_SPLIT = on, so 3-4 CTAs
 # each walk every 8x8 output tile of their 64 channels in turn. Measured on an H200 (fp32, 3x3, stride 1): the step

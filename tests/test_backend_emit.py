@@ -6,7 +6,7 @@ import re
 
 from test_backend_programs import program
 
-from dsl_compiler.emit_cutlass import emit_kernel, emit_program
+from dsl_compiler.cutlass.emit import emit_kernel, emit_program
 
 
 def _one(name):
@@ -144,3 +144,36 @@ def test_unsupported_cases_name_the_kernel_and_hint_a_route():
         _, diags = emit_program(program(name))
         assert len(diags) == 1 and diags[0].code == "unsupported"
         assert needle in diags[0].hint, (name, diags[0].hint)
+
+
+def test_the_three_emitters_write_one_epilogue_expression_alike():
+    # one builder (cutlass.epilogue): the same store expression is the same C++ in the sm_90 conv's EVT functor, the
+    # grouped GEMM's and the CUTLASS 2.x grouped conv's output operator
+    bodies = []
+    for name in ("conv2d_bf16_bias_relu", "grouped_bf16_bias_relu", "grouped_conv2d_bf16_multi_group"):
+        _, e = _one(name)
+        assert [t.role for t in e.abi.tensors][3:] == ["col"], name
+        bodies.append(re.search(r"r\[i\] = (?:ElementOutput\()?(fmaxf\(\(v0 \+ v1\), 0\.f\))", e.source).group(1))
+    assert len(set(bodies)) == 1
+
+
+def test_an_epilogue_leaf_read_twice_is_one_evt_node_and_one_abi_tensor():
+    from dsl_compiler.parser import parse
+
+    text = MATRIX_GEMM.replace("store y: bf16 = acc", "store y: bf16 = acc * s[row] + relu(acc * s[row])")
+    prog, diags = parse(text)
+    assert not diags, diags
+    (e,), diags = emit_program(prog)
+    assert not diags
+    assert [t.role for t in e.abi.tensors] == ["a", "b", "d", "row"]
+    assert e.source.count("Sm90ColBroadcast<") == 1
+
+
+MATRIX_GEMM = """input x: bf16[256, 128]
+input s: bf16[256]
+param w: bf16[192, 128] = "fc.weight"
+kernel fc = gemm(x, w^T) {
+  store y: bf16 = acc
+}
+output y
+"""

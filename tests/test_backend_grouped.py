@@ -12,7 +12,7 @@ from test_backend_programs import MATRIX, program
 from dsl_compiler import build
 from dsl_compiler.checks import check_text
 from dsl_compiler.cutlass_runtime import CutlassError, grouped_call_args
-from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.cutlass.emit import emit_program
 from dsl_compiler.parser import parse
 
 

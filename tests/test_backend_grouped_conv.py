@@ -1,4 +1,4 @@
-"""Grouped and depthwise 2-D convolution in the CUTLASS backend (dsl_compiler.emit_conv_grouped): which CUTLASS
+"""Grouped and depthwise 2-D convolution in the CUTLASS backend (dsl_compiler.cutlass.grouped_conv): which CUTLASS
 2.x kernel each program becomes, what its epilogue reads, what is refused (with a hint), the C ABI the runtime
 calls, and (nvcc) that both kinds compile."""
 
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from dsl_compiler.checks import check
-from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.cutlass.emit import emit_program
 from dsl_compiler.parser import parse
 
 
@@ -88,7 +88,7 @@ def test_depthwise_accepts_tf32_and_computes_fp32_and_checks_allow_f32_math():
 
 
 def test_depthwise_stages_auto_fits_shared_memory_and_explicit_stages_are_kept():
-    from dsl_compiler.emit_conv_grouped import depthwise_plan
+    from dsl_compiler.cutlass.grouped_conv import depthwise_plan
 
     auto = depthwise_plan("f32", 256, 3, 3, (1, 1), (1, 1), "auto")
     assert auto["oh"] == 8 and auto["groups_per_cta"] == 64 and auto["stages"] >= 2 and auto["fixed"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from dsl_compiler.checks import check
-from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.cutlass.emit import emit_program
 from dsl_compiler.parser import parse
 
 
@@ -121,7 +121,7 @@ MATRIX: dict[str, str] = {
         "kernel k0 = grouped_gemm(x, w^T, group_sizes=(100, 60, 96)) {\n"
         "  math = tf32; tile = 64x128x32; schedule = pingpong; cluster = 2x1x1; stages = 4; raster = along_n; swizzle = 2\n"
         "  store y: f32 = acc * s[row] + g[scalar] * r - 0.25\n}\noutput y\n"),
-    # groups > 1: CUTLASS 2.x kernels (emit_conv_grouped). Depthwise: the direct SIMT conv, with stride and dilation as
+    # groups > 1: CUTLASS 2.x kernels (cutlass.grouped_conv). Depthwise: the direct SIMT conv, with stride and dilation as
     # template constants, and at run time (dilation 3); grouped: the Sm80 tensor-op group conv, one group per CTA
     # (K/groups = 32, tile N 32) and several (K/groups = 16, tile N 64)
     "depthwise_conv2d_relu6": (

@@ -18,7 +18,7 @@ import pytest
 from test_backend_programs import MATRIX, program
 
 from dsl_compiler import build
-from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.cutlass.emit import emit_program
 from dsl_compiler.parser import parse
 
 # Fails any unit holding a kernel with a 2x1x1 cluster (or $FAKE_NVCC_FAIL), the way nvcc fails on a bad static_assert.

@@ -41,7 +41,7 @@ def test_without_a_gpu_it_stops_with_one_line_and_writes_nothing(tmp_path, monke
 @pytest.mark.parametrize("name", list(bench_depthwise.SHAPES))
 def test_each_shape_is_one_depthwise_kernel_that_the_split_setting_changes(name, monkeypatch):
     from dsl_compiler.checks import check
-    from dsl_compiler.emit_cutlass import emit_program
+    from dsl_compiler.cutlass.emit import emit_program
 
     prog = bench_depthwise.program(name)
     n, c, h, w, _, _ = bench_depthwise.SHAPES[name]

@@ -160,7 +160,7 @@ output y
 
 
 def test_backend_limits_come_from_the_emitter():
-    pytest.importorskip("dsl_compiler.emit_cutlass")
+    pytest.importorskip("dsl_compiler.cutlass.emit")
     dw = """input x: f32[2, 16, 8, 8] channels_last
 param w: f32[32, 1, 3, 3] channels_last = "c.weight"
 kernel c = conv2d(x, w, padding=1, groups=16) { math = tf32; store y: f32 = acc }

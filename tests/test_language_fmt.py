@@ -177,7 +177,7 @@ EMITTED_SHA256 = {
 def test_emitted_cplusplus_of_the_examples_is_unchanged():
     import hashlib
 
-    from dsl_compiler.emit_cutlass import emit_program
+    from dsl_compiler.cutlass.emit import emit_program
 
     assert sorted(EMITTED_SHA256) == sorted(p.name for p in (ROOT / "examples").glob("*.mcu"))
     for name, expected in EMITTED_SHA256.items():

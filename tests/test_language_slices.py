@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from dsl_compiler import check_text, interpreter, parse, printer
 from dsl_compiler.cutlass_runtime import conv_call_args, gemm_call_args
-from dsl_compiler.emit_cutlass import emit_program
+from dsl_compiler.cutlass.emit import emit_program
 
 # A fire module's two expands: a 1x1 conv as a GEMM over NHWC rows and a 3x3 conv, into one 48-channel tensor
 FIRE = """input x: f32[2, 16, 8, 8]

@@ -51,7 +51,7 @@ def test_conv_proposals_keep_the_conv_schedule():
 
 
 def test_grouped_conv_tiles_fit_the_channels_per_group_and_depthwise_leaves_the_tile_to_the_kernel():
-    from dsl_compiler.emit_cutlass import emit_program
+    from dsl_compiler.cutlass.emit import emit_program
 
     problem, program = traced("29_grouped_conv2d")
     kernel = program.kernels[0]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dsl_compiler.checks import check_text, load_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +57,15 @@ def test_a_declared_dimension_of_2_to_the_62_is_refused_where_it_is_written():
     errs = errors(text)
     assert len(errs) == 1 and errs[0].code == "size" and errs[0].span.line == 2
     assert "'x'" in errs[0].message and "device memory" in errs[0].message and errs[0].hint
+
+
+@pytest.mark.parametrize("digits", [310, 320, 1000, 5000])
+def test_a_dimension_of_hundreds_or_thousands_of_digits_is_a_located_size_error(digits):
+    # past a float (about 309 digits) the byte count, past 4300 digits Python's int conversion, fails unless handled
+    text = (f"program bomb\ninput x: f32[{'9' * digits}, 64]\nparam w: f32[32, 64] = \"fc.weight\"\n"
+            "kernel k = gemm(x, w^T) { math = tf32; store y: f32 = acc }\noutput y\n")
+    errs = errors(text)
+    assert len(errs) == 1 and errs[0].code == "size" and errs[0].span.line == 2 and errs[0].hint
 
 
 def test_a_torch_step_past_device_memory_is_refused():

@@ -8,29 +8,38 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsl_compiler.frontend.reference import ParamRef
+from dsl_compiler.ops import EPILOGUE_OPS, OPS, EpilogueOp
 
 
 DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16"}
 
-# name -> (IR form, fn, literal params)
-_UNARY = {
-    "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "silu": "silu", "mish": "mish", "exp": "exp",
-    "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "neg": "neg", "square": "square",
-    "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "negative": "neg",
-}
-_BINARY = {
-    "add": "add", "iadd": "add", "sub": "sub", "isub": "sub", "rsub": "rsub", "mul": "mul", "imul": "mul",
-    "truediv": "div", "itruediv": "div", "div": "div", "multiply": "mul", "subtract": "sub", "divide": "div",
-    "minimum": "min", "maximum": "max", "pow": "pow",
-}
 _ALIASES = {"clone", "detach", "contiguous", "identity", "alias", "_assert_tensor_metadata"}
 TRANSPOSES = {"t", "transpose", "permute", "T", "mT", "swapaxes", "swapdims"}
 _REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min"}
 
-_MODULE_UNARY = {
-    "ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Mish": "mish",
-    "Hardswish": "hardswish", "Hardsigmoid": "hardsigmoid",
-}
+# The op table's functions by their traced names (dsl_compiler.ops). Of one tensor: name -> the functions it can be
+# (gelu: gelu or gelu_tanh, by its approximate argument); clamp's calls are read apart (one bound is max or min).
+def _one_tensor_functions() -> dict[str, list[EpilogueOp]]:
+    found: dict[str, list[EpilogueOp]] = {}
+    for op in EPILOGUE_OPS:
+        if op.form != "binary" and op.name != "clamp":
+            for name in op.traced:
+                found.setdefault(name, []).append(op)
+    return found
+
+
+_ONE_TENSOR = _one_tensor_functions()
+_PRESETS = {name: (op.name, params) for op in EPILOGUE_OPS for name, params in op.presets}
+_CLAMPS = (*OPS["clamp"].traced, "clamp_min", "clamp_max")
+# Of two: a name that is a reduction too (torch.max(x, 1)) is the binary function only between two tensors;
+# rsub(x, c) is c - x, sub with its operands swapped.
+_BINARY = {name: op.name for op in EPILOGUE_OPS if op.form == "binary" for name in op.traced if name not in _REDUCTIONS}
+_BINARY["rsub"] = "rsub"
+_BINARY_OR_REDUCTION = {name: op.name for op in EPILOGUE_OPS if op.form == "binary" for name in op.traced
+                        if name in _REDUCTIONS}
+# nn modules: by class name; a parameterised function by isinstance, since a subclass carries its parameters
+# (ReLU6 is a Hardtanh)
+_MODULE_OPS = tuple(op for op in EPILOGUE_OPS if op.modules)
 
 
 @dataclass
@@ -130,29 +139,10 @@ def _select_index(index) -> tuple[int, int] | None:
 
 
 def normalize(node, gm, state) -> Op:
-    import torch.fx
-
-    if node.op == "placeholder":
-        return Op(node, "input", "input", name=node.name)
-    if node.op == "output":
-        return Op(node, "output", "output")
-    if node.op == "get_attr":
-        key = str(node.target)
-        if key in state:
-            return Op(node, "param", f"self.{key}", operands=[ParamRef(key)])
-        return Op(node, "unsupported", f"self.{key}", reason="a tensor attribute outside state_dict cannot be bound as a param")
+    if node.op in ("placeholder", "output", "get_attr"):
+        return _normalize_leaf(node, state)
     if node.op == "call_module" and str(node.target) in (getattr(gm, "_mucutlass_opaque", None) or {}):
-        # a submodule torch.fx cannot follow: the model's own module, one named step (its output's shape with it)
-        tm = node.meta.get("tensor_meta")
-        module = gm.get_submodule(node.target)
-        readable = f"{type(module).__name__} ({node.target})"
-        if not hasattr(tm, "shape") or node.kwargs:
-            return Op(node, "unsupported", readable,
-                      reason=f"{gm._mucutlass_opaque[node.target]}; kept whole it would need one tensor output and "
-                             "positional tensor inputs")
-        return Op(node, "torch", readable, name="module", torch_fn="module", torch_args=list(node.args),
-                  torch_kwargs={"path": str(node.target), "shape": tuple(tm.shape)},
-                  reason=f"{gm._mucutlass_opaque[node.target]}: kept as one PyTorch step")
+        return _normalize_opaque_module(node, gm)
     if node.op == "call_module":
         return _normalize_module(node, gm.get_submodule(node.target))
     name, readable = _target_name(node)
@@ -171,143 +161,210 @@ def normalize(node, gm, state) -> Op:
         else:
             op.kind, op.reason = "unsupported", f"attribute .{attr}"
             return op
-    if name == "getitem":
-        op.kind, op.operands, op.index = "getitem", [args[0]], args[1] if isinstance(args[1], int) else -1
-        source_meta = args[0].meta.get("tensor_meta") if isinstance(args[0], torch.fx.Node) else None
-        if hasattr(source_meta, "shape"):
-            picked = _select_index(args[1])
-            if picked is not None:  # x[:, t]: one index of one dim
-                op.kind, op.torch_fn, op.torch_args, op.torch_kwargs = "torch", "select", [args[0], *picked], {}
-                return op
-            op.kind, op.reason = "unsupported", "indexing a tensor other than x[..., i] (one integer index of one dim) has no program form"
-        elif op.index < 0:
-            op.kind, op.reason = "unsupported", "indexing by slices has no μCUTLASS form"
-        return op
-    if name in _ALIASES or (name == "dropout" and _dropout_is_identity(args, kwargs)):
+    for read in _CALL_READERS:  # the first that knows the call
+        if read(op, name, args, kwargs):
+            return op
+    return op
+
+
+def _normalize_leaf(node, state) -> Op:
+    """A forward() argument, the output, or a tensor attribute of the model."""
+    if node.op == "placeholder":
+        return Op(node, "input", "input", name=node.name)
+    if node.op == "output":
+        return Op(node, "output", "output")
+    key = str(node.target)
+    if key in state:
+        return Op(node, "param", f"self.{key}", operands=[ParamRef(key)])
+    return Op(node, "unsupported", f"self.{key}", reason="a tensor attribute outside state_dict cannot be bound as a param")
+
+
+def _normalize_opaque_module(node, gm) -> Op:
+    """A submodule torch.fx cannot follow: the model's own module, one named step (its output's shape with it)."""
+    tm = node.meta.get("tensor_meta")
+    module = gm.get_submodule(node.target)
+    readable = f"{type(module).__name__} ({node.target})"
+    if not hasattr(tm, "shape") or node.kwargs:
+        return Op(node, "unsupported", readable,
+                  reason=f"{gm._mucutlass_opaque[node.target]}; kept whole it would need one tensor output and "
+                         "positional tensor inputs")
+    return Op(node, "torch", readable, name="module", torch_fn="module", torch_args=list(node.args),
+              torch_kwargs={"path": str(node.target), "shape": tuple(tm.shape)},
+              reason=f"{gm._mucutlass_opaque[node.target]}: kept as one PyTorch step")
+
+
+# Readers of a call_function / call_method node, tried in order: each fills in ``op`` and returns True when the call
+# is its kind, else returns False and leaves ``op`` as it is.
+
+def _read_getitem(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    import torch.fx
+
+    if name != "getitem":
+        return False
+    op.kind, op.operands, op.index = "getitem", [args[0]], args[1] if isinstance(args[1], int) else -1
+    source_meta = args[0].meta.get("tensor_meta") if isinstance(args[0], torch.fx.Node) else None
+    if hasattr(source_meta, "shape"):
+        picked = _select_index(args[1])
+        if picked is not None:  # x[:, t]: one index of one dim
+            op.kind, op.torch_fn, op.torch_args, op.torch_kwargs = "torch", "select", [args[0], *picked], {}
+            return True
+        op.kind, op.reason = "unsupported", "indexing a tensor other than x[..., i] (one integer index of one dim) has no program form"
+    elif op.index < 0:
+        op.kind, op.reason = "unsupported", "indexing by slices has no μCUTLASS form"
+    return True
+
+
+def _read_alias(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    if name in _ALIASES or (name == "dropout" and _dropout_is_identity(args, kwargs)) or (
+            name == "to" and not kwargs and len(args) == 1):
         op.kind, op.operands = "alias", [args[0]]
-        return op
-    if name == "to" and not kwargs and len(args) == 1:
-        op.kind, op.operands = "alias", [args[0]]
-        return op
+        return True
+    return False
+
+
+def _read_gemm(op: Op, name: str, args: list, kwargs: dict) -> bool:
     if name in ("linear",):
         op.kind, op.operands = "gemm", [args[0], _arg(args, kwargs, 1, "weight")]
         op.b_t = True
         op.bias = _arg(args, kwargs, 2, "bias")
-        return op
-    if name in ("matmul", "mm", "bmm"):
+    elif name in ("matmul", "mm", "bmm"):
         op.kind, op.operands = "gemm", [args[0], _arg(args, kwargs, 1, "other", _arg(args, kwargs, 1, "mat2"))]
-        return op
-    if name in ("addmm", "baddbmm"):
+    elif name in ("addmm", "baddbmm"):
         op.kind = "gemm"
         op.operands = [_arg(args, kwargs, 1, "mat1", _arg(args, kwargs, 1, "batch1")), _arg(args, kwargs, 2, "mat2", _arg(args, kwargs, 2, "batch2"))]
         op.bias = args[0]
         op.beta = float(kwargs.get("beta", 1.0))
         op.alpha = float(kwargs.get("alpha", 1.0))
-        return op
-    if name == "batch_norm" and getattr(node.target, "__module__", "") == "torch.nn.functional":
-        return _normalize_functional_batch_norm(op, args, kwargs)
-    if name == "einsum":
-        return _normalize_einsum(op, args)
-    if name in ("conv1d", "conv2d", "conv3d"):
-        dims = int(name[4])
-        padding = _arg(args, kwargs, 4, "padding", 0)
-        op.kind = "conv"
-        op.operands = [args[0], _arg(args, kwargs, 1, "weight")]
-        op.bias = _arg(args, kwargs, 2, "bias")
-        op.conv = dict(
-            dims=dims,
-            stride=_tuple(_arg(args, kwargs, 3, "stride", 1), dims),
-            padding=padding if isinstance(padding, str) else _tuple(padding, dims),
-            dilation=_tuple(_arg(args, kwargs, 5, "dilation", 1), dims),
-            groups=int(_arg(args, kwargs, 6, "groups", 1)),
-        )
-        return op
-    if name in _UNARY:
-        op.kind, op.fn, op.operands = "ew", _UNARY[name], [args[0]]
-        return op
-    if name == "gelu":
-        approx = _arg(args, kwargs, 1, "approximate", "none")
-        op.kind, op.fn, op.operands = "ew", ("gelu_tanh" if approx == "tanh" else "gelu"), [args[0]]
-        return op
-    if name == "softplus":
-        beta, threshold = _arg(args, kwargs, 1, "beta", 1), _arg(args, kwargs, 2, "threshold", 20)
-        if beta == 1 and threshold == 20:
-            op.kind, op.fn, op.operands = "ew", "softplus", [args[0]]
-        else:
-            op.reason = "softplus with beta != 1 or threshold != 20"
-        return op
-    if name in ("leaky_relu",):
-        op.kind, op.fn, op.operands = "ew", "leaky_relu", [args[0]]
-        op.params = (float(_arg(args, kwargs, 1, "negative_slope", 0.01)),)
-        return op
-    if name == "elu":
-        op.kind, op.fn, op.operands = "ew", "elu", [args[0]]
-        op.params = (float(_arg(args, kwargs, 1, "alpha", 1.0)),)
-        return op
-    if name in ("hardtanh", "relu6"):
-        lo = -1.0 if name == "hardtanh" else 0.0
-        hi = 1.0 if name == "hardtanh" else 6.0
-        if name == "hardtanh":
-            lo, hi = float(_arg(args, kwargs, 1, "min_val", lo)), float(_arg(args, kwargs, 2, "max_val", hi))
-        op.kind, op.fn, op.operands, op.params = "ew", "hardtanh", [args[0]], (lo, hi)
-        return op
-    if name in ("clamp", "clip", "clamp_min", "clamp_max"):
-        lo = _arg(args, kwargs, 1, "min") if name != "clamp_max" else None
-        hi = _arg(args, kwargs, 2, "max") if name == "clamp" or name == "clip" else None
-        if name == "clamp_max":
-            hi = _arg(args, kwargs, 1, "max")
-        if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
-            op.reason = "clamp with tensor bounds"
-            return op
-        op.kind, op.operands = "ew", [args[0]]
-        if lo is not None and hi is not None:
-            op.fn, op.params = "clamp", (float(lo), float(hi))
-        elif lo is not None:
-            op.fn, op.operands = "max", [args[0], float(lo)]
-        elif hi is not None:
-            op.fn, op.operands = "min", [args[0], float(hi)]
-        else:
-            op.kind = "alias"
-        return op
-    if name in _BINARY or name in ("max", "min") and _is_binary_minmax(args, kwargs):
-        if name in ("add", "sub") and ("alpha" in kwargs or len(args) > 2):
-            op.reason = f"{name} with alpha"
-            return op
-        fn = _BINARY.get(name, name)
-        lhs, rhs = args[0], _arg(args, kwargs, 1, "other")
-        if fn == "rsub":
-            fn, lhs, rhs = "sub", rhs, lhs
-        if name == "div" and kwargs.get("rounding_mode") is not None:
-            op.reason = "division with a rounding mode"
-            return op
-        op.kind, op.fn, op.operands = "ew", fn, [lhs, rhs]
-        if not isinstance(lhs, torch.fx.Node) and isinstance(rhs, torch.fx.Node):
-            # PyTorch functions take the tensor first: 2 * x -> mul(x, 2), 1 - x -> rsub(x, 1)
-            swapped = {"add": "add", "mul": "mul", "sub": "rsub", "min": "clamp_max", "max": "clamp_min"}
-            if fn in swapped:
-                op.torch_fn, op.torch_args, op.torch_kwargs = swapped[fn], [rhs, lhs], {}
-        elif fn in ("min", "max") and not isinstance(rhs, torch.fx.Node):
-            op.torch_fn = "clamp_max" if fn == "min" else "clamp_min"
-        if fn == "pow" and rhs == 2:
-            op.fn, op.operands = "square", [lhs]
-        return op
-    if name in _REDUCTIONS:
-        dim = _arg(args, kwargs, 1, "dim")
-        keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
-        if isinstance(dim, (list, tuple)) and len(dim) == 1:
-            dim = dim[0]
-        if isinstance(dim, int) and not kwargs.get("dtype"):
-            op.kind, op.fn, op.operands, op.dim, op.keepdim = "reduce", _REDUCTIONS[name], [args[0]], dim, keepdim
-            op.index = 1 if name in ("max", "min") else 0  # torch.max(x, dim) returns (values, indices)
-        else:
-            op.reason = f"{name} over several dims or all elements"
-        return op
-    if name in TRANSPOSES:
-        op.kind = "torch"
-        op.fn = "transpose"
-        op.operands = [args[0]]
-        return op
-    return op
+    elif name == "einsum":
+        _normalize_einsum(op, args)
+    else:
+        return False
+    return True
+
+
+def _read_batch_norm(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    if name == "batch_norm" and getattr(op.node.target, "__module__", "") == "torch.nn.functional":
+        _normalize_functional_batch_norm(op, args, kwargs)
+        return True
+    return False
+
+
+def _read_conv(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    if name not in ("conv1d", "conv2d", "conv3d"):
+        return False
+    dims = int(name[4])
+    padding = _arg(args, kwargs, 4, "padding", 0)
+    op.kind = "conv"
+    op.operands = [args[0], _arg(args, kwargs, 1, "weight")]
+    op.bias = _arg(args, kwargs, 2, "bias")
+    op.conv = dict(
+        dims=dims,
+        stride=_tuple(_arg(args, kwargs, 3, "stride", 1), dims),
+        padding=padding if isinstance(padding, str) else _tuple(padding, dims),
+        dilation=_tuple(_arg(args, kwargs, 5, "dilation", 1), dims),
+        groups=int(_arg(args, kwargs, 6, "groups", 1)),
+    )
+    return True
+
+
+def _read_elementwise(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    """A call of an op-table function of one tensor: its literal parameters read by keyword or position, its options
+    (gelu's approximate) choosing the function; a call with other options stays a PyTorch step."""
+    if name in _PRESETS:
+        fn, params = _PRESETS[name]
+        op.kind, op.fn, op.operands, op.params = "ew", fn, [args[0]], params
+        return True
+    candidates = _ONE_TENSOR.get(name)
+    if not candidates:
+        return False
+    for eop in candidates:
+        if all(_arg(args, kwargs, a.position, a.key, a.default) == value for a, value in eop.options):
+            op.kind, op.fn, op.operands = "ew", eop.name, [args[0]]
+            op.params = tuple(float(_arg(args, kwargs, p.position, p.key, p.default)) for p in eop.params)
+            return True
+    op.reason = f"{name} with " + " or ".join(f"{a.key} != {value}" for a, value in candidates[0].options)
+    return True
+
+
+def _read_clamp(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    """clamp / clip with both bounds: the clamp function; one bound: max or min with a number; none: an alias."""
+    import torch.fx
+
+    if name not in _CLAMPS:
+        return False
+    lo = _arg(args, kwargs, 1, "min") if name != "clamp_max" else None
+    hi = _arg(args, kwargs, 2, "max") if name in OPS["clamp"].traced else None
+    if name == "clamp_max":
+        hi = _arg(args, kwargs, 1, "max")
+    if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
+        op.reason = "clamp with tensor bounds"
+        return True
+    op.kind, op.operands = "ew", [args[0]]
+    if lo is not None and hi is not None:
+        op.fn, op.params = "clamp", (float(lo), float(hi))
+    elif lo is not None:
+        op.fn, op.operands = "max", [args[0], float(lo)]
+    elif hi is not None:
+        op.fn, op.operands = "min", [args[0], float(hi)]
+    else:
+        op.kind = "alias"
+    return True
+
+
+def _read_binary(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    import torch.fx
+
+    if not (name in _BINARY or name in _BINARY_OR_REDUCTION and _is_binary_minmax(args, kwargs)):
+        return False
+    if name in ("add", "sub") and ("alpha" in kwargs or len(args) > 2):
+        op.reason = f"{name} with alpha"
+        return True
+    fn = {**_BINARY, **_BINARY_OR_REDUCTION}[name]
+    lhs, rhs = args[0], _arg(args, kwargs, 1, "other")
+    if fn == "rsub":
+        fn, lhs, rhs = "sub", rhs, lhs
+    if name == "div" and kwargs.get("rounding_mode") is not None:
+        op.reason = "division with a rounding mode"
+        return True
+    op.kind, op.fn, op.operands = "ew", fn, [lhs, rhs]
+    if not isinstance(lhs, torch.fx.Node) and isinstance(rhs, torch.fx.Node):
+        # PyTorch functions take the tensor first: 2 * x -> mul(x, 2), 1 - x -> rsub(x, 1)
+        swapped = {"add": "add", "mul": "mul", "sub": "rsub", "min": "clamp_max", "max": "clamp_min"}
+        if fn in swapped:
+            op.torch_fn, op.torch_args, op.torch_kwargs = swapped[fn], [rhs, lhs], {}
+    elif fn in ("min", "max") and not isinstance(rhs, torch.fx.Node):
+        op.torch_fn = "clamp_max" if fn == "min" else "clamp_min"
+    if fn == "pow" and rhs == 2:
+        op.fn, op.operands = "square", [lhs]
+    return True
+
+
+def _read_reduction(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    if name not in _REDUCTIONS:
+        return False
+    dim = _arg(args, kwargs, 1, "dim")
+    keepdim = bool(_arg(args, kwargs, 2, "keepdim", False))
+    if isinstance(dim, (list, tuple)) and len(dim) == 1:
+        dim = dim[0]
+    if isinstance(dim, int) and not kwargs.get("dtype"):
+        op.kind, op.fn, op.operands, op.dim, op.keepdim = "reduce", _REDUCTIONS[name], [args[0]], dim, keepdim
+        op.index = 1 if name in ("max", "min") else 0  # torch.max(x, dim) returns (values, indices)
+    else:
+        op.reason = f"{name} over several dims or all elements"
+    return True
+
+
+def _read_transpose(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    if name not in TRANSPOSES:
+        return False
+    op.kind = "torch"
+    op.fn = "transpose"
+    op.operands = [args[0]]
+    return True
+
+
+_CALL_READERS = (_read_getitem, _read_alias, _read_gemm, _read_batch_norm, _read_conv, _read_elementwise, _read_clamp,
+                 _read_binary, _read_reduction, _read_transpose)
 
 
 def _normalize_functional_batch_norm(op: Op, args, kwargs) -> Op:
@@ -427,40 +484,19 @@ def _normalize_module(node, module) -> Op:
     if isinstance(module, (nn.Identity,)) or (isinstance(module, nn.Dropout) and (module.p == 0 or not module.training)):
         op.kind, op.operands = "alias", [x]
         return op
-    if cls in _MODULE_UNARY:
-        op.kind, op.fn, op.operands = "ew", _MODULE_UNARY[cls], [x]
-        op.name = op.torch_fn = _MODULE_UNARY[cls]
-        op.torch_args = [x]
-        return op
-    simple: dict[str, tuple[str, tuple[float, ...]]] = {}
-    if isinstance(module, nn.GELU):
-        simple[cls] = ("gelu_tanh" if module.approximate == "tanh" else "gelu", ())
-    elif isinstance(module, nn.LeakyReLU):
-        simple[cls] = ("leaky_relu", (float(module.negative_slope),))
-    elif isinstance(module, nn.Hardtanh):  # ReLU6 is a Hardtanh
-        simple[cls] = ("hardtanh", (float(module.min_val), float(module.max_val)))
-    elif isinstance(module, nn.ELU):
-        simple[cls] = ("elu", (float(module.alpha),))
-    elif isinstance(module, nn.Softplus) and module.beta == 1 and module.threshold == 20:
-        simple[cls] = ("softplus", ())
-    if cls in simple:
-        fn, params = simple[cls]
-        op.kind, op.fn, op.params, op.operands = "ew", fn, params, [x]
-        op.name = fn
-        op.torch_fn, op.torch_args = fn, [x]
-        if fn == "gelu_tanh":
-            op.torch_fn, op.torch_kwargs = "gelu", {"approximate": "tanh"}
-        elif fn == "leaky_relu":
-            op.torch_kwargs = {"negative_slope": params[0]}
-        elif fn == "hardtanh":
-            op.torch_kwargs = {"min_val": params[0], "max_val": params[1]}
-        elif fn == "elu":
-            op.torch_kwargs = {"alpha": params[0]}
+    found = _module_function(module)
+    if found is not None:
+        eop, params = found
+        op.kind, op.fn, op.params, op.operands = "ew", eop.name, params, [x]
+        op.name = eop.name
+        op.torch_fn, op.torch_args = eop.torch[0], [x]
+        op.torch_kwargs = {**{arg.key: v for arg, v in zip(eop.params, params)},
+                           **{arg.key: v for arg, v in eop.options if v != arg.default}}
         return op
     # no kernel form: the functional equivalent as a PyTorch step
     op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p)
     if isinstance(module, nn.modules.batchnorm._BatchNorm):
-        # folded into the kernel before it where it can be (lower.Lowering.try_fold_batch_norm), else the step
+        # folded into the kernel before it where it can be (passes.folding.try_fold_batch_norm), else the step
         batch_stats = module.training or not module.track_running_stats
         op.kind, op.operands = "batch_norm", [x]
         op.batch_norm = dict(weight=p("weight"), bias=p("bias"), eps=float(module.eps), batch_stats=batch_stats,
@@ -474,6 +510,21 @@ def _normalize_module(node, module) -> Op:
     else:
         op.reason = f"nn.{cls} has no μCUTLASS kernel form"
     return op
+
+
+def _module_function(module) -> tuple[EpilogueOp, tuple[float, ...]] | None:
+    """The op-table function an nn module computes, with its parameters (the module's attributes), else None."""
+    import torch.nn as nn
+
+    for eop in _MODULE_OPS:
+        if eop.params or eop.options:
+            if not isinstance(module, tuple(getattr(nn, m) for m in eop.modules)):
+                continue
+            if all(getattr(module, a.key) == value for a, value in eop.options):
+                return eop, tuple(float(getattr(module, p.key)) for p in eop.params)
+        elif type(module).__name__ in eop.modules:
+            return eop, ()
+    return None
 
 
 def _module_functional(m, x, p):

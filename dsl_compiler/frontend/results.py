@@ -45,7 +45,7 @@ class TraceOptions(BaseModel):
     kmajor: tuple[str, ...] = ()
     math: Literal["f16", "bf16"] | None = None
     # BatchNorm after a GEMM or conv kernel: "auto" folds running statistics into the kernel always, and batch
-    # statistics where a second pass of the kernel pays (lower.Lowering.second_pass_pays); "fold" wherever it
+    # statistics where a second pass of the kernel pays (passes.folding.second_pass_pays); "fold" wherever it
     # can; "step" leaves every BatchNorm to a PyTorch step
     batch_norm: Literal["auto", "fold", "step"] = "auto"
     # misaligned GEMM K / N / M and conv channels: zero-padded operands (params once, when bound; other

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic, kernels_named
-from dsl_compiler.frontend.lower import Lowering
-from dsl_compiler.frontend.reference import LoadedReference, TraceError, Traced, build_and_trace, load_reference
+from dsl_compiler.frontend.lower import lower
+from dsl_compiler.frontend.reference import TraceError, build_and_trace, load_reference
 from dsl_compiler.frontend.results import TraceOptions, TraceResult
 from dsl_compiler.ir import Acc, Kernel
 
@@ -71,15 +71,3 @@ def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback
 
 def _has_epilogue(kernel: Kernel) -> bool:
     return bool(kernel.lets) or any(not isinstance(s.expr, Acc) for s in kernel.stores)
-
-
-def lower(traced: Traced, options: TraceOptions, ref: LoadedReference, why: dict[str, str] | None = None) -> TraceResult:
-    lowering = Lowering(traced, options, ref, why)
-    try:
-        return lowering.run()
-    except Exception as exc:  # keep the promise: a value, never a traceback
-        return TraceResult(
-            program=None,
-            coverage=[lowering.coverage[n] for n in lowering.nodes if n in lowering.coverage],
-            diagnostics=[Diagnostic(code="trace", message=f"lowering failed: {type(exc).__name__}: {exc}", hint="write the program by hand")],
-        )

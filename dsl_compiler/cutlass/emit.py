@@ -26,25 +26,21 @@ from dataclasses import dataclass
 
 from dsl_compiler import shapes
 from dsl_compiler.diagnostics import Diagnostic
-from dsl_compiler.emit_common import (
+from dsl_compiler.cutlass.common import (
     AbiTensor,
     CONV_INTS,
     CPP_ELEMENT,
     ELEMENT_BITS,
     EmitError,
     EmittedKernel,
-    ExprWriter,
     GEMM_INCLUDES,
-    HELPERS,
     KernelAbi,
     MU_FAIL,
+    MU_SM_COUNT,
     PREAMBLE,
     acc_element,
     alignment,
-    compute_functor,
     cute_shape,
-    evt_leaves,
-    inline_lets,
     math_for,
     namespace_for,
     require_operands,
@@ -52,6 +48,8 @@ from dsl_compiler.emit_common import (
     stage_count,
     unsupported,
 )
+from dsl_compiler.cutlass.epilogue import FUSION, EpilogueBuilder, compute_functor, ptr
+from dsl_compiler.ops import CPP_HELPERS
 from dsl_compiler.ir import (
     ConvOp,
     GemmOp,
@@ -110,17 +108,8 @@ class _Epilogue:
     scalars: list[float]
 
 
-def _ptr(i: int, dtype: str, const: bool = True) -> str:
-    c = "const " if const else ""
-    return f"reinterpret_cast<{c}{CPP_ELEMENT[dtype]}*>(ptrs[{i}])"
-
-
-def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_ptr: int, ints: list[str],
-                    transposed: bool = False) -> _Epilogue:
-    """The kernel's stores as one Sm90EVT tree. ``transposed``: the kernel computes D^T (CUTLASS swaps A and B
-    for a tf32 GEMM whose B is N-major), so the tree indexes output rows by N and columns by M."""
-    lets = {let.name: let.expr for let in kernel.lets}
-    stores = [Store(name=s.name, dtype=s.dtype, expr=inline_lets(s.expr, lets), span=s.span) for s in kernel.stores]
+def _check_stores(kernel: Kernel, stores: list[Store], conv: bool) -> Store:
+    """What the sm_90 GEMM and conv epilogues take; returns the first full store (D)."""
     full = [s for s in stores if not isinstance(s.expr, Reduce)]
     if not full:
         raise unsupported(kernel, "every store is a reduction; the kernel needs one full output",
@@ -137,129 +126,111 @@ def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_pt
     if any(isinstance(s.expr, Reduce) for s in stores) and kernel.config.decomposition != "data_parallel":
         raise unsupported(kernel, "a row/column reduction together with split-K or stream-K",
                            "use decomposition = data_parallel for kernels with reductions", span=kernel.span)
+    return full[0]
 
-    tensors: list[AbiTensor] = []
-    leaf_nodes: dict[tuple, tuple[str, str]] = {}  # leaf key -> (type, args)
-    src_name: str | None = None
-    src_index: int | None = None
-    scalars: list[float] = []
-    functors: list[str] = []
-    tile_t = "TileShape"
-    # A full-size tensor [M, N] with leading dimension ld: element (m, n) at m * ld + n.
-    full_stride_t = "cute::Stride<cute::_1, int64_t, int64_t>" if transposed else "cute::Stride<int64_t, cute::_1, int64_t>"
 
-    def full_stride(ld: int, bs: int) -> str:
-        if transposed:
+class _Sm90Leaves:
+    """The EVT leaves of the sm_90 GEMM and conv epilogues. ``transposed``: the kernel computes D^T (CUTLASS swaps A
+    and B for a tf32 GEMM whose B is N-major), so the tree indexes output rows by N and columns by M. Strides the
+    leaves read at run time extend ``ints``, the ABI's."""
+
+    def __init__(self, conv: bool, transposed: bool, ints: list[str]):
+        self.conv = conv
+        self.transposed = transposed
+        self.ints = ints
+        self.src: tuple[str, int] | None = None  # (name, pointer index) of the source tensor C
+        # A full-size tensor [M, N] with leading dimension ld: element (m, n) at m * ld + n.
+        self.full_stride_t = "cute::Stride<cute::_1, int64_t, int64_t>" if transposed else "cute::Stride<int64_t, cute::_1, int64_t>"
+
+    def full_stride(self, ld: int, bs: int) -> str:
+        if self.transposed:
             return f"{{cute::_1{{}}, I({ld}), I({bs})}}"
         return f"{{I({ld}), cute::_1{{}}, I({bs})}}"
 
-    def add_tensor(t: AbiTensor) -> int:
-        tensors.append(t)
-        return first_ptr + len(tensors) - 1
-
-    def leaf(key, span) -> tuple[str, str]:
-        nonlocal src_name, src_index
-        if key in leaf_nodes:
-            return leaf_nodes[key]
-        if key == ("acc",):
-            node = ("cutlass::epilogue::fusion::Sm90AccFetch", "{}")
-        else:
-            _, name, index = key
-            if name not in dtypes:
-                raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': epilogue reads '{name}', which is not defined", span=span,
-                                           hint="declare it as an input or param, or store it in an earlier kernel"))
-            dt = dtypes[name]
-            el = CPP_ELEMENT[dt]
-            if index == "full" and src_name is None:
-                src_name = name
-                src_index = add_tensor(AbiTensor(name, "src", dt))
-                node = (f"cutlass::epilogue::fusion::Sm90SrcFetch<{el}>", "{}")
-            elif index == "full":
-                if conv:
-                    raise unsupported(kernel, f"a second full-size input '{name}' in a convolution epilogue",
-                                       "a conv epilogue reads at most one full tensor; add the rest in a later step", span=span)
-                i = add_tensor(AbiTensor(name, "aux", dt))
-                ints.extend([f"p{i}.ld", f"p{i}.bs"])
-                node = (
-                    f"cutlass::epilogue::fusion::Sm90AuxLoad<0, {tile_t}, {el}, {full_stride_t}, void, void, {128 // ELEMENT_BITS[dt]}>",
-                    f"{{{_ptr(i, dt)}, {el}(0), {full_stride(len(ints) - 2, len(ints) - 1)}}}",
-                )
-            elif index == "col" and conv:  # one value per output channel: CUTLASS's row broadcast
-                i = add_tensor(AbiTensor(name, "col", dt))
-                node = (f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_0, cute::_1, cute::_0>, 1>",
-                        f"{{{_ptr(i, dt)}, {el}(0), {{}}}}")
-            elif index in ("col", "row"):
-                # b[col]: one value per output column (length N), CUTLASS's row broadcast; b[row]: one per output
-                # row (length M), its column broadcast. A transposed tree swaps the two.
-                if conv:
-                    raise unsupported(kernel, f"a per-row vector '{name}[row]' in a convolution epilogue",
-                                       "conv rows are output pixels; use a per-channel vector `b[col]` or a torch step", span=span)
-                i = add_tensor(AbiTensor(name, index, dt))
-                ints.append(f"p{i}.bs")
-                if (index == "col") != transposed:
-                    node = (f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>",
-                            f"{{{_ptr(i, dt)}, {el}(0), {{cute::_0{{}}, cute::_1{{}}, I({len(ints) - 1})}}}}")
-                else:
-                    node = (f"cutlass::epilogue::fusion::Sm90ColBroadcast<0, {tile_t}, {el}, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>",
-                            f"{{{_ptr(i, dt)}, {el}(0), {{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}}}")
-            else:  # scalar: a one-element tensor
-                i = add_tensor(AbiTensor(name, "scalar", dt))
-                node = (f"cutlass::epilogue::fusion::Sm90ScalarBroadcast<{el}>",
-                        f"{{{{{el}(0)}}, {{{_ptr(i, dt)}}}, {{}}}}")
-        leaf_nodes[key] = node
-        return node
-
-    def compute_tree(expr, out_el: str, fname: str, span) -> tuple[str, str]:
-        keys = evt_leaves(expr, [])
-        nodes = [leaf(k, span) for k in keys]
-        w = ExprWriter(keys, scalars)
-        body = w.write(expr)
-        functors.append(compute_functor(fname, len(keys), body, len(w.const_slots)))
-        cargs = "{}" if not w.const_slots else (
-            "{{" + ", ".join(f"S({s})" for s in w.const_slots) + "}}")
-        compute = f"cutlass::epilogue::fusion::Sm90Compute<{fname}, {out_el}, float, RN>"
-        t = f"cutlass::epilogue::fusion::Sm90EVT<{compute}, " + ", ".join(n[0] for n in nodes) + ">"
-        a = "{" + ", ".join(n[1] for n in nodes) + ", " + cargs + "}"
-        return t, a
-
-    main = full[0]
-    d_el = CPP_ELEMENT[main.dtype]
-    extras: list[tuple[str, str]] = []
-    main_t, main_a = compute_tree(main.expr, d_el if len(stores) == 1 else "float", "Fused0", main.span)
-    for j, s in enumerate(st for st in stores if st is not main):
-        el = CPP_ELEMENT[s.dtype]
-        if isinstance(s.expr, Reduce):
-            sub_t, sub_a = compute_tree(s.expr.arg, "float", f"Fused{j + 1}", s.span)
-            i = add_tensor(AbiTensor(s.name, "reduce", s.dtype, reduce_fn=s.expr.fn))
-            ints.append(f"p{i}.bs")
-            op = {"sum": "cutlass::plus", "max": "cutlass::maximum", "min": "cutlass::minimum"}[s.expr.fn.split("_")[1]]
-            ident = {"sum": "0.f", "max": "-INFINITY", "min": "INFINITY"}[s.expr.fn.split("_")[1]]
-            if s.expr.fn.startswith("row_") != transposed:  # reduce over N -> [M]: CUTLASS's column reduction
-                red = (f"cutlass::epilogue::fusion::Sm90ColReduction<{op}, {op}, {op}, 0, {tile_t}, {el}, float, RN, "
-                       f"cute::Stride<cute::_1, cute::_0, int64_t>, {128 // ELEMENT_BITS[s.dtype]}>")
-                stride = f"{{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}"
-            else:  # reduce over M -> [N]: CUTLASS's row reduction
-                red = (f"cutlass::epilogue::fusion::Sm90RowReduction<{op}, {op}, {op}, 0, {tile_t}, {el}, float, RN, "
-                       f"cute::Stride<cute::_0, cute::_1, int64_t>, {128 // ELEMENT_BITS[s.dtype]}>")
-                stride = f"{{cute::_0{{}}, cute::_1{{}}, I({len(ints) - 1})}}"
-            extras.append((f"cutlass::epilogue::fusion::Sm90EVT<{red}, {sub_t}>",
-                           f"{{{sub_a}, {{ptrs[{i}], {ident}, {stride}}}}}"))
-        else:
-            sub_t, sub_a = compute_tree(s.expr, "float", f"Fused{j + 1}", s.span)
-            i = add_tensor(AbiTensor(s.name, "store", s.dtype))
+    def node(self, epi: EpilogueBuilder, name: str, index: str, dt: str, span) -> tuple[str, str]:
+        kernel, el, ints = epi.kernel, CPP_ELEMENT[dt], self.ints
+        if index == "full" and self.src is None:
+            i, node = epi.source(name, dt)
+            self.src = (name, i)
+            return node
+        if index == "full":
+            if self.conv:
+                raise unsupported(kernel, f"a second full-size input '{name}' in a convolution epilogue",
+                                   "a conv epilogue reads at most one full tensor; add the rest in a later step", span=span)
+            i = epi.add_tensor(AbiTensor(name, "aux", dt))
             ints.extend([f"p{i}.ld", f"p{i}.bs"])
-            store = (f"cutlass::epilogue::fusion::Sm90AuxStore<0, {tile_t}, {el}, RN, {full_stride_t}, "
-                     f"void, void, {128 // ELEMENT_BITS[s.dtype]}>")
-            extras.append((f"cutlass::epilogue::fusion::Sm90EVT<{store}, {sub_t}>",
-                           f"{{{sub_a}, {{{_ptr(i, s.dtype, const=False)}, {full_stride(len(ints) - 2, len(ints) - 1)}}}}}"))
+            return (f"{FUSION}::Sm90AuxLoad<0, TileShape, {el}, {self.full_stride_t}, void, void, {128 // ELEMENT_BITS[dt]}>",
+                    f"{{{ptr(i, dt)}, {el}(0), {self.full_stride(len(ints) - 2, len(ints) - 1)}}}")
+        if index == "col" and self.conv:  # one value per output channel: CUTLASS's row broadcast
+            return epi.channel_vector(name, dt)
+        if index in ("col", "row"):
+            # b[col]: one value per output column (length N), CUTLASS's row broadcast; b[row]: one per output
+            # row (length M), its column broadcast. A transposed tree swaps the two.
+            if self.conv:
+                raise unsupported(kernel, f"a per-row vector '{name}[row]' in a convolution epilogue",
+                                   "conv rows are output pixels; use a per-channel vector `b[col]` or a torch step", span=span)
+            i = epi.add_tensor(AbiTensor(name, index, dt))
+            ints.append(f"p{i}.bs")
+            if (index == "col") != self.transposed:
+                return (f"{FUSION}::Sm90RowBroadcast<0, TileShape, {el}, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>",
+                        f"{{{ptr(i, dt)}, {el}(0), {{cute::_0{{}}, cute::_1{{}}, I({len(ints) - 1})}}}}")
+            return (f"{FUSION}::Sm90ColBroadcast<0, TileShape, {el}, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>",
+                    f"{{{ptr(i, dt)}, {el}(0), {{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}}}")
+        return epi.scalar(name, dt)
+
+
+def _reduction_store(epi: EpilogueBuilder, leaves: _Sm90Leaves, functor: str, s: Store) -> tuple[str, str]:
+    """A row_* / col_* store: a reduction node over the compute node of its argument."""
+    el, ints = CPP_ELEMENT[s.dtype], leaves.ints
+    sub_t, sub_a = epi.compute(s.expr.arg, "float", functor, s.span)
+    i = epi.add_tensor(AbiTensor(s.name, "reduce", s.dtype, reduce_fn=s.expr.fn))
+    ints.append(f"p{i}.bs")
+    how = s.expr.fn.split("_")[1]
+    op = {"sum": "cutlass::plus", "max": "cutlass::maximum", "min": "cutlass::minimum"}[how]
+    ident = {"sum": "0.f", "max": "-INFINITY", "min": "INFINITY"}[how]
+    if s.expr.fn.startswith("row_") != leaves.transposed:  # reduce over N -> [M]: CUTLASS's column reduction
+        red = (f"{FUSION}::Sm90ColReduction<{op}, {op}, {op}, 0, TileShape, {el}, float, RN, "
+               f"cute::Stride<cute::_1, cute::_0, int64_t>, {128 // ELEMENT_BITS[s.dtype]}>")
+        stride = f"{{cute::_1{{}}, cute::_0{{}}, I({len(ints) - 1})}}"
+    else:  # reduce over M -> [N]: CUTLASS's row reduction
+        red = (f"{FUSION}::Sm90RowReduction<{op}, {op}, {op}, 0, TileShape, {el}, float, RN, "
+               f"cute::Stride<cute::_0, cute::_1, int64_t>, {128 // ELEMENT_BITS[s.dtype]}>")
+        stride = f"{{cute::_0{{}}, cute::_1{{}}, I({len(ints) - 1})}}"
+    return f"{FUSION}::Sm90EVT<{red}, {sub_t}>", f"{{{sub_a}, {{ptrs[{i}], {ident}, {stride}}}}}"
+
+
+def _aux_store(epi: EpilogueBuilder, leaves: _Sm90Leaves, functor: str, s: Store) -> tuple[str, str]:
+    """A further full store: an auxiliary store node over the compute node of its expression."""
+    el, ints = CPP_ELEMENT[s.dtype], leaves.ints
+    sub_t, sub_a = epi.compute(s.expr, "float", functor, s.span)
+    i = epi.add_tensor(AbiTensor(s.name, "store", s.dtype))
+    ints.extend([f"p{i}.ld", f"p{i}.bs"])
+    store = (f"{FUSION}::Sm90AuxStore<0, TileShape, {el}, RN, {leaves.full_stride_t}, "
+             f"void, void, {128 // ELEMENT_BITS[s.dtype]}>")
+    return (f"{FUSION}::Sm90EVT<{store}, {sub_t}>",
+            f"{{{sub_a}, {{{ptr(i, s.dtype, const=False)}, {leaves.full_stride(len(ints) - 2, len(ints) - 1)}}}}}")
+
+
+def _build_epilogue(kernel: Kernel, dtypes: dict[str, str], conv: bool, first_ptr: int, ints: list[str],
+                    transposed: bool = False) -> _Epilogue:
+    """The kernel's stores as one Sm90EVT tree: D's compute node, and with further stores a root that returns D's
+    value over it and their reduction or auxiliary store nodes."""
+    leaves = _Sm90Leaves(conv, transposed, ints)
+    epi = EpilogueBuilder(kernel, dtypes, first_ptr, leaves)
+    main = _check_stores(kernel, epi.stores, conv)
+    d_el = CPP_ELEMENT[main.dtype]
+    main_t, main_a = epi.compute(main.expr, d_el if len(epi.stores) == 1 else "float", "Fused0", main.span)
+    extras = [(_reduction_store if isinstance(s.expr, Reduce) else _aux_store)(epi, leaves, f"Fused{j + 1}", s)
+              for j, s in enumerate(st for st in epi.stores if st is not main)]
     if extras:
-        functors.append(compute_functor("TakeFirst", 1 + len(extras), None, 0))
-        root = f"cutlass::epilogue::fusion::Sm90Compute<TakeFirst, {d_el}, float, RN>"
-        cb_t = f"cutlass::epilogue::fusion::Sm90EVT<{root}, {main_t}, " + ", ".join(e[0] for e in extras) + ">"
+        epi.functors.append(compute_functor("TakeFirst", 1 + len(extras), None, 0))
+        root = f"{FUSION}::Sm90Compute<TakeFirst, {d_el}, float, RN>"
+        cb_t = f"{FUSION}::Sm90EVT<{root}, {main_t}, " + ", ".join(e[0] for e in extras) + ">"
         cb_a = "{" + main_a + ", " + ", ".join(e[1] for e in extras) + ", {}}"
     else:
         cb_t, cb_a = main_t, main_a
-    return _Epilogue(cb_t, cb_a, "".join(functors), tensors, main.dtype, dtypes.get(src_name) if src_name else None, src_index, scalars)
+    src_dtype, src_index = (dtypes[leaves.src[0]], leaves.src[1]) if leaves.src else (None, None)
+    return _Epilogue(cb_t, cb_a, "".join(epi.functors), epi.tensors, main.dtype, src_dtype, src_index, epi.scalars)
 
 _CONV_INCLUDES = r"""#include "cutlass/conv/convolution.h"
 #include "cutlass/conv/convnd_problem_shape.hpp"
@@ -357,7 +328,7 @@ def emit_kernel(program: Program, kernel: Kernel, dtypes: dict[str, str] | None 
                           f"{'grouped GEMM' if isinstance(op, GroupedGemmOp) else 'grouped or depthwise conv'}",
                           "store the whole output and concatenate it in a torch step (cat)", span=s.span)
     if isinstance(op, GroupedGemmOp):
-        from dsl_compiler.emit_grouped import emit_grouped_gemm  # imports this module's helpers
+        from dsl_compiler.cutlass.grouped_gemm import emit_grouped_gemm  # imports this module's helpers
 
         return emit_grouped_gemm(program, kernel, op, dtypes)
     emitted = _emit_conv(program, kernel, op, dtypes) if isinstance(op, ConvOp) else _emit_gemm(program, kernel, op, dtypes)
@@ -394,10 +365,8 @@ def _finish(kernel: Kernel, body: str, args: str, abi: KernelAbi, knobs: dict[st
     return EmittedKernel(kernel.name, ns, source, abi, knobs)
 
 
-def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, str]) -> EmittedKernel:
-    require_operands(kernel, (op.a, op.b), dtypes)
-    a_dt, b_dt = dtypes[op.a.name], dtypes[op.b.name]
-    math_for(kernel, a_dt, b_dt)
+def _gemm_tile(kernel: Kernel, op: GemmOp, a_dt: str) -> tuple[tuple[int, int, int], bool]:
+    """The CTA tile, and whether CUTLASS swaps A and B (the kernel then computes D^T and the tile is its)."""
     cfg = kernel.config
     tile = _default_tile(kernel, a_dt, conv=False)
     # tf32 wgmma reads K-major shared memory only. CUTLASS's register-sourced mainloop covers the other
@@ -417,67 +386,20 @@ def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, s
                                found=f"tile = {'x'.join(map(str, tile))}")
         if swap:
             tile = (tile[1], tile[0], tile[2])
-    sched, k_sched, e_sched = schedules(kernel, tile)
-    if cfg.decomposition != "data_parallel" and sched != "cooperative":
-        raise unsupported(kernel, f"decomposition = {cfg.decomposition} with schedule = pingpong",
-                           "split-K and stream-K run on the cooperative schedule: set schedule = cooperative", found=f"schedule = {sched}")
-    ints = ["M", "N", "K", "L", "p0.ld", "p0.bs", "p1.ld", "p1.bs", "p2.ld", "p2.bs"]
-    tensors = [AbiTensor(op.a.name, "a", a_dt), AbiTensor(op.b.name, "b", b_dt)]
-    epi = _build_epilogue(kernel, dtypes, conv=False, first_ptr=3, ints=ints, transposed=swap)
-    d_name = next(s.name for s in kernel.stores if not isinstance(s.expr, Reduce))
-    tensors.append(AbiTensor(d_name, "d", epi.d_dtype))
-    tensors.extend(epi.tensors)
-    if epi.src_dtype:
-        ints.extend([f"p{epi.src_index}.ld", f"p{epi.src_index}.bs"])
-    # C++ layouts: A [M,K] row-major, a^T is A stored [K,M] (column-major); B [K,N] row-major is
-    # N-contiguous (CUTLASS RowMajor B), b^T is B stored [N,K] (ColumnMajor, nn.Linear's weight).
-    lay_a = "cutlass::layout::ColumnMajor" if op.a.transpose else "cutlass::layout::RowMajor"
-    lay_b = "cutlass::layout::ColumnMajor" if op.b.transpose else "cutlass::layout::RowMajor"
+    return tile, swap
+
+
+def _gemm_arguments(kernel: Kernel, op: GemmOp, epi: _Epilogue, a_dt: str, b_dt: str, ints: list[str],
+                    swap: bool) -> tuple[str, list[tuple[str, int]]]:
+    """``mu_make_args``' body, and the run-time knobs it reads after the sizes in ``ints`` (which it extends)."""
+    cfg = kernel.config
     stride_a = "cute::make_stride(cute::_1{}, I(4), I(5))" if op.a.transpose else "cute::make_stride(I(4), cute::_1{}, I(5))"
     stride_b = "cute::make_stride(I(6), cute::_1{}, I(7))" if op.b.transpose else "cute::make_stride(cute::_1{}, I(6), I(7))"
-    el_a, el_b = CPP_ELEMENT[a_dt], CPP_ELEMENT[b_dt]
-    el_acc = acc_element(kernel)
-    scheduler = "cutlass::gemm::StreamKScheduler" if cfg.decomposition != "data_parallel" else "void"
-    # A swapped kernel runs on D^T [N, M]: its tile, cluster and raster are the program's with M and N exchanged.
-    cluster = (cfg.cluster[1], cfg.cluster[0], cfg.cluster[2]) if swap else cfg.cluster
     # cutlass::gemm::kernel::detail::RasterOrderOptions {Heuristic, AlongM, AlongN}
     raster = {"auto": 0, "along_m": 1, "along_n": 2}[cfg.raster]
     if swap and cfg.raster != "auto":
         raster = 3 - raster
-    lay_d = "cutlass::layout::ColumnMajor" if swap else "cutlass::layout::RowMajor"
-    knobs = {
-        "tile": f"TileShape = {cute_shape(tile)}",
-        "cluster": f"ClusterShape = {cute_shape(cluster)}",
-        "stages": f"StageCount: {cfg.stages}",
-        "schedule": f"KernelSchedule = {k_sched}",
-        "decomposition": f"TileScheduler = {scheduler}",
-        "math": f"ElementA = {el_a}",
-        "alignment": f"AlignmentA = {alignment(kernel, a_dt)}",
-    }
-    body = f"""{HELPERS}
-constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
-{epi.functors}using TileShape = {cute_shape(tile)};            // knob: tile
-using ClusterShape = {cute_shape(cluster)};  // knob: cluster
-using EpilogueCallbacks = {epi.callbacks_type};
-{_collective_epilogue(epi, el_acc, lay_d, e_sched)}
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    {el_a}, {lay_a}, {alignment(kernel, a_dt)}, {el_b}, {lay_b}, {alignment(kernel, b_dt)}, {el_acc},
-    TileShape, ClusterShape, {stage_count(kernel, "cutlass::gemm::collective")},  // knob: stages
-    {k_sched}>::CollectiveOp;                                                 // knob: schedule
-using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-    CollectiveEpilogue, {scheduler}>;                                          // knob: decomposition
-using Op = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-
-static int mu_sm_count() {{
-  static int count[64] = {{0}};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (!count[dev & 63]) count[dev & 63] = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
-  return count[dev & 63];
-}}
-"""
-    src_ptr = _ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
+    src_ptr = ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
 
     def out_stride(ld: int, bs: int) -> str:  # D and C [M, N], element (m, n) at m * ld + n
         return f"cute::make_stride(cute::_1{{}}, I({ld}), I({bs}))" if swap else f"cute::make_stride(I({ld}), cute::_1{{}}, I({bs}))"
@@ -485,14 +407,14 @@ static int mu_sm_count() {{
     src_stride = out_stride(len(ints) - 2, len(ints) - 1) if epi.src_dtype else "{}"
     args = f"""  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {{int(I(0)), int(I(1)), int(I(2)), int(I(3))}};
-  args.mainloop.ptr_A = {_ptr(0, a_dt)};
+  args.mainloop.ptr_A = {ptr(0, a_dt)};
   args.mainloop.dA = {stride_a};
-  args.mainloop.ptr_B = {_ptr(1, b_dt)};
+  args.mainloop.ptr_B = {ptr(1, b_dt)};
   args.mainloop.dB = {stride_b};
   args.epilogue.thread = {epi.args_expr};
   args.epilogue.ptr_C = {src_ptr};
   args.epilogue.dC = {src_stride};
-  args.epilogue.ptr_D = {_ptr(2, epi.d_dtype, const=False)};
+  args.epilogue.ptr_D = {ptr(2, epi.d_dtype, const=False)};
   args.epilogue.dD = {out_stride(8, 9)};
   args.hw_info.device_id = 0;
   cudaGetDevice(&args.hw_info.device_id);
@@ -510,6 +432,63 @@ static int mu_sm_count() {{
                  f"  using DecompT = decltype(args.scheduler.decomposition_mode);\n"
                  f"  args.scheduler.decomposition_mode = static_cast<DecompT>(I({len(ints) + 3}));\n")
     ints.extend(name for name, _ in knob_values)
+    return args, knob_values
+
+
+def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, str]) -> EmittedKernel:
+    require_operands(kernel, (op.a, op.b), dtypes)
+    a_dt, b_dt = dtypes[op.a.name], dtypes[op.b.name]
+    math_for(kernel, a_dt, b_dt)
+    cfg = kernel.config
+    tile, swap = _gemm_tile(kernel, op, a_dt)
+    sched, k_sched, e_sched = schedules(kernel, tile)
+    if cfg.decomposition != "data_parallel" and sched != "cooperative":
+        raise unsupported(kernel, f"decomposition = {cfg.decomposition} with schedule = pingpong",
+                           "split-K and stream-K run on the cooperative schedule: set schedule = cooperative", found=f"schedule = {sched}")
+    ints = ["M", "N", "K", "L", "p0.ld", "p0.bs", "p1.ld", "p1.bs", "p2.ld", "p2.bs"]
+    tensors = [AbiTensor(op.a.name, "a", a_dt), AbiTensor(op.b.name, "b", b_dt)]
+    epi = _build_epilogue(kernel, dtypes, conv=False, first_ptr=3, ints=ints, transposed=swap)
+    d_name = next(s.name for s in kernel.stores if not isinstance(s.expr, Reduce))
+    tensors.append(AbiTensor(d_name, "d", epi.d_dtype))
+    tensors.extend(epi.tensors)
+    if epi.src_dtype:
+        ints.extend([f"p{epi.src_index}.ld", f"p{epi.src_index}.bs"])
+    # C++ layouts: A [M,K] row-major, a^T is A stored [K,M] (column-major); B [K,N] row-major is
+    # N-contiguous (CUTLASS RowMajor B), b^T is B stored [N,K] (ColumnMajor, nn.Linear's weight).
+    lay_a = "cutlass::layout::ColumnMajor" if op.a.transpose else "cutlass::layout::RowMajor"
+    lay_b = "cutlass::layout::ColumnMajor" if op.b.transpose else "cutlass::layout::RowMajor"
+    el_a, el_b = CPP_ELEMENT[a_dt], CPP_ELEMENT[b_dt]
+    el_acc = acc_element(kernel)
+    scheduler = "cutlass::gemm::StreamKScheduler" if cfg.decomposition != "data_parallel" else "void"
+    # A swapped kernel runs on D^T [N, M]: its tile, cluster and raster are the program's with M and N exchanged.
+    cluster = (cfg.cluster[1], cfg.cluster[0], cfg.cluster[2]) if swap else cfg.cluster
+    lay_d = "cutlass::layout::ColumnMajor" if swap else "cutlass::layout::RowMajor"
+    knobs = {
+        "tile": f"TileShape = {cute_shape(tile)}",
+        "cluster": f"ClusterShape = {cute_shape(cluster)}",
+        "stages": f"StageCount: {cfg.stages}",
+        "schedule": f"KernelSchedule = {k_sched}",
+        "decomposition": f"TileScheduler = {scheduler}",
+        "math": f"ElementA = {el_a}",
+        "alignment": f"AlignmentA = {alignment(kernel, a_dt)}",
+    }
+    body = f"""{CPP_HELPERS}
+constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
+{epi.functors}using TileShape = {cute_shape(tile)};            // knob: tile
+using ClusterShape = {cute_shape(cluster)};  // knob: cluster
+using EpilogueCallbacks = {epi.callbacks_type};
+{_collective_epilogue(epi, el_acc, lay_d, e_sched)}
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    {el_a}, {lay_a}, {alignment(kernel, a_dt)}, {el_b}, {lay_b}, {alignment(kernel, b_dt)}, {el_acc},
+    TileShape, ClusterShape, {stage_count(kernel, "cutlass::gemm::collective")},  // knob: stages
+    {k_sched}>::CollectiveOp;                                                 // knob: schedule
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+    CollectiveEpilogue, {scheduler}>;                                          // knob: decomposition
+using Op = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+{MU_SM_COUNT}"""
+    args, knob_values = _gemm_arguments(kernel, op, epi, a_dt, b_dt, ints, swap)
     abi = KernelAbi("gemm", tuple(tensors), tuple(ints), tuple(epi.scalars), knob_values=tuple(knob_values))
     return _finish(kernel, body, args, abi, knobs, conv=False, swapped=swap)
 
@@ -517,7 +496,7 @@ static int mu_sm_count() {{
 def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
     require_operands(kernel, (op.x, op.w), dtypes)
     if op.groups != 1:  # CUTLASS 4.2's sm_90 conv collectives take groups = 1: CUTLASS 2.x kernels instead
-        from dsl_compiler.emit_conv_grouped import emit_grouped_conv
+        from dsl_compiler.cutlass.grouped_conv import emit_grouped_conv
 
         return emit_grouped_conv(program, kernel, op, dtypes)
     for o, what in ((op.x, "input"), (op.w, "filter")):
@@ -551,7 +530,7 @@ def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, s
     el_acc = acc_element(kernel)
     knobs = {"tile": f"TileShape", "cluster": "ClusterShape", "stages": "StageCount", "math": f"ElementAct = {el_x}"}
     conv_tile = f"cute::Shape<cute::_{tile[0]}, cute::_{tile[1]}, cute::Shape<cute::_{tile[2]}>>"
-    body = f"""{HELPERS}
+    body = f"""{CPP_HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
 {epi.functors}using TileShape = {conv_tile};                    // knob: tile
 using ClusterShape = {cute_shape(cfg.cluster)};  // knob: cluster
@@ -574,7 +553,7 @@ using Op = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
     else:
         act, flt = "{int(I(0)), int(I(1)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(6)), int(I(7)), int(I(8)), int(I(4))}"
         pad, strd, dil = "{int(I(9)), int(I(10)), int(I(11))}", "{int(I(12)), int(I(13)), int(I(14))}", "{int(I(15)), int(I(16)), int(I(17))}"
-    src_ptr = _ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
+    src_ptr = ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
     args = f"""  ProblemShape shape(cutlass::conv::Mode::kCrossCorrelation, {act}, {flt}, {pad}, {pad}, {strd}, {dil}, 1);
   typename CollectiveEpilogue::StrideC stride_c{{}};
   typename CollectiveEpilogue::StrideD stride_d{{}};
@@ -583,12 +562,12 @@ using Op = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
     cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i]{"" if ld_d is None else f" / I(5) * I({ld_d})"};
   }});
   args.problem_shape = shape;
-  args.mainloop.ptr_A = {_ptr(0, x_dt)};
-  args.mainloop.ptr_B = {_ptr(1, w_dt)};
+  args.mainloop.ptr_A = {ptr(0, x_dt)};
+  args.mainloop.ptr_B = {ptr(1, w_dt)};
   args.epilogue.thread = {epi.args_expr};
   args.epilogue.ptr_C = {src_ptr};
   args.epilogue.dC = stride_c;
-  args.epilogue.ptr_D = {_ptr(2, epi.d_dtype, const=False)};
+  args.epilogue.ptr_D = {ptr(2, epi.d_dtype, const=False)};
   args.epilogue.dD = stride_d;
 """
     abi = KernelAbi("conv", tuple(tensors), tuple(ints), tuple(epi.scalars), spatial_dims=nd)

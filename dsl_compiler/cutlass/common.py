@@ -1,7 +1,7 @@
-"""What the three CUTLASS emitters share (``emit_cutlass`` for GEMM and sm_90 conv, ``emit_grouped``
-for grouped GEMM, ``emit_conv_grouped`` for grouped and depthwise conv): the emitted-kernel and ABI
-types, the C++ preamble and helpers, element types, the epilogue expression writer and the
-schedule, stage and alignment choices."""
+"""What the three CUTLASS emitters share (``emit`` for GEMM and sm_90 conv, ``grouped_gemm``
+for grouped GEMM, ``grouped_conv`` for grouped and depthwise conv): the emitted-kernel and ABI
+types, the C++ preamble, element types, and the schedule, stage and alignment choices (their
+epilogues: ``epilogue``)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,7 @@ from dataclasses import dataclass, field
 
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.precision import kernel_math
-from dsl_compiler.walk import expr_nodes
-from dsl_compiler.ir import (
-    Acc,
-    Binary,
-    Const,
-    Kernel,
-    ParamCall,
-    Reduce,
-    Ref,
-    Span,
-    Unary,
-)
+from dsl_compiler.ir import Kernel, Span
 
 
 CPP_ELEMENT = {"f32": "float", "bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t"}
@@ -96,130 +85,6 @@ def unsupported(kernel: Kernel, message: str, hint: str, span: Span | None = Non
     )
 
 
-def inline_lets(expr, lets: dict):
-    """Substitute let bindings so every store is one expression over leaves."""
-    if isinstance(expr, Ref) and expr.index == "full" and expr.name in lets:
-        return inline_lets(lets[expr.name], lets)
-    if isinstance(expr, Unary):
-        return Unary(fn=expr.fn, arg=inline_lets(expr.arg, lets))
-    if isinstance(expr, Binary):
-        return Binary(fn=expr.fn, lhs=inline_lets(expr.lhs, lets), rhs=inline_lets(expr.rhs, lets))
-    if isinstance(expr, ParamCall):
-        return ParamCall(fn=expr.fn, arg=inline_lets(expr.arg, lets), params=expr.params)
-    if isinstance(expr, Reduce):
-        return Reduce(fn=expr.fn, arg=inline_lets(expr.arg, lets))
-    return expr
-
-
-def evt_leaves(expr, out: list):
-    """The EVT leaves an expression reads (the accumulator, tensor refs), added to ``out`` in first-use order."""
-    for node in expr_nodes(expr):
-        if isinstance(node, (Acc, Ref)):
-            key = ("acc",) if isinstance(node, Acc) else ("ref", node.name, node.index)
-            if key not in out:
-                out.append(key)
-    return out
-
-
-UNARY_CPP = {
-    "neg": "(-({0}))",
-    "abs": "fabsf({0})",
-    "relu": "fmaxf({0}, 0.f)",
-    "gelu": "mu_gelu({0})",
-    "gelu_tanh": "mu_gelu_tanh({0})",
-    "silu": "mu_silu({0})",
-    "sigmoid": "mu_sigmoid({0})",
-    "tanh": "tanhf({0})",
-    "mish": "mu_mish({0})",
-    "softplus": "mu_softplus({0})",
-    "exp": "expf({0})",
-    "log": "logf({0})",
-    "sqrt": "sqrtf({0})",
-    "rsqrt": "(1.f / sqrtf({0}))",
-    "square": "mu_square({0})",
-    "hardswish": "mu_hardswish({0})",
-    "hardsigmoid": "mu_hardsigmoid({0})",
-}
-BINARY_CPP = {
-    "add": "({0} + {1})",
-    "sub": "({0} - {1})",
-    "mul": "({0} * {1})",
-    "div": "({0} / {1})",
-    "min": "fminf({0}, {1})",
-    "max": "fmaxf({0}, {1})",
-    "pow": "powf({0}, {1})",
-}
-PARAM_CPP = {"clamp": "mu_clamp", "hardtanh": "mu_clamp", "leaky_relu": "mu_leaky_relu", "elu": "mu_elu"}
-
-HELPERS = r"""
-CUTLASS_HOST_DEVICE float mu_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-CUTLASS_HOST_DEVICE float mu_silu(float x) { return x / (1.f + expf(-x)); }
-CUTLASS_HOST_DEVICE float mu_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
-CUTLASS_HOST_DEVICE float mu_gelu_tanh(float x) {
-  return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-}
-// PyTorch's softplus: linear above threshold 20 to avoid overflow of exp.
-CUTLASS_HOST_DEVICE float mu_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-CUTLASS_HOST_DEVICE float mu_mish(float x) { return x * tanhf(mu_softplus(x)); }
-CUTLASS_HOST_DEVICE float mu_square(float x) { return x * x; }
-CUTLASS_HOST_DEVICE float mu_hardsigmoid(float x) { return fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
-CUTLASS_HOST_DEVICE float mu_hardswish(float x) { return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
-CUTLASS_HOST_DEVICE float mu_leaky_relu(float x, float s) { return x > 0.f ? x : x * s; }
-CUTLASS_HOST_DEVICE float mu_elu(float x, float a) { return x > 0.f ? x : a * (expf(x) - 1.f); }
-CUTLASS_HOST_DEVICE float mu_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
-"""
-
-
-class ExprWriter:
-    """Writes one store expression as C++ over leaf variables v0..vn and runtime constants."""
-
-    def __init__(self, leaves: list, scalars: list[float]):
-        self.leaves = leaves
-        self.scalars = scalars
-        self.const_slots: list[int] = []
-
-    def const(self, value: float) -> str:
-        self.scalars.append(float(value))
-        self.const_slots.append(len(self.scalars) - 1)
-        return f"p.c[{len(self.const_slots) - 1}]"
-
-    def write(self, expr) -> str:
-        if isinstance(expr, Acc):
-            return f"v{self.leaves.index(('acc',))}"
-        if isinstance(expr, Ref):
-            return f"v{self.leaves.index(('ref', expr.name, expr.index))}"
-        if isinstance(expr, Const):
-            return self.const(expr.value)
-        if isinstance(expr, Unary):
-            return UNARY_CPP[expr.fn].format(self.write(expr.arg))
-        if isinstance(expr, Binary):
-            return BINARY_CPP[expr.fn].format(self.write(expr.lhs), self.write(expr.rhs))
-        if isinstance(expr, ParamCall):  # the parser and the frontend always give every parameter
-            arg = self.write(expr.arg)
-            return f"{PARAM_CPP[expr.fn]}({', '.join([arg, *(self.const(v) for v in expr.params)])})"
-        if isinstance(expr, Reduce):
-            return self.write(expr.arg)
-        raise TypeError(f"unknown expression node {type(expr).__name__}")
-
-
-def compute_functor(name: str, n_inputs: int, body: str | None, n_consts: int) -> str:
-    """An ``Sm90Compute`` functor over fragments: element-wise ``body`` (or take the first input)."""
-    params = ", ".join(f"T const& a{i}" for i in range(n_inputs))
-    loads = " ".join(f"float v{i} = float(a{i}[i]);" for i in range(n_inputs))
-    # Sm90Compute passes the Arguments of ComputeFn<float> to ComputeFn<Array<float, N>>: one type for all T.
-    args_struct = f"struct {name}Args {{ float c[{n_consts}]; }};\n" if n_consts else ""
-    args_decl = f"  using Arguments = {name}Args;\n" if n_consts else ""
-    p_param = ", Arguments const& p" if n_consts else ""
-    expr = body if body is not None else "v0"
-    return (
-        f"{args_struct}template <class T> struct {name} {{\n{args_decl}"
-        f"  CUTLASS_HOST_DEVICE T operator()({params}{p_param}) const {{\n"
-        f"    T r;\n    CUTLASS_PRAGMA_UNROLL\n"
-        f"    for (int i = 0; i < T::kElements; ++i) {{ {loads} r[i] = {expr}; }}\n"
-        f"    return r;\n  }}\n}};\n"
-    )
-
-
 def alignment(kernel: Kernel, dtype: str) -> int:
     """Elements per 16-byte access unless the kernel asks for less."""
     max_align = 128 // ELEMENT_BITS[dtype]
@@ -287,6 +152,17 @@ GEMM_INCLUDES = r"""#include "cutlass/gemm/dispatch_policy.hpp"
 MU_FAIL = r"""static int mu_fail(char* msg, int msg_len, const char* stage, const char* text) {
   if (msg && msg_len > 0) snprintf(msg, msg_len, "%s: %s", stage, text);
   return 1;
+}
+"""
+
+
+# The device's SM count for CUTLASS's persistent schedulers, queried once per device.
+MU_SM_COUNT = r"""static int mu_sm_count() {
+  static int count[64] = {0};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (!count[dev & 63]) count[dev & 63] = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+  return count[dev & 63];
 }
 """
 

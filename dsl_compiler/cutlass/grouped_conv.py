@@ -24,7 +24,7 @@ one tensor read through CUTLASS's source operand C: a per-channel vector ``b[col
 strides 0) or a full tensor of the output's shape (a residual). Literal constants are runtime scalars.
 
 A 1-D conv runs as the 2-D one with H = R = 1 (the depthwise kernel then computes its 8x8 output tiles on
-one valid row: correct, and memory traffic only for that row). The C ABI and ``KernelAbi`` are those of ``emit_cutlass`` (conv ints, pointers x, w, d, then the
+one valid row: correct, and memory traffic only for that row). The C ABI and ``KernelAbi`` are those of ``emit`` (conv ints, pointers x, w, d, then the
 epilogue tensor), so ``cutlass_runtime`` calls these kernels unchanged.
 """
 
@@ -32,23 +32,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsl_compiler.emit_common import (
+from dsl_compiler.cutlass.common import (
     CONV_INTS,
     CPP_ELEMENT,
     ELEMENT_BITS,
-    HELPERS,
     MU_FAIL,
     AbiTensor,
     EmitError,
     EmittedKernel,
-    evt_leaves,
-    ExprWriter,
-    inline_lets,
     KernelAbi,
     namespace_for,
     unsupported,
 )
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.cutlass.epilogue import EpilogueBuilder, evt_leaves
+from dsl_compiler.ops import CPP_HELPERS
 from dsl_compiler.ir import ConvOp, Kernel, Program, Reduce, Store
 from dsl_compiler.precision import kernel_math
 from dsl_compiler.run_settings import runtime_setting
@@ -88,51 +86,60 @@ def _pow2_vector(extent: int, dtype: str) -> int:
 
 
 def _epilogue(kernel: Kernel, dtypes: dict[str, str], k_out: int, out_shape: tuple[int, ...] | None) -> _Epi:
-    lets = {let.name: let.expr for let in kernel.lets}
-    stores = [Store(name=s.name, dtype=s.dtype, expr=inline_lets(s.expr, lets), span=s.span) for s in kernel.stores]
-    later = "store the conv output and apply the rest in a later torch step"
+    epi = EpilogueBuilder(kernel, dtypes, first_ptr=3)
+    stores = epi.stores
     if len(stores) != 1:
         raise unsupported(kernel, f"{len(stores)} stores in a grouped / depthwise convolution epilogue",
-                           f"keep one store per conv kernel; {later}", span=stores[1].span if len(stores) > 1 else kernel.span)
+                           f"keep one store per conv kernel; {_LATER}", span=stores[1].span if len(stores) > 1 else kernel.span)
     store = stores[0]
     if isinstance(store.expr, Reduce):
         raise unsupported(kernel, "a reduction in a grouped / depthwise convolution epilogue",
                            "store the conv output and reduce it in a torch step (e.g. torch s = sum(y, dim=1))", span=store.span)
-    keys = evt_leaves(store.expr, [])
-    refs = [k for k in keys if k[0] == "ref"]
+    source = _source_operand(epi, store)
+    keys, body, const_slots = epi.expression(store.expr)
+    count = _pow2_vector(k_out, store.dtype)
+    functor = _output_op(keys, body, len(const_slots), CPP_ELEMENT[store.dtype], count, source is not None)
+    return _Epi(functor, epi.tensors, store.dtype, source, tuple(epi.scalars), count)
+
+
+_LATER = "store the conv output and apply the rest in a later torch step"
+
+
+def _source_operand(epi: EpilogueBuilder, store: Store) -> str | None:
+    """The one tensor the epilogue may read, through CUTLASS's source operand C: "bias" (``b[col]``, C with every
+    stride 0), "residual" (a full tensor of the output's shape) or None."""
+    kernel = epi.kernel
+    refs = [k for k in evt_leaves(store.expr, []) if k[0] == "ref"]
     for _, name, index in refs:
-        if name not in dtypes:
-            raise EmitError(Diagnostic(code="undefined-name", message=f"kernel '{kernel.name}': epilogue reads '{name}', which is not defined",
-                                       span=store.span, hint="declare it as an input or param, or store it in an earlier kernel"))
+        epi.dtype_of(name, store.span)
         if index in ("row", "scalar"):
             what = "a per-row vector" if index == "row" else "a one-element tensor"
             raise unsupported(kernel, f"{what} '{name}[{index}]' in a grouped / depthwise convolution epilogue",
-                               "write a literal constant, or a per-channel vector `b[col]`; " + later, span=store.span,
+                               "write a literal constant, or a per-channel vector `b[col]`; " + _LATER, span=store.span,
                                found=f"{name}[{index}]")
     if len(refs) > 1:
         raise unsupported(kernel, f"the epilogue reads {len(refs)} tensors ({', '.join(r[1] for r in refs)})",
-                           "a grouped / depthwise conv epilogue reads one tensor (a bias `b[col]` or a residual); " + later,
+                           "a grouped / depthwise conv epilogue reads one tensor (a bias `b[col]` or a residual); " + _LATER,
                            span=store.span, found=", ".join(f"{r[1]}[{r[2]}]" if r[2] != "full" else r[1] for r in refs))
-    tensors: list[AbiTensor] = []
-    source = None
-    if refs:
-        _, name, index = refs[0]
-        if dtypes[name] != store.dtype:
-            raise unsupported(kernel, f"'{name}' is {dtypes[name]} but the store is {store.dtype}",
-                               f"CUTLASS 2.x reads its source operand in the output's type: store {store.dtype} needs "
-                               f"'{name}' as {store.dtype} (convert it with a torch step), or store {dtypes[name]}",
-                               span=store.span, found=f"{name}: {dtypes[name]}, store {store.name}: {store.dtype}")
-        source = "bias" if index == "col" else "residual"
-        tensors.append(AbiTensor(name, "col" if index == "col" else "src", dtypes[name]))
-    scalars: list[float] = []
-    writer = ExprWriter(keys, scalars)
-    body = writer.write(store.expr)
-    n_consts = len(writer.const_slots)
-    count = _pow2_vector(k_out, store.dtype)
+    if not refs:
+        return None
+    _, name, index = refs[0]
+    dtype = epi.dtypes[name]
+    if dtype != store.dtype:
+        raise unsupported(kernel, f"'{name}' is {dtype} but the store is {store.dtype}",
+                           f"CUTLASS 2.x reads its source operand in the output's type: store {store.dtype} needs "
+                           f"'{name}' as {store.dtype} (convert it with a torch step), or store {dtype}",
+                           span=store.span, found=f"{name}: {dtype}, store {store.name}: {store.dtype}")
+    epi.add_tensor(AbiTensor(name, "col" if index == "col" else "src", dtype))
+    return "bias" if index == "col" else "residual"
+
+
+def _output_op(keys: list, body: str, n_consts: int, el_d: str, count: int, reads_source: bool) -> str:
+    """The store expression as a CUTLASS 2.x epilogue output operator ``MuOutputOp``, its leaves the accumulator
+    and the source operand C (0 in the call without C)."""
     loads_src = " ".join(f"float v{i} = {'float(accum[i])' if key == ('acc',) else 'float(source[i])'};" for i, key in enumerate(keys))
     loads_nosrc = " ".join(f"float v{i} = {'float(accum[i])' if key == ('acc',) else '0.f'};" for i, key in enumerate(keys))
-    el_d = CPP_ELEMENT[store.dtype]
-    functor = f"""// The store expression as a CUTLASS 2.x epilogue output operator (the interface of LinearCombination).
+    return f"""// The store expression as a CUTLASS 2.x epilogue output operator (the interface of LinearCombination).
 template <typename ElementAccumulator_>
 struct MuOutputOp {{
   using ElementOutput = {el_d};
@@ -153,7 +160,7 @@ struct MuOutputOp {{
   Params p;
   CUTLASS_HOST_DEVICE explicit MuOutputOp(Params const& params) : p(params) {{}}
   CUTLASS_HOST_DEVICE MuOutputOp(Params const& params, int) : p(params) {{}}
-  CUTLASS_HOST_DEVICE bool is_source_needed() const {{ return {'true' if source else 'false'}; }}
+  CUTLASS_HOST_DEVICE bool is_source_needed() const {{ return {'true' if reads_source else 'false'}; }}
   CUTLASS_HOST_DEVICE void set_k_partition(int, int) {{}}
   CUTLASS_HOST_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum, FragmentSource const& source) const {{
     FragmentOutput r;
@@ -169,7 +176,6 @@ struct MuOutputOp {{
   }}
 }};
 """
-    return _Epi(functor, tensors, store.dtype, source, tuple(scalars), count)
 
 
 def _math(kernel: Kernel, dtype: str, w_dtype: str, depthwise: bool) -> str:
@@ -319,7 +325,7 @@ def _emit_depthwise(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, m
     else:
         algo = ("cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided,\n"
                 "    cutlass::MatrixShape<-1, -1>, cutlass::MatrixShape<-1, -1>")
-    body = f"""{HELPERS}
+    body = f"""{CPP_HELPERS}
 {epi.functor}
 using EpilogueOp = MuOutputOp<{el_acc}>;
 using ThreadBlockOutputShape = cutlass::conv::TensorNHWCShape<1, {oh}, {ow}, {g}>;  // output pixels x channels per CTA
@@ -433,7 +439,7 @@ def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, mat
     inst_k = 8 if dtype == "f32" else 16
     algo = "kOptimized" if plan["mode"] == "kSingleGroup" else "kAnalytic"
     stages = plan["stages"]
-    body = f"""{HELPERS}
+    body = f"""{CPP_HELPERS}
 {epi.functor}
 using EpilogueOp = MuOutputOp<{el_acc}>;
 using ThreadblockShape = cutlass::gemm::GemmShape<{tm}, {tn}, {tk}>;  // knob: tile
@@ -479,7 +485,7 @@ _GROUPED_INCLUDES = r"""#include "cutlass/gemm/threadblock/threadblock_swizzle.h
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
 """
 
-# ints: the conv ints of emit_cutlass (N, D, H, W, C, K, T, R, S, pads, strides, dilations; D = T = 1 here).
+# ints: the conv ints of emit (N, D, H, W, C, K, T, R, S, pads, strides, dilations; D = T = 1 here).
 _ABI = "\n" + MU_FAIL + r"""
 static cutlass::conv::Conv2dProblemSize mu_problem(const int64_t* ints) {
   auto I = [&](int i) { return int(ints[i]); };
