@@ -46,8 +46,15 @@ def register(subparsers) -> None:
     p.set_defaults(func=optimize_command)
 
     r = subparsers.add_parser("resume", help="continue a killed optimize run from its last completed step",
-                              description="Continue a run from RUN_DIR/checkpoints.sqlite; finished attempts are kept.")
+                              description="Continue a run from RUN_DIR/checkpoints.sqlite; finished attempts are kept. "
+                                          "A run folder is data: the problem it names is imported only if this user's "
+                                          "run recorded it and the file is unchanged (else name it with --problem), "
+                                          "and its tier is looked up by name in your own tiers configuration.")
     r.add_argument("run_dir", help="the run directory of `mucutlass optimize`")
+    r.add_argument("--problem", default=None, metavar="PATH",
+                   help="the problem to resume with (needed when the recorded one changed, moved, or the folder is not "
+                        "from a run of yours); recorded afresh")
+    r.add_argument("--tiers-file", default=None, help="tiers TOML defining the run's tier (also MUCUTLASS_TIERS)")
     r.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
     r.add_argument("--wait", action="store_true", help="if another process holds RUN_DIR, wait for it (default: exit 2)")
     r.set_defaults(func=resume_command)
@@ -154,8 +161,10 @@ def resume_command(args: argparse.Namespace) -> int:
     from evals.locks import FolderBusy
     from graph.runner import RunError, TierError, resume_run
 
+    tiers_file = str(Path(args.tiers_file).resolve()) if args.tiers_file else None
     try:
-        summary = resume_run(args.run_dir, on_event=_sink(args.json), wait=args.wait)
+        summary = resume_run(args.run_dir, on_event=_sink(args.json), wait=args.wait, problem_path=args.problem,
+                             tiers_file=tiers_file)
     except FolderBusy as exc:
         return _error(str(exc), 2)
     except (RunError, TierError) as exc:

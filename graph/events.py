@@ -119,6 +119,8 @@ def rich_printer(console: Any = None) -> EventSink:
                 f"headroom {_fmt(e.get('headroom'), '.2f', 'x')} tokens {e.get('tokens', 0)} | "
                 f"[dim]{(e.get('hypothesis') or '')[:60]}[/]"
             )
+        elif kind == "warning":
+            console.print(f"[yellow]warning:[/] {e['message']}")
         elif kind == "stop" and e["reason"].startswith(SETUP_FAILED):
             pass  # the command prints it once, as its error
         elif kind == "stop":

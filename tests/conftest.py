@@ -1,3 +1,4 @@
+import os
 import shutil
 
 import pytest
@@ -23,3 +24,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and not HAS_NVCC:
             item.add_marker(skip_nvcc)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir(tmp_path_factory):
+    """The seal key of run folders (graph.run_record) in a folder of the test session, never the user's; commands
+    the tests start inherit it."""
+    before = os.environ.get("MUCUTLASS_STATE_DIR")
+    os.environ["MUCUTLASS_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if before is None:
+        os.environ.pop("MUCUTLASS_STATE_DIR", None)
+    else:
+        os.environ["MUCUTLASS_STATE_DIR"] = before

@@ -153,3 +153,13 @@ def test_resume_of_a_json_checkpoint_of_the_wrong_shape_is_one_line(finished_run
     assert "Traceback" not in out.stderr, out.stderr[-1500:]
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "checkpoints.sqlite" in errors[0] and "nothing was resumed" in errors[0], out.stderr
+
+
+def test_a_checkpoint_naming_a_kernel_library_outside_the_cache_is_refused(finished_run, tmp_path):
+    run = copy_run(finished_run, tmp_path / "run")
+    plant(run, "best_artifacts", {"fc": str(tmp_path / "planted.so")})
+    out = cli("resume", str(run))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "planted.so" in errors[0] and "kernel cache" in errors[0], out.stderr

@@ -73,8 +73,13 @@ def test_optimize_end_to_end_on_the_interpreter(tmp_path, capsys, monkeypatch):
     assert summary["tokens_in"] == 6000 and summary["tokens_out"] == 1200
     assert abs(summary["cost_usd"] - (6000 * 1.0 + 1200 * 5.0) / 1e6) < 1e-12
     assert 0 < summary["graph_overhead_s"] < summary["wall_s"]
-    # resuming a finished run keeps its result
-    assert main(["resume", str(out), "--json"]) == 0
+    # resuming a finished run keeps its result; the tier is looked up in the user's configuration, which names
+    # the tiers file again (the run folder records only the tier's name)
+    capsys.readouterr()
+    assert main(["resume", str(out), "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "tier 'local'" in err and "--tiers-file" in err
+    assert main(["resume", str(out), "--json", "--tiers-file", str(tiers)]) == 0
     assert json.loads((out / "summary.json").read_text())["best_index"] == 3
 
 
