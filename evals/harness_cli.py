@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
 
     s = subparsers.add_parser("suite", help="list the shipped problem suites or the problems of one")
     ssub = s.add_subparsers(dest="suite_command", metavar="SUBCOMMAND")
-    sl = ssub.add_parser("list", help="the shipped suites")
+    sl = ssub.add_parser("list", help="the shipped suites (with a NAME: its problems, as `suite show NAME`)")
+    sl.add_argument("name", nargs="?", help="a suite whose problems to list")
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=run_suite_list)
     ss = ssub.add_parser("show", help="the problems of one suite, with tolerance and allowed precisions")
@@ -199,6 +200,8 @@ def row_failure(row: dict, timed: bool) -> str | None:
 
 
 def run_suite_list(args: argparse.Namespace) -> int:
+    if args.name:  # `suite list smoke` means its problems
+        return run_suite_show(args)
     from evals.problems import SUITES_DIR, ProblemError, problem_files, suite_index
 
     try:
