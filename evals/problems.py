@@ -334,8 +334,13 @@ def load_kernelbench(
         m = _KB_NAME.match(f.stem)
         if m:
             by_id[int(m.group(1))] = f
+    if not by_id:
+        raise ProblemError(f"{folder}: no KernelBench problems in this folder (files named <id>_<name>.py); pass the "
+                           "root of a KernelBench checkout")
     if wanted is None:
         wanted = sorted(by_id)
+    if not wanted:
+        raise ProblemError(f"--ids {ids!r}: selects no problem; write ids like 1-20,25")
     missing = [i for i in wanted if i not in by_id]
     if missing:
         raise ProblemError(f"{folder}: no problem with id {', '.join(map(str, missing))} in level {level}")

@@ -289,12 +289,32 @@ _DATA_OPS = set(
 )
 
 
+# The operands of matrix products, which real kernels (CPU and GPU) require of one dtype but the meta device does
+# not check: argument positions by op. Without this, int64 inputs to a float nn.Linear count as a problem.
+_SAME_DTYPE_OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "mv": (0, 1), "dot": (0, 1), "vdot": (0, 1),
+                        "addmm": (1, 2), "baddbmm": (1, 2), "addbmm": (1, 2), "addmv": (1, 2), "_addmm_activation": (1, 2)}
+
+
+def _check_operand_dtypes(func: Any, args: tuple) -> None:
+    positions = _SAME_DTYPE_OPERANDS.get(func.overloadpacket.__name__)
+    if positions is None or len(args) <= max(positions):
+        return
+    a, b = args[positions[0]], args[positions[1]]
+    if getattr(a, "dtype", None) is not None and getattr(b, "dtype", None) is not None and a.dtype != b.dtype:
+        names = [str(t.dtype).removeprefix("torch.") for t in (a, b)]
+        raise ProblemInputError(
+            f"the forward fails on its own inputs: its {func.overloadpacket.__name__} multiplies {names[0]} by "
+            f"{names[1]} tensors, which PyTorch refuses on real tensors (do get_inputs() and the model's parameters "
+            "agree on a dtype?)")
+
+
 def _make_mode(counter: _WorkCounter):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _CountingMode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            _check_operand_dtypes(func, args)
             out = func(*args, **kwargs)
             counter.record(func, args, kwargs, out)
             return out
