@@ -98,7 +98,7 @@ def register(subparsers) -> None:
 def cmd_eval(args) -> int:
     from evals.problems import ProblemError, load_problems
     from dsl_compiler.backend import resolve_backend
-    from evals.locks import FolderBusy
+    from evals.locks import FolderBusy, FolderUnusable, make_folder
     from evals.runner import EvalConfig, EvalError, check_policies, run_evaluation
     from evals.store import StoreError
 
@@ -131,6 +131,11 @@ def cmd_eval(args) -> int:
         source = {"suite": args.suite}
         default_out = f"runs/eval-{args.suite}"
     out = Path(args.out or default_out)
+    try:
+        make_folder(out)
+    except FolderUnusable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     backend, _why = resolve_backend(args.backend)
     config = EvalConfig(
         source=source, problems=keys, tiers=args.tiers, variants=args.variants, memory=not args.no_memory,

@@ -118,13 +118,19 @@ def optimize_command(args: argparse.Namespace) -> int:
         variant = get_variant(args.variant or DEFAULT_VARIANT).name
     except VariantError as exc:
         return _error(str(exc), 2)
+    from evals.locks import FolderUnusable, make_folder
+
+    created = not out.exists()
+    try:
+        make_folder(out)
+    except FolderUnusable as exc:
+        return _error(str(exc), 2)
     ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
                      max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
                      gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
     from evals.locks import FolderBusy
     from graph.runner import RunError
 
-    created = not out.exists()
     try:
         summary = run_optimize(problem, ctx, out, on_event=_sink(args.json), wait=args.wait)
     except FolderBusy as exc:
