@@ -118,7 +118,9 @@ def cmd_eval(args) -> int:
     if not args.tiers:
         return _error("no tiers given", "write e.g. --tiers offline")
     try:
-        problems = load_problems(suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids)
+        # each checked in a child process first; one whose setup fails there is a run that cannot start
+        problems = load_problems(suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids,
+                                 check=True)
     except ProblemError as exc:
         return _error(str(exc))
     keys = [p.key for p in problems]
@@ -161,6 +163,7 @@ def cmd_eval(args) -> int:
         outcome = run_evaluation(
             config, {p.key: p.path for p in problems}, out, executor=executor,
             run_fn=args.run_fn, show_progress=not args.no_progress, wait=args.wait,
+            problem_errors={p.key: p.setup_error for p in problems if p.setup_error},
         )
     except FolderBusy as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -59,7 +59,7 @@ def baseline_row(problem, harness, gpu: str, precision: str = "tf32") -> dict:
         row.update(t_sol_us=report.t_sol_us, bound=report.bound, flops=report.flops, bytes_fused=report.bytes_fused)
     except Exception as exc:  # the timings are still worth printing
         row.update(t_sol_us=None, bound=None, sol_error=f"{type(exc).__name__}: {exc}".splitlines()[0])
-    if harness is not None:
+    if harness is not None and not getattr(problem, "setup_error", ""):  # a problem whose setup failed is not timed
         ref = harness.reference_timings(problem)
         row.update(eager_fp32_us=ref.eager_fp32_us, eager_tf32_us=ref.eager_tf32_us, compile_us=ref.compile_us,
                    eager_fp32_spread_pct=ref.eager_fp32_spread_pct, eager_tf32_spread_pct=ref.eager_tf32_spread_pct,
@@ -138,7 +138,9 @@ def _load(args):
     from evals.problems import ProblemError, load_problems
 
     try:
-        return load_problems(args.problem, suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids)
+        # each checked in a child process first; one whose setup fails there is a row that cannot run
+        return load_problems(args.problem, suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids,
+                             check=True)
     except ProblemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None

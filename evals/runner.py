@@ -59,6 +59,7 @@ class RunSpec(BaseModel):
     run_dir: str
     variant: str = DEFAULT_VARIANT
     memory_path: str | None = None  # the evaluation's shared memory store; None: no memory
+    problem_error: str = ""  # why the problem's setup failed when it was checked: the run cannot start
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -108,10 +109,13 @@ def _safe(part: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", part).strip("_") or "_"
 
 
-def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path) -> list[RunSpec]:
+def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path,
+              problem_errors: dict[str, str] | None = None) -> list[RunSpec]:
     """Every run the evaluation needs, problem-major so one problem's tiers and variants finish together
-    (and the memory of each (tier, variant) holds the earlier problems' notes when the next one starts)."""
+    (and the memory of each (tier, variant) holds the earlier problems' notes when the next one starts).
+    ``problem_errors``: problems whose setup failed when checked, with why."""
     specs = []
+    problem_errors = problem_errors or {}
     memory_path = str((out_dir / MEMORY_FILE).resolve()) if config.memory else None
     for key in config.problems:
         for tier in config.tiers:
@@ -129,6 +133,7 @@ def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path) 
                         max_attempts=config.max_attempts,
                         backend=config.backend,
                         run_dir=str(out_dir.joinpath("runs", *parts, _safe(policy))),
+                        problem_error=problem_errors.get(key, ""),
                     ))
     return specs
 
@@ -176,6 +181,8 @@ def attempt_from_event(event: Any) -> AttemptRecord | None:
 
 def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None]) -> RunSummary:
     """Run one spec; every finished attempt is passed to ``emit_attempt`` as it arrives."""
+    if spec.problem_error:  # its setup code never runs again: it failed, or hung, where it was checked
+        raise RunNotStarted(f"{SETUP_FAILED}: {spec.problem_error}")
     fn = resolve_run_fn(run_fn)
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
 
@@ -328,6 +335,7 @@ def run_evaluation(
     show_progress: bool = True,
     write_outputs: bool = True,
     wait: bool = False,
+    problem_errors: dict[str, str] | None = None,
 ) -> EvalOutcome:
     """Run (or resume) an evaluation into ``out_dir/results.sqlite``; then derive policies and write
     the results JSON and the report. The folder is held for this process: another one gets
@@ -340,12 +348,12 @@ def run_evaluation(
         raise EvalError(f"--out {out}: exists and is not a folder; choose another --out")
     with FolderLock(out, wait=wait):
         return _run_evaluation(config, problem_paths, out, executor, run_fn, environment, show_progress,
-                               write_outputs)
+                               write_outputs, problem_errors)
 
 
 def _run_evaluation(config: EvalConfig, problem_paths: dict[str, str], out: Path, executor: Executor,
                     run_fn: str | RunFn, environment: dict | None, show_progress: bool,
-                    write_outputs: bool) -> EvalOutcome:
+                    write_outputs: bool, problem_errors: dict[str, str] | None = None) -> EvalOutcome:
     from evals.store import ResultsStore
 
     store = ResultsStore(out / "results.sqlite")
@@ -354,7 +362,7 @@ def _run_evaluation(config: EvalConfig, problem_paths: dict[str, str], out: Path
             config.model_dump(), environment if environment is not None else collect_environment(config.backend),
             resume_keys=RESUME_KEYS,
         )
-        specs = plan_runs(config, problem_paths, out)
+        specs = plan_runs(config, problem_paths, out, problem_errors)
         finished = store.finished_keys()
         todo = [s for s in specs if s.key not in finished]
         progress = EvalProgress(len(specs), len(specs) - len(todo)) if show_progress else None

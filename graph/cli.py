@@ -125,6 +125,13 @@ def optimize_command(args: argparse.Namespace) -> int:
         make_folder(out)
     except FolderUnusable as exc:
         return _error(str(exc), 2)
+    from evals.problems import ProblemError, check_problem
+
+    try:  # its calls in a child process first: one that ignores the time limit is stopped there
+        check_problem(problem)
+    except ProblemError as exc:
+        _discard_unstarted(out, created)
+        return _error(str(exc), 1)
     ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
                      max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
                      gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
@@ -165,15 +172,16 @@ def _discard_unstarted(out: Path, created: bool) -> None:
 
 def resume_command(args: argparse.Namespace) -> int:
     from evals.locks import FolderBusy
+    from evals.problems import ProblemError, check_problem
     from graph.runner import RunError, TierError, resume_run
 
     tiers_file = str(Path(args.tiers_file).resolve()) if args.tiers_file else None
     try:
         summary = resume_run(args.run_dir, on_event=_sink(args.json), wait=args.wait, problem_path=args.problem,
-                             tiers_file=tiers_file)
+                             tiers_file=tiers_file, check_problem=check_problem)
     except FolderBusy as exc:
         return _error(str(exc), 2)
-    except (RunError, TierError) as exc:
+    except (RunError, TierError, ProblemError) as exc:
         return _error(str(exc), 1)
     return _outcome(summary)
 
