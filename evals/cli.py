@@ -117,10 +117,14 @@ def cmd_eval(args) -> int:
         return _error(str(exc))
     if not args.tiers:
         return _error("no tiers given", "write e.g. --tiers offline")
+    from evals.progress import Status
+
     try:
-        # each checked in a child process first; one whose setup fails there is a run that cannot start
-        problems = load_problems(suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids,
-                                 check=True)
+        with Status(enabled=not args.no_progress) as status:
+            status.show("checking the problems in a child process (their import, Model() and get_inputs())")
+            # each checked there first; one whose setup fails is a run that cannot start
+            problems = load_problems(suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids,
+                                     check=True)
     except ProblemError as exc:
         return _error(str(exc))
     keys = [p.key for p in problems]

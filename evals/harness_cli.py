@@ -89,9 +89,12 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def bench_rows(problems, harness, gpu: str, precision: str = "tf32",
-               progress: Callable[[int, int, dict, float], None] | None = None) -> list[dict]:
+               progress: Callable[[int, int, dict, float], None] | None = None,
+               starting: Callable[[int, int, Any], None] | None = None) -> list[dict]:
     rows = []
     for i, problem in enumerate(problems, 1):
+        if starting is not None:
+            starting(i, len(problems), problem)
         start = time.perf_counter()
         row = baseline_row(problem, harness, gpu, precision)
         rows.append(row)
@@ -150,6 +153,14 @@ def run_bench(args: argparse.Namespace) -> int:
     if sum(x is not None for x in (args.problem, args.suite, args.kernelbench)) != 1:
         print("error: give a problem file or folder, --suite NAME, or --kernelbench PATH --level N", file=sys.stderr)
         return 2
+    from evals.progress import Status
+
+    with Status(enabled=not args.json) as status:
+        return _bench(args, status)
+
+
+def _bench(args: argparse.Namespace, status) -> int:
+    status.show("checking the problems in a child process (their import, Model() and get_inputs())")
     problems = _load(args)
     if problems is None:
         return 1
@@ -172,10 +183,15 @@ def run_bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"[{i}/{n}] {row['problem']} ({seconds:.1f} s)", file=sys.stderr)
 
+    def starting(i, n, problem):
+        status.show(f"[{i}/{n}] {problem.key}: " + ("timing eager fp32, eager TF32 and torch.compile" if has_gpu
+                                                     else "counting its speed-of-light bound"))
+
     try:
-        rows = bench_rows(problems, harness if has_gpu else None, args.gpu, args.precision, progress)
+        rows = bench_rows(problems, harness if has_gpu else None, args.gpu, args.precision, progress, starting)
     finally:
         harness.close()
+    status.stop()
     if args.json:
         print(json.dumps({"rows": rows, "summary": summarize(rows), "gpu": args.gpu}, indent=2))
     else:

@@ -179,14 +179,20 @@ def attempt_from_event(event: Any) -> AttemptRecord | None:
     return None
 
 
-def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None]) -> RunSummary:
-    """Run one spec; every finished attempt is passed to ``emit_attempt`` as it arrives."""
+def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None],
+                emit_stage: Callable[[str], None] | None = None) -> RunSummary:
+    """Run one spec; every finished attempt is passed to ``emit_attempt`` as it arrives, and what the run is
+    doing now (a ``stage`` event's text) to ``emit_stage``."""
     if spec.problem_error:  # its setup code never runs again: it failed, or hung, where it was checked
         raise RunNotStarted(f"{SETUP_FAILED}: {spec.problem_error}")
     fn = resolve_run_fn(run_fn)
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
 
     def on_event(event: Any) -> None:
+        if isinstance(event, dict) and event.get("event") == "stage":
+            if emit_stage is not None:
+                emit_stage(str(event.get("text", "")))
+            return
         attempt = attempt_from_event(event)
         if attempt is not None:
             emit_attempt(attempt)
@@ -219,6 +225,7 @@ class RunSink(Protocol):
     def attempt(self, spec: RunSpec, attempt: AttemptRecord) -> None: ...
     def finished(self, spec: RunSpec, summary: RunSummary) -> None: ...
     def failed(self, spec: RunSpec, error: str) -> None: ...
+    # optional: ``stage(spec, text)``, what a run is doing now (the progress display shows it)
 
 
 class Executor(Protocol):
@@ -244,6 +251,10 @@ class StoreSink:
         if self.progress:
             self.progress.run_attempt(spec, attempt)
 
+    def stage(self, spec: RunSpec, text: str) -> None:
+        if self.progress:
+            self.progress.run_stage(spec, text)
+
     def finished(self, spec: RunSpec, summary: RunSummary) -> None:
         self.store.finish_run(summary)
         if self.progress:
@@ -257,6 +268,13 @@ class StoreSink:
             self.store.fail_run(spec.problem, spec.tier, spec.policy, error, variant=spec.variant)
         if self.progress:
             self.progress.run_finished(spec, ok=False)
+
+
+def _plain(text: str) -> str:
+    """``text`` shown as written: a run's label holds brackets, which rich reads as markup otherwise."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 class EvalProgress:
@@ -280,19 +298,24 @@ class EvalProgress:
         return self._progress.__exit__(*exc)
 
     def run_started(self, spec: RunSpec) -> None:
-        self._tasks[spec.key] = self._progress.add_task(f"  {spec.label}", total=spec.max_attempts)
+        self._tasks[spec.key] = self._progress.add_task(f"  {_plain(spec.label)}", total=spec.max_attempts)
 
     def run_attempt(self, spec: RunSpec, attempt: AttemptRecord) -> None:
         task = self._tasks.get(spec.key)
         if task is not None:
             self._progress.update(task, completed=attempt.index)
 
+    def run_stage(self, spec: RunSpec, text: str) -> None:
+        task = self._tasks.get(spec.key)
+        if task is not None:
+            self._progress.update(task, description=f"  {_plain(spec.label)}: {_plain(text)}")
+
     def run_finished(self, spec: RunSpec, ok: bool) -> None:
         task = self._tasks.pop(spec.key, None)
         if task is not None:
             self._progress.remove_task(task)
         if not ok:
-            self._progress.console.print(f"[red]failed[/red] {spec.label}")
+            self._progress.console.print(f"[red]failed[/red] {_plain(spec.label)}")
         self._progress.advance(self._overall)
 
 

@@ -81,6 +81,7 @@ def resume_run(run_dir: str | Path, on_event: EventSink | None = None, *, wait: 
                            "start the run again with `mucutlass optimize`") from None
         path, sha = problem_to_resume(run_dir, record, problem_path)
         if check_problem is not None:
+            emit({"event": "stage", "text": f"checking {Path(path).name} in a child process"})
             check_problem(path)
         if ctx.tier_impl is None and not tier:
             _check_recorded_tier(ctx, record, emit)
@@ -173,11 +174,17 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
                                                getattr(svc, "work_s", 0.0) - svc_before, max(0.0, loop_s - state_work)),
                     "kernel_cache": cache_rate(getattr(svc, "kernel_cache", {}), cache_before)}
 
-        tracker = EventTracker(emit, ctx.max_attempts, prior, progress=progress)
+        tracker = EventTracker(emit, ctx.max_attempts, prior, progress=progress, tier=ctx.tier, backend=ctx.backend)
         try:
             # durability="sync": each step's checkpoint is on disk before the next step starts, so a
-            # killed run never redoes a finished step (a model call, a build) on resume
-            for chunk in graph.stream(start_state, config, context=ctx, stream_mode="updates", durability="sync"):
+            # killed run never redoes a finished step (a model call, a build) on resume; "tasks" says when a node
+            # starts, for the status line
+            for mode, chunk in graph.stream(start_state, config, context=ctx, stream_mode=["updates", "tasks"],
+                                            durability="sync"):
+                if mode == "tasks":
+                    if "input" in chunk:  # a node starting (its end comes as an update)
+                        tracker.started(chunk["name"])
+                    continue
                 for node, update in chunk.items():
                     tracker.update(node, update)
             final = graph.get_state(config).values
