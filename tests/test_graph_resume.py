@@ -270,3 +270,24 @@ def test_run_json_never_chooses_an_endpoint_or_a_key(tmp_path, tier):
     if tier == "its-own":
         error = one_error(done)
         assert "tier 'its-own'" in error and "--tiers-file" in error
+
+
+def test_resume_warns_when_the_users_definition_of_the_tier_changed(tmp_path):
+    tiers = tmp_path / "tiers.toml"
+    tiers.write_text('[tiers.mine]\nkind = "offline"\n')
+    run = tmp_path / "run"
+    run_optimize(write_problem(tmp_path), RunContext(tier="mine", tiers_file=str(tiers), policy="fixed", max_attempts=1,
+                                                     tier_impl=CountingPlayback(programs_dir(tmp_path)),
+                                                     services=TextTrackingServices()), run)
+    record = json.loads((run / "run.json").read_text())
+    assert record["tier"] == "mine" and record["tier_identity"] and "tiers_file" not in record["settings"]
+
+    def warnings_of_a_resume() -> list[str]:
+        events = []
+        resume_run(run, on_event=events.append, tiers_file=str(tiers), services=TextTrackingServices())
+        return [e["message"] for e in events if e["event"] == "warning"]
+
+    assert warnings_of_a_resume() == []
+    tiers.write_text('[tiers.mine]\nkind = "offline"\ntimeout_s = 5\n')
+    assert warnings_of_a_resume() == ["tier 'mine' is configured differently now than when this run started; its "
+                                      "remaining attempts use today's configuration"]
