@@ -112,7 +112,10 @@ class ChildCalls:
     ignores ends there), or when one call has taken ``LIMITED_CALLS`` limits, and raises ``TimeLimitExceeded``
     naming the limit in force (``<file>: get_inputs() did not return within N s ...``). A child that dies
     raises ``ChildDied``. The next call starts a fresh child. The child is forked once torch is imported
-    here, so it starts in milliseconds; where CUDA is initialised already it is spawned instead.
+    here, so it starts in milliseconds; where CUDA is initialised already it is spawned instead. A forked
+    child cannot use CUDA once this process has asked CUDA anything (``torch.cuda.is_available()`` is
+    enough, as seen on an H200), so the commands start it before they ask; problem setup there runs on the
+    CPU and on meta tensors.
     ``fn`` and its arguments and result travel by pickle: ``fn`` is a module-level function."""
 
     def __init__(self, limit_s: float | None = None):
