@@ -27,9 +27,10 @@ def register(subparsers: Any) -> None:
     f = subparsers.add_parser(
         "fmt", help="print a μCUTLASS program in canonical form (comments kept beside their statements)",
         description="Print the program's canonical text (the printer's output; it parses back to the same program).")
-    f.add_argument("file", help="the program (.mcu), or - for standard input")
-    f.add_argument("-w", "--write", action="store_true", help="rewrite the file in place")
-    f.add_argument("--check", action="store_true", help="exit 1 if the file is not in canonical form")
+    f.add_argument("files", nargs="+", metavar="FILE", help="programs (.mcu), or - for standard input")
+    f.add_argument("-w", "--write", action="store_true", help="rewrite each file in place")
+    f.add_argument("--check", action="store_true",
+                   help="list the files not in canonical form and exit 1 if there are any; change nothing")
     f.set_defaults(func=run_fmt)
 
 
@@ -45,6 +46,9 @@ def read_program(path: str) -> str:
         raise UsageError(f"{path}: no such file")
     if p.is_dir():
         raise UsageError(f"{path}: is a folder; give a program file")
+    if p.suffix == ".py":
+        raise UsageError(f"{path}: not a μCUTLASS file (a .py is a problem; try `mucutlass trace {path}` or "
+                         f"`mucutlass sol {path}`)")
     try:
         data = p.read_bytes()
     except OSError as exc:
@@ -105,18 +109,27 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_fmt(args: argparse.Namespace) -> int:
-    text = _read(args.file)
-    if text is None:
+    """Each file in turn; the exit code is the worst of them (2 usage, 1 a file with errors or, with --check, one
+    not in canonical form). With --check every file that would change is listed."""
+    if "-" in args.files and len(args.files) > 1:
+        print("error: standard input (-) goes alone, not beside files", file=sys.stderr)
         return 2
-    if args.write and args.file == "-":
+    if args.write and args.files == ["-"]:
         print("error: --write needs a file, not standard input", file=sys.stderr)
+        return 2
+    return max(_fmt_one(path, args) for path in args.files)
+
+
+def _fmt_one(path: str, args: argparse.Namespace) -> int:
+    text = _read(path)
+    if text is None:
         return 2
     from dsl_compiler.parser import collect_comments, parse
     from dsl_compiler.printer import format_program
 
     program, diags = parse(text)
     if program is None:
-        _print_diagnostics(diags, _display_name(args.file), False)
+        _print_diagnostics(diags, _display_name(path), False)
         return 1
     comments = collect_comments(text)
     canonical = format_program(program, comments)
@@ -124,16 +137,17 @@ def run_fmt(args: argparse.Namespace) -> int:
     reparsed, _ = parse(canonical)
     kept = collect_comments(canonical)
     if reparsed != program or kept is None or _comment_words(kept.texts()) != _comment_words(comments.texts()):
-        print(f"error: {args.file}: the canonical form would change the program or lose a comment; the file is left "
+        print(f"error: {path}: the canonical form would change the program or lose a comment; the file is left "
               "as it is", file=sys.stderr)
         return 1
     if args.check:
         if canonical != text:
-            print(f"{args.file}: not in canonical form (run mucutlass fmt -w {args.file})", file=sys.stderr)
+            print(f"{path}: not in canonical form (run mucutlass fmt -w {path})", file=sys.stderr)
             return 1
         return 0
     if args.write:
-        Path(args.file).write_text(canonical)
+        if canonical != text:
+            Path(path).write_text(canonical)
         return 0
     sys.stdout.write(canonical)
     return 0

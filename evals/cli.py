@@ -98,7 +98,7 @@ def register(subparsers) -> None:
 def cmd_eval(args) -> int:
     from evals.problems import ProblemError, load_problems
     from dsl_compiler.backend import resolve_backend
-    from evals.locks import FolderBusy
+    from evals.locks import FolderBusy, FolderUnusable, make_folder
     from evals.runner import EvalConfig, EvalError, check_policies, run_evaluation
     from evals.store import StoreError
 
@@ -117,8 +117,14 @@ def cmd_eval(args) -> int:
         return _error(str(exc))
     if not args.tiers:
         return _error("no tiers given", "write e.g. --tiers offline")
+    from evals.progress import Status
+
     try:
-        problems = load_problems(suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids)
+        with Status(enabled=not args.no_progress) as status:
+            status.show("checking the problems in a child process (their import, Model() and get_inputs())")
+            # each checked there first; one whose setup fails is a run that cannot start
+            problems = load_problems(suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids,
+                                     check=True)
     except ProblemError as exc:
         return _error(str(exc))
     keys = [p.key for p in problems]
@@ -131,6 +137,11 @@ def cmd_eval(args) -> int:
         source = {"suite": args.suite}
         default_out = f"runs/eval-{args.suite}"
     out = Path(args.out or default_out)
+    try:
+        make_folder(out)
+    except FolderUnusable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     backend, _why = resolve_backend(args.backend)
     config = EvalConfig(
         source=source, problems=keys, tiers=args.tiers, variants=args.variants, memory=not args.no_memory,
@@ -156,6 +167,7 @@ def cmd_eval(args) -> int:
         outcome = run_evaluation(
             config, {p.key: p.path for p in problems}, out, executor=executor,
             run_fn=args.run_fn, show_progress=not args.no_progress, wait=args.wait,
+            problem_errors={p.key: p.setup_error for p in problems if p.setup_error},
         )
     except FolderBusy as exc:
         print(f"error: {exc}", file=sys.stderr)

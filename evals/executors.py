@@ -67,8 +67,10 @@ class LocalExecutor:
 
 def _run_inline(spec: RunSpec, run_fn: str | RunFn, sink: RunSink) -> None:
     sink.started(spec)
+    stage = getattr(sink, "stage", None)
     try:
-        summary = execute_run(spec, run_fn, lambda a: sink.attempt(spec, a))
+        summary = execute_run(spec, run_fn, lambda a: sink.attempt(spec, a),
+                              (lambda text: stage(spec, text)) if stage else None)
     except Exception as exc:  # a broken run costs that run only
         sink.failed(spec, one_line_error(exc))
         return
@@ -81,7 +83,8 @@ def _reported_run(spec_data: dict, run_fn: str, reports) -> tuple[str, object]:
     spec = RunSpec.model_validate(spec_data)
     reports.put(("started", spec_data, None))
     try:
-        summary = execute_run(spec, run_fn, lambda a: reports.put(("attempt", spec_data, a.model_dump(mode="json"))))
+        summary = execute_run(spec, run_fn, lambda a: reports.put(("attempt", spec_data, a.model_dump(mode="json"))),
+                              lambda text: reports.put(("stage", spec_data, text)))
         return ("finished", summary.model_dump(mode="json"))
     except Exception as exc:
         return ("failed", one_line_error(exc))
@@ -120,6 +123,9 @@ def _deliver(kind: str, spec: RunSpec, payload, sink: RunSink) -> bool:
         sink.started(spec)
     elif kind == "attempt":
         sink.attempt(spec, AttemptRecord.model_validate(payload))
+    elif kind == "stage":
+        if hasattr(sink, "stage"):
+            sink.stage(spec, payload)
     elif kind == "finished":
         sink.finished(spec, RunSummary.model_validate(payload))
         return True

@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
 
     s = subparsers.add_parser("suite", help="list the shipped problem suites or the problems of one")
     ssub = s.add_subparsers(dest="suite_command", metavar="SUBCOMMAND")
-    sl = ssub.add_parser("list", help="the shipped suites")
+    sl = ssub.add_parser("list", help="the shipped suites (with a NAME: its problems, as `suite show NAME`)")
+    sl.add_argument("name", nargs="?", help="a suite whose problems to list")
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=run_suite_list)
     ss = ssub.add_parser("show", help="the problems of one suite, with tolerance and allowed precisions")
@@ -58,7 +59,7 @@ def baseline_row(problem, harness, gpu: str, precision: str = "tf32") -> dict:
         row.update(t_sol_us=report.t_sol_us, bound=report.bound, flops=report.flops, bytes_fused=report.bytes_fused)
     except Exception as exc:  # the timings are still worth printing
         row.update(t_sol_us=None, bound=None, sol_error=f"{type(exc).__name__}: {exc}".splitlines()[0])
-    if harness is not None:
+    if harness is not None and not getattr(problem, "setup_error", ""):  # a problem whose setup failed is not timed
         ref = harness.reference_timings(problem)
         row.update(eager_fp32_us=ref.eager_fp32_us, eager_tf32_us=ref.eager_tf32_us, compile_us=ref.compile_us,
                    eager_fp32_spread_pct=ref.eager_fp32_spread_pct, eager_tf32_spread_pct=ref.eager_tf32_spread_pct,
@@ -88,9 +89,12 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def bench_rows(problems, harness, gpu: str, precision: str = "tf32",
-               progress: Callable[[int, int, dict, float], None] | None = None) -> list[dict]:
+               progress: Callable[[int, int, dict, float], None] | None = None,
+               starting: Callable[[int, int, Any], None] | None = None) -> list[dict]:
     rows = []
     for i, problem in enumerate(problems, 1):
+        if starting is not None:
+            starting(i, len(problems), problem)
         start = time.perf_counter()
         row = baseline_row(problem, harness, gpu, precision)
         rows.append(row)
@@ -137,7 +141,9 @@ def _load(args):
     from evals.problems import ProblemError, load_problems
 
     try:
-        return load_problems(args.problem, suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids)
+        # each checked in a child process first; one whose setup fails there is a row that cannot run
+        return load_problems(args.problem, suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids,
+                             check=True)
     except ProblemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
@@ -147,6 +153,14 @@ def run_bench(args: argparse.Namespace) -> int:
     if sum(x is not None for x in (args.problem, args.suite, args.kernelbench)) != 1:
         print("error: give a problem file or folder, --suite NAME, or --kernelbench PATH --level N", file=sys.stderr)
         return 2
+    from evals.progress import Status
+
+    with Status(enabled=not args.json) as status:
+        return _bench(args, status)
+
+
+def _bench(args: argparse.Namespace, status) -> int:
+    status.show("checking the problems in a child process (their import, Model() and get_inputs())")
     problems = _load(args)
     if problems is None:
         return 1
@@ -169,10 +183,15 @@ def run_bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"[{i}/{n}] {row['problem']} ({seconds:.1f} s)", file=sys.stderr)
 
+    def starting(i, n, problem):
+        status.show(f"[{i}/{n}] {problem.key}: " + ("timing eager fp32, eager TF32 and torch.compile" if has_gpu
+                                                     else "counting its speed-of-light bound"))
+
     try:
-        rows = bench_rows(problems, harness if has_gpu else None, args.gpu, args.precision, progress)
+        rows = bench_rows(problems, harness if has_gpu else None, args.gpu, args.precision, progress, starting)
     finally:
         harness.close()
+    status.stop()
     if args.json:
         print(json.dumps({"rows": rows, "summary": summarize(rows), "gpu": args.gpu}, indent=2))
     else:
@@ -199,6 +218,8 @@ def row_failure(row: dict, timed: bool) -> str | None:
 
 
 def run_suite_list(args: argparse.Namespace) -> int:
+    if args.name:  # `suite list smoke` means its problems
+        return run_suite_show(args)
     from evals.problems import SUITES_DIR, ProblemError, problem_files, suite_index
 
     try:

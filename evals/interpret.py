@@ -60,6 +60,13 @@ def run_interpret(args: argparse.Namespace) -> int:
         print(render_all(notes, name))
         print("(the interpreter runs the program anyway: these concern how a GPU kernel would be built)\n")
 
+    from evals.problems import ProblemError, check_problem
+
+    try:  # its calls in a child process first: one that ignores the time limit is stopped there
+        check_problem(args.problem)
+    except ProblemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if args.device is not None:
         import torch
 

@@ -24,6 +24,28 @@ class FolderBusy(Exception):
     """Another live process holds the folder; the message names it (pid, host, start time)."""
 
 
+class FolderUnusable(Exception):
+    """A folder that cannot be made or written in (a file is in the way, /proc, a read-only file system); one line."""
+
+
+def make_folder(folder: str | Path, flag: str = "--out") -> Path:
+    """Make ``folder`` (and its parents) and check that a file can be written in it, before any work is done
+    that would have nowhere to go. ``flag`` names the option in the message."""
+    import tempfile
+
+    folder = Path(folder)
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(0, "exists and is not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise FolderUnusable(f"{flag} {folder}: cannot be used as a folder ({exc.strerror or exc}); choose another "
+                             f"{flag}") from None
+    return folder
+
+
 def _holder_text(path: Path) -> str:
     try:
         info = json.loads(path.read_text() or "{}")

@@ -6,10 +6,17 @@ tolerance applies (1e-2, KernelBench v0.1) and the precisions follow from the to
 
 Loading never raises anything but ``ProblemError``, whose message is one line naming the file.
 Torch is imported only when a problem is loaded, so importing this module stays cheap.
+
+The commands check a problem in a child process before they load it in their own (``check_problem``,
+``load_problems(check=True)``): its import, ``get_init_inputs()``, ``Model()``, ``get_inputs()`` and a
+forward on meta tensors, each under the problem-call limit, and the child killed when a call ignores
+it. A problem whose file loads but whose setup fails there is still returned, with ``setup_error``
+set, and every later call into its setup code raises that error instead of running it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import re
@@ -22,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable
 
-from dsl_compiler.limits import TimeLimitExceeded, time_limit
+from dsl_compiler.limits import ChildCalls, ChildDied, TimeLimitExceeded, time_limit
 from evals.settings import DEFAULT_TOLERANCE
 
 ALL_PRECISIONS: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
@@ -38,6 +45,14 @@ _LEVEL_DIR = re.compile(r"^level(\d+)$", re.IGNORECASE)
 
 class ProblemError(Exception):
     """A problem file (or a selection of them) cannot be used; the message is one line."""
+
+
+class ProblemSetupError(ProblemError):
+    """The file loads, but setting the problem up fails: ``get_init_inputs()``, ``Model()``, ``get_inputs()``
+    (None, float64 or complex tensors) or its forward on its own inputs."""
+
+
+IMPORT_CALL = "importing the problem"  # the time limit's name for a problem's import
 
 
 def default_precisions(tolerance: float) -> tuple[str, ...]:
@@ -61,6 +76,9 @@ class Problem:
     # the Model's __init__ cannot run with the device as default (a CPU torch.Generator handed to a factory
     # function): it and every candidate are built on the CPU and moved (found by make_model_of)
     init_on_cpu: bool = False
+    # why its setup failed when it was checked in a child process ("" when it did not, or was not checked): its
+    # setup code is then never run in this process (make_model, make_inputs and the SOL count raise this instead)
+    setup_error: str = ""
 
     @property
     def key(self) -> str:
@@ -122,6 +140,8 @@ class Problem:
     @contextmanager
     def _limit(self, what: str) -> Iterator[None]:
         """Problem code under the problem-call time limit; past it, a one-line ProblemError."""
+        if self.setup_error:
+            raise ProblemSetupError(self.setup_error)
         try:
             with time_limit(f"{self.path}: {what}"):
                 yield
@@ -187,7 +207,7 @@ def _import_source(source: str, path: str) -> ModuleType:
     try:
         code = compile(source, path, "exec")
         import torch  # noqa: F401 - loaded before the clock starts: its import time is not the problem's
-        with time_limit(f"{path}: importing the problem"):
+        with time_limit(f"{path}: {IMPORT_CALL}"):
             exec(code, module.__dict__)
     except BaseException as exc:  # a broken file must never take the caller down
         sys.modules.pop(mod_name, None)
@@ -268,6 +288,57 @@ def load_problem(path: str | Path, default_tolerance: float | None = None, suite
     )
 
 
+def _check_here(path: str, default_tolerance: float | None, suite: str | None) -> None:
+    """In the checking child: load the problem and count its work on meta tensors, which calls
+    ``get_init_inputs()``, ``Model()``, ``get_inputs()`` and the forward, as the commands do next."""
+    problem = load_problem(path, default_tolerance=default_tolerance, suite=suite)
+    from sol_models.counting import ProblemLoadError, count_problem
+
+    try:
+        count_problem(problem)
+    except ProblemLoadError as exc:
+        raise ProblemSetupError(str(exc)) from None
+
+
+def check_problem(path: str | Path, default_tolerance: float | None = None, suite: str | None = None,
+                  calls: ChildCalls | None = None) -> None:
+    """Load and set up a problem in a child process (``calls``, else one made for it) under a hard time limit:
+    ``ProblemError`` when its file does not load, ``ProblemSetupError`` when its setup fails or a call does not
+    return (the child is killed then, whatever the call does with interruptions). One line each, naming the
+    file and the call."""
+    from sol_models.counting import warm_up
+
+    warm_up()  # here, before the child is forked: it starts warm, and so does this process's own count later
+    owned = calls is None
+    calls = calls or ChildCalls()
+    try:
+        calls.call(_check_here, str(path), default_tolerance, suite)
+    except (TimeLimitExceeded, ChildDied) as exc:
+        raise (ProblemError if f": {IMPORT_CALL} " in str(exc) else ProblemSetupError)(str(exc)) from None
+    except ProblemError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever else the child could not do with the file
+        raise ProblemError(f"{path}: cannot be loaded: {_one_line(exc)}") from None
+    finally:
+        if owned:
+            calls.close()
+
+
+def _load_checked(path: Path, default_tolerance: float | None, suite: str | None,
+                  calls: ChildCalls | None) -> Problem:
+    """``load_problem``, after ``check_problem`` in ``calls`` when given: a problem whose setup failed there is
+    loaded with ``setup_error`` set, and its setup code never runs here."""
+    setup_error = ""
+    if calls is not None:
+        try:
+            check_problem(path, default_tolerance, suite, calls)
+        except ProblemSetupError as exc:
+            setup_error = str(exc)
+    problem = load_problem(path, default_tolerance=default_tolerance, suite=suite)
+    problem.setup_error = setup_error
+    return problem
+
+
 def problem_files(folder: Path) -> list[Path]:
     # KernelBench keeps superseded versions next to the current ones as ``<id>_<Name>_OLD.py``.
     files = [f for f in folder.glob("*.py") if not f.name.startswith(("_", ".")) and not f.stem.endswith("_OLD")]
@@ -279,7 +350,8 @@ def problem_files(folder: Path) -> list[Path]:
     return sorted(files, key=order)
 
 
-def load_folder(path: str | Path, default_tolerance: float | None = None, suite: str | None = None) -> list[Problem]:
+def load_folder(path: str | Path, default_tolerance: float | None = None, suite: str | None = None,
+                calls: ChildCalls | None = None) -> list[Problem]:
     """Every problem file in a folder (not recursive), KernelBench ids in numeric order."""
     folder = Path(path)
     if not folder.is_dir():
@@ -287,7 +359,7 @@ def load_folder(path: str | Path, default_tolerance: float | None = None, suite:
     files = problem_files(folder)
     if not files:
         raise ProblemError(f"{folder}: no problem files (*.py) in this folder")
-    return [load_problem(f, default_tolerance=default_tolerance, suite=suite) for f in files]
+    return [_load_checked(f, default_tolerance, suite, calls) for f in files]
 
 
 def parse_ids(ids: str | Iterable[int] | None) -> list[int] | None:
@@ -324,7 +396,8 @@ def kernelbench_level_dir(root: str | Path, level: int) -> Path:
 
 
 def load_kernelbench(
-    root: str | Path, level: int, ids: str | Iterable[int] | None = None, default_tolerance: float | None = None
+    root: str | Path, level: int, ids: str | Iterable[int] | None = None, default_tolerance: float | None = None,
+    calls: ChildCalls | None = None,
 ) -> list[Problem]:
     """Problems ``ids`` (all when None) of one KernelBench level, in id order."""
     folder = kernelbench_level_dir(root, int(level))
@@ -334,12 +407,17 @@ def load_kernelbench(
         m = _KB_NAME.match(f.stem)
         if m:
             by_id[int(m.group(1))] = f
+    if not by_id:
+        raise ProblemError(f"{folder}: no KernelBench problems in this folder (files named <id>_<name>.py); pass the "
+                           "root of a KernelBench checkout")
     if wanted is None:
         wanted = sorted(by_id)
+    if not wanted:
+        raise ProblemError(f"--ids {ids!r}: selects no problem; write ids like 1-20,25")
     missing = [i for i in wanted if i not in by_id]
     if missing:
         raise ProblemError(f"{folder}: no problem with id {', '.join(map(str, missing))} in level {level}")
-    return [load_problem(by_id[i], default_tolerance=default_tolerance) for i in wanted]
+    return [_load_checked(by_id[i], default_tolerance, None, calls) for i in wanted]
 
 
 def suite_index() -> dict[str, dict]:
@@ -350,7 +428,7 @@ def suite_index() -> dict[str, dict]:
         raise ProblemError(f"{SUITES_INDEX}: cannot read the suite index: {_one_line(exc)}") from None
 
 
-def load_suite(name: str) -> list[Problem]:
+def load_suite(name: str, calls: ChildCalls | None = None) -> list[Problem]:
     """A named suite (``builtin``, ``builtin-strict``) from ``suites/index.toml``."""
     index = suite_index()
     if name not in index:
@@ -358,7 +436,7 @@ def load_suite(name: str) -> list[Problem]:
     entry = index[name]
     folder = SUITES_DIR / entry.get("path", name)
     tolerance = float(entry.get("tolerance", DEFAULT_TOLERANCE))
-    problems = load_folder(folder, default_tolerance=tolerance, suite=name)
+    problems = load_folder(folder, default_tolerance=tolerance, suite=name, calls=calls)
     if entry.get("force_tolerance", False):
         # A stricter variant of a suite: its tolerance wins over the files', and precisions that
         # cannot meet it are dropped.
@@ -384,18 +462,22 @@ def load_problems(
     level: int | None = None,
     ids: str | Iterable[int] | None = None,
     default_tolerance: float | None = None,
+    check: bool = False,
 ) -> list[Problem]:
-    """The one entry point for command lines: a file, a folder, a suite, or a KernelBench selection."""
+    """The one entry point for command lines: a file, a folder, a suite, or a KernelBench selection. With
+    ``check``, each problem is first loaded and set up in one child process (``check_problem``): one whose
+    file does not load raises ``ProblemError``, one whose setup fails comes back with ``setup_error`` set."""
     chosen = sum(x is not None for x in (target, suite, kernelbench))
     if chosen != 1:
         raise ProblemError("give exactly one of: a problem file or folder, --suite NAME, --kernelbench PATH")
-    if suite is not None:
-        return load_suite(suite)
-    if kernelbench is not None:
-        if level is None:
-            raise ProblemError("--kernelbench needs --level N (1, 2, 3 or 4)")
-        return load_kernelbench(kernelbench, level, ids, default_tolerance=default_tolerance)
-    p = Path(target)
-    if p.is_dir():
-        return load_folder(p, default_tolerance=default_tolerance)
-    return [load_problem(p, default_tolerance=default_tolerance)]
+    if kernelbench is not None and level is None:
+        raise ProblemError("--kernelbench needs --level N (1, 2, 3 or 4)")
+    with ChildCalls() if check else contextlib.nullcontext() as calls:
+        if suite is not None:
+            return load_suite(suite, calls)
+        if kernelbench is not None:
+            return load_kernelbench(kernelbench, level, ids, default_tolerance=default_tolerance, calls=calls)
+        p = Path(target)
+        if p.is_dir():
+            return load_folder(p, default_tolerance=default_tolerance, calls=calls)
+        return [_load_checked(p, default_tolerance, None, calls)]

@@ -59,6 +59,7 @@ class RunSpec(BaseModel):
     run_dir: str
     variant: str = DEFAULT_VARIANT
     memory_path: str | None = None  # the evaluation's shared memory store; None: no memory
+    problem_error: str = ""  # why the problem's setup failed when it was checked: the run cannot start
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -108,10 +109,13 @@ def _safe(part: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", part).strip("_") or "_"
 
 
-def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path) -> list[RunSpec]:
+def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path,
+              problem_errors: dict[str, str] | None = None) -> list[RunSpec]:
     """Every run the evaluation needs, problem-major so one problem's tiers and variants finish together
-    (and the memory of each (tier, variant) holds the earlier problems' notes when the next one starts)."""
+    (and the memory of each (tier, variant) holds the earlier problems' notes when the next one starts).
+    ``problem_errors``: problems whose setup failed when checked, with why."""
     specs = []
+    problem_errors = problem_errors or {}
     memory_path = str((out_dir / MEMORY_FILE).resolve()) if config.memory else None
     for key in config.problems:
         for tier in config.tiers:
@@ -129,6 +133,7 @@ def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path) 
                         max_attempts=config.max_attempts,
                         backend=config.backend,
                         run_dir=str(out_dir.joinpath("runs", *parts, _safe(policy))),
+                        problem_error=problem_errors.get(key, ""),
                     ))
     return specs
 
@@ -174,12 +179,20 @@ def attempt_from_event(event: Any) -> AttemptRecord | None:
     return None
 
 
-def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None]) -> RunSummary:
-    """Run one spec; every finished attempt is passed to ``emit_attempt`` as it arrives."""
+def execute_run(spec: RunSpec, run_fn: str | RunFn, emit_attempt: Callable[[AttemptRecord], None],
+                emit_stage: Callable[[str], None] | None = None) -> RunSummary:
+    """Run one spec; every finished attempt is passed to ``emit_attempt`` as it arrives, and what the run is
+    doing now (a ``stage`` event's text) to ``emit_stage``."""
+    if spec.problem_error:  # its setup code never runs again: it failed, or hung, where it was checked
+        raise RunNotStarted(f"{SETUP_FAILED}: {spec.problem_error}")
     fn = resolve_run_fn(run_fn)
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
 
     def on_event(event: Any) -> None:
+        if isinstance(event, dict) and event.get("event") == "stage":
+            if emit_stage is not None:
+                emit_stage(str(event.get("text", "")))
+            return
         attempt = attempt_from_event(event)
         if attempt is not None:
             emit_attempt(attempt)
@@ -212,6 +225,7 @@ class RunSink(Protocol):
     def attempt(self, spec: RunSpec, attempt: AttemptRecord) -> None: ...
     def finished(self, spec: RunSpec, summary: RunSummary) -> None: ...
     def failed(self, spec: RunSpec, error: str) -> None: ...
+    # optional: ``stage(spec, text)``, what a run is doing now (the progress display shows it)
 
 
 class Executor(Protocol):
@@ -237,6 +251,10 @@ class StoreSink:
         if self.progress:
             self.progress.run_attempt(spec, attempt)
 
+    def stage(self, spec: RunSpec, text: str) -> None:
+        if self.progress:
+            self.progress.run_stage(spec, text)
+
     def finished(self, spec: RunSpec, summary: RunSummary) -> None:
         self.store.finish_run(summary)
         if self.progress:
@@ -250,6 +268,13 @@ class StoreSink:
             self.store.fail_run(spec.problem, spec.tier, spec.policy, error, variant=spec.variant)
         if self.progress:
             self.progress.run_finished(spec, ok=False)
+
+
+def _plain(text: str) -> str:
+    """``text`` shown as written: a run's label holds brackets, which rich reads as markup otherwise."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 class EvalProgress:
@@ -273,19 +298,24 @@ class EvalProgress:
         return self._progress.__exit__(*exc)
 
     def run_started(self, spec: RunSpec) -> None:
-        self._tasks[spec.key] = self._progress.add_task(f"  {spec.label}", total=spec.max_attempts)
+        self._tasks[spec.key] = self._progress.add_task(f"  {_plain(spec.label)}", total=spec.max_attempts)
 
     def run_attempt(self, spec: RunSpec, attempt: AttemptRecord) -> None:
         task = self._tasks.get(spec.key)
         if task is not None:
             self._progress.update(task, completed=attempt.index)
 
+    def run_stage(self, spec: RunSpec, text: str) -> None:
+        task = self._tasks.get(spec.key)
+        if task is not None:
+            self._progress.update(task, description=f"  {_plain(spec.label)}: {_plain(text)}")
+
     def run_finished(self, spec: RunSpec, ok: bool) -> None:
         task = self._tasks.pop(spec.key, None)
         if task is not None:
             self._progress.remove_task(task)
         if not ok:
-            self._progress.console.print(f"[red]failed[/red] {spec.label}")
+            self._progress.console.print(f"[red]failed[/red] {_plain(spec.label)}")
         self._progress.advance(self._overall)
 
 
@@ -328,6 +358,7 @@ def run_evaluation(
     show_progress: bool = True,
     write_outputs: bool = True,
     wait: bool = False,
+    problem_errors: dict[str, str] | None = None,
 ) -> EvalOutcome:
     """Run (or resume) an evaluation into ``out_dir/results.sqlite``; then derive policies and write
     the results JSON and the report. The folder is held for this process: another one gets
@@ -340,12 +371,12 @@ def run_evaluation(
         raise EvalError(f"--out {out}: exists and is not a folder; choose another --out")
     with FolderLock(out, wait=wait):
         return _run_evaluation(config, problem_paths, out, executor, run_fn, environment, show_progress,
-                               write_outputs)
+                               write_outputs, problem_errors)
 
 
 def _run_evaluation(config: EvalConfig, problem_paths: dict[str, str], out: Path, executor: Executor,
                     run_fn: str | RunFn, environment: dict | None, show_progress: bool,
-                    write_outputs: bool) -> EvalOutcome:
+                    write_outputs: bool, problem_errors: dict[str, str] | None = None) -> EvalOutcome:
     from evals.store import ResultsStore
 
     store = ResultsStore(out / "results.sqlite")
@@ -354,7 +385,7 @@ def _run_evaluation(config: EvalConfig, problem_paths: dict[str, str], out: Path
             config.model_dump(), environment if environment is not None else collect_environment(config.backend),
             resume_keys=RESUME_KEYS,
         )
-        specs = plan_runs(config, problem_paths, out)
+        specs = plan_runs(config, problem_paths, out, problem_errors)
         finished = store.finished_keys()
         todo = [s for s in specs if s.key not in finished]
         progress = EvalProgress(len(specs), len(specs) - len(todo)) if show_progress else None

@@ -104,6 +104,17 @@ def _migrate_variant(db: sqlite3.Connection) -> None:
         raise
 
 
+STORE_TABLES = ("evaluation", "runs", "attempts")
+
+
+def _foreign_tables(db: sqlite3.Connection) -> list[str]:
+    """The tables and views of a file that a results store does not have: a store holds ``STORE_TABLES`` only
+    (one made before variants, the same), an empty file nothing."""
+    names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                                      "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+    return [n for n in names if n not in STORE_TABLES]
+
+
 _ATTEMPT_COLUMNS = ", ".join(f'"{n}"' for n in _ATTEMPT_FIELDS)
 _INTO_ATTEMPTS = (f"INTO attempts (problem, tier, policy, variant, {_ATTEMPT_COLUMNS}) "
                   f"VALUES ({', '.join('?' * (4 + len(_ATTEMPT_FIELDS)))})")
@@ -139,19 +150,26 @@ class ResultsStore:
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            # what the file is, before anything is written to it (WAL mode rewrites its header)
             # a damaged page is found here, in one line, not half-way through a report
             problem = self._db.execute("PRAGMA quick_check(1)").fetchone()[0] if existed else "ok"
-            if problem == "ok":
+            foreign = _foreign_tables(self._db) if problem == "ok" else []
+            if problem == "ok" and not foreign:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
                 _migrate_variant(self._db)
                 self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a results store ({exc})") from None
-        if problem != "ok":
+        if problem != "ok" or foreign:
             self._db.close()
+        if problem != "ok":
             raise StoreError(f"{self.path}: damaged results store ({' '.join(str(problem).split())}); restore it "
                              "from a copy, or start a new evaluation with another --out")
+        if foreign:
+            raise StoreError(f"{self.path}: a SQLite file but not a mucutlass results store (it holds "
+                             f"{', '.join(foreign[:5])}{' and more' if len(foreign) > 5 else ''}); nothing was written "
+                             "to it; choose another --out")
 
     @classmethod
     def open_existing(cls, path: str | Path) -> ResultsStore:

@@ -14,6 +14,7 @@ import enum
 import importlib
 import sqlite3
 import threading
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -118,7 +119,10 @@ class AllowListSerializer(jsonplus.JsonPlusSerializer):
         if type_ in ("null", "bytes", "bytearray"):
             return super().loads_typed(data)
         if type_ == "json":  # old checkpoints; revival limited to LangGraph's safe types (no allowed modules)
-            return super().loads_typed(data)
+            try:
+                return super().loads_typed(data)
+            except (ValueError, TypeError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError among them
+                raise CheckpointError(f"holds an unreadable JSON value ({type(exc).__name__})") from None
         if type_ != "msgpack":
             raise CheckpointError(f"holds a value serialized as {type_!r}, which checkpoints may not hold")
         _refusal.error = None
@@ -130,6 +134,38 @@ class AllowListSerializer(jsonplus.JsonPlusSerializer):
             raise CheckpointError(f"holds an unreadable value ({exc})") from None
 
 
+def check_checkpoint(checkpoint: Any) -> None:
+    """The shape LangGraph reads a checkpoint in (an id, channel values and their versions); a value of any
+    other shape would fail deep inside the graph (``EmptyInputError`` for one that holds no channel)."""
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"holds a checkpoint that is a {type(checkpoint).__name__}, not a mapping")
+    try:
+        uuid.UUID(checkpoint.get("id"))  # LangGraph orders checkpoints by their ids, which are UUIDs
+    except (TypeError, ValueError, AttributeError):
+        raise CheckpointError("holds a checkpoint whose id is not a UUID") from None
+    for key in ("channel_values", "channel_versions", "versions_seen"):
+        if not isinstance(checkpoint.get(key), dict):
+            raise CheckpointError(f"holds a checkpoint whose {key} is not a mapping")
+    if not checkpoint["channel_versions"]:
+        raise CheckpointError("holds a checkpoint with no state in it")
+
+
+class CheckedSaver(SqliteSaver):
+    """A SqliteSaver whose reads fail only with ``CheckpointError``: a value the allow-list lets through but
+    LangGraph cannot use (a checkpoint of the wrong shape, an id it cannot parse) is refused at once too."""
+
+    def get_tuple(self, config):
+        try:
+            found = super().get_tuple(config)
+            if found is not None:
+                check_checkpoint(found.checkpoint)
+        except (CheckpointError, sqlite3.DatabaseError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever LangGraph trips over in a crafted row
+            raise CheckpointError(f"holds an unreadable checkpoint ({type(exc).__name__}: {exc})") from None
+        return found
+
+
 @contextmanager
 def open_saver(run_dir: str | Path) -> Iterator[SqliteSaver]:
     path = Path(run_dir) / CHECKPOINT_FILE
@@ -139,7 +175,7 @@ def open_saver(run_dir: str | Path) -> Iterator[SqliteSaver]:
     except sqlite3.DatabaseError as exc:
         raise CheckpointError(f"{path}: not a checkpoint file ({exc})") from None
     try:
-        yield SqliteSaver(conn, serde=AllowListSerializer())
+        yield CheckedSaver(conn, serde=AllowListSerializer())
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     except sqlite3.DatabaseError as exc:  # a damaged page met while reading or writing

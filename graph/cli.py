@@ -43,20 +43,43 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="run directory (default: runs/<problem>-<time>)")
     p.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
     p.add_argument("--wait", action="store_true", help="if another process holds --out, wait for it (default: exit 2)")
-    p.set_defaults(func=optimize_command)
+    p.set_defaults(func=_with_sink(optimize_command))
 
     r = subparsers.add_parser("resume", help="continue a killed optimize run from its last completed step",
-                              description="Continue a run from RUN_DIR/checkpoints.sqlite; finished attempts are kept.")
+                              description="Continue a run from RUN_DIR/checkpoints.sqlite; finished attempts are kept. "
+                                          "A run folder is data: the problem it names is imported only if this user's "
+                                          "run recorded it and the file is unchanged (else name it with --problem), "
+                                          "and its tier is looked up by name in your own tiers configuration.")
     r.add_argument("run_dir", help="the run directory of `mucutlass optimize`")
+    r.add_argument("--problem", default=None, metavar="PATH",
+                   help="the problem to resume with (needed when the recorded one changed, moved, or the folder is not "
+                        "from a run of yours); recorded afresh")
+    r.add_argument("--tiers-file", default=None, help="tiers TOML defining the run's tier (also MUCUTLASS_TIERS)")
     r.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
     r.add_argument("--wait", action="store_true", help="if another process holds RUN_DIR, wait for it (default: exit 2)")
-    r.set_defaults(func=resume_command)
+    r.set_defaults(func=_with_sink(resume_command))
 
 
 def _sink(as_json: bool):
     from graph.events import json_lines, rich_printer
 
     return json_lines(sys.stdout) if as_json else rich_printer()
+
+
+def _with_sink(command):
+    """Run ``command(args, sink)`` with the events' sink of ``--json``, its status line cleared at the end."""
+    def run(args: argparse.Namespace) -> int:
+        sink = _sink(args.json)
+        try:
+            return command(args, sink)
+        finally:
+            getattr(sink, "close", lambda: None)()
+
+    return run
+
+
+def _stage(sink, text: str) -> None:
+    sink({"event": "stage", "text": text})
 
 
 def _error(msg: str, code: int) -> int:
@@ -79,7 +102,7 @@ def default_problem() -> tuple[Path, str]:
     return SUITES_DIR / suite / name, f"no problem named: the built-in {suite}/{name} ({reason})"
 
 
-def optimize_command(args: argparse.Namespace) -> int:
+def optimize_command(args: argparse.Namespace, sink) -> int:
     if args.problem is None:
         problem, why = default_problem()
         print(why, file=sys.stderr)
@@ -96,6 +119,7 @@ def optimize_command(args: argparse.Namespace) -> int:
         args.tier = "playback:" + str(Path(args.tier.split(":", 1)[1]).resolve())
     if args.tiers_file:
         args.tiers_file = str(Path(args.tiers_file).resolve())
+    _stage(sink, f"setting up the {args.tier} tier")
     try:
         tier = make_tier(args.tier, args.tiers_file)
     except TierError as exc:
@@ -111,15 +135,30 @@ def optimize_command(args: argparse.Namespace) -> int:
         variant = get_variant(args.variant or DEFAULT_VARIANT).name
     except VariantError as exc:
         return _error(str(exc), 2)
+    from evals.locks import FolderUnusable, make_folder
+
+    created = not out.exists()
+    try:
+        make_folder(out)
+    except FolderUnusable as exc:
+        return _error(str(exc), 2)
+    from evals.problems import ProblemError, check_problem
+
+    _stage(sink, f"checking {problem.name} in a child process (its import, Model() and get_inputs())")
+    try:  # its calls in a child process first: one that ignores the time limit is stopped there
+        check_problem(problem)
+    except ProblemError as exc:
+        _discard_unstarted(out, created)
+        return _error(str(exc), 1)
+    _stage(sink, "starting the graph")
     ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
                      max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
                      gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
     from evals.locks import FolderBusy
     from graph.runner import RunError
 
-    created = not out.exists()
     try:
-        summary = run_optimize(problem, ctx, out, on_event=_sink(args.json), wait=args.wait)
+        summary = run_optimize(problem, ctx, out, on_event=sink, wait=args.wait)
     except FolderBusy as exc:
         return _error(str(exc), 2)
     except RunError as exc:
@@ -150,15 +189,19 @@ def _discard_unstarted(out: Path, created: bool) -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def resume_command(args: argparse.Namespace) -> int:
+def resume_command(args: argparse.Namespace, sink) -> int:
     from evals.locks import FolderBusy
+    from evals.problems import ProblemError, check_problem
     from graph.runner import RunError, TierError, resume_run
 
+    tiers_file = str(Path(args.tiers_file).resolve()) if args.tiers_file else None
     try:
-        summary = resume_run(args.run_dir, on_event=_sink(args.json), wait=args.wait)
+        _stage(sink, f"reading {args.run_dir}")
+        summary = resume_run(args.run_dir, on_event=sink, wait=args.wait, problem_path=args.problem,
+                             tiers_file=tiers_file, check_problem=check_problem)
     except FolderBusy as exc:
         return _error(str(exc), 2)
-    except (RunError, TierError) as exc:
+    except (RunError, TierError, ProblemError) as exc:
         return _error(str(exc), 1)
     return _outcome(summary)
 

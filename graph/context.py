@@ -221,6 +221,9 @@ class RunContext:
     services: Any = field(default=None, repr=False, compare=False)
 
     _LIVE = ("tier_impl", "services")
+    # never recorded in a run folder nor restored from one (graph.run_record): the tiers file names endpoints and
+    # the variables holding keys, the memory store is a file the run writes into; the resuming command names them
+    _NAMED_BY_COMMAND = ("tiers_file", "memory_path")
 
     def __post_init__(self) -> None:
         if self.policy not in POLICY_NAMES:
@@ -253,12 +256,15 @@ class RunContext:
         return stop_policy(self.policy, self.variant)
 
     def settings(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._LIVE}
+        """What run.json records: the plain settings, without what only a command may name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._LIVE + self._NAMED_BY_COMMAND}
 
     @classmethod
-    def from_settings(cls, data: dict[str, Any], **live: Any) -> "RunContext":
-        known = {f.name for f in fields(cls)} - set(cls._LIVE)
-        return cls(**{k: v for k, v in data.items() if k in known}, **live)
+    def from_settings(cls, data: dict[str, Any], **named: Any) -> "RunContext":
+        """A context from recorded settings; ``named`` holds the live objects and what the command names
+        (``tiers_file``, ``memory_path``), which recorded settings never supply."""
+        known = {f.name for f in fields(cls)} - set(cls._LIVE + cls._NAMED_BY_COMMAND)
+        return cls(**{k: v for k, v in data.items() if k in known}, **named)
 
     def langsmith_config(self, problem: str) -> dict[str, Any]:
         """run_name, tags and metadata for tracing; LangChain sends them only when

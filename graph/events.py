@@ -1,5 +1,7 @@
 """Progress events of a run, derived from the graph's state updates, and their two renderings:
-a rich terminal line per attempt, or one JSON object per line (``--json``)."""
+a rich terminal line per attempt, or one JSON object per line (``--json``). While a node runs, a
+``stage`` event names it ("validating attempt 3 on the interpreter"): the terminal shows it as a status
+line that stays until the next event; the JSON lines leave it out."""
 
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ class EventTracker:
     """Mirrors the state from the ``updates`` stream and emits an event per finished attempt."""
 
     def __init__(self, emit: EventSink | None, max_attempts: int, state: dict[str, Any] | None = None,
-                 progress: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
+                 progress: Callable[[dict[str, Any]], dict[str, Any]] | None = None, tier: str = "",
+                 backend: str = ""):
         self.emit = emit or (lambda e: None)
         self.max_attempts = max_attempts
+        self.tier, self.backend = tier, backend
         self.state: dict[str, Any] = dict(state or {})
         self.seen = len(self.state.get("attempts", []))
         # the run's counters so far (time split, kernel cache) for each attempt event, so that a run cut short
@@ -52,6 +56,12 @@ class EventTracker:
         if update.get("stop_reason"):
             self.emit({"event": "stop", "reason": update["stop_reason"]})
 
+    def started(self, node: str) -> None:
+        """A node has started: a ``stage`` event saying what the run now waits for."""
+        text = stage_text(node, len(self.state.get("attempts", [])) + 1, bool(self.state.get("sol")), self.tier,
+                          self.backend)
+        self.emit({"event": "stage", "node": node, "text": text})
+
     def attempt_event(self, a: dict[str, Any]) -> dict[str, Any]:
         refs = self.state.get("reference_us", {})
         t_sol = self.state.get("sol", {}).get("t_sol_us")
@@ -69,8 +79,27 @@ class EventTracker:
         }
 
 
+def stage_text(node: str, attempt: int, set_up: bool, tier: str, backend: str) -> str:
+    """What a node does, for the status line: ``validating attempt 3 on the interpreter``."""
+    on_gpu = backend == "cutlass"
+    if node == "planner" and not set_up:
+        return "loading the problem and counting its speed-of-light bound" + (
+            "; timing the PyTorch references" if on_gpu else "")
+    texts = {
+        "planner": f"planning attempt {attempt}",
+        "dsl_writer": f"writing attempt {attempt}" + (f" ({tier})" if tier else ""),
+        "compiler": f"checking attempt {attempt}" + (" and building its kernels with nvcc" if on_gpu else ""),
+        "validator": f"validating attempt {attempt} on the {'GPU' if on_gpu else 'interpreter'}",
+        "profiler": f"timing attempt {attempt} on the GPU" if on_gpu else f"estimating attempt {attempt}'s time",
+        "sol_judge": f"judging attempt {attempt} against the bound",
+    }
+    return texts.get(node, f"{node} (attempt {attempt})")
+
+
 def json_lines(stream: TextIO = sys.stdout) -> EventSink:
     def emit(event: dict[str, Any]) -> None:
+        if event.get("event") == "stage":  # progress is the terminal's; the JSON lines carry results
+            return
         stream.write(json.dumps(event, default=str) + "\n")
         stream.flush()
 
@@ -82,15 +111,24 @@ def _fmt(x: float | None, spec: str = ".3g", suffix: str = "") -> str:
 
 
 def rich_printer(console: Any = None) -> EventSink:
-    """One line per event on the terminal: attempt n of N, best speedup, headroom, tokens."""
+    """One line per event on the terminal: attempt n of N, best speedup, headroom, tokens; a status line naming
+    the stage while a node runs (``close()`` clears it)."""
     from rich.console import Console
+
+    from evals.progress import Status
 
     # soft_wrap: a line longer than the terminal is the terminal's to wrap; rich would break it mid-token, and into a
     # file or pipe (no width at all) at 80 columns
     console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+    status = Status(console=console)
 
     def emit(e: dict[str, Any]) -> None:
         kind = e["event"]
+        if kind == "stage":
+            status.show(e["text"])
+            return
+        if kind == "done":
+            status.stop()
         if kind == "start":
             console.print(f"[bold]optimize[/] {e['problem']}  tier={e['tier']} policy={e['policy']} "
                           f"backend={e['backend']} ({e['backend_reason']})  -> {e['run_dir']}")
@@ -119,6 +157,8 @@ def rich_printer(console: Any = None) -> EventSink:
                 f"headroom {_fmt(e.get('headroom'), '.2f', 'x')} tokens {e.get('tokens', 0)} | "
                 f"[dim]{(e.get('hypothesis') or '')[:60]}[/]"
             )
+        elif kind == "warning":
+            console.print(f"[yellow]warning:[/] {e['message']}")
         elif kind == "stop" and e["reason"].startswith(SETUP_FAILED):
             pass  # the command prints it once, as its error
         elif kind == "stop":
@@ -131,4 +171,5 @@ def rich_printer(console: Any = None) -> EventSink:
                           f"{e.get('tokens')} tokens, ${e.get('cost_usd', 0):.4f}, overhead "
                           f"{_fmt(e.get('graph_overhead_s'), '.2f', ' s')} -> {e.get('run_dir')}")
 
+    emit.close = status.stop  # type: ignore[attr-defined]
     return emit

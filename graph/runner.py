@@ -1,7 +1,7 @@
 """Run the graph on one problem and write the run directory.
 
 RUN_DIR/
-  run.json            settings of the run (restored by ``resume``)
+  run.json            settings of the run, the problem's path and hash, the tier's name (graph.run_record)
   checkpoints.sqlite  LangGraph checkpoints (thread = run id)
   best.mcu            the best program (model_new.py in the cuda variants)
   cutlass/            generated CUTLASS sources of the best program (cutlass backend)
@@ -20,19 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from evals.locks import FolderLock
-from graph.checkpoints import CheckpointError, open_saver, thread_config
+from graph.checkpoints import CHECKPOINT_FILE, CheckpointError, open_saver, thread_config
 from dsl_compiler.backend import resolve_backend
 from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
 from evals.records import AttemptRecord, RunSummary
+from graph.run_record import RUN_FILE, RunError, problem_to_resume, read_record, source_sha256, write_record
 from graph.state import initial_state, program_of
-from nodes.tiers import TierError, make_tier  # noqa: F401 -- the command line makes its tier here
+from nodes.tiers import TierError, load_tiers, make_tier, tier_identity  # the command line makes its tier here
 
-RUN_FILE = "run.json"
+__all__ = ["RUN_FILE", "RunError", "TierError", "make_tier", "resume_run", "run_optimize", "run_spec"]
 
 
-class RunError(Exception):
-    """A run cannot start or resume (missing run directory, unreadable run.json): one line."""
+def _tier_identity(name: str, tiers_file: str | None) -> str | None:
+    try:
+        return tier_identity(name, tiers_file)
+    except TierError:
+        return None
 
 
 def run_optimize(problem_path: str | Path, ctx: RunContext, run_dir: str | Path, on_event: EventSink | None = None,
@@ -48,40 +52,92 @@ def run_optimize(problem_path: str | Path, ctx: RunContext, run_dir: str | Path,
     backend, why = resolve_backend(ctx.backend)
     ctx.backend = backend
     with FolderLock(run_dir, wait=wait):
-        (run_dir / RUN_FILE).write_text(json.dumps(
-            {"problem_path": problem_path, "backend_reason": why, "settings": ctx.settings()}, indent=2))
+        write_record(run_dir, {"problem_path": problem_path, "problem_sha256": source_sha256(problem_path),
+                               "tier": ctx.tier, "tier_identity": _tier_identity(ctx.tier, ctx.tiers_file),
+                               "backend_reason": why, "settings": ctx.settings()})
         return _drive(ctx, run_dir, problem_path, why, initial_state(problem_path, backend), on_event)
 
 
 def resume_run(run_dir: str | Path, on_event: EventSink | None = None, *, wait: bool = False,
-               **live: Any) -> RunSummary:
-    """Continue a run from its last completed node (finished attempts are not redone). ``live``
-    passes objects that run.json cannot hold (``tier_impl``, ``services``)."""
+               problem_path: str | Path | None = None, tier: str | None = None, tiers_file: str | None = None,
+               memory_path: str | None = None, check_problem: Any = None, **live: Any) -> RunSummary:
+    """Continue a run from its last completed node (finished attempts are not redone).
+
+    The run folder is data (graph.run_record): the problem imported is ``problem_path`` when the caller
+    names it (recorded afresh), else the recorded one if this user's seal holds and the file is unchanged;
+    the tier is the recorded name (or ``tier``) resolved in the caller's configuration (``tiers_file``).
+    ``check_problem(path)`` runs before anything imports the problem (the command line loads it in a child
+    process first). ``live`` passes objects that run.json cannot hold (``tier_impl``, ``services``)."""
     run_dir = Path(run_dir)
-    meta_path = run_dir / RUN_FILE
-    if not meta_path.is_file():
-        raise RunError(f"{run_dir}: not a run directory (no {RUN_FILE})")
+    read_record(run_dir)  # a folder that holds no run is said before waiting for its lock
+    emit = on_event or (lambda e: None)
     with FolderLock(run_dir, wait=wait):
+        record = read_record(run_dir)
+        settings = {**record["settings"], **({"tier": tier} if tier else {})}
         try:
-            meta = json.loads(meta_path.read_text())
-            ctx = RunContext.from_settings(meta["settings"], **live)
-            problem_path = meta["problem_path"]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise RunError(f"{meta_path}: unreadable run settings ({type(exc).__name__}: {exc}); "
+            ctx = RunContext.from_settings(settings, tiers_file=tiers_file, memory_path=memory_path, **live)
+        except (ValueError, TypeError) as exc:
+            raise RunError(f"{run_dir / RUN_FILE}: unreadable run settings ({type(exc).__name__}: {exc}); "
                            "start the run again with `mucutlass optimize`") from None
-        return _drive(ctx, run_dir, problem_path, meta.get("backend_reason", ""), None, on_event)
+        path, sha = problem_to_resume(run_dir, record, problem_path)
+        if check_problem is not None:
+            emit({"event": "stage", "text": f"checking {Path(path).name} in a child process"})
+            check_problem(path)
+        if ctx.tier_impl is None and not tier:
+            _check_recorded_tier(ctx, record, emit)
+        if problem_path is not None or tier:
+            write_record(run_dir, {**record, "problem_path": path, "problem_sha256": sha, "tier": ctx.tier,
+                                   "tier_identity": _tier_identity(ctx.tier, tiers_file)})
+        return _drive(ctx, run_dir, path, record.get("backend_reason", ""), None, on_event,
+                      problem_named=problem_path is not None)
+
+
+def _check_recorded_tier(ctx: RunContext, record: dict, emit: EventSink) -> None:
+    """The recorded tier name must be one the user's configuration defines (its endpoint and key are the user's);
+    a warning when that definition is not the one the run started with."""
+    if not ctx.tier.startswith("playback:") and ctx.tier not in load_tiers(ctx.tiers_file):
+        raise TierError(f"this run used tier {ctx.tier!r}, which your tiers configuration does not define; pass "
+                        "--tiers-file FILE that defines it (or set MUCUTLASS_TIERS)")
+    if record.get("tier_identity") and _tier_identity(ctx.tier, ctx.tiers_file) != record["tier_identity"]:
+        emit({"event": "warning", "message": f"tier {ctx.tier!r} is configured differently now than when this run "
+                                             "started; its remaining attempts use today's configuration"})
 
 
 def _drive(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
-           on_event: EventSink | None) -> RunSummary:
+           on_event: EventSink | None, problem_named: bool = False) -> RunSummary:
     try:
-        return _drive_graph(ctx, run_dir, problem_path, backend_reason, start_state, on_event)
+        return _drive_graph(ctx, run_dir, problem_path, backend_reason, start_state, on_event, problem_named)
     except CheckpointError as exc:  # refused or damaged: nothing of it is used
         raise RunError(f"{exc}; nothing was resumed") from None
 
 
+# state entries holding paths of kernel libraries and their sources: a checkpoint may only name ones in the cache
+_KERNEL_PATHS = ("artifacts", "best_artifacts", "sources", "best_sources")
+
+
+def _check_checkpointed_state(prior: dict, problem_path: str, problem_named: bool, run_dir: Path) -> dict | None:
+    """What a resumed checkpoint must change before it is used (None: nothing): a checkpoint naming another
+    problem than the one this resume may import is refused, unless the user named the problem; one naming
+    a kernel library outside the kernel cache is refused (the runtime loads what it names)."""
+    from dsl_compiler.build import cache_dir
+
+    cache = cache_dir().resolve()
+    for key in _KERNEL_PATHS:
+        for kernel, path in (prior.get(key) or {}).items():
+            if not isinstance(path, str) or not Path(path).resolve().is_relative_to(cache):
+                raise CheckpointError(f"names {path!r} for kernel {kernel!r}, outside the kernel cache ({cache}); "
+                                      "a checkpoint may only name libraries the cache built")
+    if prior.get("problem_path", problem_path) == problem_path:
+        return None
+    if problem_named:
+        return {"problem_path": problem_path}
+    raise RunError(f"{run_dir / CHECKPOINT_FILE}: names the problem {prior.get('problem_path')!r}, not the run's "
+                   f"{problem_path}; nothing was resumed (to resume with a problem, name it: "
+                   f"mucutlass resume {run_dir} --problem PATH)")
+
+
 def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reason: str, start_state: dict | None,
-                 on_event: EventSink | None) -> RunSummary:
+                 on_event: EventSink | None, problem_named: bool = False) -> RunSummary:
     from graph.builder import build_graph
 
     emit = on_event or (lambda e: None)
@@ -96,6 +152,11 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
         graph = build_graph(checkpointer=saver, store=store)
         started = time.perf_counter()  # after imports: they are the process's start-up, not the graph's overhead
         prior = graph.get_state(config).values if start_state is None else {}
+        if prior:
+            change = _check_checkpointed_state(prior, problem_path, problem_named, run_dir)
+            if change:  # the problem the user named, in place of the one the checkpoint holds
+                graph.update_state(config, change)
+                prior = graph.get_state(config).values
         if start_state is None and not prior:
             start_state = initial_state(problem_path, ctx.backend)  # killed before the first checkpoint
         emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "variant": ctx.variant,
@@ -113,11 +174,17 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
                                                getattr(svc, "work_s", 0.0) - svc_before, max(0.0, loop_s - state_work)),
                     "kernel_cache": cache_rate(getattr(svc, "kernel_cache", {}), cache_before)}
 
-        tracker = EventTracker(emit, ctx.max_attempts, prior, progress=progress)
+        tracker = EventTracker(emit, ctx.max_attempts, prior, progress=progress, tier=ctx.tier, backend=ctx.backend)
         try:
             # durability="sync": each step's checkpoint is on disk before the next step starts, so a
-            # killed run never redoes a finished step (a model call, a build) on resume
-            for chunk in graph.stream(start_state, config, context=ctx, stream_mode="updates", durability="sync"):
+            # killed run never redoes a finished step (a model call, a build) on resume; "tasks" says when a node
+            # starts, for the status line
+            for mode, chunk in graph.stream(start_state, config, context=ctx, stream_mode=["updates", "tasks"],
+                                            durability="sync"):
+                if mode == "tasks":
+                    if "input" in chunk:  # a node starting (its end comes as an update)
+                        tracker.started(chunk["name"])
+                    continue
                 for node, update in chunk.items():
                     tracker.update(node, update)
             final = graph.get_state(config).values
@@ -274,8 +341,9 @@ def run_spec(spec: Any, on_event: EventSink | None = None) -> RunSummary:
     killed run is resumed from its checkpoint, so the attempts it finished are not redone."""
     services = shared_services()
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-    if (Path(spec.run_dir) / RUN_FILE).is_file():
-        return resume_run(spec.run_dir, on_event, services=services)
+    if (Path(spec.run_dir) / RUN_FILE).is_file():  # the evaluation's command names the problem, tier and memory
+        return resume_run(spec.run_dir, on_event, services=services, problem_path=spec.problem_path, tier=spec.tier,
+                          memory_path=spec.memory_path)
     ctx = RunContext(tier=spec.tier, policy=spec.policy, variant=spec.variant, max_attempts=spec.max_attempts,
                      backend=spec.backend, memory=spec.memory_path is not None, memory_path=spec.memory_path,
                      services=services)

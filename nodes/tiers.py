@@ -144,6 +144,21 @@ def load_tiers(extra: str | Path | None = None) -> dict[str, TierSpec]:
     return specs
 
 
+def tier_identity(name: str, tiers_file: str | Path | None = None) -> str | None:
+    """A digest of the spec ``name`` resolves to in the user's configuration (None where it lacks the name):
+    what a run folder records of its tier, beside the name, to tell when that configuration has changed."""
+    import hashlib
+
+    if name.startswith("playback:"):
+        text = name
+    else:
+        spec = load_tiers(tiers_file).get(name)
+        if spec is None:
+            return None
+        text = spec.model_dump_json()
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def tier_of(ctx: Any) -> Tier:
     """The run's tier: the one it was given (``ctx.tier_impl``), else the one its settings name."""
     if ctx.tier_impl is None:

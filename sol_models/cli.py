@@ -110,6 +110,18 @@ def _report_for(path: Path, gpu: Any, precision: str):
     return work, sol_report(work, gpu, precision=precision)
 
 
+def _in_child(calls: Any, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in ``calls``' child process (problem code never runs in this one): a call that ignores the
+    time limit or a child that dies becomes the one-line ``ProblemLoadError`` of any other broken problem."""
+    from dsl_compiler.limits import ChildDied, TimeLimitExceeded
+    from sol_models.counting import ProblemLoadError
+
+    try:
+        return calls.call(fn, *args)
+    except (TimeLimitExceeded, ChildDied) as exc:
+        raise ProblemLoadError(str(exc)) from None
+
+
 def run_sol(args: argparse.Namespace) -> int:
     gpu = _gpu_or_none(args.gpu, args.datasheet)
     if gpu is None:
@@ -179,10 +191,12 @@ def _sol_program(path: Path, gpu: Any, args: argparse.Namespace) -> int:
 
 
 def _sol_file(path: Path, gpu: Any, args: argparse.Namespace) -> int:
+    from dsl_compiler.limits import ChildCalls
     from sol_models.counting import ProblemLoadError
 
     try:
-        work, report = _report_for(path, gpu, args.precision)
+        with ChildCalls() as calls:
+            work, report = _in_child(calls, _report_for, path, gpu, args.precision)
     except ProblemLoadError as exc:
         _err(str(exc))
         return 1
@@ -229,6 +243,7 @@ def _sol_file(path: Path, gpu: Any, args: argparse.Namespace) -> int:
 
 
 def _sol_folder(folder: Path, gpu: Any, args: argparse.Namespace) -> int:
+    from dsl_compiler.limits import ChildCalls
     from sol_models.counting import ProblemLoadError
 
     files = _problem_files(folder)
@@ -237,22 +252,23 @@ def _sol_folder(folder: Path, gpu: Any, args: argparse.Namespace) -> int:
         return 1
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
-    for path in files:
-        start = time.perf_counter()
-        try:
-            work, report = _report_for(path, gpu, args.precision)
-        except ProblemLoadError as exc:
-            errors.append({"path": str(path), "error": str(exc)})
-            if not args.json:
-                _err(str(exc))
-            continue
-        rows.append({
-            "path": str(path), "name": work.name, "flops": work.flops, "bytes_fused": work.bytes_fused,
-            "bytes_unfused": work.bytes_unfused, "intensity_flop_per_byte": report.intensity_flop_per_byte,
-            "bound": report.bound, "t_sol_us": report.t_sol_us,
-            "t_sol_us_by_precision": {p: r.t_sol_us for p, r in report.per_precision.items()},
-            "launch_floor_us": report.launch_floor_us, "count_s": time.perf_counter() - start,
-        })
+    with ChildCalls() as calls:  # one child process counts every file
+        for path in files:
+            start = time.perf_counter()
+            try:
+                work, report = _in_child(calls, _report_for, path, gpu, args.precision)
+            except ProblemLoadError as exc:
+                errors.append({"path": str(path), "error": str(exc)})
+                if not args.json:
+                    _err(str(exc))
+                continue
+            rows.append({
+                "path": str(path), "name": work.name, "flops": work.flops, "bytes_fused": work.bytes_fused,
+                "bytes_unfused": work.bytes_unfused, "intensity_flop_per_byte": report.intensity_flop_per_byte,
+                "bound": report.bound, "t_sol_us": report.t_sol_us,
+                "t_sol_us_by_precision": {p: r.t_sol_us for p, r in report.per_precision.items()},
+                "launch_floor_us": report.launch_floor_us, "count_s": time.perf_counter() - start,
+            })
     positive = [r["t_sol_us"] for r in rows if r["t_sol_us"] > 0]
     summary = {
         "problems": len(files), "counted": len(rows), "failed": len(errors), "gpu": gpu.name,
@@ -300,11 +316,14 @@ def run_trace(args: argparse.Namespace) -> int:
     gpu = _gpu_or_none(args.gpu, False)
     if gpu is None:
         return 2
+    from dsl_compiler.limits import ChildCalls
+    from sol_models.counting import ProblemLoadError
     from sol_models.trace import TraceFailed, trace_report
 
     try:
-        report = trace_report(path, gpu)
-    except TraceFailed as exc:
+        with ChildCalls() as calls:  # the problem's code runs in a child process, stopped past its limit
+            report = _in_child(calls, trace_report, path, gpu)
+    except (TraceFailed, ProblemLoadError) as exc:
         _err(f"error: {exc}")
         return 1
     if not report.traced:

@@ -291,12 +291,32 @@ _DATA_OPS = set(
 )
 
 
+# The operands of matrix products, which real kernels (CPU and GPU) require of one dtype but the meta device does
+# not check: argument positions by op. Without this, int64 inputs to a float nn.Linear count as a problem.
+_SAME_DTYPE_OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "mv": (0, 1), "dot": (0, 1), "vdot": (0, 1),
+                        "addmm": (1, 2), "baddbmm": (1, 2), "addbmm": (1, 2), "addmv": (1, 2), "_addmm_activation": (1, 2)}
+
+
+def _check_operand_dtypes(func: Any, args: tuple) -> None:
+    positions = _SAME_DTYPE_OPERANDS.get(func.overloadpacket.__name__)
+    if positions is None or len(args) <= max(positions):
+        return
+    a, b = args[positions[0]], args[positions[1]]
+    if getattr(a, "dtype", None) is not None and getattr(b, "dtype", None) is not None and a.dtype != b.dtype:
+        names = [str(t.dtype).removeprefix("torch.") for t in (a, b)]
+        raise ProblemInputError(
+            f"the forward fails on its own inputs: its {func.overloadpacket.__name__} multiplies {names[0]} by "
+            f"{names[1]} tensors, which PyTorch refuses on real tensors (do get_inputs() and the model's parameters "
+            "agree on a dtype?)")
+
+
 def _make_mode(counter: _WorkCounter):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _CountingMode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            _check_operand_dtypes(func, args)
             out = func(*args, **kwargs)
             counter.record(func, args, kwargs, out)
             return out
@@ -395,7 +415,8 @@ def load_module(path: str | Path):
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module  # dataclasses and pickling look modules up here
         try:
-            spec.loader.exec_module(module)
+            with time_limit(f"{path}: importing the problem"):
+                spec.loader.exec_module(module)
         finally:
             sys.modules.pop(mod_name, None)
     except (ProblemLoadError, TimeLimitExceeded):
@@ -436,9 +457,10 @@ def _to_meta(obj: Any) -> Any:
 CPU_FALLBACK_LIMIT_BYTES = 1 << 30
 
 
-def _build_and_run(module: Any, device: str, seed: int, info: dict | None = None):
+def _build_and_run(module: Any, device: str, seed: int, info: dict | None = None, where: str = "the problem"):
     """Build Model and inputs on ``device`` ("meta" or "cpu"), run forward under the counter.
-    ``info["footprint_bytes"]`` is set once the model and inputs exist."""
+    ``info["footprint_bytes"]`` is set once the model and inputs exist. ``where`` names the file in the
+    time limits of its calls."""
     import torch
     from torch.distributions import Distribution
     from torch.utils._pytree import tree_flatten
@@ -449,7 +471,7 @@ def _build_and_run(module: Any, device: str, seed: int, info: dict | None = None
     Distribution.set_default_validate_args(device != "meta")
     try:
         with torch.device(device):
-            model, inputs = _construct(module, seed)
+            model, inputs = _construct(module, seed, where)
     finally:
         Distribution.set_default_validate_args(validate)
     if device == "meta":
@@ -472,20 +494,24 @@ def _build_and_run(module: Any, device: str, seed: int, info: dict | None = None
     if info is not None:
         info["footprint_bytes"] = sum(external.values())
     counter = _WorkCounter(external)
-    with torch.no_grad(), _make_function_mode(counter), _make_mode(counter):
+    with torch.no_grad(), _make_function_mode(counter), _make_mode(counter), \
+            time_limit(f"{where}: Model.forward on {device} tensors"):
         out = model(*inputs)
     outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
     return counter, param_keys, input_bytes, outputs
 
 
-def _construct(module: Any, seed: int) -> tuple[Any, list]:
+def _construct(module: Any, seed: int, where: str) -> tuple[Any, list]:
     import torch
 
-    init_inputs = module.get_init_inputs()
+    with time_limit(f"{where}: get_init_inputs()"):
+        init_inputs = module.get_init_inputs()
     init_inputs = list(init_inputs) if isinstance(init_inputs, (list, tuple)) else [init_inputs]
-    model = module.Model(*init_inputs)
+    with time_limit(f"{where}: Model()"):
+        model = module.Model(*init_inputs)
     torch.manual_seed(seed)
-    inputs = module.get_inputs()
+    with time_limit(f"{where}: get_inputs()"):
+        inputs = module.get_inputs()
     if inputs is None:
         raise ProblemInputError("get_inputs() returned None; it returns the list of forward arguments")
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
@@ -497,6 +523,25 @@ def _construct(module: Any, seed: int) -> tuple[Any, list]:
     return model, inputs
 
 
+_warm: list[bool] = []
+
+
+def warm_up() -> None:
+    """Pay the first count's one-time cost (about a second: PyTorch's meta kernels and dispatch machinery load)
+    with a two-by-two Linear of our own, so that a child process forked afterwards to count a problem starts
+    warm, and so does this process's own count after it."""
+    if _warm:
+        return
+    import types
+
+    import torch
+
+    module = types.SimpleNamespace(Model=lambda: torch.nn.Linear(2, 2), get_inputs=lambda: [torch.ones(1, 2)],
+                                   get_init_inputs=lambda: [])
+    count_problem(types.SimpleNamespace(path="warm-up", name="warm-up", module=module))
+    _warm.append(True)
+
+
 def count_problem(problem: Any, seed: int = 0) -> WorkCount:
     """FLOPs and bytes of a KernelBench-format problem (a path, or an object with ``.path``).
 
@@ -504,6 +549,8 @@ def count_problem(problem: Any, seed: int = 0) -> WorkCount:
     values (``.item()``, data-dependent shapes) is counted again on CPU tensors, with a note.
     Raises ProblemLoadError with a one-line message for a file that cannot be loaded or run.
     """
+    if getattr(problem, "setup_error", ""):  # its setup failed where it was checked: never run here
+        raise ProblemLoadError(problem.setup_error)
     with warnings.catch_warnings():
         # a problem's own warnings (deprecations, perf hints) are not about its work
         warnings.simplefilter("ignore")
@@ -524,7 +571,7 @@ def _count_problem(problem: Any, seed: int) -> WorkCount:
     notes: list[str] = []
     try:
         info: dict[str, float] = {}
-        counter, param_keys, input_bytes, outputs = _build_and_run(module, "meta", seed, info)
+        counter, param_keys, input_bytes, outputs = _build_and_run(module, "meta", seed, info, str(path))
     except BaseException as meta_exc:  # noqa: BLE001 - a problem may raise anything
         if isinstance(meta_exc, (KeyboardInterrupt, TimeLimitExceeded)):
             raise
@@ -537,7 +584,7 @@ def _count_problem(problem: Any, seed: int) -> WorkCount:
                                 f"and its {footprint / 2**30:.1f} GiB of tensors are too large to count on the CPU")
             ) from None
         try:
-            counter, param_keys, input_bytes, outputs = _build_and_run(module, "cpu", seed)
+            counter, param_keys, input_bytes, outputs = _build_and_run(module, "cpu", seed, where=str(path))
             notes.append(f"counted on CPU tensors: the meta device failed ({type(meta_exc).__name__})")
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, (KeyboardInterrupt, TimeLimitExceeded)):

@@ -80,3 +80,16 @@ def pytest_runtest_logstart(nodeid, location):
 def pytest_runtest_logfinish(nodeid, location):
     if _slow is not None:
         _slow.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir(tmp_path_factory):
+    """The seal key of run folders (graph.run_record) in a folder of the test session, never the user's; commands
+    the tests start inherit it."""
+    before = os.environ.get("MUCUTLASS_STATE_DIR")
+    os.environ["MUCUTLASS_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if before is None:
+        os.environ.pop("MUCUTLASS_STATE_DIR", None)
+    else:
+        os.environ["MUCUTLASS_STATE_DIR"] = before

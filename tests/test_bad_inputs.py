@@ -45,6 +45,20 @@ def bad(tmp_path_factory) -> dict[str, Path]:
     (d / "sleeps.py").write_text(tiny.replace(inputs, "    import time; time.sleep(600)\n" + inputs))
     (d / "f64.py").write_text(tiny.replace(inputs, "    return [torch.rand(M, K).double(), torch.rand(K, N).double()]"))
     (d / "none.py").write_text(tiny.replace(inputs, "    return None"))
+    # no signal stops this get_inputs: only killing the process running it does
+    (d / "swallows.py").write_text(tiny.replace(inputs, "    import time\n    while True:\n        try:\n"
+                                                      "            time.sleep(1)\n        except BaseException:\n"
+                                                      "            pass\n" + inputs))
+    # int64 inputs to a float nn.Linear: the forward fails on the problem's own inputs
+    linear = (SMOKE / "02_linear_relu_tiny.py").read_text()
+    int64 = linear.replace("torch.rand(batch_size, in_features)", "torch.randint(0, 5, (batch_size, in_features))")
+    assert int64 != linear
+    (d / "int64.py").write_text(int64)
+    (d / "kb_int64" / "level1").mkdir(parents=True)
+    (d / "kb_int64" / "level1" / "1_int64.py").write_text(int64)
+    (d / "kb_empty" / "level1").mkdir(parents=True)  # a level folder without problems
+    (d / "foreignstore").mkdir()  # another program's SQLite file where the results store would be
+    sqlite3.connect(d / "foreignstore" / "results.sqlite").execute("CREATE TABLE notes (x)").connection.commit()
     (d / "folder").mkdir()
     # a results store that is not one, and one with a damaged page
     (d / "notstore").mkdir()
@@ -69,7 +83,13 @@ CASES = [
     ("optimize-exits-on-import", ["optimize", "{d}/raises.py", "--backend", "interpreter", "--out", "{tmp}/r"], 1),
     ("optimize-get-inputs-sleeps", ["optimize", "{d}/sleeps.py", "--backend", "interpreter", "--out", "{tmp}/r"], 1),
     ("optimize-float64-inputs", ["optimize", "{d}/f64.py", "--backend", "interpreter", "--out", "{tmp}/r"], 1),
+    ("optimize-get-inputs-swallows-interrupts", ["optimize", "{d}/swallows.py", "--backend", "interpreter", "--out",
+                                                 "{tmp}/r"], 1),
+    ("optimize-int64-inputs", ["optimize", "{d}/int64.py", "--backend", "interpreter", "--out", "{tmp}/r"], 1),
     ("optimize-out-is-a-file", ["optimize", str(GOOD_PROBLEM), "--out", "{d}/afile"], 2),
+    ("optimize-out-under-a-file", ["optimize", str(GOOD_PROBLEM), "--out", "{d}/afile/run"], 2),
+    ("optimize-out-in-proc", ["optimize", str(GOOD_PROBLEM), "--out", "/proc/mucutlass-run"], 2),
+    ("optimize-out-read-only", ["optimize", str(GOOD_PROBLEM), "--out", "/sys/mucutlass-run"], 2),
     ("optimize-unknown-tier", ["optimize", str(GOOD_PROBLEM), "--tier", "nosuch", "--out", "{tmp}/r"], 1),
     ("optimize-binary-tiers-file", ["optimize", str(GOOD_PROBLEM), "--tiers-file", "{d}/binary.toml", "--out", "{tmp}/r"], 1),
     ("optimize-zero-attempts", ["optimize", str(GOOD_PROBLEM), "--max-attempts", "0"], 2),
@@ -87,6 +107,8 @@ CASES = [
     ("check-deep-nesting", ["check", "{d}/deep.mcu"], 1),
     ("check-folder", ["check", "{d}/folder"], 2),
     ("check-unknown-target", ["check", str(GOOD_PROGRAM), "--target", "sm100"], 2),
+    ("check-a-problem-file", ["check", str(GOOD_PROBLEM)], 2),
+    ("fmt-a-problem-file", ["fmt", str(GOOD_PROBLEM)], 2),
     ("fmt-binary", ["fmt", "{d}/binary"], 1),
     ("fmt-garbage", ["fmt", "{d}/garbage.mcu"], 1),
     ("fmt-missing", ["fmt", "{d}/nope.mcu"], 2),
@@ -100,17 +122,27 @@ CASES = [
     ("sol-float64-inputs", ["sol", "{d}/f64.py"], 1),
     ("sol-none-inputs", ["sol", "{d}/none.py"], 1),
     ("sol-sleeps", ["sol", "{d}/sleeps.py"], 1),
+    ("sol-get-inputs-swallows-interrupts", ["sol", "{d}/swallows.py"], 1),
+    ("sol-int64-inputs", ["sol", "{d}/int64.py"], 1),
     ("sol-unknown-gpu", ["sol", str(GOOD_PROBLEM), "--gpu", "nosuch"], 2),
     ("calibrate-no-gpu", ["calibrate", "--out", "{d}/afile/x.json"], 1),
     ("bench-binary", ["bench", "{d}/binary"], 1),
     ("bench-float64-row", ["bench", "{d}/f64.py"], 1),
     ("bench-sleeps", ["bench", "{d}/sleeps.py"], 1),
+    ("bench-int64-row", ["bench", "{d}/int64.py"], 1),
     ("bench-nothing-named", ["bench"], 2),
     ("suite-show-unknown", ["suite", "show", "nosuch"], 1),
     ("suite-no-subcommand", ["suite"], 2),
     ("eval-unknown-suite", ["eval", "--suite", "nosuch", "--out", "{tmp}/e"], 1),
-    ("eval-out-is-a-file", ["eval", "--suite", "smoke", "--out", "{d}/afile"], 1),
+    ("eval-out-is-a-file", ["eval", "--suite", "smoke", "--out", "{d}/afile"], 2),
+    ("eval-out-under-a-file", ["eval", "--suite", "smoke", "--out", "{d}/afile/ev"], 2),
+    ("eval-out-in-proc", ["eval", "--suite", "smoke", "--out", "/proc/mucutlass-eval"], 2),
+    ("eval-out-read-only", ["eval", "--suite", "smoke", "--out", "/sys/mucutlass-eval"], 2),
     ("eval-store-not-sqlite", ["eval", "--suite", "smoke", "--out", "{d}/notstore"], 1),
+    ("eval-store-of-another-program", ["eval", "--suite", "smoke", "--out", "{d}/foreignstore"], 1),
+    ("eval-int64-inputs", ["eval", "--kernelbench", "{d}/kb_int64", "--level", "1", "--backend", "interpreter",
+                           "--policies", "fixed", "--max-attempts", "1", "--out", "{tmp}/e", "--no-progress"], 1),
+    ("eval-empty-kernelbench-level", ["eval", "--kernelbench", "{d}/kb_empty", "--level", "1", "--out", "{tmp}/e"], 1),
     ("eval-unknown-policy", ["eval", "--suite", "smoke", "--policies", "forever", "--out", "{tmp}/e"], 1),
     ("eval-bad-kernelbench", ["eval", "--kernelbench", "{d}/folder", "--level", "1", "--out", "{tmp}/e"], 1),
     ("eval-bad-ids", ["eval", "--kernelbench", "{d}/folder", "--level", "1", "--ids", "9-1", "--out", "{tmp}/e"], 1),
@@ -148,3 +180,15 @@ def test_bad_input(bad, tmp_path, argv, expected):
     assert done.returncode == expected, f"exit {done.returncode}\n{done.stdout[-800:]}\n{done.stderr[-800:]}"
     if expected:
         assert (done.stderr or done.stdout).strip(), "a failure says why"
+
+
+def test_a_foreign_sqlite_file_is_left_as_it_was(bad, tmp_path):
+    """`eval` refuses another program's SQLite file as its results store and writes nothing to it."""
+    store = bad / "foreignstore" / "results.sqlite"
+    before = store.read_bytes()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MUCUTLASS_PROBLEM_TIME_LIMIT_S": str(PROBLEM_LIMIT_S)}
+    done = subprocess.run([sys.executable, "-m", "mucutlass", "eval", "--suite", "smoke", "--out", str(store.parent)],
+                          capture_output=True, text=True, timeout=LIMIT_S, env=env, cwd=tmp_path)
+    assert done.returncode == 1 and "not a mucutlass results store" in done.stderr, done.stderr
+    assert store.read_bytes() == before
+    assert sorted(p.name for p in store.parent.iterdir() if p.name != ".mucutlass-lock") == ["results.sqlite"]

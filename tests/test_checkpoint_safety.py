@@ -128,3 +128,38 @@ def test_resume_of_a_damaged_checkpoint_file_is_one_line(finished_run, tmp_path,
     assert "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "checkpoints.sqlite" in errors[0], out.stderr
+
+
+def set_latest_checkpoint(run_dir: Path, type_: str, blob: bytes) -> None:
+    """Rewrite the latest checkpoint row of ``run_dir`` as ``type_`` with the payload ``blob``."""
+    db = sqlite3.connect(run_dir / "checkpoints.sqlite")
+    (ckpt_id,) = db.execute("SELECT checkpoint_id FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
+    db.execute("UPDATE checkpoints SET type = ?, checkpoint = ? WHERE checkpoint_id = ?", (type_, blob, ckpt_id))
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize("blob", [
+    b'{"v": 1, "id": "1f0c0a4e-0000-6000-8000-000000000000", "ts": "t", "channel_values": {}, '
+    b'"channel_versions": {}, "versions_seen": {}}',  # no state: LangGraph's EmptyInputError
+    b'{"v": 1, "id": "x", "channel_values": {}, "channel_versions": {"a": 1}, "versions_seen": {}}',  # id no UUID
+    b"{}", b"null", b"[1, 2]", b"\x87\xa1v\x01",  # no checkpoint at all, msgpack bytes read as JSON
+], ids=["no-state", "bad-id", "empty-object", "null", "list", "msgpack-bytes"])
+def test_resume_of_a_json_checkpoint_of_the_wrong_shape_is_one_line(finished_run, tmp_path, blob):
+    run = copy_run(finished_run, tmp_path / "run")
+    set_latest_checkpoint(run, "json", blob)
+    out = cli("resume", str(run))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr[-1500:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "checkpoints.sqlite" in errors[0] and "nothing was resumed" in errors[0], out.stderr
+
+
+def test_a_checkpoint_naming_a_kernel_library_outside_the_cache_is_refused(finished_run, tmp_path):
+    run = copy_run(finished_run, tmp_path / "run")
+    plant(run, "best_artifacts", {"fc": str(tmp_path / "planted.so")})
+    out = cli("resume", str(run))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "planted.so" in errors[0] and "kernel cache" in errors[0], out.stderr

@@ -137,3 +137,37 @@ def test_nothing_is_sent_without_langsmith(store, tmp_path, monkeypatch):
     monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")  # nothing listens; any call would fail
     assert not langsmith_configured()
     assert write_report(store, tmp_path / "out").is_file()
+
+
+def test_report_and_replay_never_import_problem_code(tmp_path):
+    """An evaluation folder names problems everywhere (its config's KernelBench folder, each run's folder and
+    run.json); reading it for a report or a replay imports none of them."""
+    import os
+    import subprocess
+    import sys
+
+    marker = tmp_path / "imported"
+    level = tmp_path / "kb" / "level1"
+    level.mkdir(parents=True)
+    planted = level / "1_P1.py"
+    planted.write_text(f"open({str(marker)!r}, 'w').close()\n"
+                       "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x): return x\n"
+                       "def get_inputs(): return [torch.rand(4)]\ndef get_init_inputs(): return []\n")
+    out = tmp_path / "ev"
+    s = ResultsStore(out / "results.sqlite")
+    s.init_evaluation({"source": {"kernelbench": str(tmp_path / "kb"), "level": 1, "ids": None}, "problems": ["P1", "P2"],
+                       "tiers": ["mini"], "policies": ["fixed"], "max_attempts": 10}, {"gpu": "none"})
+    for log in (RunSummary.model_validate(d) for d in json.loads(LOG.read_text())):
+        run_dir = out / "runs" / log.problem
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_text(json.dumps({"problem_path": str(planted), "settings": {"tier": "mini"}}))
+        s.start_run(log.problem, log.tier, log.policy, run_dir=str(run_dir))
+        s.finish_run(log)
+    s.close()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env.pop("LANGSMITH_API_KEY", None)
+    for command in (["report", str(out)], ["replay", str(out), "--stops"]):
+        done = subprocess.run([sys.executable, "-m", "mucutlass", *command], capture_output=True, text=True,
+                              timeout=300, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert not marker.exists(), f"`mucutlass {command[0]}` imported a problem"

@@ -77,3 +77,20 @@ def test_open_existing_explains_what_is_wrong(tmp_path):
     (tmp_path / "results.sqlite").write_bytes(b"this is not sqlite at all" * 100)
     with pytest.raises(StoreError, match="not a results store"):
         ResultsStore.open_existing(tmp_path)
+
+
+def test_another_programs_sqlite_file_is_refused_and_left_as_it_was(tmp_path):
+    path = tmp_path / "results.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (x)")
+    db.execute("INSERT INTO notes VALUES ('kept')")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="not a mucutlass results store .it holds notes.; nothing was written"):
+        ResultsStore(path)  # as `eval --out` opens it
+    with pytest.raises(StoreError, match="not a mucutlass results store"):
+        ResultsStore.open_existing(tmp_path)  # as `replay` and `report` open it
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["results.sqlite"]
+    ResultsStore(tmp_path / "fresh.sqlite").close()
+    ResultsStore(tmp_path / "fresh.sqlite").close()  # a store of ours opens again

@@ -5,6 +5,12 @@ OpenAI server on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import select
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,8 +79,13 @@ def test_optimize_end_to_end_on_the_interpreter(tmp_path, capsys, monkeypatch):
     assert summary["tokens_in"] == 6000 and summary["tokens_out"] == 1200
     assert abs(summary["cost_usd"] - (6000 * 1.0 + 1200 * 5.0) / 1e6) < 1e-12
     assert 0 < summary["graph_overhead_s"] < summary["wall_s"]
-    # resuming a finished run keeps its result
-    assert main(["resume", str(out), "--json"]) == 0
+    # resuming a finished run keeps its result; the tier is looked up in the user's configuration, which names
+    # the tiers file again (the run folder records only the tier's name)
+    capsys.readouterr()
+    assert main(["resume", str(out), "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "tier 'local'" in err and "--tiers-file" in err
+    assert main(["resume", str(out), "--json", "--tiers-file", str(tiers)]) == 0
     assert json.loads((out / "summary.json").read_text())["best_index"] == 3
 
 
@@ -121,3 +132,67 @@ def test_optimize_without_a_problem_picks_the_builtin_default(monkeypatch):
     monkeypatch.setattr("dsl_compiler.backend.gpu_available", lambda: (True, "GPU NVIDIA H200 and nvcc found"))
     path, why = cli.default_problem()
     assert path.is_file() and path.parent.name == "builtin" and "H200" in why
+
+
+def run_on_a_terminal(argv: list[str], timeout_s: float = 300) -> tuple[int, str]:
+    """``mucutlass ARGV`` with its stdout and stderr on a pseudo-terminal: (exit code, what it showed, without the
+    terminal's control sequences)."""
+    import os
+    import pty
+    import re
+    import select
+    import subprocess
+    import sys
+    import time
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "mucutlass", *argv], stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=slave, env=env)
+    os.close(slave)
+    shown, deadline = b"", time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 1.0)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # the command closed the terminal: it has ended
+                    break
+                if not data:
+                    break
+                shown += data
+            elif proc.poll() is not None:
+                break
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    return proc.wait(), re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode(errors="replace"))
+
+
+def test_a_terminal_sees_what_each_wait_is_for_and_json_stays_clean(tmp_path):
+    code, shown = run_on_a_terminal(["optimize", str(PROBLEM), "--max-attempts", "1", "--out", str(tmp_path / "run")])
+    assert code == 0, shown[-2000:]
+    for stage in ("checking 02_linear_relu_tiny.py in a child process", "validating attempt 1 on the interpreter...",
+                  "checking attempt 1...", "judging attempt 1 against the bound..."):
+        assert stage in shown, shown[-3000:]
+    # --json: the stages stay off stdout, whose every line is an event
+    done = subprocess.run([sys.executable, "-m", "mucutlass", "optimize", str(PROBLEM), "--max-attempts", "1",
+                           "--out", str(tmp_path / "json"), "--json"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line)["event"] for line in done.stdout.splitlines()]
+    assert events[0] == "start" and events[-1] == "done" and "stage" not in events
+
+
+def test_eval_and_bench_show_what_they_wait_for(tmp_path):
+    level = tmp_path / "kb" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_linear_relu.py").write_text(PROBLEM.read_text())
+    code, shown = run_on_a_terminal(["eval", "--kernelbench", str(tmp_path / "kb"), "--level", "1", "--policies",
+                                     "fixed", "--max-attempts", "1", "--out", str(tmp_path / "ev")])
+    assert code == 0, shown[-2000:]
+    assert "checking the problems in a child process" in shown and "L1/1 [offline, dsl+sol, fixed]: validating attempt " \
+        "1 on the interpreter" in shown, shown[-3000:]
+    code, shown = run_on_a_terminal(["bench", str(PROBLEM)])
+    assert code == 0 and "[1/1] 02_linear_relu_tiny: counting its speed-of-light bound..." in shown, shown[-2000:]

@@ -56,7 +56,8 @@ def test_a_run_that_cannot_start_prints_its_error_once_and_leaves_no_folder(tmp_
     proc = _optimize_piped(str(bad), "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.count("syntax error") == 1, proc.stderr
-    assert proc.stderr.rstrip().splitlines()[-1].startswith("error: setup failed")
+    # refused when the problem is checked, before the graph starts: the file and the line named
+    assert proc.stderr.rstrip().splitlines()[-1] == f"error: {bad}:4: syntax error: invalid syntax"
     assert not out.exists()
 
 

@@ -21,6 +21,12 @@ def test_suite_list_and_show(capsys):
     assert "smoke/01_gemm_tiny" in capsys.readouterr().out
     assert main(["suite", "show", "nope"]) == 1
     assert "unknown suite" in capsys.readouterr().err
+    # `suite list NAME` lists that suite's problems, as `suite show NAME` does
+    capsys.readouterr()
+    assert main(["suite", "show", "smoke"]) == 0
+    shown = capsys.readouterr().out
+    assert main(["suite", "list", "smoke"]) == 0
+    assert capsys.readouterr().out == shown and "smoke/01_gemm_tiny" in shown
 
 
 def test_bench_without_gpu_prints_the_bound(capsys):

@@ -97,6 +97,32 @@ def test_fmt_prints_canonical_text_and_checks(capsys, tmp_path):
         "input x: f32[4, 4]\n\nkernel k = gemm(x, x) {\n  math = tf32\n  store y: f32 = acc\n}\n\noutput y\n")
 
 
+def test_fmt_takes_many_files(capsys, tmp_path):
+    examples = sorted(str(p) for p in EXAMPLES.glob("*.mcu"))
+    assert len(examples) > 3 and run_cli(capsys, "fmt", "--check", *examples)[0] == 0
+    messy = []
+    for name in ("a.mcu", "b.mcu"):
+        messy.append(tmp_path / name)
+        messy[-1].write_text("input x: f32[4,4]   kernel k=gemm(x,x){math=tf32 store y:f32=acc}output y")
+    code, out, err = run_cli(capsys, "fmt", "--check", *examples, *map(str, messy))
+    assert code == 1 and out == ""
+    listed = [line.split(":")[0] for line in err.splitlines()]
+    assert listed == [str(p) for p in messy]  # the files that would change, and only those
+    assert run_cli(capsys, "fmt", "-w", *map(str, messy))[0] == 0
+    assert run_cli(capsys, "fmt", "--check", *map(str, messy))[0] == 0
+    code, _, err = run_cli(capsys, "fmt", "--check", str(messy[0]), str(tmp_path / "missing.mcu"))
+    assert code == 2 and "missing.mcu: no such file" in err
+
+
+def test_check_of_a_problem_file_says_what_it_is(capsys):
+    problem = ROOT / "evals" / "suites" / "smoke" / "01_gemm_tiny.py"
+    for command in ("check", "fmt"):
+        code, out, err = run_cli(capsys, command, str(problem))
+        assert code == 2 and "syntax" not in err
+        assert err.strip() == (f"error: {problem}: not a μCUTLASS file (a .py is a problem; try `mucutlass trace "
+                               f"{problem}` or `mucutlass sol {problem}`)")
+
+
 def test_fmt_of_a_broken_program(capsys, tmp_path):
     f = tmp_path / "b.mcu"
     f.write_text("input x: f32[4\noutput x\n")

@@ -130,6 +130,11 @@ def test_kernelbench_checkout_selection(tmp_path):
         load_kernelbench(tmp_path, 3, "1")
     sel = load_problems(kernelbench=tmp_path, level=2, ids="4")
     assert [p.problem_id for p in sel] == [4]
+    (tmp_path / "KernelBench" / "level1").mkdir()  # a level folder holding no problem is no selection
+    with pytest.raises(ProblemError, match="level1: no KernelBench problems in this folder"):
+        load_kernelbench(tmp_path, 1)
+    with pytest.raises(ProblemError, match="selects no problem"):
+        load_kernelbench(tmp_path, 2, ",")
 
 
 def test_parse_ids():

@@ -164,6 +164,21 @@ def test_broken_forward_gives_one_line():
     assert "\n" not in msg and "broken_forward.py:10" in msg and "cannot be multiplied" in msg
 
 
+@pytest.mark.parametrize("forward", ["self.fc(x)", "x @ self.fc.weight.T", "torch.bmm(x[None], self.fc.weight.T[None])"])
+def test_a_forward_that_fails_on_its_own_inputs_is_refused(tmp_path, forward):
+    """int64 inputs to a float nn.Linear: meta tensors multiply them, real kernels (and so the judge) refuse to."""
+    problem = tmp_path / "int64_linear.py"
+    problem.write_text("import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                       f"        self.fc = torch.nn.Linear(32, 64)\n    def forward(self, x):\n        return {forward}\n"
+                       "def get_inputs():\n    return [torch.randint(0, 5, (16, 32))]\n"
+                       "def get_init_inputs():\n    return []\n")
+    with pytest.raises(ProblemLoadError, match="fails on its own inputs.*int64 by float32") as info:
+        count_problem(problem)
+    assert "\n" not in str(info.value) and "int64_linear.py" in str(info.value)
+    problem.write_text(problem.read_text().replace("torch.randint(0, 5, (16, 32))", "torch.rand(16, 32)"))
+    assert count_problem(problem).flops > 0  # float inputs: the same forward counts
+
+
 def test_missing_file_and_missing_functions(tmp_path):
     with pytest.raises(ProblemLoadError, match="no such problem file"):
         count_problem(tmp_path / "nope.py")
