@@ -39,7 +39,7 @@ from evals.judge import memory, verdicts, wire
 from evals.judge.attempt import Attempt, Stages
 from evals.judge.attribution import OpRecorder
 from evals.judge.checks import work
-from evals.judge.findings import Finding, HarnessError
+from evals.judge.findings import Finding, HarnessError, verdict_of
 from evals.judge.profiling import Profile
 from evals.judge.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
 from evals.judge.settings import HarnessSettings
@@ -594,7 +594,7 @@ class Judge:
                 attempt.end_checks(linger_s=linger_s, during=prepare_profile)
             verdict = None
         except Finding as f:
-            verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
+            verdict = verdict_of(f)
         except BaseException:
             self.end_current()
             raise
@@ -638,7 +638,7 @@ class Judge:
                 attempt.end_checks()
             verdict = None
         except Finding as f:
-            verdict = {"rule": f.rule, "reason": verdicts.reason(f.rule, f.text), "died": f.died}
+            verdict = verdict_of(f)
         except BaseException:
             self.end_current()
             raise

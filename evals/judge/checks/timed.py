@@ -66,6 +66,3 @@ def summarize_timing(res: dict) -> None:
     trials = [statistics.fmean(calls[i:i + n]) for i in range(0, len(calls) - n + 1, n)]
     res.update(median_us=statistics.median(trials), mean_us=statistics.fmean(trials), min_us=min(trials),
                spread_pct=spread_pct(trials), trials=len(trials))
-
-
-
