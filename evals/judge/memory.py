@@ -25,7 +25,7 @@ FLOAT64_RUN = 1.1  # a float64 run of the model against its inputs, parameters a
 HELD_MIN_BYTES = 512 << 20  # a candidate holds earlier outputs up to this, or up to two outputs within HELD_MAX_BYTES
 HELD_MAX_BYTES = 1 << 30
 HOLD_REFERENCES_MAX_BYTES = 1 << 30  # a larger output's kept sets are drawn again when needed (a reference call)
-PREPARED_SHARE = 0.25  # of the judge's part, for input sets drawn ahead of need
+PREPARED_SHARE = 0.5  # of what the judge's part leaves beside its needs, for input sets drawn ahead of need
 TIMING_SETS_SHARE = 0.5  # of the candidate's part, for the sets rotated between timed calls (with their outputs)
 CONTEXT_BYTES = 600 << 20  # a CUDA context and torch's workspaces, per process on the device
 
@@ -121,7 +121,7 @@ def plan(fp: Footprint, device_bytes: int, *, timing_sets: int = 3, host_floor_b
         slack = max(0, device_bytes - j_need - c_need)
         judge_bytes = min(device_bytes, j_need + slack // 2)
         cand_bytes = device_bytes - judge_bytes
-        prepared = int(max(0, judge_bytes - j_need) * PREPARED_SHARE * 2) if hold else 0
+        prepared = int(max(0, judge_bytes - j_need) * PREPARED_SHARE) if hold else 0
         per_timing_set = 2 * fp.set_bytes  # the set, its captured outputs
         fit = int(max(0, cand_bytes - c_need + per_timing_set) * TIMING_SETS_SHARE // max(per_timing_set, 1))
         sets = max(1, min(int(timing_sets), fit))
