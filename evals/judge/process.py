@@ -191,7 +191,8 @@ class Judge:
             if (dead.finish() or {}).get("reason") == "sandbox_failed":
                 sandbox_refused()  # the kernel refused a namespace after all: the next ones start without
             self.spares.remove(dead)
-        want = int(self.settings.spare_processes or (3 if self.cuda else 1))
+        # two on the CPU: an attempt takes one while the next is still importing torch (a wait of seconds each)
+        want = int(self.settings.spare_processes or (3 if self.cuda else 2))
         # a spare starts under the floor; the attempt's plan sets the problem's limit (Attempt.start)
         floor = self.settings.memory_limit_gb
         rss = int((memory.HOST_FLOOR_BYTES / memory.GB if floor is None else floor) * memory.GB)

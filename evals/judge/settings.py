@@ -68,7 +68,7 @@ class HarnessSettings(BaseModel):
     ncu: bool = Field(False, description="collect Nsight Compute counters when `ncu` exists (slow)")
     python: str = Field(default_factory=lambda: sys.executable)
     spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
-                                        "(each imports torch and starts CUDA; None: 3 with a GPU, 1 without)")
+                                        "(each imports torch and starts CUDA; None: 3 with a GPU, 2 without)")
     pin_arena_mb: int | None = Field(None, ge=0, description="page-lock this much of each candidate channel's shared "
                                      "arena in both processes (GPU only: tensors cross at DMA speed; None: all of "
                                      "it; 0: pageable)")
