@@ -217,3 +217,41 @@ def test_float64_runs_that_do_not_fit_the_gpu_run_on_the_host(monkeypatch):
         ref = [layer(x[0])]
     sig = probes.signatures(layer, x, ref, allowed=("f32", "tf32"))
     assert sig is not None and len(calls) == 2 and set(sig["errors"]) >= {"f16", "bf16", "fp8"}
+
+
+def test_a_separable_model_s_float64_runs_are_made_in_slices_and_give_the_same_signature(monkeypatch):
+    """A float64 run larger than SLICE_BYTES is made a slice of the first input's rows at a time where the model is
+    separable so (checked on a few rows against the reference), with the same sampled values and errors as a whole
+    run; a model whose rows depend on each other (batch statistics) is run whole."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48)
+    x = [torch.rand(96, 64)]
+    with torch.no_grad():
+        ref = [layer(x[0])]
+    keys = compare.Keys(ref, 1000)
+    whole = probes.signatures(layer, x, ref, keys.positions, ("f32", "tf32"))
+    monkeypatch.setattr(probes, "SLICE_BYTES", 4096)  # so small that every run is sliced
+    assert probes.row_slices(layer, x, ref) is not None
+    sliced = probes.signatures(layer, x, ref, keys.positions, ("f32", "tf32"))
+    for a, b in zip(whole["exact"], sliced["exact"]):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert whole["errors"] == pytest.approx(sliced["errors"], rel=1e-9)
+
+    class BatchStats(torch.nn.Module):
+        def forward(self, x):
+            return x - x.mean(dim=0, keepdim=True)
+
+    with torch.no_grad():
+        assert probes.row_slices(BatchStats(), x, [BatchStats()(x[0])]) is None
+
+
+def test_a_model_relative_to_its_first_row_is_not_sliced(monkeypatch):
+    monkeypatch.setattr(probes, "SLICE_BYTES", 4096)
+
+    class FirstRow(torch.nn.Module):
+        def forward(self, x):
+            return x - x[:1]
+
+    x = [torch.rand(64, 32)]
+    with torch.no_grad():
+        assert probes.row_slices(FirstRow(), x, [FirstRow()(x[0])]) is None

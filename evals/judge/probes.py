@@ -208,26 +208,93 @@ def signatures_many(model, input_sets, refs32, positions=None, allowed=None) -> 
                        f"{' '.join(str(error).split())[:700]}") from None
 
 
-def _signatures_on(model, input_sets, refs32, positions, allowed) -> list[dict | None]:
+SLICE_BYTES = 1 << 30  # a float64 run larger than this is made in slices of the first input's rows, where it may be
+
+
+def row_slices(model, inputs, refs32) -> int | None:
+    """Rows of the first input a float64 run takes at a time, where the model is separable along them: each output's
+    first dimension is the first input's, and the fp32 model on a few rows gives the reference's rows there (a batch
+    norm with batch statistics does not, nor a reshape across rows). None: the run is made whole (it is small, or
+    the model is not separable so)."""
     import torch
 
+    x0 = inputs[0] if inputs else None
+    if not (isinstance(x0, torch.Tensor) and x0.dim() >= 1 and x0.shape[0] >= 2 and refs32
+            and all(isinstance(r, torch.Tensor) and r.dim() >= 1 and r.shape[0] == x0.shape[0] for r in refs32)):
+        return None
+    whole = 2 * (sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+                 + sum(r.numel() * r.element_size() for r in refs32))
+    if whole <= SLICE_BYTES:
+        return None
+    rows = max(1, int(x0.shape[0] * SLICE_BYTES // whole))
+    # two rows at the start and two in the middle (a model relative to its first row passes at the start only)
+    for r0 in sorted({0, x0.shape[0] // 2}):
+        few = min(2, x0.shape[0] - r0)
+        try:
+            old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            try:
+                with torch.no_grad():
+                    part = [o for o in _as_list(model(x0[r0:r0 + few], *inputs[1:])) if isinstance(o, torch.Tensor)]
+            finally:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        except Exception:  # noqa: BLE001 - a model that will not take a slice runs whole
+            return None
+        if len(part) != len(refs32) or any(p.shape[1:] != r.shape[1:] or p.shape[0] != few
+                                           for p, r in zip(part, refs32)):
+            return None
+        for p, r in zip(part, refs32):
+            want = r[r0:r0 + few]
+            scale = float(want.abs().max()) if want.numel() else 0.0
+            if not torch.allclose(p.to(r.dtype), want, rtol=1e-5, atol=1e-6 * max(scale, 1e-30)):
+                return None
+    return rows
+
+
+def _sampled_run(m, inputs, level, positions, rows):
+    """``m`` at ``level`` on ``inputs``, kept at ``positions`` (sorted flat indices per output), and whether any value
+    anywhere is not finite; with ``rows``, made a slice of the first input's rows at a time."""
+    import torch
+
+    if rows is None or positions is None:
+        outs = run_model_at(m, inputs, level)
+        nonfinite = not all(bool(torch.isfinite(o).all()) for o in outs)
+        kept = _at(outs, positions)
+        del outs
+        return kept, nonfinite
+    from evals.judge.compare import at_positions
+
+    x0, n = inputs[0], inputs[0].shape[0]
+    parts: list[list] = [[] for _ in positions]
+    nonfinite = False
+    for r0 in range(0, n, rows):
+        outs = run_model_at(m, [x0[r0:r0 + rows], *inputs[1:]], level)
+        for q, (o, pos) in enumerate(zip(outs, positions)):
+            per_row = o.numel() // max(o.shape[0], 1)
+            pos = pos.to(o.device)
+            lo, hi = r0 * per_row, (r0 + o.shape[0]) * per_row
+            parts[q].append(at_positions(o, pos[(pos >= lo) & (pos < hi)] - lo))
+        nonfinite = nonfinite or not all(bool(torch.isfinite(o).all()) for o in outs)
+        del outs
+    return [torch.cat(p) for p in parts], nonfinite
+
+
+def _signatures_on(model, input_sets, refs32, positions, allowed) -> list[dict | None]:
     n = len(input_sets)
     levels = probed_levels(allowed)
+    rows = [row_slices(model, inputs, refs) if positions is not None else None
+            for inputs, refs in zip(input_sets, refs32)]
     exact: list = [None] * n
     emulated: list[dict] = [{} for _ in range(n)]
     overflow: list[dict] = [{} for _ in range(n)]
     for level in (None, *levels):
         m = at_level(model, level)
         for i, inputs in enumerate(input_sets):
-            outs = run_model_at(m, inputs, level)
-            if level is not None:  # an infinity anywhere counts, sampled or not (f16's overflow)
-                overflow[i][level] = not all(bool(torch.isfinite(o).all()) for o in outs)
-            kept = _at(outs, positions)
-            del outs
+            kept, nonfinite = _sampled_run(m, inputs, level, positions, rows[i])
             if level is None:
                 exact[i] = kept
-            else:
-                emulated[i][level] = kept
+            else:  # an infinity anywhere counts, sampled or not (f16's overflow)
+                emulated[i][level], overflow[i][level] = kept, nonfinite
         del m
     out: list[dict | None] = []
     for i in range(n):
