@@ -52,10 +52,10 @@ def _run_ci_with_fake_python(tmp_path, torch_importable: bool) -> list[str]:
 def test_ci_keeps_an_installed_torch(tmp_path):
     calls = _run_ci_with_fake_python(tmp_path, torch_importable=True)
     assert not any("torch==" in call for call in calls), calls
-    assert calls[-2:] == ['-m pip install -q -e .[test]', "-m pytest -q"]
+    assert calls[-3:] == ['-m pip install -q -e .[test]', "-m pytest -q", "-m pytest -q -m nvcc"]
 
 
 def test_ci_puts_the_cpu_torch_in_first_only_when_torch_is_missing(tmp_path):
     calls = _run_ci_with_fake_python(tmp_path, torch_importable=False)
     assert calls == ["-c import torch", "-m pip install -q torch==2.13.0", "-m pip install -q -e .[test]",
-                     "-m pytest -q"]
+                     "-m pytest -q", "-m pytest -q -m nvcc"]

@@ -65,7 +65,8 @@ def test_eval_variants_end_to_end_against_a_mock_endpoint(tmp_path, mock_tier, c
     import evals.problems
 
     # the smoke suite's first two problems (the CLI takes whole suites)
-    monkeypatch.setattr(evals.problems, "load_suite", lambda name, _all=evals.problems.load_suite: _all(name)[:2])
+    monkeypatch.setattr(evals.problems, "load_suite",
+                        lambda name, *rest, _all=evals.problems.load_suite: _all(name, *rest)[:2])
     out = tmp_path / "ev"
     argv = ["eval", "--suite", "smoke", "--tiers", "mock", "--variants", "cuda,dsl,dsl+sol", "--policies", "fixed",
             "--max-attempts", "2", "--backend", "interpreter", "--out", str(out), "--no-progress"]
