@@ -370,3 +370,39 @@ def test_a_reply_before_the_tensors_are_taken_is_the_reply(arena):
     with pytest.raises(wire.EarlyReply) as early:
         wire.serve(sender, arena, streams)
     assert early.value.frame["error"].startswith("OutOfMemoryError")
+
+
+def test_tensors_that_crossed_the_stream_are_freed_as_soon_as_their_holder_lets_go(arena):
+    """Neither side keeps a streamed tensor once the message is handled (no reference cycle that waits for a
+    garbage collection): a judge that held every output it received ran out of GPU memory at 5 outputs of 4 GiB."""
+    import gc
+    import threading
+
+    def holders(ptr: int) -> int:  # tensors (aliases included) alive on this memory
+        return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.data_ptr() == ptr)
+
+    sent = torch.randn(arena.nbytes // 4 * 2)
+    sender, receiver = _pair()
+    other = wire.Arena.attach(os.dup(arena.fd))
+    got = {}
+
+    def receive():
+        msg = wire.recv(receiver, deadline=None)
+        got["msg"] = wire.unpack(msg, other, sock=receiver, max_stream_bytes=sent.nbytes)
+
+    gc.collect()
+    gc.disable()
+    try:
+        t = threading.Thread(target=receive)
+        t.start()
+        wire.send_message(sender, {"x": sent}, arena)
+        t.join(30)
+        sent_at, received_at = sent.data_ptr(), got["msg"]["x"].data_ptr()
+        assert torch.equal(got["msg"]["x"], sent)
+        del sent
+        got.clear()
+        assert holders(sent_at) == 0, "the sender still holds the tensor it streamed"
+        assert holders(received_at) == 0, "the receiver still holds the tensor it received"
+    finally:
+        gc.enable()
+        sender.close(), receiver.close(), other.close()

@@ -255,3 +255,40 @@ def test_a_model_relative_to_its_first_row_is_not_sliced(monkeypatch):
     x = [torch.rand(64, 32)]
     with torch.no_grad():
         assert probes.row_slices(FirstRow(), x, [FirstRow()(x[0])]) is None
+
+
+@pytest.mark.parametrize("numel", [10, 1000, 4099])
+def test_the_reordered_set_of_a_large_input_is_drawn_block_by_block(monkeypatch, numel):
+    """Set 1's values in another order: first and last kept, the same values, a different order in every block; an
+    input larger than a block never needs a permutation index of its own size (a 16 GiB index for an 8 GiB input
+    ran the judge out of its share)."""
+    from evals.judge.checks import dependence
+
+    monkeypatch.setattr(dependence, "PERMUTED_BLOCK_ELEMENTS", 256)
+    x = torch.arange(numel, dtype=torch.float32).reshape(-1, 1) if numel % 2 else torch.arange(numel, dtype=torch.float32)
+    (y,) = dependence.interior_permutation([x])
+    fy, fx = y.reshape(-1), x.reshape(-1)
+    assert y.shape == x.shape and fy[0] == fx[0] and fy[-1] == fx[-1]
+    assert torch.equal(torch.sort(fy).values, fx)  # the same values
+    interior = min(numel - 2, 256)
+    for a in range(1, numel - 1, interior):  # each block holds its own values, in another order
+        b = min(numel - 1, a + interior)
+        assert torch.equal(torch.sort(fy[a:b]).values, fx[a:b])
+        if b - a > 3:
+            assert not torch.equal(fy[a:b], fx[a:b])
+
+
+def test_each_stage_records_the_peak_the_judge_held_in_it_and_an_oom_names_the_largest_tensors():
+    from evals.judge.attempt import Stages
+    from evals.judge.process import _largest_tensors
+
+    marks = iter([0, 100 << 20, 300 << 20, 50 << 20, 0])  # peaks since the last mark: before, inside, ...
+    stages = Stages(lambda: next(marks))
+    with stages("reference"):
+        assert stages.current == "reference"
+        with stages("probes"):
+            assert stages.current == "reference/probes"
+    assert stages.take_peaks() == {"reference": 100.0, "probes": 300.0}  # an outer stage keeps its own peak
+    held = torch.ones(80 << 20, dtype=torch.uint8)
+    assert "0.08 GiB uint8[83886080]" in _largest_tensors(torch.device("cpu"))
+    del held

@@ -23,22 +23,41 @@ class Stages:
     """Where the judge's time goes in one operation (seconds per stage), for the overhead breakdown.
     Stages nest: an inner stage's time is not counted in the outer one."""
 
-    def __init__(self) -> None:
+    def __init__(self, peak_bytes=None) -> None:
         self.seconds: dict[str, float] = {}
+        self.peak_mb: dict[str, float] = {}  # the device memory the judge held at most in each stage (``peak_bytes``)
+        self._peak_bytes = peak_bytes  # () -> bytes held at most since the last call (and resets that peak)
         self._stack: list[list] = []  # [name, started, inner seconds]
+
+    @property
+    def current(self) -> str:
+        """The innermost open stage ("" when none): where an out-of-memory error was raised."""
+        return "/".join(s[0] for s in self._stack)
 
     @contextmanager
     def __call__(self, name: str):
         t0 = time.perf_counter()
+        self._peak()
         self._stack.append([name, t0, 0.0])
         try:
             yield
         finally:
+            self._peak()
             _, _, inner = self._stack.pop()
             total = time.perf_counter() - t0
             self.add(name, max(0.0, total - inner))
             if self._stack:
                 self._stack[-1][2] += total
+
+    def _peak(self) -> None:
+        """The peak since the last mark goes to the stage open until now (an outer one's on entering an inner)."""
+        if self._peak_bytes is None or not self._stack:
+            if self._peak_bytes is not None:
+                self._peak_bytes()
+            return
+        name = self._stack[-1][0]
+        mb = round(self._peak_bytes() / 2**20, 1)
+        self.peak_mb[name] = max(self.peak_mb.get(name, 0.0), mb)
 
     def add(self, name: str, seconds: float) -> None:
         """``seconds`` more in ``name`` (negative: moved out of it, as the measurement out of `candidate`)."""
@@ -47,8 +66,12 @@ class Stages:
             self._stack[-1][2] += seconds
 
     def take(self) -> dict[str, float]:
-        out, self.seconds = self.seconds, {}
+        out, self.seconds, self.peak_mb = self.seconds, {}, {}
         return {k: round(v, 4) for k, v in out.items()}
+
+    def take_peaks(self) -> dict[str, float]:
+        """The stages' peak device memory (MB) since the last ``take``; read before it."""
+        return dict(self.peak_mb)
 
 
 class Attempt:

@@ -727,7 +727,12 @@ def main(argv=None) -> int:
         fatal = False
         t0 = _perf()
         try:
-            req = wire.unpack(req, arena, runner.device, sock=sock, deadline=time.monotonic() + PULL_TIMEOUT_S)
+            # an in-place call's new values land on the host and are copied into the kept set's buffers: the
+            # device never holds a third set of inputs beside the kept one and the call's
+            to = torch.device("cpu") if op == "call" and req.get("inplace") else runner.device
+            if runner.cuda and op == "call" and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > 1 << 28:
+                torch.cuda.empty_cache()  # what earlier calls freed, back to the device before a set's inputs land
+            req = wire.unpack(req, arena, to, sock=sock, deadline=time.monotonic() + PULL_TIMEOUT_S)
             if handler is None:
                 raise CandidateError(f"unknown operation {op!r}")
             reply = {"ok": True, "result": handler(req)}
@@ -748,6 +753,7 @@ def main(argv=None) -> int:
                                 "kind": "exception", "nonce": nonce, "seq": seq})
         if fatal:
             os._exit(3)  # a CUDA error leaves the context unusable
+        del req, reply  # the reply's outputs and the request's inputs are let go before the next request arrives
 
 
 def _wire(x):

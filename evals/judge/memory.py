@@ -27,6 +27,7 @@ HELD_MAX_BYTES = 1 << 30
 HOLD_REFERENCES_MAX_BYTES = 1 << 30  # a larger output's kept sets are drawn again when needed (a reference call)
 PREPARED_SHARE = 0.5  # of what the judge's part leaves beside its needs, for input sets drawn ahead of need
 TIMING_SETS_SHARE = 0.5  # of the candidate's part, for the sets rotated between timed calls (with their outputs)
+FLOAT64_SLICED_BYTES = 2 * GB  # a float64 run's device memory at most: a slice of rows and its work space (probes)
 CONTEXT_BYTES = 600 << 20  # a CUDA context and torch's workspaces, per process on the device
 
 
@@ -83,19 +84,27 @@ def judge_need(fp: Footprint, hold_references: bool = True) -> int:
     set being called with its reference, the reference model, and the larger of the output that arrived and the
     float64 signature run that follows it (inputs, parameters and outputs at 8 bytes an element, and its work
     space)."""
-    held = (4 if hold_references else 1) * fp.set_bytes
+    # kept whole: sets 1 and 2, the first wrong one and the one being called; else the set being called, or set 1
+    # drawn again beside its reordered copy (inputs and reference: evals.judge.checks.dependence)
+    held = (4 if hold_references else 2) * fp.set_bytes
     # the float64 copy of the model is made parameter by parameter (twice its bytes, and one rounded fp32 copy of
-    # a parameter at a time); inputs and outputs in float64 with the run's own work space
-    float64_run = int(FLOAT64_RUN * 2 * (fp.input_bytes + fp.output_bytes)) + 3 * fp.param_bytes
+    # a parameter at a time); inputs and outputs in float64 with the run's own work space, a run over
+    # SLICE_BYTES made a slice of rows at a time (evals.judge.probes.row_slices) or, where the model is not
+    # separable so, on the host
+    float64_run = min(int(FLOAT64_RUN * 2 * (fp.input_bytes + fp.output_bytes)), FLOAT64_SLICED_BYTES)
+    float64_run += 3 * fp.param_bytes
+    # the larger of: the output that arrived, the float64 run, the reference's FLOP count (its own output)
     return held + fp.param_bytes + max(fp.output_bytes, float64_run) + CONTEXT_BYTES
 
 
 def candidate_need(fp: Footprint) -> int:
     """The candidate's peak during a validation: parameters, two sets of inputs (set 1's, kept for the in-place
-    call, and the call's), its output and the earlier ones it holds, and one more output for its own work (a
-    candidate written as PyTorch's unfused operators holds an intermediate of the output's size)."""
-    outputs = (2 + held_earlier(fp.output_bytes)) * fp.output_bytes
-    return fp.param_bytes + 2 * fp.input_bytes + outputs + CONTEXT_BYTES
+    call, and the call's), its output and the earlier ones it holds, and one more input or output for its own work
+    (a candidate written as PyTorch's unfused operators holds an intermediate of the output's size; a program may
+    pad or convert an input)."""
+    outputs = (1 + held_earlier(fp.output_bytes)) * fp.output_bytes
+    work = max(fp.output_bytes, fp.input_bytes)  # an honest program may copy an input (padded, converted) or an output
+    return fp.param_bytes + 2 * fp.input_bytes + outputs + work + CONTEXT_BYTES
 
 
 def plan(fp: Footprint, device_bytes: int, *, timing_sets: int = 3, host_floor_bytes: int | None = None,

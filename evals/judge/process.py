@@ -143,7 +143,8 @@ class Judge:
         self.current: Attempt | None = None
         self.tree = ProtectedTree()
         self.ref_flops_cache: dict[tuple, int] = {}
-        self.stages = Stages()
+        self.peak = PeakMeter(self.cuda)
+        self.stages = Stages(self.peak.since_mark)
         self.models: dict[tuple, Any] = {}  # this operation's reference models, by (problem, seed, device)
         self.ending: list = []  # threads awaiting the exit of ended candidate processes
         self.prepared: dict[tuple, Prepared] = {}  # by (problem, device, "validate" | "profile")
@@ -152,6 +153,7 @@ class Judge:
         self.sealed_k: dict[tuple, int] = {}  # the last profile's sealed calls per (problem, device): K sets to prepare
         self.sealed_floor_us: dict[tuple, float] = {}  # the sealed passes' measured floor per ((problem, device), K)
         self.plans: dict[tuple, memory.MemoryPlan] = {}  # per (problem, device)
+        self.last_plan: memory.MemoryPlan | None = None  # the plan of the problem judged last
         self.device_bytes = 0  # this judge's share of its GPU (judge and candidates); 0 without one
         self._warm_recorder()
 
@@ -201,6 +203,18 @@ class Judge:
 
     def snapshot_now(self) -> dict:
         return self.tree.snapshot()
+
+    def out_of_memory_at(self, exc: BaseException) -> str:
+        """Where the judge ran out of memory, for the harness's reason: the stage, the judge's innermost line, what
+        the plan gave it and what each stage held at most (the numbers to fix the plan with)."""
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/evals/" in f.filename.replace(os.sep, "/")]
+        line = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno} {frames[-1].name}" if frames else "?"
+        plan = self.last_plan
+        share = (f"; plan: judge {plan.judge_bytes / 2**30:.1f} GiB (need {plan.judge_need_bytes / 2**30:.1f}), "
+                 f"references {'kept' if plan.hold_references else 'drawn again'}") if plan is not None else ""
+        peaks = ", ".join(f"{k} {v / 1024:.1f}" for k, v in self.stages.take_peaks().items())
+        return (f"(in {self.stages.current or 'no stage'}, at {line}{share}; GiB held at most by stage: {peaks}; "
+                f"held now: {_largest_tensors(self.device)})")
 
     def end_current(self) -> None:
         """End the current attempt's process: the kill is sent at once, its exit is awaited in a thread
@@ -333,7 +347,7 @@ class Judge:
             if floor is not None and floor > 0:  # a limit the user set is the limit
                 self.plans[key] = memory.MemoryPlan(**{**self.plans[key].__dict__,
                                                        "host_limit_bytes": int(floor * memory.GB)})
-        plan = self.plans[key]
+        plan = self.last_plan = self.plans[key]
         if plan.refusal:
             raise HarnessError(plan.refusal)
         return plan
@@ -613,7 +627,8 @@ class Judge:
             verdict = {"rule": verdicts.PRECISION, "reason": verdicts.reason(verdicts.PRECISION, text(info, problem))}
         flags = work.validation_flags(info)
         self.models.clear()
-        info.update(attempt.memory, judge_peak_device_bytes=_peak_device_bytes(device))
+        info.update(attempt.memory, judge_peak_device_bytes=self.peak.take())
+        info["stages_peak_mb"] = self.stages.take_peaks()
         info["stages"] = self.stages.take()
         return {"sets": v.set_rows() if v is not None else [], "verdict": verdict, "flags": flags, "info": _plain(info),
                 "device": str(device), "crashed": bool(verdict and verdict.get("died"))}
@@ -655,7 +670,7 @@ class Judge:
         out.update(timing_source="gpu" if device.type == "cuda" else "cpu", verdict=verdict, flags=flags,
                    work=_plain(p.work if p is not None and verdict is None else {}),
                    crashed=bool(verdict and verdict.get("died")), stages=self.stages.take(),
-                   memory={**attempt.memory, "judge_peak_device_bytes": _peak_device_bytes(device)})
+                   memory={**attempt.memory, "judge_peak_device_bytes": self.peak.take()})
         return out
 
     def op_end_attempt(self, req: dict) -> dict:
@@ -763,6 +778,19 @@ def _memory(device) -> dict:
     return out
 
 
+def _host_peak_bytes(reset: bool = False) -> int:
+    """This process's peak resident memory since the last reset (VmHWM); ``reset`` starts the next peak from now."""
+    try:
+        with open("/proc/self/status") as f:
+            kb = next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+        if reset:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        return kb << 10
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm") as f:
@@ -783,13 +811,47 @@ def _request_waiting(stream) -> bool:
         return True
 
 
-def _peak_device_bytes(device) -> int:
-    """The judge's own allocator's peak since the last operation's (then reset for the next one)."""
-    if device.type != "cuda":
-        return 0
-    peak = torch.cuda.max_memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    return int(peak)
+def _largest_tensors(device, n: int = 6) -> str:
+    """The largest tensors alive on ``device`` (their storages once each), for an out-of-memory reason."""
+    import warnings
+
+    seen: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # isinstance on a deprecated module attribute warns
+        for o in gc.get_objects():
+            try:
+                if isinstance(o, torch.Tensor) and o.device.type == device.type:
+                    st = o.untyped_storage()
+                    if st.nbytes() >= 1 << 26:
+                        seen[st.data_ptr()] = (st.nbytes(), f"{str(o.dtype).removeprefix('torch.')}{list(o.shape)}")
+            except Exception:  # noqa: BLE001 - a diagnostic: whatever cannot be read is left out
+                continue
+    top = sorted(seen.values(), reverse=True)
+    more = f" and {len(top) - n} more" if len(top) > n else ""
+    return ", ".join(f"{b / 2**30:.2f} GiB {what}" for b, what in top[:n]) + more or "none over 64 MiB"
+
+
+class PeakMeter:
+    """The judge's own allocator's peak: per stage (``since_mark``, for Stages) and per operation (``take``),
+    from one reset counter."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda, self.op_peak = cuda, 0
+
+    def since_mark(self) -> int:
+        if self.cuda:
+            peak = int(torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+        else:  # on the CPU every tensor is resident memory: its high-water mark, reset through clear_refs
+            peak = _host_peak_bytes(reset=True)
+        self.op_peak = max(self.op_peak, peak)
+        return peak
+
+    def take(self) -> int:
+        """The peak since the last ``take`` (then reset for the next operation)."""
+        peak = max(self.op_peak, self.since_mark())
+        self.op_peak = 0
+        return peak
 
 
 def release_memory(cuda: bool) -> None:
@@ -844,9 +906,10 @@ def main() -> int:
             except HarnessError as exc:  # never a verdict on the candidate: the attempt fails with the reason
                 reply = {"id": req.get("id"), "ok": False, "error": f"harness: {exc}", "kind": "harness"}
             except torch.OutOfMemoryError as exc:  # the judge's own share was too small: the harness's failure
+                where = judge.out_of_memory_at(exc)
                 judge.end_current()
                 reply = {"id": req.get("id"), "ok": False, "kind": "harness",
-                         "error": f"harness: the judge ran out of its GPU memory share: {_one_line(exc)[:700]}"}
+                         "error": f"harness: the judge ran out of its GPU memory share {where}: {_one_line(exc)[:500]}"}
             except Exception as exc:  # noqa: BLE001 - a judge bug must not look like a verdict
                 traceback.print_exc(file=sys.stderr)
                 reply = {"id": req.get("id"), "ok": False, "error": f"the judge failed: {_one_line(exc)}", "kind": "judge"}

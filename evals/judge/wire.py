@@ -280,7 +280,12 @@ def pack(obj, arena: Arena | None, start: int = 0) -> tuple[object, int, list]:
         return x
 
     names = {v: k for k, v in _dtypes().items()}
-    out = walk(obj)
+    try:
+        out = walk(obj)
+    finally:
+        # `walk` refers to itself through its closure: a cycle that would hold `streams` (whole tensors) until a
+        # garbage collection; emptying its cell breaks it now
+        del walk
     return out, -(-at[0] // ALIGN) * ALIGN, streams
 
 
@@ -292,6 +297,7 @@ def send_message(sock: socket.socket, obj, arena: Arena | None, start: int = 0, 
     send(sock, packed)
     if streams:
         serve(sock, arena, streams, deadline, alive)
+    streams.clear()
     return end
 
 
@@ -389,10 +395,14 @@ def unpack(obj, arena: Arena | None, device=None, sock: socket.socket | None = N
             return x.to(device)
         return x
 
-    out = walk(obj)
-    if streamed:
-        _pull(sock, arena, streamed, deadline, alive)
-    return out
+    try:
+        out = walk(obj)
+        if streamed:
+            _pull(sock, arena, streamed, deadline, alive)
+        return out
+    finally:  # as in ``pack``: the received tensors are not held by `walk`'s cycle until a collection
+        streamed.clear()
+        del walk
 
 
 def _pull(sock: socket.socket, arena: Arena, streamed: list, deadline: float | None, alive) -> None:

@@ -43,9 +43,13 @@ def reordered_values(v) -> None:
                       f"values, sum and shape kept): the result is cached by a digest of the content; {cmp['text']}")
 
 
+PERMUTED_BLOCK_ELEMENTS = 1 << 24  # a larger tensor's interior is reordered block by block (one index of 128 MB)
+
+
 def interior_permutation(inputs: list):
     """The inputs with every float tensor's values reordered except its first and last (None when no tensor is
-    large enough)."""
+    large enough). A tensor over ``PERMUTED_BLOCK_ELEMENTS`` is reordered within blocks of that many (one drawn
+    order for all of them, the last block its own): an 8 GiB input's whole permutation would be a 16 GiB index."""
     import os
 
     out, changed = [], False
@@ -55,8 +59,12 @@ def interior_permutation(inputs: list):
             n = flat.numel()
             # drawn where the values are (a GPU draws millions in a millisecond, a CPU in a fraction of a second)
             g = torch.Generator(device=flat.device).manual_seed(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
-            perm = torch.randperm(n - 2, generator=g, device=flat.device) + 1
-            flat[1:n - 1] = flat[perm]
+            block = min(n - 2, PERMUTED_BLOCK_ELEMENTS)
+            perm = torch.randperm(block, generator=g, device=flat.device)
+            for a in range(1, n - 1, block):
+                b = min(n - 1, a + block)
+                p = perm if b - a == block else torch.randperm(b - a, generator=g, device=flat.device)
+                flat[a:b] = flat[a:b][p]
             out.append(flat.reshape(x.shape))
             changed = True
         else:
