@@ -6,7 +6,7 @@ import dataclasses
 import os
 
 # Run settings of a loaded program and the values each takes. Off by default: their speed is not yet measured on the
-# H200 (benchmarks/gpu_todo/perf15b.sh measures both), and a graph adds an input copy and an output clone per call.
+# H200 (benchmarks/h200_suite.sh runtime measures both), and a graph adds an input copy and an output clone per call.
 RUNTIME_SETTINGS = {
     "MUCUTLASS_CUDA_GRAPH": ("off", "on", "auto"),  # auto: when the estimate says the program is launch-bound
     "MUCUTLASS_FUSED_CASTS": ("off", "on"),  # the input casts / layout copies of a program as one launch
