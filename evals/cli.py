@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from evals.settings import MAX_ATTEMPTS
+from runs.defaults import MAX_ATTEMPTS
 
 BASELINE_CHOICES = ("eager_fp32", "eager_tf32", "compile")
 
@@ -108,7 +108,7 @@ def cmd_eval(args) -> int:
         return _error("no run function to evaluate", "run it as `mucutlass eval`, which hands it the graph's")
     if args.max_attempts < 1:
         return _error(f"--max-attempts {args.max_attempts}: must be at least 1")
-    from evals.variants import VariantError, check_variants
+    from runs.variants import VariantError, check_variants
 
     try:
         check_policies(args.policies)
@@ -194,7 +194,7 @@ def cmd_eval(args) -> int:
 def cmd_replay(args) -> int:
     from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
     from evals.store import ResultsStore, StoreError
-    from evals.policies import PolicySettings
+    from runs.policies import PolicySettings
 
     try:
         store = ResultsStore.open_existing(args.results)

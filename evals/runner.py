@@ -23,10 +23,10 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from evals.environment import collect_environment
-from evals.policies import POLICY_NAMES, PolicySettings
-from evals.records import AttemptRecord, RunSummary
-from evals.settings import MAX_ATTEMPTS
-from evals.variants import DEFAULT_VARIANT, stop_policy
+from runs.policies import POLICY_NAMES, PolicySettings
+from runs.records import AttemptRecord, RunSummary
+from runs.defaults import MAX_ATTEMPTS
+from runs.variants import DEFAULT_VARIANT, stop_policy
 
 GENEROUS_POLICY = "fixed"
 # What must match for a store to be resumed: the same runs with the same budget.

@@ -7,8 +7,8 @@ import hashlib
 from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic, failure
-from evals.policies import PolicySettings, stop_reason
-from evals.records import AttemptRecord
+from runs.policies import PolicySettings, stop_reason
+from runs.records import AttemptRecord
 from graph.state import OptimizeState, history, program_of
 
 

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 from dsl_compiler.diagnostics import model_text
 from dsl_compiler.ops import fusable_torch_steps
 from dsl_compiler.precision import kernel_maths
-from evals.policies import best_time_us
-from evals.records import AttemptRecord, Hypothesis
+from runs.policies import best_time_us
+from runs.records import AttemptRecord, Hypothesis
 
 
 def roi(gain: float, risk: float, gap: float | None) -> float:

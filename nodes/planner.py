@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from evals.policies import stop_reason
+from runs.policies import stop_reason
 from graph.context import RunContext
 from graph.planning import ProgramFeatures, flat_plan, nominate_source, plan
 from graph.state import OptimizeState, history, initial_state, program_of

@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from graph.attempts import ceiling_bound_us, judge
 from graph.context import RunContext
-from evals.policies import stop_reason
+from runs.policies import stop_reason
 from graph.memory import remember_state
 from graph.state import OptimizeState, current, history, program_of
 

@@ -7,7 +7,7 @@ import math
 
 from dsl_compiler.ir import GemmOp, Kernel, KernelConfig, Operand, Program, Ref, Store, TensorArg, TensorDecl, TorchStep
 from graph.planning import ProgramFeatures, nominate, plan, rank, roi
-from evals.records import AttemptRecord, Hypothesis
+from runs.records import AttemptRecord, Hypothesis
 
 SOL = {"t_sol_us": 10.0, "bound": "compute"}
 

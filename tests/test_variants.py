@@ -9,9 +9,9 @@ import sqlite3
 import pytest
 
 from evals.store import ResultsStore
-from evals.variants import VariantError, check_variants, get_variant, stop_policy
+from runs.variants import VariantError, check_variants, get_variant, stop_policy
 from graph.context import RunContext
-from evals.records import AttemptRecord, RunSummary
+from runs.records import AttemptRecord, RunSummary
 from test_graph_fakes import GOOD, SLOW, WRONG
 from test_graph_loop import chat_tier, run
 

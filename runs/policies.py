@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from evals.records import AttemptRecord
-from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from runs.records import AttemptRecord
+from runs.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
 POLICY_NAMES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")
 
