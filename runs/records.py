@@ -82,6 +82,9 @@ class RunSummary(BaseModel):
     fallback: str = ""
     kept_t_us: float | None = None
     stop_reason: str = ""
+    # the stop rule's parameters the run applied (runs.policies.PolicySettings: max_attempts, eps, plateau_window,
+    # min_gain, token_budget, baseline); empty in records written before they were kept
+    policy_settings: dict[str, float | int | str] = Field(default_factory=dict)
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
