@@ -72,7 +72,7 @@ def nominate(
     sol: dict[str, Any],
     history: Sequence[AttemptRecord],
     features: ProgramFeatures,
-    allowed_precisions: Sequence[str] = ("f32", "tf32"),
+    allowed_precisions: Sequence[str],  # the problem's (runs.problem: one default, where it is loaded)
 ) -> list[Hypothesis]:
     """Candidate changes to the best program, with expected gain (speedup factor) and risk (>= 1).
 
@@ -142,7 +142,7 @@ def plan(
     sol: dict[str, Any],
     history: Sequence[AttemptRecord],
     features: ProgramFeatures,
-    allowed_precisions: Sequence[str] = ("f32", "tf32"),
+    allowed_precisions: Sequence[str],  # the problem's (runs.problem: one default, where it is loaded)
     proposed: Sequence[Hypothesis] | None = None,
 ) -> list[Hypothesis]:
     """Nominate (or take a tier's own proposals) and rank by ROI."""

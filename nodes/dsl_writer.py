@@ -71,7 +71,7 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if reply.error or not reply.program_text.strip():
         reason = reply.error or "the tier returned no program"
         update.update(fail({**state, **update}, attempt, call_s, f"write: {reason}", [failure(reason)],
-                           ctx.policy_settings, ctx.stop_policy), program=None)
+                           ctx), program=None)
         return update
     update["current"] = advance(attempt, call_s)
     return update
