@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from evals.settings import MAX_ATTEMPTS
+from runs.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
 BASELINE_CHOICES = ("eager_fp32", "eager_tf32", "compile")
 
@@ -55,7 +55,9 @@ def register(subparsers) -> None:
     p.add_argument("--ids", help="KernelBench problem ids, like 1-20,25 (with --kernelbench)")
     p.add_argument("--tiers", type=_csv, default=["offline"], help="model tiers, comma-separated (default: offline)")
     p.add_argument("--policies", type=_csv, default=["fixed", "sol+plateau"],
-                   help="budgeting policies, comma-separated (default: fixed,sol+plateau)")
+                   help="budgeting policies, comma-separated, each NAME[:KEY=VALUE]...: sol:eps=2.5, plateau:w=12, "
+                        "sol+plateau:eps=1:w=8, tokens:tokens=200000 (default: fixed,sol+plateau, at "
+                        f"eps={SOL_EPS:g}, w={PLATEAU_WINDOW}, tokens={TOKEN_BUDGET})")
     p.add_argument("--variants", type=_csv, default=["dsl+sol"],
                    help="agent variants, comma-separated: dsl+sol (default), dsl, cuda, cuda+sol")
     p.add_argument("--no-memory", action="store_true",
@@ -108,12 +110,16 @@ def cmd_eval(args) -> int:
         return _error("no run function to evaluate", "run it as `mucutlass eval`, which hands it the graph's")
     if args.max_attempts < 1:
         return _error(f"--max-attempts {args.max_attempts}: must be at least 1")
-    from evals.variants import VariantError, check_variants
+    from runs.variants import VariantError, check_variants
 
     try:
-        check_policies(args.policies)
+        policies = check_policies(args.policies)
+    except EvalError as exc:  # a policy written wrong is a usage error, like argparse's
+        print(f"error: --policies: {exc}", file=sys.stderr)
+        return 2
+    try:
         check_variants(args.variants)
-    except (EvalError, VariantError) as exc:
+    except VariantError as exc:
         return _error(str(exc))
     if not args.tiers:
         return _error("no tiers given", "write e.g. --tiers offline")
@@ -145,7 +151,7 @@ def cmd_eval(args) -> int:
     backend, _why = resolve_backend(args.backend)
     config = EvalConfig(
         source=source, problems=keys, tiers=args.tiers, variants=args.variants, memory=not args.no_memory,
-        policies=args.policies, policies_mode=args.policies_mode,
+        policies=policies, policies_mode=args.policies_mode,
         max_attempts=args.max_attempts, backend=backend, executor=f"ray:{args.ray}" if args.ray else "local",
     )
     if args.ray:
@@ -194,7 +200,7 @@ def cmd_eval(args) -> int:
 def cmd_replay(args) -> int:
     from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
     from evals.store import ResultsStore, StoreError
-    from evals.policies import PolicySettings
+    from runs.policies import PolicySettings
 
     try:
         store = ResultsStore.open_existing(args.results)

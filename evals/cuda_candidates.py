@@ -1,7 +1,7 @@
 """Candidates of the ``cuda`` variants: a KernelBench ``ModelNew`` module that compiles its own kernels
 with ``torch.utils.cpp_extension.load_inline``.
 
-    source, error = extract_python(reply)            # the ```python block of a model's reply
+    source, error = extract_python(reply)            # the ```python block of a model's reply (nodes.tiers)
     errors = check_source(source)                    # syntax, a class ModelNew: model-readable lines
     prepared = prepare(source)                       # load_inline names and build folders by content hash
     outcome = build(prepared)                        # builds in a child process; compile errors as text
@@ -30,30 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BUILD_TIMEOUT_S = 900.0  # one nvcc build of a load_inline extension takes 40-60 s on an H200 host
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
 NO_GPU_EXIT = 3  # the build child's exit status when the module brings CUDA code and no GPU is visible
-
-
-def extract_python(reply: str) -> tuple[str | None, str | None]:
-    """The ModelNew module in a model's reply: the first ```python block that defines ModelNew; else the
-    only fenced block; else the whole reply when it defines ModelNew. Returns (text, error)."""
-    if not reply or not reply.strip():
-        return None, "the reply was empty; answer with one complete ModelNew module in a ```python block"
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(reply)]
-    python = [body for lang, body in blocks if lang in ("python", "py", "python3")]
-    for body in python:
-        if re.search(r"^\s*class\s+ModelNew\b", body, re.M):
-            return body.strip() + "\n", None
-    if len(blocks) == 1:
-        return blocks[0][1].strip() + "\n", None
-    if python:
-        return None, "no ```python block defines class ModelNew; give one complete module in a single block"
-    if blocks:
-        return None, f"the reply had {len(blocks)} code blocks and none tagged python; give exactly one ```python block"
-    if re.search(r"^\s*class\s+ModelNew\b", reply, re.M):
-        return reply.strip() + "\n", None
-    return None, "the reply had no code; answer with one complete ModelNew module in a ```python block"
 
 
 def check_source(source: str, filename: str = "model_new.py") -> list[str]:

@@ -30,10 +30,9 @@ from types import ModuleType
 from typing import Any, Iterable
 
 from dsl_compiler.limits import ChildCalls, ChildDied, TimeLimitExceeded, time_limit
-from evals.settings import DEFAULT_TOLERANCE
+from runs.defaults import DEFAULT_TOLERANCE
+from runs.problem import ALL_PRECISIONS, DEFAULT_PRECISIONS, STRICT_PRECISIONS, default_precisions  # noqa: F401 - re-exported
 
-ALL_PRECISIONS: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
-STRICT_PRECISIONS: tuple[str, ...] = ("f32", "tf32")
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -55,11 +54,6 @@ class ProblemSetupError(ProblemError):
 IMPORT_CALL = "importing the problem"  # the time limit's name for a problem's import
 
 
-def default_precisions(tolerance: float) -> tuple[str, ...]:
-    """Half-precision inputs fail 1e-4 against an fp32 reference; TF32 passes it on most problems."""
-    return ALL_PRECISIONS if tolerance >= DEFAULT_TOLERANCE else STRICT_PRECISIONS
-
-
 @dataclass(eq=False)
 class Problem:
     """One problem: its source, where it came from, how it is judged, and its imported module."""
@@ -69,7 +63,7 @@ class Problem:
     source: str
     module: ModuleType = field(repr=False)
     tolerance: float = DEFAULT_TOLERANCE
-    allowed_precisions: tuple[str, ...] = ALL_PRECISIONS
+    allowed_precisions: tuple[str, ...] = DEFAULT_PRECISIONS
     level: int | None = None
     problem_id: int | None = None
     suite: str | None = None

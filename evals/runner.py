@@ -16,6 +16,7 @@ import importlib
 import json
 import re
 import shutil
+from dataclasses import asdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -23,10 +24,10 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from evals.environment import collect_environment
-from evals.policies import POLICY_NAMES, PolicySettings
-from evals.records import AttemptRecord, RunSummary
-from evals.settings import MAX_ATTEMPTS
-from evals.variants import DEFAULT_VARIANT, stop_policy
+from runs.policies import PolicyError, PolicySettings, parse_policies, parse_policy
+from runs.records import AttemptRecord, RunSummary
+from runs.defaults import MAX_ATTEMPTS
+from runs.variants import DEFAULT_VARIANT, stop_policy
 
 GENEROUS_POLICY = "fixed"
 # What must match for a store to be resumed: the same runs with the same budget.
@@ -53,13 +54,22 @@ class RunSpec(BaseModel):
     problem: str  # the problem's stable key (builtin/gemm_square, L1/12, ...)
     problem_path: str
     tier: str
-    policy: str
+    policy: str  # the policy as the evaluation names it, with its parameters (runs.policies.PolicyChoice.label)
     max_attempts: int
     backend: str
     run_dir: str
     variant: str = DEFAULT_VARIANT
     memory_path: str | None = None  # the evaluation's shared memory store; None: no memory
     problem_error: str = ""  # why the problem's setup failed when it was checked: the run cannot start
+    # the stop rule's parameters the run applies (the policy's own, else the defaults)
+    eps: float = PolicySettings.eps
+    plateau_window: int = PolicySettings.plateau_window
+    token_budget: int = PolicySettings.token_budget
+
+    @property
+    def stop_rule(self) -> str:
+        """The rule's name without its parameters (``plateau`` of ``plateau:w=8``)."""
+        return parse_policy(self.policy).name
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -93,16 +103,18 @@ class EvalConfig(BaseModel):
             return []
         return [p for p in self.policies if p != GENEROUS_POLICY]
 
-    def policy_settings(self) -> PolicySettings:
-        return PolicySettings(max_attempts=self.max_attempts)
+    def policy_settings(self, policy: str | None = None) -> PolicySettings:
+        """The stop rule's settings of ``policy`` (a label with parameters): the budget, then its own."""
+        base = PolicySettings(max_attempts=self.max_attempts)
+        return parse_policy(policy).settings(base) if policy else base
 
 
-def check_policies(policies: Sequence[str]) -> None:
-    unknown = [p for p in policies if p not in POLICY_NAMES]
-    if unknown:
-        raise EvalError(f"unknown policy {', '.join(map(repr, unknown))}; expected some of {', '.join(POLICY_NAMES)}")
-    if not policies:
-        raise EvalError("no policies given; write e.g. --policies fixed,sol+plateau")
+def check_policies(policies: Sequence[str]) -> list[str]:
+    """The policies' canonical labels (``plateau:w=8``); EvalError, one line, for one written wrong."""
+    try:
+        return [c.label for c in parse_policies(policies)]
+    except PolicyError as exc:
+        raise EvalError(str(exc)) from None
 
 
 def _safe(part: str) -> str:
@@ -121,6 +133,7 @@ def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path,
         for tier in config.tiers:
             for variant in config.variants:
                 for policy in config.policies_to_run():
+                    settings = config.policy_settings(policy)
                     # the default variant keeps the folder layout of evaluations made before variants existed
                     parts = [_safe(key), _safe(tier)] + ([] if variant == DEFAULT_VARIANT else [_safe(variant)])
                     specs.append(RunSpec(
@@ -131,6 +144,9 @@ def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path,
                         variant=variant,
                         memory_path=memory_path,
                         max_attempts=config.max_attempts,
+                        eps=settings.eps,
+                        plateau_window=settings.plateau_window,
+                        token_budget=settings.token_budget,
                         backend=config.backend,
                         run_dir=str(out_dir.joinpath("runs", *parts, _safe(policy))),
                         problem_error=problem_errors.get(key, ""),
@@ -335,13 +351,14 @@ def derive_policies(store, config: EvalConfig) -> int:
     from evals.replay import replay_run
 
     derived = 0
-    settings = config.policy_settings()
     for log in store.summaries(statuses=("done",)):
         if log.policy != GENEROUS_POLICY:
             continue
         for policy in config.policies_to_derive():
+            settings = config.policy_settings(policy)
             # a variant without SOL guidance replays the policy without its SOL test, as it would have run
-            cut = replay_run(log, stop_policy(policy, log.variant), settings).model_copy(update={"policy": policy})
+            cut = replay_run(log, stop_policy(parse_policy(policy).name, log.variant), settings).model_copy(
+                update={"policy": policy, "policy_settings": asdict(settings)})
             store.finish_run(cut, status="derived", derived_from=GENEROUS_POLICY)
             derived += 1
     return derived
@@ -455,7 +472,7 @@ def results_document(store) -> dict[str, Any]:
             **{f"speedup_vs_{b}": r.speedups.get(b) for b in metrics.BASELINES},
             "sol_fraction": r.sol_fraction, "t_us": s.best_t_us, "t_sol_us": s.t_sol_us,
             "reference_us": s.reference_us, "attempts": r.attempts, "tokens": r.tokens, "cost_usd": r.cost_usd,
-            "stop_reason": s.stop_reason, "precision": best.precision if best else None,
+            "stop_reason": s.stop_reason, "policy_settings": s.policy_settings, "precision": best.precision if best else None,
             "timing_source": best.timing_source if best else None,
         })
     return {

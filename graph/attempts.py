@@ -4,12 +4,15 @@ judged result), keep the best and the token counters. Pure functions returning s
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsl_compiler.diagnostics import Diagnostic, failure
-from evals.policies import PolicySettings, stop_reason
-from evals.records import AttemptRecord
+from runs.policies import stop_reason
+from runs.records import AttemptRecord
 from graph.state import OptimizeState, history, program_of
+
+if TYPE_CHECKING:
+    from graph.context import RunContext
 
 
 def program_hash(text: str) -> str:
@@ -36,9 +39,17 @@ def advance(attempt: AttemptRecord, node_s: float, **changes: Any) -> dict:
     return attempt.model_copy(update={**changes, "wall_s": attempt.wall_s + node_s}).model_dump()
 
 
+def stop_decision(state: OptimizeState, ctx: RunContext, *, nothing_left: str | None = None) -> str:
+    """The one stop decision of a run, after every finished attempt (failed or judged) and when the writer has
+    nothing left to propose: the run's stop rule over the state's history (``runs.policies.stop_reason``), or ""
+    to go on."""
+    return stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
+                       state.get("reference_us", {}), ctx.policy_settings, nothing_left=nothing_left)
+
+
 def fail(
     state: OptimizeState, attempt: AttemptRecord, node_s: float, reason: str, diagnostics: list[Diagnostic],
-    settings: PolicySettings, policy: str, **changes: Any,
+    ctx: RunContext, **changes: Any,
 ) -> dict[str, Any]:
     """Finish a failed attempt: it joins the history, its messages go back to the writer, and the
     budget is checked (a failure counts as an attempt)."""
@@ -46,8 +57,7 @@ def fail(
         advance(attempt, node_s, failure_reason=reason, diagnostics=diagnostics or [failure(reason)], **changes)
     )
     attempts = [*state.get("attempts", []), done.model_dump()]
-    why = stop_reason(policy, history({"attempts": attempts}), state.get("sol", {}).get("t_sol_us"),
-                      state.get("reference_us", {}), settings)
+    why = stop_decision({**state, "attempts": attempts}, ctx)
     return {"current": None, "attempts": attempts, "diagnostics": done.diagnostics, "stop_reason": why}
 
 

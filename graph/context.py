@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from dsl_compiler.backend import BACKENDS
-from evals.policies import POLICY_NAMES, PolicySettings
-from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from runs.policies import POLICY_NAMES, PolicySettings
+from runs.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 from graph.state import program_of
-from evals.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
+from runs.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
 
 
 
@@ -205,7 +205,7 @@ class RunContext:
 
     tier: str = "offline"
     policy: str = "sol+plateau"
-    variant: str = DEFAULT_VARIANT  # evals.variants: what the writer answers with, and whether SOL guides it
+    variant: str = DEFAULT_VARIANT  # runs.variants: what the writer answers with, and whether SOL guides it
     max_attempts: int = MAX_ATTEMPTS
     eps: float = SOL_EPS
     plateau_window: int = PLATEAU_WINDOW

@@ -16,6 +16,7 @@ import json
 import shutil
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from graph.checkpoints import CHECKPOINT_FILE, CheckpointError, open_saver, thre
 from dsl_compiler.backend import resolve_backend
 from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
-from evals.records import AttemptRecord, RunSummary
+from runs.records import AttemptRecord, RunSummary
 from graph.run_record import RUN_FILE, RunError, problem_to_resume, read_record, source_sha256, write_record
 from graph.state import initial_state, program_of
 from nodes.tiers import TierError, load_tiers, make_tier, tier_identity  # the command line makes its tier here
@@ -231,7 +232,7 @@ def cache_rate(after: dict[str, int], before: dict[str, int]) -> dict[str, float
 
 
 def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, backend_reason: str) -> RunSummary:
-    from evals.floor import kept_result
+    from runs.floor import kept_result
 
     try:
         allowed = getattr(ctx.services.problem(state.get("problem_path", "")), "allowed_precisions", ())
@@ -245,7 +246,7 @@ def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, ba
         attempts=[AttemptRecord.model_validate(a) for a in state.get("attempts", [])],
         best_index=state.get("best_index"), best_t_us=state.get("best_t_us"),
         t_sol_us=state.get("sol", {}).get("t_sol_us"), reference_us=state.get("reference_us", {}),
-        stop_reason=state.get("stop_reason", ""), tokens_in=state.get("tokens_in", 0),
+        stop_reason=state.get("stop_reason", ""), policy_settings=asdict(ctx.policy_settings), tokens_in=state.get("tokens_in", 0),
         tokens_out=state.get("tokens_out", 0), cost_usd=state.get("cost_usd", 0.0), wall_s=wall_s,
         tokens_by_model=state.get("tokens_by_model", {}), graph_overhead_s=overhead_s,
         backend_reason=backend_reason, run_id=ctx.run_id,
@@ -344,7 +345,8 @@ def run_spec(spec: Any, on_event: EventSink | None = None) -> RunSummary:
     if (Path(spec.run_dir) / RUN_FILE).is_file():  # the evaluation's command names the problem, tier and memory
         return resume_run(spec.run_dir, on_event, services=services, problem_path=spec.problem_path, tier=spec.tier,
                           memory_path=spec.memory_path)
-    ctx = RunContext(tier=spec.tier, policy=spec.policy, variant=spec.variant, max_attempts=spec.max_attempts,
+    ctx = RunContext(tier=spec.tier, policy=spec.stop_rule, variant=spec.variant, max_attempts=spec.max_attempts,
+                     eps=spec.eps, plateau_window=spec.plateau_window, token_budget=spec.token_budget,
                      backend=spec.backend, memory=spec.memory_path is not None, memory_path=spec.memory_path,
                      services=services)
     return run_optimize(spec.problem_path, ctx, spec.run_dir, on_event)

@@ -22,7 +22,7 @@ def compiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
 
     def failed(reason: str, diagnostics: list[Diagnostic], checked=None, **changes) -> dict:
         node_s = time.perf_counter() - start
-        return {**fail(state, attempt, node_s, reason, diagnostics, ctx.policy_settings, ctx.stop_policy, **changes),
+        return {**fail(state, attempt, node_s, reason, diagnostics, ctx, **changes),
                 "program": checked,  # the writer shows the last attempt's program when it checked
                 "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
 

@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 from dsl_compiler.diagnostics import failure
 from graph.attempts import add_tokens, advance, fail, program_hash
 from graph.context import RunContext
-from evals.records import AttemptRecord
+from runs.records import AttemptRecord
 from graph.memory import recall_state
 from graph.state import OptimizeState, diagnostics_of, history, hypothesis, program_of
 from nodes.tier_types import WriterReply, WriterRequest
@@ -71,7 +71,7 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if reply.error or not reply.program_text.strip():
         reason = reply.error or "the tier returned no program"
         update.update(fail({**state, **update}, attempt, call_s, f"write: {reason}", [failure(reason)],
-                           ctx.policy_settings, ctx.stop_policy), program=None)
+                           ctx), program=None)
         return update
     update["current"] = advance(attempt, call_s)
     return update

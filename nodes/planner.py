@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from evals.policies import stop_reason
+from graph.attempts import stop_decision
 from graph.context import RunContext
 from graph.planning import ProgramFeatures, flat_plan, nominate_source, plan
 from graph.state import OptimizeState, history, initial_state, program_of
@@ -50,14 +50,12 @@ def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         except Exception:  # the built-in nomination is always there to fall back on
             proposed = None
         if proposed is not None and not proposed and state.get("attempts"):
-            return {**update, "stop_reason": stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
-                                                         state.get("reference_us", {}), ctx.policy_settings,
-                                                         nothing_left=tier.name),
+            return {**update, "stop_reason": stop_decision(state, ctx, nothing_left=tier.name),
                     "work_s": state.get("work_s", 0.0) + (svc.work_s - work0)}
     problem = svc.problem(state["problem_path"])
     if variant.sol_guided:
         proposed = proposed or (nominate_source(state["sol"], history(state)) if variant.language == "python" else None)
-        ranked = plan(state["sol"], history(state), features, getattr(problem, "allowed_precisions", ("f32", "tf32")),
+        ranked = plan(state["sol"], history(state), features, problem.allowed_precisions,
                       proposed or None)
     else:
         ranked = flat_plan(history(state), proposed or None)

@@ -7,11 +7,10 @@ import time
 
 from langgraph.runtime import Runtime
 
-from graph.attempts import ceiling_bound_us, judge
+from graph.attempts import ceiling_bound_us, judge, stop_decision
 from graph.context import RunContext
-from evals.policies import stop_reason
 from graph.memory import remember_state
-from graph.state import OptimizeState, current, history, program_of
+from graph.state import OptimizeState, current, program_of
 
 
 def sol_judge(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
@@ -31,6 +30,5 @@ def sol_judge(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     update.update(remember_state(runtime.store, ctx, state))  # every attempt finished so far, failed ones too
     if state.get("stop_reason"):
         return update
-    update["stop_reason"] = stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
-                                        state.get("reference_us", {}), ctx.policy_settings)
+    update["stop_reason"] = stop_decision(state, ctx)
     return update

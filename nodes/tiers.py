@@ -48,6 +48,27 @@ def extract_program(reply: str) -> tuple[str | None, str | None]:
     return None, "the reply had no program; answer with exactly one program in a ```mcu block"
 
 
+def extract_python(reply: str) -> tuple[str | None, str | None]:
+    """The ModelNew module in a model's reply: the first ```python block that defines ModelNew; else the
+    only fenced block; else the whole reply when it defines ModelNew. Returns (text, error)."""
+    if not reply or not reply.strip():
+        return None, "the reply was empty; answer with one complete ModelNew module in a ```python block"
+    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(reply)]
+    python = [body for lang, body in blocks if lang in ("python", "py", "python3")]
+    for body in python:
+        if re.search(r"^\s*class\s+ModelNew\b", body, re.M):
+            return body.strip() + "\n", None
+    if len(blocks) == 1:
+        return blocks[0][1].strip() + "\n", None
+    if python:
+        return None, "no ```python block defines class ModelNew; give one complete module in a single block"
+    if blocks:
+        return None, f"the reply had {len(blocks)} code blocks and none tagged python; give exactly one ```python block"
+    if re.search(r"^\s*class\s+ModelNew\b", reply, re.M):
+        return reply.strip() + "\n", None
+    return None, "the reply had no code; answer with one complete ModelNew module in a ```python block"
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -63,7 +84,7 @@ def _content_text(content: Any) -> str:
 class ChatTier:
     """Any LangChain chat model (``ChatOpenAI`` for configured endpoints, fakes in tests)."""
 
-    languages = ("mcu", "python")  # writes μCUTLASS programs and ModelNew modules (evals.variants)
+    languages = ("mcu", "python")  # writes μCUTLASS programs and ModelNew modules (runs.variants)
 
     def __init__(self, chat_model: Any, spec: TierSpec):
         self.chat_model = chat_model
@@ -86,8 +107,7 @@ class ChatTier:
         usage = getattr(reply, "usage_metadata", None) or {}
         tokens_in, tokens_out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
         model = (getattr(reply, "response_metadata", None) or {}).get("model_name") or self.spec.model
-        from evals.cuda_candidates import extract_python
-        from evals.variants import get_variant
+        from runs.variants import get_variant
 
         extract = extract_program if get_variant(request.variant).language == "mcu" else extract_python
         text, error = extract(_content_text(getattr(reply, "content", "")))

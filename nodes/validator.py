@@ -27,7 +27,7 @@ def validator(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     if not result["correct"]:
         reason = result.get("reason") or "outputs differ from the reference"
         return {**fail(state, attempt, node_s, f"validate: {reason}", [failure(f"wrong result: {reason}")],
-                       ctx.policy_settings, ctx.stop_policy, reached="compile", max_abs_error=result.get("max_abs_error"),
+                       ctx, reached="compile", max_abs_error=result.get("max_abs_error"),
                        flags=flags),
                 "work_s": work_s}
     return {"current": advance(attempt, node_s, reached="validate", correct=True,

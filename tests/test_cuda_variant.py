@@ -18,7 +18,7 @@ from evals.problems import SUITES_DIR
 from graph.context import RunContext, Services
 from graph.runner import run_optimize
 from nodes.playback import PlaybackTier
-from nodes.tiers import ChatTier, TierSpec
+from nodes.tiers import ChatTier, TierSpec, extract_python
 from test_graph_loop import RecordingChat
 
 PROBLEM = SUITES_DIR / "smoke" / "02_linear_relu_tiny.py"  # Linear(32 -> 64) + ReLU, batch 16
@@ -109,7 +109,7 @@ def ext_dir(tmp_path, monkeypatch):
     (WRONG, WRONG),  # no fence at all, but a module defining ModelNew
 ])
 def test_extract_python(reply, expected):
-    assert cc.extract_python(reply) == (expected.strip() + "\n", None)
+    assert extract_python(reply) == (expected.strip() + "\n", None)
 
 
 @pytest.mark.parametrize("reply, message", [
@@ -119,7 +119,7 @@ def test_extract_python(reply, expected):
     ("```cpp\nint a;\n```\n```c\nint b;\n```", "none tagged python"),
 ])
 def test_extract_python_failures(reply, message):
-    text, error = cc.extract_python(reply)
+    text, error = extract_python(reply)
     assert text is None and message in error
 
 

@@ -14,8 +14,8 @@ import pytest
 from evals.replay import replay_run
 from evals.report import langsmith_configured, upload_to_langsmith, write_report
 from evals.store import ResultsStore
-from evals.policies import PolicySettings
-from evals.records import RunSummary
+from runs.policies import PolicySettings
+from runs.records import RunSummary
 from mucutlass.cli import main
 
 LOG = Path(__file__).parent / "data" / "eval" / "budget_log.json"

@@ -145,7 +145,7 @@ def test_two_local_workers(tmp_path):
 
 
 def test_cli_rejects_bad_input_with_a_message(tmp_path, capsys):
-    assert main(["eval", "--suite", "smoke", "--policies", "fixed,bogus", "--out", str(tmp_path / "x")]) == 1
+    assert main(["eval", "--suite", "smoke", "--policies", "fixed,bogus", "--out", str(tmp_path / "x")]) == 2
     assert "unknown policy 'bogus'" in capsys.readouterr().err
     assert main(["eval", "--suite", "nosuch", "--out", str(tmp_path / "x")]) == 1
     assert "unknown suite 'nosuch'" in capsys.readouterr().err

@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 from evals.store import ResultsStore, StoreError
-from evals.records import AttemptRecord, RunSummary
+from runs.records import AttemptRecord, RunSummary
 
 
 def _attempt(i, **kw):

@@ -7,7 +7,8 @@ import math
 
 from dsl_compiler.ir import GemmOp, Kernel, KernelConfig, Operand, Program, Ref, Store, TensorArg, TensorDecl, TorchStep
 from graph.planning import ProgramFeatures, nominate, plan, rank, roi
-from evals.records import AttemptRecord, Hypothesis
+from runs.problem import STRICT_PRECISIONS
+from runs.records import AttemptRecord, Hypothesis
 
 SOL = {"t_sol_us": 10.0, "bound": "compute"}
 
@@ -44,9 +45,9 @@ def ok(i, t, hypothesis=""):
 
 
 def test_first_attempt_and_repair():
-    assert nominate(SOL, [], ProgramFeatures())[0].title == "a first correct program"
+    assert nominate(SOL, [], ProgramFeatures(), STRICT_PRECISIONS)[0].title == "a first correct program"
     failed = AttemptRecord(index=1, diagnostics=["program.mcu:3:1: error[tile]: bad tile\n  hint: x"])
-    hyp = nominate(SOL, [failed], ProgramFeatures())
+    hyp = nominate(SOL, [failed], ProgramFeatures(), STRICT_PRECISIONS)
     assert hyp[0].title == "repair the last program" and "error[tile]: bad tile" in hyp[0].rationale
 
 
@@ -63,16 +64,16 @@ def test_nominations_follow_the_program():
 
 def test_gains_are_capped_by_the_gap_and_tried_ones_dropped():
     feats = ProgramFeatures.of(program())
-    hyps = nominate(SOL, [ok(1, 20.0)], feats)  # gap 2: no change can promise more than 2x
+    hyps = nominate(SOL, [ok(1, 20.0)], feats, STRICT_PRECISIONS)  # gap 2: no change can promise more than 2x
     assert all(h.expected_gain <= 2.0 for h in hyps)
-    tried = nominate(SOL, [ok(1, 400.0, hypothesis="tf32 math"), ok(2, 300.0)], feats)
+    tried = nominate(SOL, [ok(1, 400.0, hypothesis="tf32 math"), ok(2, 300.0)], feats, STRICT_PRECISIONS)
     assert "tf32 math" not in [h.title for h in tried]
 
 
 def test_plan_ranks_and_prefers_tier_proposals():
     feats = ProgramFeatures.of(program(torch_relu=True))
-    ranked = plan(SOL, [ok(1, 1000.0)], feats)
+    ranked = plan(SOL, [ok(1, 1000.0)], feats, STRICT_PRECISIONS)
     assert ranked[0].title == "tf32 math"  # the biggest gain at a gap of 100
     assert all(a.roi >= b.roi for a, b in zip(ranked, ranked[1:]))
     own = [Hypothesis(title="a", expected_gain=1.1, risk=1.0), Hypothesis(title="b", expected_gain=1.5, risk=1.0)]
-    assert [h.title for h in plan(SOL, [ok(1, 1000.0)], feats, proposed=own)] == ["b", "a"]
+    assert [h.title for h in plan(SOL, [ok(1, 1000.0)], feats, STRICT_PRECISIONS, proposed=own)] == ["b", "a"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from evals.replay import ReplayError, policy_grid, replay, replay_run, replay_table_markdown
-from evals.policies import PolicySettings
-from evals.records import RunSummary
+from runs.policies import PolicySettings
+from runs.records import RunSummary
 
 LOG = Path(__file__).parent / "data" / "eval" / "budget_log.json"
 

@@ -9,9 +9,10 @@ import sqlite3
 import pytest
 
 from evals.store import ResultsStore
-from evals.variants import VariantError, check_variants, get_variant, stop_policy
+from runs.variants import VariantError, check_variants, get_variant, stop_policy
 from graph.context import RunContext
-from evals.records import AttemptRecord, RunSummary
+from runs.problem import STRICT_PRECISIONS
+from runs.records import AttemptRecord, RunSummary
 from test_graph_fakes import GOOD, SLOW, WRONG
 from test_graph_loop import chat_tier, run
 
@@ -129,7 +130,7 @@ def test_cuda_sol_plans_by_roi_against_the_gap():
     sol = {"t_sol_us": 10.0, "bound": "compute"}
     far = [AttemptRecord(index=1, correct=True, t_us=100.0, reached="done")]  # 10x from SOL: the bold change
     near = [AttemptRecord(index=1, correct=True, t_us=15.0, reached="done")]  # 1.5x: the safe one
-    titles = lambda hist: [h.title for h in plan(sol, hist, ProgramFeatures(), proposed=nominate_source(sol, hist))]
+    titles = lambda hist: [h.title for h in plan(sol, hist, ProgramFeatures(), STRICT_PRECISIONS, proposed=nominate_source(sol, hist))]
     assert titles(far) == ["restructure the kernel", "tune the kernel"]
     assert titles(near) == ["tune the kernel", "restructure the kernel"]
     assert "10.0x from the speed of light (compute-bound)" in nominate_source(sol, far)[0].rationale

@@ -9,17 +9,18 @@ Policies, by their CLI names:
 - ``plateau``: once the reference is beaten, stop after ``plateau_window`` attempts in a row without gain.
 - ``sol+plateau``: whichever of the two fires first.
 - ``tokens``: stop once the run has spent ``token_budget`` tokens (input + output).
-Every policy also stops at ``max_attempts``: no run is unbounded.
+Every policy also stops at ``max_attempts``: no run is unbounded. An evaluation names a policy with its
+parameters (``PolicyChoice``): ``sol:eps=1``, ``plateau:w=8``, ``sol+plateau:eps=1:w=8``, ``tokens:tokens=200000``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
-from evals.records import AttemptRecord
-from evals.settings import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from runs.records import AttemptRecord
+from runs.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
 POLICY_NAMES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")
 
@@ -37,6 +38,83 @@ class PolicySettings:
     # Which reference time must be beaten: a key of reference_us ("eager_fp32", "eager_tf32",
     # "compile") or "best" (the fastest of those measured).
     baseline: str = "best"
+
+
+class PolicyError(ValueError):
+    """A policy written wrong (an unknown name, a parameter it does not take, a bad value); one-line message."""
+
+
+# a policy's parameters as written on the command line -> (PolicySettings field, type, smallest value)
+POLICY_PARAMETERS: dict[str, tuple[str, type, float]] = {
+    "eps": ("eps", float, 0.0),
+    "w": ("plateau_window", int, 1),
+    "tokens": ("token_budget", int, 1),
+}
+# which parameters each rule reads: a parameter the rule never reads is an error, not silently ignored
+PARAMETERS_OF: dict[str, tuple[str, ...]] = {
+    "fixed": (), "sol": ("eps",), "plateau": ("w",), "sol+plateau": ("eps", "w"), "tokens": ("tokens",),
+}
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """A stop rule with the parameters given for it (the rest are the run's defaults), as written
+    ``NAME[:KEY=VALUE]...``: ``sol:eps=2.5``, ``plateau:w=12``, ``sol+plateau:eps=1:w=8``, ``tokens:tokens=200000``."""
+
+    name: str
+    parameters: tuple[tuple[str, float | int], ...] = ()  # (key, value), in POLICY_PARAMETERS' order
+
+    @property
+    def label(self) -> str:
+        """The canonical text: how an evaluation names the runs of this choice (its store key)."""
+        return ":".join([self.name, *(f"{k}={v:g}" for k, v in self.parameters)])
+
+    def settings(self, base: PolicySettings) -> PolicySettings:
+        """``base`` with this choice's parameters in place of its values."""
+        return replace(base, **{POLICY_PARAMETERS[k][0]: v for k, v in self.parameters})
+
+
+def parse_policy(text: str) -> PolicyChoice:
+    """``NAME[:KEY=VALUE]...`` -> the choice; raises PolicyError with a one-line message."""
+    name, *items = [part.strip() for part in text.strip().split(":")]
+    if name not in POLICY_NAMES:
+        raise PolicyError(f"unknown policy {name!r} in {text!r}; expected one of {', '.join(POLICY_NAMES)}")
+    given: dict[str, float | int] = {}
+    for item in items:
+        key, eq, value = (x.strip() for x in item.partition("="))
+        if not eq or not key or not value:
+            raise PolicyError(f"{text!r}: write a parameter as KEY=VALUE, like {name}:{_example(name)}")
+        if key not in PARAMETERS_OF[name]:
+            takes = ", ".join(PARAMETERS_OF[name]) or "no parameters"
+            raise PolicyError(f"{text!r}: the {name} policy takes {takes}, not {key!r}")
+        if key in given:
+            raise PolicyError(f"{text!r}: {key} is given twice")
+        _field, kind, least = POLICY_PARAMETERS[key]
+        try:
+            number = kind(value)
+        except ValueError:
+            number = None
+        if number is None or not math.isfinite(number) or number < least:
+            what = "a whole number" if kind is int else "a number"
+            raise PolicyError(f"{text!r}: {key} must be {what} of at least {least:g}, got {value!r}")
+        given[key] = number
+    return PolicyChoice(name, tuple((k, given[k]) for k in POLICY_PARAMETERS if k in given))
+
+
+def _example(name: str) -> str:
+    return ":".join(f"{k}={getattr(PolicySettings(), POLICY_PARAMETERS[k][0]):g}" for k in PARAMETERS_OF[name]) or "(none)"
+
+
+def parse_policies(texts: Sequence[str]) -> list[PolicyChoice]:
+    """Each text parsed, every label listed once; raises PolicyError."""
+    if not texts:
+        raise PolicyError("no policies given; write e.g. --policies fixed,sol+plateau")
+    choices = [parse_policy(t) for t in texts]
+    labels = [c.label for c in choices]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise PolicyError(f"policy {twice[0]} is listed twice")
+    return choices
 
 
 def best_time_us(history: Sequence[AttemptRecord]) -> float | None:
