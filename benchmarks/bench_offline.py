@@ -182,7 +182,7 @@ def sol_at_precision_us(t_sol_us: float | None, sol: dict, precision: str | None
 
 def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
     """One table row from a finished run of the offline tier on ``problem``."""
-    from runs.floor import VARIANT_LABEL, kept_result
+    from run_vocabulary.floor import VARIANT_LABEL, kept_result
 
     refs = summary.reference_us
     best = summary.best

@@ -46,7 +46,7 @@ def load_logs(path: str):
 
 def study(logs, policies, eps, windows, baseline="eager_fp32", max_attempts=None) -> list[dict]:
     """One row per (tier, variant, setting): attempts and wall time saved, geomean kept."""
-    from runs.policies import PolicySettings
+    from run_vocabulary.policies import PolicySettings
     from evals.replay import policy_grid, replay
 
     base = PolicySettings(max_attempts=max_attempts) if max_attempts else None

@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from runs.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from run_vocabulary.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
 BASELINE_CHOICES = ("eager_fp32", "eager_tf32", "compile")
 
@@ -110,7 +110,7 @@ def cmd_eval(args) -> int:
         return _error("no run function to evaluate", "run it as `mucutlass eval`, which hands it the graph's")
     if args.max_attempts < 1:
         return _error(f"--max-attempts {args.max_attempts}: must be at least 1")
-    from runs.variants import VariantError, check_variants
+    from run_vocabulary.variants import VariantError, check_variants
 
     try:
         policies = check_policies(args.policies)
@@ -200,7 +200,7 @@ def cmd_eval(args) -> int:
 def cmd_replay(args) -> int:
     from evals.replay import ReplayError, policy_grid, replay, replay_table_markdown
     from evals.store import ResultsStore, StoreError
-    from runs.policies import PolicySettings
+    from run_vocabulary.policies import PolicySettings
 
     try:
         store = ResultsStore.open_existing(args.results)

@@ -19,7 +19,7 @@ import queue as queue_mod
 from collections.abc import Sequence
 from pathlib import Path
 
-from runs.records import AttemptRecord, RunSummary
+from run_vocabulary.records import AttemptRecord, RunSummary
 from evals.runner import RunFn, RunSink, RunSpec, execute_run, one_line_error
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -20,8 +20,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
-from runs.records import AttemptRecord, RunSummary
-from runs.variants import DEFAULT_VARIANT
+from run_vocabulary.records import AttemptRecord, RunSummary
+from run_vocabulary.variants import DEFAULT_VARIANT
 
 BASELINES = ("eager_fp32", "eager_tf32", "compile")
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
@@ -36,7 +36,7 @@ class ProblemResult(BaseModel):
     tier: str
     policy: str
     correct: bool  # the kept result passed validation
-    variant: str = DEFAULT_VARIANT  # runs.variants
+    variant: str = DEFAULT_VARIANT  # run_vocabulary.variants
     speedups: dict[str, float] = Field(default_factory=dict)  # baseline -> t_baseline / t_kernel
     sol_fraction: float | None = None  # t_sol / t_kernel of the kept result (t_sol at TF32)
     precision: str | None = None  # the math the kept result computed in ("f16", "tf32", "f16,tf32")

@@ -30,8 +30,8 @@ from types import ModuleType
 from typing import Any, Iterable
 
 from dsl_compiler.limits import ChildCalls, ChildDied, TimeLimitExceeded, time_limit
-from runs.defaults import DEFAULT_TOLERANCE
-from runs.problem import ALL_PRECISIONS, DEFAULT_PRECISIONS, STRICT_PRECISIONS, default_precisions  # noqa: F401 - re-exported
+from run_vocabulary.defaults import DEFAULT_TOLERANCE
+from run_vocabulary.problem import ALL_PRECISIONS, DEFAULT_PRECISIONS, STRICT_PRECISIONS, default_precisions  # noqa: F401 - re-exported
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 

@@ -2,7 +2,7 @@
 
 A log run under the most generous policy (``fixed``) holds every attempt the other policies would
 have made, in the same order; since stop rules are pure functions of the history
-(``runs.policies``), cutting each log where a rule would have fired gives exactly that policy's run.
+(``run_vocabulary.policies``), cutting each log where a rule would have fired gives exactly that policy's run.
 This is how the budgeting study compares policies: attempts and tokens saved against the geomean
 speedup retained.
 """
@@ -15,9 +15,9 @@ from dataclasses import replace
 from pydantic import BaseModel
 
 from evals import metrics
-from runs.policies import POLICY_NAMES, PolicySettings, stop_index
-from runs.records import RunSummary
-from runs.variants import DEFAULT_VARIANT, stop_policy
+from run_vocabulary.policies import POLICY_NAMES, PolicySettings, stop_index
+from run_vocabulary.records import RunSummary
+from run_vocabulary.variants import DEFAULT_VARIANT, stop_policy
 
 
 class ReplayError(ValueError):
@@ -165,7 +165,7 @@ def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baselin
         attempts_fixed = sum(len(s.attempts) for s in runs)
         tokens_fixed = sum(s.tokens_in + s.tokens_out for s in runs)
         for setting in grid:
-            # a variant without SOL guidance has no SOL stop rule to replay (runs.variants)
+            # a variant without SOL guidance has no SOL stop rule to replay (run_vocabulary.variants)
             cut = [replay_run(s, stop_policy(setting.policy, variant), setting.settings(base)) for s in runs]
             results = [metrics.result_from_summary(s) for s in cut]
             g_policy = metrics.geomean_speedup(results, baseline)

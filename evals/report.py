@@ -16,7 +16,7 @@ from pathlib import Path
 from evals import metrics
 from evals.replay import ReplayError, fmt_num, fmt_pct, policy_grid, replay, replay_table_markdown
 from evals.environment import versions_text
-from runs.policies import PolicySettings
+from run_vocabulary.policies import PolicySettings
 
 DEFAULT_EPS = (0.5, 1.0, 2.5)
 DEFAULT_WINDOWS = (4, 8, 12)
@@ -165,7 +165,7 @@ def variants_tables_markdown(summaries, policy: str = "fixed") -> str:
     if not cells:
         return ""
     tiers = sorted({t for t, _ in cells})
-    from runs.variants import VARIANTS
+    from run_vocabulary.variants import VARIANTS
 
     variants = [v for v in VARIANTS if any(k[1] == v for k in cells)] + sorted(
         {v for _, v in cells} - set(VARIANTS))

@@ -24,10 +24,10 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from evals.environment import collect_environment
-from runs.policies import PolicyError, PolicySettings, parse_policies, parse_policy
-from runs.records import AttemptRecord, RunSummary
-from runs.defaults import MAX_ATTEMPTS
-from runs.variants import DEFAULT_VARIANT, stop_policy
+from run_vocabulary.policies import PolicyError, PolicySettings, parse_policies, parse_policy
+from run_vocabulary.records import AttemptRecord, RunSummary
+from run_vocabulary.defaults import MAX_ATTEMPTS
+from run_vocabulary.variants import DEFAULT_VARIANT, stop_policy
 
 GENEROUS_POLICY = "fixed"
 # What must match for a store to be resumed: the same runs with the same budget.
@@ -54,7 +54,7 @@ class RunSpec(BaseModel):
     problem: str  # the problem's stable key (builtin/gemm_square, L1/12, ...)
     problem_path: str
     tier: str
-    policy: str  # the policy as the evaluation names it, with its parameters (runs.policies.PolicyChoice.label)
+    policy: str  # the policy as the evaluation names it, with its parameters (run_vocabulary.policies.PolicyChoice.label)
     max_attempts: int
     backend: str
     run_dir: str

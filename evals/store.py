@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from runs.records import AttemptRecord, RunSummary
-from runs.variants import DEFAULT_VARIANT
+from run_vocabulary.records import AttemptRecord, RunSummary
+from run_vocabulary.variants import DEFAULT_VARIANT
 
 RunStatus = Literal["running", "done", "failed", "failed_to_start", "derived"]
 FINISHED: tuple[RunStatus, ...] = ("done", "derived")

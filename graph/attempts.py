@@ -7,8 +7,8 @@ import hashlib
 from typing import TYPE_CHECKING, Any
 
 from dsl_compiler.diagnostics import Diagnostic, failure
-from runs.policies import stop_reason
-from runs.records import AttemptRecord
+from run_vocabulary.policies import stop_reason
+from run_vocabulary.records import AttemptRecord
 from graph.state import OptimizeState, history, program_of
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def advance(attempt: AttemptRecord, node_s: float, **changes: Any) -> dict:
 
 def stop_decision(state: OptimizeState, ctx: RunContext, *, nothing_left: str | None = None) -> str:
     """The one stop decision of a run, after every finished attempt (failed or judged) and when the writer has
-    nothing left to propose: the run's stop rule over the state's history (``runs.policies.stop_reason``), or ""
+    nothing left to propose: the run's stop rule over the state's history (``run_vocabulary.policies.stop_reason``), or ""
     to go on."""
     return stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
                        state.get("reference_us", {}), ctx.policy_settings, nothing_left=nothing_left)

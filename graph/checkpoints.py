@@ -38,7 +38,7 @@ class CheckpointError(Exception):
 
 
 # modules whose records moved: checkpoints written before the move name the old module
-MOVED_MODULES = {"graph.records": "runs.records", "graph.policies": "runs.policies"}
+MOVED_MODULES = {"graph.records": "run_vocabulary.records", "graph.policies": "run_vocabulary.policies"}
 
 
 def project_type(module: str, name: str) -> type | None:

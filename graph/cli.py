@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from runs.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from run_vocabulary.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
-POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # runs.policies.POLICY_NAMES
+POLICIES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")  # run_vocabulary.policies.POLICY_NAMES
 
 
 def register(subparsers) -> None:
@@ -129,7 +129,7 @@ def optimize_command(args: argparse.Namespace, sink) -> int:
         return _error(f"--out {out}: exists and is not a folder; choose another --out", 2)
     if (out / "run.json").exists():
         return _error(f"{out} already holds a run; continue it with `mucutlass resume {out}` or choose another --out", 2)
-    from runs.variants import DEFAULT_VARIANT, VariantError, get_variant
+    from run_vocabulary.variants import DEFAULT_VARIANT, VariantError, get_variant
 
     try:
         variant = get_variant(args.variant or DEFAULT_VARIANT).name

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from dsl_compiler.backend import BACKENDS
-from runs.policies import POLICY_NAMES, PolicySettings
-from runs.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from run_vocabulary.policies import POLICY_NAMES, PolicySettings
+from run_vocabulary.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 from graph.state import program_of
-from runs.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
+from run_vocabulary.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
 
 
 
@@ -205,7 +205,7 @@ class RunContext:
 
     tier: str = "offline"
     policy: str = "sol+plateau"
-    variant: str = DEFAULT_VARIANT  # runs.variants: what the writer answers with, and whether SOL guides it
+    variant: str = DEFAULT_VARIANT  # run_vocabulary.variants: what the writer answers with, and whether SOL guides it
     max_attempts: int = MAX_ATTEMPTS
     eps: float = SOL_EPS
     plateau_window: int = PLATEAU_WINDOW

@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any, Callable, TextIO
 
-from runs.policies import baseline_us
+from run_vocabulary.policies import baseline_us
 
 EventSink = Callable[[dict[str, Any]], None]
 SETUP_FAILED = "setup failed"  # the stop reason of a run that never reached its first attempt

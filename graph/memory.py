@@ -18,7 +18,7 @@ from typing import Any
 from langgraph.store.base import BaseStore
 
 from dsl_compiler.diagnostics import model_text
-from runs.records import AttemptRecord
+from run_vocabulary.records import AttemptRecord
 
 RECALL_LIMIT = 6  # notes per prompt: enough to carry lessons, few enough to stay short
 _STORES: dict[str | None, BaseStore] = {}

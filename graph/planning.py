@@ -15,8 +15,8 @@ from typing import Any, Sequence
 from dsl_compiler.diagnostics import model_text
 from dsl_compiler.ops import fusable_torch_steps
 from dsl_compiler.precision import kernel_maths
-from runs.policies import best_time_us
-from runs.records import AttemptRecord, Hypothesis
+from run_vocabulary.policies import best_time_us
+from run_vocabulary.records import AttemptRecord, Hypothesis
 
 
 def roi(gain: float, risk: float, gap: float | None) -> float:
@@ -72,7 +72,7 @@ def nominate(
     sol: dict[str, Any],
     history: Sequence[AttemptRecord],
     features: ProgramFeatures,
-    allowed_precisions: Sequence[str],  # the problem's (runs.problem: one default, where it is loaded)
+    allowed_precisions: Sequence[str],  # the problem's (run_vocabulary.problem: one default, where it is loaded)
 ) -> list[Hypothesis]:
     """Candidate changes to the best program, with expected gain (speedup factor) and risk (>= 1).
 
@@ -142,7 +142,7 @@ def plan(
     sol: dict[str, Any],
     history: Sequence[AttemptRecord],
     features: ProgramFeatures,
-    allowed_precisions: Sequence[str],  # the problem's (runs.problem: one default, where it is loaded)
+    allowed_precisions: Sequence[str],  # the problem's (run_vocabulary.problem: one default, where it is loaded)
     proposed: Sequence[Hypothesis] | None = None,
 ) -> list[Hypothesis]:
     """Nominate (or take a tier's own proposals) and rank by ROI."""

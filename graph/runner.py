@@ -25,7 +25,7 @@ from graph.checkpoints import CHECKPOINT_FILE, CheckpointError, open_saver, thre
 from dsl_compiler.backend import resolve_backend
 from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
-from runs.records import AttemptRecord, RunSummary
+from run_vocabulary.records import AttemptRecord, RunSummary
 from graph.run_record import RUN_FILE, RunError, problem_to_resume, read_record, source_sha256, write_record
 from graph.state import initial_state, program_of
 from nodes.tiers import TierError, load_tiers, make_tier, tier_identity  # the command line makes its tier here
@@ -232,7 +232,7 @@ def cache_rate(after: dict[str, int], before: dict[str, int]) -> dict[str, float
 
 
 def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, backend_reason: str) -> RunSummary:
-    from runs.floor import kept_result
+    from run_vocabulary.floor import kept_result
 
     try:
         allowed = getattr(ctx.services.problem(state.get("problem_path", "")), "allowed_precisions", ())

@@ -8,7 +8,7 @@ from typing import Any, TypedDict
 
 from dsl_compiler.diagnostics import Diagnostic, as_diagnostic
 from dsl_compiler.ir import Program
-from runs.records import AttemptRecord, Hypothesis
+from run_vocabulary.records import AttemptRecord, Hypothesis
 
 
 class OptimizeState(TypedDict, total=False):

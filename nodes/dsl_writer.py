@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 from dsl_compiler.diagnostics import failure
 from graph.attempts import add_tokens, advance, fail, program_hash
 from graph.context import RunContext
-from runs.records import AttemptRecord
+from run_vocabulary.records import AttemptRecord
 from graph.memory import recall_state
 from graph.state import OptimizeState, diagnostics_of, history, hypothesis, program_of
 from nodes.tier_types import WriterReply, WriterRequest

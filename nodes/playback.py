@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runs.variants import get_variant
+from run_vocabulary.variants import get_variant
 from nodes.tier_types import TierError, TierSpec, WriterReply, WriterRequest
 
 
@@ -25,7 +25,7 @@ class PlaybackTier:
         if missing:
             raise TierError(f"playback: file not found: {missing[0]}")
         self.paths = paths
-        # what it can answer with: "mcu" for programs, "python" for ModelNew modules (runs.variants)
+        # what it can answer with: "mcu" for programs, "python" for ModelNew modules (run_vocabulary.variants)
         self.languages = tuple(sorted({"python" if p.suffix == ".py" else "mcu" for p in paths}))
         self.name = name or "playback"
         self.spec = TierSpec(name=self.name, kind="playback", model="playback")

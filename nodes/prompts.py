@@ -4,7 +4,7 @@ The writer's system prompt carries the whole language reference (docs/language.m
 time so it never drifts from the language) and asks for exactly one program in a ```mcu block. In
 the ``cuda`` variants it is KernelBench's (prompt_texts/cuda_writer.md, one worked example) and the
 answer is a ModelNew module in a ```python block. Variants without SOL guidance never see the SOL
-report (runs.variants).
+report (run_vocabulary.variants).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dsl_compiler.diagnostics import PROGRAM_FILE, model_text
 from dsl_compiler.printer import format_program
-from runs.variants import get_variant
+from run_vocabulary.variants import get_variant
 from nodes.tier_types import WriterRequest
 
 LANGUAGE_DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.ir import Program
-from runs.records import AttemptRecord, Hypothesis
+from run_vocabulary.records import AttemptRecord, Hypothesis
 
 
 class TierError(Exception):
@@ -55,7 +55,7 @@ class WriterRequest:
     tolerance: float | None = None
     problem: Any = None  # the loaded Problem (module, tolerance), for tiers that trace the reference
     gpu: str = "h200"
-    variant: str = "dsl+sol"  # runs.variants: the answer's language and whether the SOL report is shown
+    variant: str = "dsl+sol"  # run_vocabulary.variants: the answer's language and whether the SOL report is shown
     memory: list[str] = field(default_factory=list)  # notes of attempts on earlier problems, most relevant first
 
 

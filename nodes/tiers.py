@@ -84,7 +84,7 @@ def _content_text(content: Any) -> str:
 class ChatTier:
     """Any LangChain chat model (``ChatOpenAI`` for configured endpoints, fakes in tests)."""
 
-    languages = ("mcu", "python")  # writes μCUTLASS programs and ModelNew modules (runs.variants)
+    languages = ("mcu", "python")  # writes μCUTLASS programs and ModelNew modules (run_vocabulary.variants)
 
     def __init__(self, chat_model: Any, spec: TierSpec):
         self.chat_model = chat_model
@@ -107,7 +107,7 @@ class ChatTier:
         usage = getattr(reply, "usage_metadata", None) or {}
         tokens_in, tokens_out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
         model = (getattr(reply, "response_metadata", None) or {}).get("model_name") or self.spec.model
-        from runs.variants import get_variant
+        from run_vocabulary.variants import get_variant
 
         extract = extract_program if get_variant(request.variant).language == "mcu" else extract_python
         text, error = extract(_content_text(getattr(reply, "content", "")))

@@ -13,7 +13,7 @@ import ormsgpack
 import pytest
 
 from graph.checkpoints import AllowListSerializer, CheckpointError
-from runs.records import AttemptRecord
+from run_vocabulary.records import AttemptRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "evals" / "suites" / "smoke" / "01_gemm_tiny.py"
@@ -76,7 +76,7 @@ def test_resume_refuses_a_checkpoint_naming_os_system(finished_run, tmp_path):
 def test_a_callable_nested_in_an_allowed_record_is_refused(tmp_path):
     marker = tmp_path / "nested"
     record = ormsgpack.Ext(EXT_PYDANTIC_V2, ormsgpack.packb(
-        ["runs.records", "AttemptRecord", {"index": system_call(f"touch {marker}")}, "model_validate"]))
+        ["run_vocabulary.records", "AttemptRecord", {"index": system_call(f"touch {marker}")}, "model_validate"]))
     with pytest.raises(CheckpointError, match="os.system"):
         AllowListSerializer().loads_typed(("msgpack", ormsgpack.packb({"attempt": record})))
     assert not marker.exists()

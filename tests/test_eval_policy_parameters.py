@@ -12,7 +12,7 @@ from evals.executors import LocalExecutor
 from evals.runner import EvalConfig, EvalError, check_policies, plan_runs, run_evaluation
 from evals.store import ResultsStore
 from mucutlass.cli import main
-from runs.policies import PolicyChoice, PolicyError, PolicySettings, parse_policy
+from run_vocabulary.policies import PolicyChoice, PolicyError, PolicySettings, parse_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = "tests.data.eval.fake_run:run"

@@ -14,8 +14,8 @@ import pytest
 from evals.replay import replay_run
 from evals.report import langsmith_configured, upload_to_langsmith, write_report
 from evals.store import ResultsStore
-from runs.policies import PolicySettings
-from runs.records import RunSummary
+from run_vocabulary.policies import PolicySettings
+from run_vocabulary.records import RunSummary
 from mucutlass.cli import main
 
 LOG = Path(__file__).parent / "data" / "eval" / "budget_log.json"

@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 from evals.store import ResultsStore, StoreError
-from runs.records import AttemptRecord, RunSummary
+from run_vocabulary.records import AttemptRecord, RunSummary
 
 
 def _attempt(i, **kw):

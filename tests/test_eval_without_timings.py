@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from evals import metrics
-from runs.records import RunSummary
+from run_vocabulary.records import RunSummary
 from evals.replay import policy_grid, replay, replay_table_markdown
 from evals.report import (_figure, _plain_log_y, _pyplot, plot_attempt_curves, plot_fast_p, plot_spend_vs_speedup,
                           plot_speedup_vs_sol)

@@ -1,10 +1,10 @@
-"""The floor under a run's result (runs.floor): PyTorch's fastest allowed variant is kept when it beats ours."""
+"""The floor under a run's result (run_vocabulary.floor): PyTorch's fastest allowed variant is kept when it beats ours."""
 
 from __future__ import annotations
 
 import math
 
-from runs.floor import allowed_variants, kept_result, pytorch_floor
+from run_vocabulary.floor import allowed_variants, kept_result, pytorch_floor
 
 REFS = {"eager_fp32": 400.0, "eager_tf32": 100.0, "compile": 120.0}
 

@@ -163,7 +163,7 @@ def test_attempt_events_carry_the_full_record_and_render(tmp_path):
     from rich.console import Console
 
     from graph.events import rich_printer
-    from runs.records import AttemptRecord
+    from run_vocabulary.records import AttemptRecord
 
     tier, _ = chat_tier(BROKEN, GOOD)
     summary, _, events = run(tmp_path, tier, max_attempts=2)
@@ -192,7 +192,7 @@ def test_faster_than_light_is_flagged_and_never_best(tmp_path):
 def test_the_judges_flags_survive_the_sol_judge():
     """A result the validator or the profiler flagged (pytorch_only: cuBLAS did the work) keeps its flag
     through the SOL judge, and a flagged result is never the run's best."""
-    from runs.records import AttemptRecord
+    from run_vocabulary.records import AttemptRecord
     from graph.attempts import judge
 
     attempt = AttemptRecord(index=1, correct=True, t_us=50.0, flags=["pytorch_only: 98% of the GPU time in cuBLAS"])

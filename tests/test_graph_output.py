@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from graph.attempts import TIE_REL, judge
-from runs.records import AttemptRecord
+from run_vocabulary.records import AttemptRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "evals" / "suites" / "smoke" / "02_linear_relu_tiny.py"

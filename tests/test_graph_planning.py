@@ -7,8 +7,8 @@ import math
 
 from dsl_compiler.ir import GemmOp, Kernel, KernelConfig, Operand, Program, Ref, Store, TensorArg, TensorDecl, TorchStep
 from graph.planning import ProgramFeatures, nominate, plan, rank, roi
-from runs.problem import STRICT_PRECISIONS
-from runs.records import AttemptRecord, Hypothesis
+from run_vocabulary.problem import STRICT_PRECISIONS
+from run_vocabulary.records import AttemptRecord, Hypothesis
 
 SOL = {"t_sol_us": 10.0, "bound": "compute"}
 

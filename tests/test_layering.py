@@ -1,11 +1,11 @@
 """The import layering: no module imports itself back through others, dependencies between the
 packages point one way, and LangGraph stays in graph/ and nodes/.
 
-    {graph, nodes} -> {runs, evals, dsl_compiler, sol_models};  evals -> {runs, dsl_compiler, sol_models};
-    sol_models -> dsl_compiler;  runs -> dsl_compiler (its diagnostics);  dsl_compiler -> nothing of ours.
+    {graph, nodes} -> {run_vocabulary, evals, dsl_compiler, sol_models};  evals -> {run_vocabulary, dsl_compiler, sol_models};
+    sol_models -> dsl_compiler;  run_vocabulary -> dsl_compiler (its diagnostics);  dsl_compiler -> nothing of ours.
 
-runs/ is the bottom of the run vocabulary: its leaves ``runs.problem`` and ``runs.defaults`` import nothing of
-ours, and they are all of runs that the compiler and the SOL models may import (they type against the problem).
+run_vocabulary/ is the bottom of the run vocabulary: its leaves ``run_vocabulary.problem`` and ``run_vocabulary.defaults`` import nothing of
+ours, and they are all of it that the compiler and the SOL models may import (they type against the problem).
 Nodes import nothing of evals (the judge and the libraries are reached through ``graph.context.Services``).
 
 graph/ and nodes/ form one layer: only the graph's builder and runner import nodes, and no node
@@ -19,18 +19,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("runs", "dsl_compiler", "sol_models", "evals", "graph", "nodes", "mucutlass")
+PACKAGES = ("run_vocabulary", "dsl_compiler", "sol_models", "evals", "graph", "nodes", "mucutlass")
 ALLOWED = {
-    "runs": {"dsl_compiler"},
-    "dsl_compiler": {"runs"},  # its leaves only (RUNS_LEAVES)
-    "sol_models": {"dsl_compiler", "runs"},  # runs' leaves only
-    "evals": {"runs", "dsl_compiler", "sol_models"},
-    "graph": {"nodes", "runs", "evals", "dsl_compiler", "sol_models"},
-    "nodes": {"graph", "runs", "dsl_compiler", "sol_models"},
+    "run_vocabulary": {"dsl_compiler"},
+    "dsl_compiler": {"run_vocabulary"},  # its leaves only (RUNS_LEAVES)
+    "sol_models": {"dsl_compiler", "run_vocabulary"},  # run_vocabulary's leaves only
+    "evals": {"run_vocabulary", "dsl_compiler", "sol_models"},
+    "graph": {"nodes", "run_vocabulary", "evals", "dsl_compiler", "sol_models"},
+    "nodes": {"graph", "run_vocabulary", "dsl_compiler", "sol_models"},
     "mucutlass": set(PACKAGES) - {"mucutlass"},
 }
-# the modules of runs that import nothing of ours: the compiler and the SOL models may import these, and only these
-RUNS_LEAVES = {"runs", "runs.problem", "runs.defaults"}
+# the modules of run_vocabulary that import nothing of ours: the compiler and the SOL models may import these, and only these
+RUNS_LEAVES = {"run_vocabulary", "run_vocabulary.problem", "run_vocabulary.defaults"}
 GRAPH_MODULES_IMPORTING_NODES = {"graph.builder", "graph.runner"}
 NODES_MAY_NOT_IMPORT = {"graph.builder", "graph.runner", "graph.cli"}
 LANGGRAPH = ("langgraph", "langchain", "langchain_core", "langchain_openai")
@@ -122,12 +122,12 @@ def package_violations(edges: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{source} -> {target}")
             if src == "graph" and dst == "nodes" and source not in GRAPH_MODULES_IMPORTING_NODES:
                 bad.append(f"{source} -> {target} (only the builder and the runner import nodes)")
-            if src in ("dsl_compiler", "sol_models") and dst == "runs" and target not in RUNS_LEAVES:
-                bad.append(f"{source} -> {target} (the libraries read only {', '.join(sorted(RUNS_LEAVES))} of runs)")
-            if source in RUNS_LEAVES and dst != "runs":
-                bad.append(f"{source} -> {target} (a leaf of runs imports nothing of ours)")
-            if source in RUNS_LEAVES and dst == "runs" and target not in RUNS_LEAVES:
-                bad.append(f"{source} -> {target} (a leaf of runs imports only the other leaves)")
+            if src in ("dsl_compiler", "sol_models") and dst == "run_vocabulary" and target not in RUNS_LEAVES:
+                bad.append(f"{source} -> {target} (the libraries read only {', '.join(sorted(RUNS_LEAVES))} of run_vocabulary)")
+            if source in RUNS_LEAVES and dst != "run_vocabulary":
+                bad.append(f"{source} -> {target} (a leaf of run_vocabulary imports nothing of ours)")
+            if source in RUNS_LEAVES and dst == "run_vocabulary" and target not in RUNS_LEAVES:
+                bad.append(f"{source} -> {target} (a leaf of run_vocabulary imports only the other leaves)")
             if src == "nodes" and target in NODES_MAY_NOT_IMPORT:
                 bad.append(f"{source} -> {target} (nodes read the state and context, never the builder or runner)")
     return sorted(bad)
@@ -144,7 +144,7 @@ def test_packages_depend_one_way():
     assert package_violations(EDGES) == []
 
 
-@pytest.mark.parametrize("package", ["runs", "dsl_compiler", "sol_models", "evals", "mucutlass"])
+@pytest.mark.parametrize("package", ["run_vocabulary", "dsl_compiler", "sol_models", "evals", "mucutlass"])
 def test_langgraph_is_imported_only_in_graph_and_nodes(package):
     offenders = [f"{name}: {imported}" for name, path in modules(packages=(package,)).items()
                  for imported in imported_names(path) if imported.split(".")[0] in LANGGRAPH]
@@ -162,14 +162,14 @@ def test_the_checks_catch_a_cycle_and_a_wrong_direction(tmp_path):
     assert package_violations(edges) == ["dsl_compiler.a -> evals.judge"]
 
 
-def test_the_libraries_reach_only_the_leaves_of_runs():
-    edges = {"dsl_compiler.frontend.reference": {"runs.problem"}, "sol_models.counting": {"runs.records"},
-             "runs.problem": {"dsl_compiler.diagnostics"}, "runs.records": {"dsl_compiler.diagnostics"},
+def test_the_libraries_reach_only_the_leaves_of_the_run_vocabulary():
+    edges = {"dsl_compiler.frontend.reference": {"run_vocabulary.problem"}, "sol_models.counting": {"run_vocabulary.records"},
+             "run_vocabulary.problem": {"dsl_compiler.diagnostics"}, "run_vocabulary.records": {"dsl_compiler.diagnostics"},
              "nodes.planner": {"evals.problems"}}
     assert package_violations(edges) == [
         "nodes.planner -> evals.problems",
-        "runs.problem -> dsl_compiler.diagnostics (a leaf of runs imports nothing of ours)",
-        "sol_models.counting -> runs.records (the libraries read only runs, runs.defaults, runs.problem of runs)"]
+        "run_vocabulary.problem -> dsl_compiler.diagnostics (a leaf of run_vocabulary imports nothing of ours)",
+        "sol_models.counting -> run_vocabulary.records (the libraries read only run_vocabulary, run_vocabulary.defaults, run_vocabulary.problem of run_vocabulary)"]
 
 
 # The judge's package has one door: the rest of the product imports ``evals.judge`` itself, never a module inside
@@ -203,3 +203,13 @@ def test_the_door_rule_catches_a_reach_inside(tmp_path):
         "evals.judge.client -> evals.runner (the judge reads only evals.cuda_candidates, evals.locks, "
         "evals.problems of evals)",
         "graph.context -> evals.judge.process (import the door: from evals.judge import ...)"]
+
+
+def test_every_package_of_the_layering_is_in_the_installed_distribution():
+    """A package the layering knows but the install leaves out imports in a checkout and fails once installed."""
+    import tomllib
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {p.rstrip("*") for p in found} >= set(PACKAGES), (found, PACKAGES)
+    for package in PACKAGES:  # and each is a regular package, not a folder that imports as a namespace
+        assert (ROOT / package / "__init__.py").is_file(), package

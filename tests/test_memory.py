@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from evals.executors import LocalExecutor
-from runs.records import AttemptRecord
+from run_vocabulary.records import AttemptRecord
 from evals.runner import MEMORY_FILE, EvalConfig, run_evaluation
 from graph import memory
 from graph.context import RunContext

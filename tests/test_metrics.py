@@ -6,7 +6,7 @@ import pytest
 
 from evals import metrics
 from evals.metrics import ProblemResult
-from runs.records import AttemptRecord, RunSummary
+from run_vocabulary.records import AttemptRecord, RunSummary
 
 
 def _r(problem, correct, speedups=None, sol=None, flags=(), attempts=1, tokens=0, curve=None):

@@ -19,7 +19,7 @@ def load_bench():
 
 
 def test_table_has_times_coverage_correctness_and_reasons(tmp_path):
-    from runs.records import AttemptRecord, RunSummary
+    from run_vocabulary.records import AttemptRecord, RunSummary
     from evals.store import ResultsStore
 
     store = ResultsStore(tmp_path / "results.sqlite")

@@ -50,7 +50,7 @@ def test_bad_suite_is_an_input_error(tmp_path, capsys):
 
 def test_table_from_a_finished_evaluation(tmp_path, capsys):
     from evals.store import ResultsStore
-    from runs.records import AttemptRecord, RunSummary
+    from run_vocabulary.records import AttemptRecord, RunSummary
 
     store = ResultsStore(tmp_path / "results.sqlite")
     store.init_evaluation({"tiers": ["offline"], "policies": ["fixed"]}, {"gpu": "NVIDIA H200", "versions": {"torch": "x"}})
@@ -86,7 +86,7 @@ def test_table_from_a_finished_evaluation(tmp_path, capsys):
 def test_rows_give_the_bound_of_the_kept_programs_precision():
     """An f16 kernel is held to the f16 bound: half TF32's on a compute-bound GEMM, the same on a memory-bound one."""
     from evals.problems import load_suite
-    from runs.records import AttemptRecord, RunSummary
+    from run_vocabulary.records import AttemptRecord, RunSummary
 
     bench = load_bench()
     builtin = {p.name: p for p in load_suite("builtin")}
@@ -140,7 +140,7 @@ def test_a_slower_program_is_kept_as_a_fallback_to_pytorch(tmp_path):
     """The floor: where eager TF32 beats our best, the row keeps PyTorch's time, flags it as a fallback and
     computes the speedups from PyTorch's time (1.0x over eager TF32), never from ours."""
     from evals.store import ResultsStore
-    from runs.records import AttemptRecord, RunSummary
+    from run_vocabulary.records import AttemptRecord, RunSummary
 
     store = ResultsStore(tmp_path / "results.sqlite")
     store.init_evaluation({"tiers": ["offline"], "policies": ["fixed"]}, {"gpu": "NVIDIA H200", "versions": {}})

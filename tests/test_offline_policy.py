@@ -6,7 +6,7 @@ import pytest
 
 from dsl_compiler.parser import parse
 from evals.problems import load_suite
-from runs.records import AttemptRecord
+from run_vocabulary.records import AttemptRecord
 from sol_models import search
 from nodes.offline.policy import OfflineTier
 from nodes.tier_types import ProposingTier, WriterRequest

@@ -10,7 +10,7 @@ from dsl_compiler.checks import check
 from dsl_compiler.parser import parse
 from dsl_compiler.printer import format_program
 from evals.problems import load_suite
-from runs.records import AttemptRecord
+from run_vocabulary.records import AttemptRecord
 from sol_models import search
 from dsl_compiler.frontend import TraceOptions, trace_problem
 from nodes.offline.policy import OfflineTier, attempt_math, half_math
@@ -299,7 +299,7 @@ def test_the_eval_report_names_the_precision_of_each_kept_result(tmp_path, monke
     from evals.metrics import result_from_summary
     from evals.report import write_report
     from evals.store import ResultsStore
-    from runs.records import RunSummary
+    from run_vocabulary.records import RunSummary
 
     monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
     store = ResultsStore(tmp_path / "results.sqlite")

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from runs.policies import (
+from run_vocabulary.policies import (
     POLICY_NAMES,
     PolicySettings,
     ProblemBudget,
@@ -15,7 +15,7 @@ from runs.policies import (
     should_stop,
     stop_index,
 )
-from runs.records import AttemptRecord
+from run_vocabulary.records import AttemptRecord
 
 
 def attempt(i, t_us=None, correct=True, tokens=0, flags=()):
@@ -129,7 +129,7 @@ def test_scheduler_gives_unmeasured_problems_a_first_attempt():
 
 
 def test_stop_reason_is_the_one_decision_and_a_writer_with_nothing_left_ends_every_policy():
-    from runs.policies import stop_reason
+    from run_vocabulary.policies import stop_reason
 
     settings = PolicySettings(max_attempts=3)
     short = [attempt(1, 50.0)]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from evals.replay import ReplayError, policy_grid, replay, replay_run, replay_table_markdown
-from runs.policies import PolicySettings
-from runs.records import RunSummary
+from run_vocabulary.policies import PolicySettings
+from run_vocabulary.records import RunSummary
 
 LOG = Path(__file__).parent / "data" / "eval" / "budget_log.json"
 

@@ -9,10 +9,10 @@ import sqlite3
 import pytest
 
 from evals.store import ResultsStore
-from runs.variants import VariantError, check_variants, get_variant, stop_policy
+from run_vocabulary.variants import VariantError, check_variants, get_variant, stop_policy
 from graph.context import RunContext
-from runs.problem import STRICT_PRECISIONS
-from runs.records import AttemptRecord, RunSummary
+from run_vocabulary.problem import STRICT_PRECISIONS
+from run_vocabulary.records import AttemptRecord, RunSummary
 from test_graph_fakes import GOOD, SLOW, WRONG
 from test_graph_loop import chat_tier, run
 

@@ -38,7 +38,7 @@ from dsl_compiler.frontend import TraceOptions, TraceResult, trace_problem
 from dsl_compiler.ir import Program
 from dsl_compiler.parser import parse
 from dsl_compiler.printer import program_key
-from runs.records import AttemptRecord, Hypothesis
+from run_vocabulary.records import AttemptRecord, Hypothesis
 from nodes.tier_types import WriterReply, WriterRequest
 from sol_models import search
 

@@ -12,7 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from runs.records import AttemptRecord, RunSummary
+from run_vocabulary.records import AttemptRecord, RunSummary
 
 EXECUTED_LOG = "FAKE_RUN_EXECUTED_LOG"  # file that gets one line per executed attempt
 DIE_AFTER = "FAKE_RUN_DIE_AFTER"

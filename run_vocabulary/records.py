@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from dsl_compiler.diagnostics import Diagnostic, as_diagnostic
 
-from runs.variants import DEFAULT_VARIANT
+from run_vocabulary.variants import DEFAULT_VARIANT
 
 Stage = Literal["write", "compile", "validate", "profile", "done"]
 
@@ -69,7 +69,7 @@ class RunSummary(BaseModel):
     problem: str
     tier: str
     policy: str
-    variant: str = DEFAULT_VARIANT  # runs.variants: what the writer answered with, and whether SOL guided it
+    variant: str = DEFAULT_VARIANT  # run_vocabulary.variants: what the writer answered with, and whether SOL guided it
     backend: str
     gpu: str
     attempts: list[AttemptRecord] = Field(default_factory=list)
@@ -77,12 +77,12 @@ class RunSummary(BaseModel):
     best_t_us: float | None = None
     t_sol_us: float | None = None
     reference_us: dict[str, float] = Field(default_factory=dict)  # eager_fp32, eager_tf32, compile
-    # the floor (runs.floor): when PyTorch's fastest allowed variant beats every correct program (or none is
+    # the floor (run_vocabulary.floor): when PyTorch's fastest allowed variant beats every correct program (or none is
     # correct), the run keeps it: ``fallback`` names it and ``kept_t_us`` is its time, never a speedup of ours
     fallback: str = ""
     kept_t_us: float | None = None
     stop_reason: str = ""
-    # the stop rule's parameters the run applied (runs.policies.PolicySettings: max_attempts, eps, plateau_window,
+    # the stop rule's parameters the run applied (run_vocabulary.policies.PolicySettings: max_attempts, eps, plateau_window,
     # min_gain, token_budget, baseline); empty in records written before they were kept
     policy_settings: dict[str, float | int | str] = Field(default_factory=dict)
     tokens_in: int = 0

@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
-from runs.records import AttemptRecord
-from runs.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
+from run_vocabulary.records import AttemptRecord
+from run_vocabulary.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
 POLICY_NAMES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")
 
