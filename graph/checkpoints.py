@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 CHECKPOINT_FILE = "checkpoints.sqlite"
 # Packages whose pydantic models and enums a checkpoint may name.
-PROJECT_PACKAGES = ("graph", "nodes", "evals", "dsl_compiler", "sol_models")
+PROJECT_PACKAGES = ("graph", "nodes", "evals", "dsl_compiler", "sol_models", "run_vocabulary")
 _SAFE_TYPES = _lg_msgpack.SAFE_MSGPACK_TYPES
 _SAFE_METHODS = _lg_msgpack.SAFE_MSGPACK_METHODS
 _UNPACK_OPTIONS = ormsgpack.OPT_NON_STR_KEYS
@@ -38,7 +38,9 @@ class CheckpointError(Exception):
 
 
 # modules whose records moved: checkpoints written before the move name the old module
-MOVED_MODULES = {"graph.records": "run_vocabulary.records", "graph.policies": "run_vocabulary.policies"}
+MOVED_MODULES = {"graph.records": "run_vocabulary.records", "graph.policies": "run_vocabulary.policies",
+                 "evals.records": "run_vocabulary.records", "evals.policies": "run_vocabulary.policies",
+                 "evals.variants": "run_vocabulary.variants", "evals.floor": "run_vocabulary.floor"}
 
 
 def project_type(module: str, name: str) -> type | None:

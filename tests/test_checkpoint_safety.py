@@ -163,3 +163,19 @@ def test_a_checkpoint_naming_a_kernel_library_outside_the_cache_is_refused(finis
     assert "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "planted.so" in errors[0] and "kernel cache" in errors[0], out.stderr
+
+
+@pytest.mark.parametrize("old_module", ["evals.records", "graph.records"])
+def test_a_checkpoint_written_before_the_records_moved_still_reads(old_module):
+    """Records moved to run_vocabulary: a checkpoint that names their earlier module revives them as they are now."""
+    def renamed(code, data):  # each extension record's payload with the records' module named as it was
+        payload = ormsgpack.unpackb(data, ext_hook=renamed, option=ormsgpack.OPT_NON_STR_KEYS)
+        if isinstance(payload, list) and payload and payload[0] == "run_vocabulary.records":
+            payload[0] = old_module
+        return ormsgpack.Ext(code, ormsgpack.packb(payload))
+
+    serde = AllowListSerializer()
+    kind, blob = serde.dumps_typed({"attempts": [AttemptRecord(index=2, t_us=3.5)]})
+    old = ormsgpack.packb(ormsgpack.unpackb(blob, ext_hook=renamed, option=ormsgpack.OPT_NON_STR_KEYS))
+    assert old_module.encode() in old and b"run_vocabulary" not in old
+    assert serde.loads_typed((kind, old)) == {"attempts": [AttemptRecord(index=2, t_us=3.5)]}
