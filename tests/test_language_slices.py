@@ -157,7 +157,9 @@ def test_kernels_fill_their_channels_and_the_interpreter_matches_cat(text):
     x, p = torch.randn(2, 16, 8, 8), _params()
     (out,) = interpreter.run(program, [x], p)
     assert out.shape == (2, 48, 8, 8) and out.permute(0, 2, 3, 1).is_contiguous()  # channels-last, no copy
-    assert torch.equal(out, _reference(x, p))
+    # the same sums, not always in the same order: the CPU's conv kernels for a channels-last and a contiguous input
+    # differ by an ulp on some machines
+    torch.testing.assert_close(out, _reference(x, p), rtol=1e-5, atol=1e-5)
 
 
 def test_the_store_slice_prints_and_parses_back():
