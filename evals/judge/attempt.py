@@ -50,14 +50,14 @@ class Stages:
                 self._stack[-1][2] += total
 
     def _peak(self) -> None:
-        """The peak since the last mark goes to the stage open until now (an outer one's on entering an inner)."""
-        if self._peak_bytes is None or not self._stack:
-            if self._peak_bytes is not None:
-                self._peak_bytes()
+        """The peak since the last mark goes to the stage open until now (an outer one's on entering an inner;
+        none before the first stage)."""
+        if self._peak_bytes is None:
             return
-        name = self._stack[-1][0]
         mb = round(self._peak_bytes() / 2**20, 1)
-        self.peak_mb[name] = max(self.peak_mb.get(name, 0.0), mb)
+        if self._stack:
+            name = self._stack[-1][0]
+            self.peak_mb[name] = max(self.peak_mb.get(name, 0.0), mb)
 
     def add(self, name: str, seconds: float) -> None:
         """``seconds`` more in ``name`` (negative: moved out of it, as the measurement out of `candidate`)."""

@@ -511,7 +511,7 @@ class Judge:
             # of the candidate's runs beside it)
             if attempt.program is not None and module_paths(attempt.program):
                 payload["problem"] = {"source": problem.source, "path": problem.path}
-        attempt.request("load", payload, timeout_s=2 * attempt.watchdog_s)  # the candidate's import run_vocabulary here
+        attempt.request("load", payload, timeout_s=2 * attempt.watchdog_s)  # the candidate's import runs here
         attempt.loaded = True
 
     def build(self, attempt: Attempt, problem: Problem, model_seed: int) -> int:

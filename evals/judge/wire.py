@@ -297,7 +297,6 @@ def send_message(sock: socket.socket, obj, arena: Arena | None, start: int = 0, 
     send(sock, packed)
     if streams:
         serve(sock, arena, streams, deadline, alive)
-    streams.clear()
     return end
 
 
@@ -401,7 +400,6 @@ def unpack(obj, arena: Arena | None, device=None, sock: socket.socket | None = N
             _pull(sock, arena, streamed, deadline, alive)
         return out
     finally:  # as in ``pack``: the received tensors are not held by `walk`'s cycle until a collection
-        streamed.clear()
         del walk
 
 
