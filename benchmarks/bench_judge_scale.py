@@ -135,6 +135,12 @@ def judge_one(harness: Harness, problem, kind: str, candidate: Candidate, eager_
         "judge_share_gb": round((plan.get("judge_bytes") or 0) / GB, 1),
         "candidate_share_gb": round((plan.get("candidate_bytes") or 0) / GB, 1),
         "stages_validate": stages_v, "stages_profile": stages_p,
+        "stages_peak_mb": v.info.get("stages_peak_mb"),
+        "reference_work_mb": _mb((plan.get("footprint") or {}).get("reference_work_bytes")),
+        # the sealed calls' bound and the timing lock's waits (what a timing_tampered flag rests on)
+        "sealed": {k: (t.sealed or {}).get(k) for k in ("k", "t_us", "bound_us", "bounds_us", "floor_us", "wall_s",
+                                                         "ping_s", "beta_us", "ratio", "flagged")} if t else None,
+        "timing_lock": {"validate": v.info.get("timing_lock"), "profile": t.timing_lock if t else None},
     }
 
 

@@ -125,7 +125,7 @@ class DeviceTimingLock:
     GPU, or the lock turned off) it is taken at once and never held."""
 
     def __init__(self, device_key: str | None, shared: bool = False, wait_s: float = 120.0, poll_s: float = 0.02,
-                 folder: str | Path | None = None):
+                 folder: str | Path | None = None, give_up=None):
         import tempfile
 
         self.off = device_key is None
@@ -133,7 +133,8 @@ class DeviceTimingLock:
         base = Path(folder or tempfile.gettempdir()) / f"mucutlass-timing-{safe}"
         self.path, self.gate_path = base.with_suffix(".lock"), base.with_suffix(".gate")
         self.shared, self.wait_s, self.poll_s = bool(shared), float(wait_s), float(poll_s)
-        self.waited_s, self.held = 0.0, False
+        self.waited_s, self.held, self.gave_up = 0.0, False, False
+        self.give_up = give_up  # a callable: true when the wait should end now, without the lock (optional work)
         self._fd: int | None = None
 
     def _take(self, path: Path, op: int, deadline: float) -> int | None:
@@ -148,6 +149,10 @@ class DeviceTimingLock:
                 fcntl.flock(fd, op | fcntl.LOCK_NB)
                 return fd
             except BlockingIOError:
+                if self.give_up is not None and self.give_up():
+                    self.gave_up = True
+                    os.close(fd)
+                    return None
                 if time.monotonic() >= deadline:
                     os.close(fd)
                     return None
@@ -178,8 +183,62 @@ class DeviceTimingLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 
+    def measurement_waiting(self) -> bool:
+        """True while another judge's measurement waits at the gate (it holds the gate exclusively until it has
+        the lock): shared work that can stop early (sets drawn ahead of need) stops and lets it in."""
+        if self.off:
+            return False
+        try:
+            fd = os.open(self.gate_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops the probe's own shared hold
+
     def __enter__(self) -> DeviceTimingLock:
         return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class DeviceHold:
+    """One operation's hold on the GPU's timing lock, from its first GPU work to its last: shared for the work
+    (input sets and references drawn, the candidate loaded and called), exclusive for a measurement, and shared
+    again after it. Every GPU kernel a judge launches runs under one of the two, so none runs beside another
+    judge's measurement (sets drawn outside the lock stretched the sealed calls of the judge timing beside them
+    3-6x, and those honest programs were flagged). ``make(shared)`` makes the lock; a switch of mode releases
+    before it acquires (two locks of one process on one file would wait for each other)."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+        self.lock: DeviceTimingLock | None = None
+
+    def _hold(self, shared: bool) -> DeviceTimingLock:
+        if self.lock is not None and self.lock.shared == shared:  # held, or its wait already spent
+            return self.lock
+        self.release()
+        self.lock = self.make(shared).acquire()
+        return self.lock
+
+    def shared(self) -> DeviceTimingLock:
+        return self._hold(True)
+
+    def exclusive(self) -> DeviceTimingLock:
+        return self._hold(False)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def __enter__(self) -> DeviceHold:
+        return self
 
     def __exit__(self, *exc) -> None:
         self.release()

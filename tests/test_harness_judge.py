@@ -343,3 +343,14 @@ def test_a_daemon_is_ended_while_the_attempt_still_runs(harness, problem, tmp_pa
     assert not v.correct and v.rule == "containment", v.reason
     time.sleep(0.7)
     assert not marker.exists()
+
+
+def test_a_candidate_s_allocator_grows_segments_in_place_unless_the_user_chose_one():
+    from evals.judge.sandbox import CANDIDATE_ALLOC_CONF
+
+    judge_env = {"MUCUTLASS_JUDGE_ALLOC_CONF": "expandable_segments:True,foo:1",
+                 "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,foo:1"}
+    assert candidate_env(judge_env)["PYTORCH_CUDA_ALLOC_CONF"] == CANDIDATE_ALLOC_CONF  # not the judge's own
+    assert candidate_env({})["PYTORCH_CUDA_ALLOC_CONF"] == CANDIDATE_ALLOC_CONF
+    assert candidate_env({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})["PYTORCH_CUDA_ALLOC_CONF"] == \
+        "max_split_size_mb:64"

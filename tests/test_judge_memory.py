@@ -292,3 +292,15 @@ def test_each_stage_records_the_peak_the_judge_held_in_it_and_an_oom_names_the_l
     held = torch.ones(80 << 20, dtype=torch.uint8)
     assert "0.08 GiB uint8[83886080]" in _largest_tensors(torch.device("cpu"))
     del held
+
+
+def test_a_reference_s_own_work_space_is_in_the_judge_s_plan():
+    """relu(conv(x)) holds two 8 GiB outputs at once, and cuDNN a work space beside them: a reference drawn needs
+    more than its output, and the plan that ignored it let the judge run out inside its share."""
+    plain = memory.Footprint(384 << 20, 8 << 30, 0)
+    measured = memory.Footprint(384 << 20, 8 << 30, 0, reference_work_bytes=(8 << 30) + (1 << 30))
+    a, b = memory.plan(plain, H200_SHARE), memory.plan(measured, H200_SHARE)
+    assert b.judge_need_bytes - a.judge_need_bytes == 1 << 30
+    assert b.judge_bytes >= b.judge_need_bytes and not b.refusal
+    small = memory.plan(memory.Footprint(1 << 20, 1 << 20, 0, reference_work_bytes=1 << 20), H200_SHARE)
+    assert small.judge_need_bytes == memory.plan(memory.Footprint(1 << 20, 1 << 20, 0), H200_SHARE).judge_need_bytes

@@ -640,6 +640,14 @@ class Runner:
         request writes is allocated now."""
         self.sealed = sealed.Staged.allocate(list(req["masked"]), [list(s) for s in req["out_specs"]], self.device)
         if self.cuda:
+            # an eager call allocates its output, and the block its previous output freed may have gone back to
+            # the device (a 6 GiB output's first touch took ~35 ms of the go request): one untimed call on values
+            # this process already holds leaves that block in the allocator's cache (the staged sets stay masked)
+            with torch.no_grad():
+                for entry in self.graphs[:self.sealed.k]:
+                    if "graph" not in entry:
+                        timing.set_framework()
+                        entry["run"]()
             _cuda_sync()
         return {"k": self.sealed.k, "tampered": tampered()}
 

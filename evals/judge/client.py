@@ -206,7 +206,7 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONUNBUFFERED", "1")
         # the judge allocates and frees outputs of many sizes (a 4 GiB one, its float64 copies, chunks): segments
-        # that grow in place keep them from fragmenting its share of the GPU (its candidates keep the default)
+        # that grow in place keep them from fragmenting its share of the GPU (its candidates: evals.judge.sandbox)
         env.setdefault("MUCUTLASS_JUDGE_ALLOC_CONF", "expandable_segments:True")
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", env["MUCUTLASS_JUDGE_ALLOC_CONF"])
         if settings.gpu_index is not None:

@@ -39,6 +39,7 @@ class Footprint:
     output_bytes: int
     param_bytes: int
     output_numel: int = 0
+    reference_work_bytes: int = 0  # a reference call's intermediates and work space beyond its outputs (measured)
 
     @property
     def set_bytes(self) -> int:
@@ -93,8 +94,9 @@ def judge_need(fp: Footprint, hold_references: bool = True) -> int:
     # separable so, on the host
     float64_run = min(int(FLOAT64_RUN * 2 * (fp.input_bytes + fp.output_bytes)), FLOAT64_SLICED_BYTES)
     float64_run += 3 * fp.param_bytes
-    # the larger of: the output that arrived, the float64 run, the reference's FLOP count (its own output)
-    return held + fp.param_bytes + max(fp.output_bytes, float64_run) + CONTEXT_BYTES
+    # the larger of: the output that arrived, the float64 run, a reference drawn (its output is the held set's; its
+    # intermediates and libraries' work space are beside it)
+    return held + fp.param_bytes + max(fp.output_bytes, float64_run, fp.reference_work_bytes) + CONTEXT_BYTES
 
 
 def candidate_need(fp: Footprint) -> int:

@@ -45,7 +45,7 @@ from evals.judge.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
 from evals.judge.settings import HarnessSettings
 from evals.judge.timing import TimingMethod, make_flusher, time_candidate
 from evals.judge.validation import Validation
-from evals.locks import DeviceTimingLock, device_key
+from evals.locks import DeviceHold, DeviceTimingLock, device_key
 from evals.problems import Problem, ProblemError
 
 # input sets and reference outputs prepared ahead of need hold at most this much memory (per kind of operation),
@@ -333,12 +333,19 @@ class Judge:
         once per problem and device. A plan that refuses the problem is the harness's failure, said at once."""
         key = self.problem_key(problem, device)
         if key not in self.plans:
+            if device.type == "cuda" and self.device_bytes:
+                # the first set is drawn under the judge's whole share, not the last problem's plan (an 8 GiB-output
+                # reference ran out under the share a small problem's plan had left the judge)
+                total = torch.cuda.mem_get_info()[1]
+                torch.cuda.set_per_process_memory_fraction(
+                    memory.fraction(max(self.device_bytes - memory.CONTEXT_BYTES, 1), total))
             if not bundle.sets:
                 bundle.sets.append(self._new_set(problem, bundle, self._seed_for(bundle, 0), device))
             _, x, ref = bundle.sets[0]
             params = memory.nbytes(list(bundle.model.state_dict().values())) if hasattr(bundle.model, "state_dict") else 0
             fp = memory.Footprint(input_bytes=memory.nbytes(x), output_bytes=memory.nbytes(ref), param_bytes=params,
-                                  output_numel=memory.numel(ref))
+                                  output_numel=memory.numel(ref),
+                                  reference_work_bytes=self.reference_work_bytes(problem, bundle, x, device))
             floor = self.settings.memory_limit_gb
             self.plans[key] = memory.plan(
                 fp, self.device_bytes if device.type == "cuda" else 0, timing_sets=self.settings.timing_input_sets,
@@ -351,6 +358,19 @@ class Judge:
         if plan.refusal:
             raise HarnessError(plan.refusal)
         return plan
+
+    def reference_work_bytes(self, problem: Problem, bundle: "Prepared", x: list, device) -> int:
+        """What one reference call allocates on the GPU beyond its outputs: its intermediates (relu(conv(x)) holds
+        two outputs at once) and the libraries' work space (a cuDNN convolution's); measured on one call, for the
+        plan (0 off a GPU: there the plan sets no device share)."""
+        if device.type != "cuda":
+            return 0
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        out, peak = self.peak.during(lambda: self.reference(problem, bundle.model_seed, x))
+        work = peak - base - memory.nbytes(out)
+        del out
+        return max(0, int(work))
 
     def prepared_cap(self, problem: Problem, device, purpose: str | None = None) -> int:
         """What sets drawn ahead of need may hold for ``purpose``: the plan's room for them, less what the other
@@ -455,13 +475,21 @@ class Judge:
         if nxt is None:
             return
         problem, device, n_validate, n_profile = nxt
+        # drawing sets is GPU work: under the shared lock, and given up for this judge's next request or another
+        # judge's measurement (these sets are optional: the operation draws what it lacks)
+        lock = self.timing_lock(device, self.settings, shared=True, give_up=busy).acquire()
+        until = lambda: busy() or lock.measurement_waiting()  # noqa: E731
         try:
-            self.prepare(problem, device, "validate", n_validate, until=busy)
-            if device.type == "cuda" or self.settings.cpu_timing:
-                self.prepare(problem, device, "profile", n_profile, until=busy)
+            if lock.off or lock.held:
+                self.prepare(problem, device, "validate", n_validate, until=until)
+                if device.type == "cuda" or self.settings.cpu_timing:
+                    self.prepare(problem, device, "profile", n_profile, until=until)
+            else:
+                self.next_up = nxt  # not drawn now: perhaps at the next idle moment
         except Exception:  # noqa: BLE001 - the operation itself will meet (and report) the problem's failure
             self.prepared.clear()
         finally:
+            lock.release()
             self.models.clear()
             self.stages.take()  # idle work is no operation's time
 
@@ -478,8 +506,8 @@ class Judge:
                 out = model(*inputs)
         except ProblemError:
             raise
-        except torch.OutOfMemoryError as exc:
-            raise HarnessError(f"the reference ran out of the judge's GPU memory: {_one_line(exc)[:200]}") from None
+        except torch.OutOfMemoryError:
+            raise  # the judge's share: reported as the harness's, with the stage, the plan and what was held
         except Exception as exc:
             raise ProblemError(f"{problem.path}: the reference failed: {_one_line(exc)}") from None
         # contiguous once, here: every comparison, digest and sample of it then reads it in place (a channels-last
@@ -539,12 +567,16 @@ class Judge:
             self.ref_flops_cache[key] = recorder.flops
         return self.ref_flops_cache[key]
 
-    def timing_lock(self, device, settings: HarnessSettings, shared: bool = False) -> DeviceTimingLock:
+    def timing_lock(self, device, settings: HarnessSettings, shared: bool = False, give_up=None) -> DeviceTimingLock:
         """The GPU's timing lock (``evals.locks.DeviceTimingLock``: exclusive for a measurement, shared for
-        validation); off off a GPU or with a zero wait."""
+        every other GPU work); off off a GPU or with a zero wait."""
         wait_s = float(settings.timing_lock_wait_s)
         key = device_key(device) if device.type == "cuda" and wait_s > 0 else None
-        return DeviceTimingLock(key, shared=shared, wait_s=wait_s)
+        return DeviceTimingLock(key, shared=shared, wait_s=wait_s, give_up=give_up)
+
+    def device_hold(self, device, settings: HarnessSettings) -> DeviceHold:
+        """An operation's hold on the timing lock (``evals.locks.DeviceHold``), taken before its first GPU work."""
+        return DeviceHold(lambda shared: self.timing_lock(device, settings, shared=shared))
 
     # -- operations ---------------------------------------------------------------------------
     def op_ping(self, req: dict) -> dict:
@@ -587,14 +619,15 @@ class Judge:
         attempt = self.attempt_for(req["digest"], device, settings.watchdog_s, fresh=True)
         info: dict[str, Any] = {"device": str(device)}
         linger_s = settings.closing_linger_s
-        gpu_hold = ExitStack()  # the GPU's timing lock, shared: no other judge measures beside these calls
+        # the GPU's timing lock, shared from the first set drawn: no other judge measures beside this work
+        gpu_hold = self.device_hold(device, settings)
         v = None
         try:
+            info["timing_lock"] = gpu_hold.shared().record()
             bundle = self.take(problem, device, "validate", n_sets, fixed)
             info["prepared_sets"] = bundle.ready
             plan, inst = self._begin(attempt, problem, device, bundle, req["candidate"])
             info["memory_plan"] = plan.as_dict()
-            info["timing_lock"] = gpu_hold.enter_context(self.timing_lock(device, settings, shared=True)).record()
             v = Validation(self, attempt, problem, device, settings, bundle, n_sets, inst, plan)
             try:
                 v.run()
@@ -614,7 +647,7 @@ class Judge:
             self.end_current()
             raise
         finally:
-            gpu_hold.close()
+            gpu_hold.release()
         verdict = self._verdict(attempt, verdict)
         if verdict is not None:  # no profile reuses a rejected candidate's process: it ends now, not at the next attempt
             self.end_current()
@@ -644,11 +677,13 @@ class Judge:
         attempt = self.attempt_for(req["digest"], device, settings.watchdog_s, fresh=False)
         p = None
         k = settings.timing_input_sets
+        gpu_hold = self.device_hold(device, settings)  # shared for the work, exclusive while the candidate is timed
         try:
+            gpu_hold.shared()
             bundle = self.take(problem, device, "profile", k + 3)  # k timed, 2 re-run in the timed buffers, 1 counted
             plan, inst = self._begin(attempt, problem, device, bundle, req["candidate"])
             k = plan.timing_sets
-            p = Profile(self, attempt, problem, device, settings, bundle, k, inst)
+            p = Profile(self, attempt, problem, device, settings, bundle, k, inst, gpu_hold)
             p.run()
             with self.stages("end"):
                 attempt.end_checks()
@@ -658,6 +693,8 @@ class Judge:
         except BaseException:
             self.end_current()
             raise
+        finally:
+            gpu_hold.release()
         verdict = self._verdict(attempt, verdict)
         self.end_current()  # the attempt is over: its process ends (the spare is already starting)
         self.next_up = (problem, device, self.validate_sets, k + 3)
@@ -683,6 +720,11 @@ class Judge:
         device = self.device_for(settings)
         if device.type != "cuda":
             return {"timing_source": None, "reason": "no GPU in this process: reference timings need one"}
+        with self.device_hold(device, settings) as gpu_hold:
+            gpu_hold.shared()
+            return self._reference_timings(problem, settings, device, gpu_hold)
+
+    def _reference_timings(self, problem: Problem, settings: HarnessSettings, device, gpu_hold: DeviceHold) -> dict:
         bundle = self.take(problem, device, "reference", 1)  # its plan says how many sets fit beside the graphs
         n_sets = self.plans[self.problem_key(problem, device)].timing_sets
         model = bundle.model
@@ -695,12 +737,12 @@ class Judge:
         compiled = None
         if settings.compile_reference:
             # compiling is minutes of CPU and a little GPU work, not a measurement: judges sharing the GPU
-            # compile and validate side by side, and only the timings below hold it alone
-            with self.timing_lock(device, settings, shared=True):
-                compiled = self.compile_reference(model, input_sets[0], out)
-        with self.timing_lock(device, settings) as lock:
-            self.reference_timings(model, compiled, input_sets, method, out)
+            # compile and validate side by side (the shared hold), and only the timings below hold it alone
+            compiled = self.compile_reference(model, input_sets[0], out)
+        lock = gpu_hold.exclusive()
+        self.reference_timings(model, compiled, input_sets, method, out)
         out["timing_lock"] = lock.record()
+        gpu_hold.shared()
         if compiled is not None:
             del compiled
             torch._dynamo.reset()
@@ -846,6 +888,17 @@ class PeakMeter:
             peak = _host_peak_bytes(reset=True)
         self.op_peak = max(self.op_peak, peak)
         return peak
+
+    def during(self, fn):
+        """``fn()``'s result and the peak while it ran (the stages it enters reset the counter: their peaks are
+        gathered here), the operation's peak kept."""
+        kept, self.op_peak = max(self.op_peak, self.since_mark()), 0
+        try:
+            out = fn()
+            peak = max(self.op_peak, self.since_mark())
+        finally:
+            self.op_peak = max(kept, self.op_peak)
+        return out, peak
 
     def take(self) -> int:
         """The peak since the last ``take`` (then reset for the next operation)."""

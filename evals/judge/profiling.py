@@ -1,8 +1,8 @@
 """A profile: the candidate timed in its own process on the plan's timed sets, and the checks of that time
 (evals.judge.checks) run as one list, in order: the timed calls' outputs, their precision, the judge's
 clock over back-to-back calls, the current stream's share, the sealed calls' bound, f16's range as a timed
-call, and the work recorded on a fresh set. The GPU's timing lock is held from the first timed call to the
-last sealed one."""
+call, and the work recorded on a fresh set. The GPU's timing lock is held exclusively from the first timed call to the
+last sealed one, shared before and after (the operation's hold)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ STEPS = (
 class Profile:
     """One profile's state: the attempt, the timed sets (the first held to the end), what was measured."""
 
-    def __init__(self, judge, attempt, problem, device, settings, bundle, n_timed: int, inst: int):
+    def __init__(self, judge, attempt, problem, device, settings, bundle, n_timed: int, inst: int, hold=None):
         self.judge, self.attempt, self.problem, self.device, self.settings = judge, attempt, problem, device, settings
         self.bundle, self.inst = bundle, inst
         self.model_seed, self.model = bundle.model_seed, bundle.model
@@ -39,6 +39,7 @@ class Profile:
         self.judged: list = []  # (what, signature, summary) of every timed output read
         self.res: dict[str, Any] = {}
         self.work: dict = {}
+        self.hold = hold  # the operation's evals.locks.DeviceHold (None: a lock of the profile's own)
         self._lock = ExitStack()
 
     def next_set(self) -> tuple[int, list, list]:
@@ -49,9 +50,14 @@ class Profile:
             return compare.summarize(outs, ref, self.tol, self.keys)
 
     def hold_timing_lock(self):
+        if self.hold is not None:
+            return self.hold.exclusive()
         return self._lock.enter_context(self.judge.timing_lock(self.device, self.settings))
 
     def release_timing_lock(self) -> None:
+        """Back to the operation's shared hold (the checks after the sealed calls are GPU work too)."""
+        if self.hold is not None:
+            self.hold.shared()
         self._lock.close()
 
     def run(self) -> None:
@@ -59,4 +65,4 @@ class Profile:
             for step in STEPS:
                 step(self)
         finally:
-            self._lock.close()
+            self.release_timing_lock()

@@ -43,6 +43,7 @@ SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKI
                         re.IGNORECASE)
 SNAPSHOT_SKIP = {".git", "node_modules", ".venv", "venv"}
 SNAPSHOT_MAX_FILES = 50_000
+CANDIDATE_ALLOC_CONF = "expandable_segments:True"  # a candidate's allocator where the user configured none
 SETTLED_S = 300  # a kernel-cache file this old belongs to no build running beside the attempt
 
 
@@ -59,6 +60,10 @@ def candidate_env(base: dict | None = None, workdir: str | None = None) -> dict:
     env.pop("PYTHONSTARTUP", None)
     if env.get("MUCUTLASS_JUDGE_ALLOC_CONF") and env.get("PYTORCH_CUDA_ALLOC_CONF") == env["MUCUTLASS_JUDGE_ALLOC_CONF"]:
         env.pop("PYTORCH_CUDA_ALLOC_CONF")  # the judge's allocator settings are its own; a candidate's are the user's
+    # where the user set none: segments that grow in place. A candidate holds the harness's sets of many sizes (two
+    # 8 GiB inputs, the next one arriving) and the default allocator left 4 GiB of its share reserved in pieces no
+    # 8 GiB tensor fits; allocation only, no kernel or numerics changes
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", CANDIDATE_ALLOC_CONF)
     for var in ("NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"):  # numerics are the harness's to set
         env.pop(var, None)
     env.pop("PYTHONHOME", None)

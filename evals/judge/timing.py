@@ -350,6 +350,9 @@ def _graph_entries(fn, input_sets) -> list[dict]:
             fn(inputs)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    # the warm-up's freed blocks back to the device: a capture allocates from its own pool and cannot release
+    # cached blocks while it runs (an 8 GiB-output model ran out of its share with 7.75 GiB cached and unused)
+    torch.cuda.empty_cache()
     entries = []
     for inputs in input_sets:
         graph = torch.cuda.CUDAGraph()
