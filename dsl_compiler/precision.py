@@ -85,10 +85,11 @@ def kernel_maths(program: ir.Program) -> list[str]:
 
 
 def default_math(dtype: str, allowed_precisions: tuple[str, ...]) -> str | None:
-    """The tensor-core math a kernel on ``dtype`` storage may use under the problem's precisions:
-    tf32 over f32, bf16 / f16 over themselves; None (exact f32) when none is allowed."""
-    wanted = {"f32": "tf32", "bf16": "bf16", "f16": "f16"}.get(dtype)
-    return wanted if wanted in allowed_precisions else None
+    """The tensor-core math a kernel on ``dtype`` storage may use under the problem's precisions, fastest
+    first: tf32 over f32, else tf32x3 where only f32 is allowed; bf16 / f16 over themselves; None (exact f32)
+    when none is admitted."""
+    wanted = {"f32": ("tf32", "tf32x3"), "bf16": ("bf16",), "f16": ("f16",)}.get(dtype, ())
+    return next((m for m in wanted if admitted(m, allowed_precisions)), None)
 
 
 def program_precisions(program) -> list[str]:
