@@ -29,6 +29,9 @@
 #                   a program with a `module` step optimized end to end; the module-step and timing GPU tests
 #   variants        hand-written CUDA ModelNew modules through the cuda variant beside the offline tier
 #   runtime         the runtime's CUDA graph replay and fused input casts, on and off (bench_runtime.py)
+#   split           tf32x3 (three TF32 MMAs a product): a 4096^3 fp32 GEMM beside the TF32 kernel and PyTorch, TFLOP/s
+#                   and the largest error against fp64 at 1e-4 (bench_split_gemm.py); the strict suites are the offline
+#                   stage with SUITE=builtin-strict or builtin-large-strict
 #   depthwise       the depthwise direct conv, MUCUTLASS_DEPTHWISE_SPLIT off and on (bench_depthwise.py)
 #   build           kernel build throughput: 8 variants in one translation unit against one each (bench_build.py),
 #                   and the build-units GPU test
@@ -41,7 +44,7 @@
 # (judges side by side on the GPU, default 1); offline stage: SUITE (default builtin), PREBUILD_ATTEMPTS
 # (candidates built per problem, default ATTEMPTS + 2), TABLE_S and REPORT_S (default 60 each).
 set -uo pipefail
-stage=${1:?usage: h200_suite.sh gpu-tests|adversarial|adversarial-at|harness|timing|sealed|judge-scale|offline|models|variants|runtime|depthwise|build|optimize|gpus}
+stage=${1:?usage: h200_suite.sh gpu-tests|adversarial|adversarial-at|harness|timing|sealed|judge-scale|offline|models|variants|runtime|split|depthwise|build|optimize|gpus}
 OUT=${OUT:-/tmp/mucutlass-out}
 ATTEMPTS=${ATTEMPTS:-3}
 mkdir -p "$OUT"
@@ -117,6 +120,12 @@ if [ "$stage" = sealed ]; then
   say "bench_sealed"
   timeout 175 python3 benchmarks/bench_sealed.py --out "$OUT" --budget-s 150 >> "$log" 2>&1
   say "bench_sealed exit $?"
+fi
+
+if [ "$stage" = split ]; then
+  say "bench_split_gemm"
+  timeout 400 python3 benchmarks/bench_split_gemm.py --out "$OUT" >> "$log" 2>&1
+  say "bench_split_gemm exit $?"
 fi
 
 if [ "$stage" = variants ]; then

@@ -2,7 +2,9 @@
 semantics the CUTLASS emitter implements.
 
 Precision follows the kernel: operands are rounded to the math type (tf32: 10 mantissa bits,
-round-to-nearest-even; bf16 / f16: a cast), products accumulate in fp32 with PyTorch's TF32 turned off,
+round-to-nearest-even; bf16 / f16: a cast), or for tf32x3 split into a TF32 big part and a TF32
+remainder whose three cross products (small*big + big*small + big*big) are summed, as CUTLASS's
+OpMultiplyAddFastF32 computes them; products accumulate in fp32 with PyTorch's TF32 turned off,
 the accumulator is rounded to f16 when ``accum = f16``, the epilogue runs in fp32 and each store is cast
 to its element type. So the interpreter's error against an fp32 reference predicts the kernel's.
 
@@ -37,6 +39,30 @@ def round_tf32(x: torch.Tensor) -> torch.Tensor:
     lsb = (bits >> 13) & 1
     rounded = ((bits + 0x0FFF + lsb) & ~0x1FFF).view(torch.float32)
     return torch.where(torch.isfinite(x), rounded, x)
+
+
+def split_tf32(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 values as CUTLASS's OpMultiplyAddFastF32 splits them: big = x truncated to TF32, small = the
+    remainder x - big rounded to TF32 by adding half an ulp and truncating (big + small keeps 21-22 bits)."""
+    x = x.float().contiguous()
+    finite = torch.isfinite(x)
+    big = torch.where(finite, (x.view(torch.int32) & ~0x1FFF).view(torch.float32), x)
+    rest = torch.where(finite, x - big, torch.zeros_like(x)).contiguous()
+    small = ((rest.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+    return big, small
+
+
+def mma_product(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], a: torch.Tensor, b: torch.Tensor,
+                math: str, last: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """``fn(a, b)`` (a matmul or conv) as the tensor cores compute it under ``math``: over the rounded operands,
+    or for a split math the sum of the three products of the parts in CUTLASS's order (``last``, if given,
+    computes the final big*big one: the call that adds a bias once)."""
+    last = last or fn
+    mode = precision.MATH_MODES.get(math)
+    if mode is None or not mode.split:
+        return last(round_operand(a, math), round_operand(b, math))
+    (a_big, a_small), (b_big, b_small) = split_tf32(a), split_tf32(b)
+    return fn(a_small, b_big) + fn(a_big, b_small) + last(a_big, b_big)
 
 
 def round_operand(x: torch.Tensor, math: str) -> torch.Tensor:
@@ -104,16 +130,20 @@ def _operand(env: Env, operand: ir.Operand) -> torch.Tensor:
 def accumulate(kernel: ir.Kernel, env: Env, math: str) -> torch.Tensor:
     """The op's accumulator in fp32 (before the epilogue), in PyTorch's logical shape."""
     op = kernel.op
-    a, b = (round_operand(_operand(env, o), math) for o in kernel.operands)
-    with exact_fp32():
-        if isinstance(op, ir.GemmOp):
-            acc = torch.matmul(a, b)
-        elif isinstance(op, ir.GroupedGemmOp):
+    a, b = (_operand(env, o) for o in kernel.operands)
+    if isinstance(op, ir.GemmOp):
+        fn = torch.matmul
+    elif isinstance(op, ir.GroupedGemmOp):
+        def fn(a, b):
             parts = torch.split(a, list(op.group_sizes), dim=0)
-            acc = torch.cat([torch.matmul(p, b[g]) for g, p in enumerate(parts)], dim=0)
-        else:
-            conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[op.spatial_dims]
-            acc = conv(a, b, None, op.stride, op.padding, op.dilation, op.groups)
+            return torch.cat([torch.matmul(p, b[g]) for g, p in enumerate(parts)], dim=0)
+    else:
+        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[op.spatial_dims]
+
+        def fn(a, b):
+            return conv(a, b, None, op.stride, op.padding, op.dilation, op.groups)
+    with exact_fp32():
+        acc = mma_product(fn, a, b, math)
     if kernel.config.accum == "f16":
         acc = acc.to(torch.float16).float()
     return acc

@@ -48,7 +48,7 @@ class Node(BaseModel):
 
 # Storage element types. tf32 is a math mode over f32 storage, never a storage type.
 ElementType = Literal["f32", "bf16", "f16"]
-MathType = Literal["f32", "tf32", "bf16", "f16"]
+MathType = Literal["f32", "tf32x3", "tf32", "bf16", "f16"]
 AccumType = Literal["f32", "f16"]
 
 # Physical layout of a tensor of rank >= 3 whose dim 1 is channels (N, C, *spatial).

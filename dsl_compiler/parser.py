@@ -34,7 +34,7 @@ PARAM_FN_ARITY = {fn: len(OPS[fn].params) for fn in ir.ParamFn.__args__}  # type
 REDUCE_FNS = ir.ReduceFn.__args__  # type: ignore[attr-defined]
 # Each knob: what it allows (a diagnostic's "expected") and an example value (its hint).
 KNOB_VALUES: dict[str, tuple[str, str]] = {
-    "math": ("one of f32, tf32, bf16, f16", "f32"),
+    "math": ("one of f32, tf32x3, tf32, bf16, f16", "f32"),
     "accum": ("one of f32, f16", "f32"),
     "alignment": ("an element count like 4, or auto", "4"),
     "tile": ("a tile like 128x128x32, or auto", "128x128x32"),

@@ -5,6 +5,7 @@ all ask these functions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from dsl_compiler import ir
@@ -12,8 +13,48 @@ from dsl_compiler import ir
 if TYPE_CHECKING:
     from dsl_compiler.tensor_types import TensorType
 
+
+@dataclass(frozen=True)
+class MathMode:
+    """One value of the ``math`` knob: what it reads, how precise its products are, and what it runs on."""
+
+    name: str
+    storage: str  # the operands' element type
+    mantissa_bits: int  # explicit mantissa bits a product keeps (a split's: of big + small)
+    instruction: str  # the MMA (or SIMT) type it issues: tf32x3 issues tf32 MMAs
+    mma_passes: int = 1  # MMAs per product: a split product big*big + big*small + small*big is three
+    # the precision a problem must allow for it: a split product is as accurate as fp32, so f32 admits it
+    admitted_by: str | None = None
+
+    @property
+    def split(self) -> bool:
+        """Each operand as a TF32 big part and a TF32 remainder (CUTLASS's OpMultiplyAddFastF32)."""
+        return self.mma_passes > 1
+
+
+# Every math mode, most precise first. tf32x3 keeps 21 bits: big (11 significant) + small (the next 11)
+# with small*small left out; its error is fp32's to within a few ulps.
+MATH_MODES: dict[str, MathMode] = {m.name: m for m in (
+    MathMode("f32", "f32", 23, "f32"),
+    MathMode("tf32x3", "f32", 21, "tf32", mma_passes=3, admitted_by="f32"),
+    MathMode("tf32", "f32", 10, "tf32"),
+    MathMode("f16", "f16", 10, "f16"),
+    MathMode("bf16", "bf16", 7, "bf16"),
+)}
+
 # Precisions by mantissa bits: lower means less precise.
-PRECISION_BITS = {"f32": 23, "tf32": 10, "f16": 10, "bf16": 7}
+PRECISION_BITS = {name: mode.mantissa_bits for name, mode in MATH_MODES.items()}
+
+
+def admitted(math: str, allowed_precisions: Sequence[str]) -> bool:
+    """Whether a problem allowing ``allowed_precisions`` admits ``math`` (tf32x3 wherever f32 is)."""
+    mode = MATH_MODES.get(math)
+    return math in allowed_precisions or (mode is not None and mode.admitted_by in allowed_precisions)
+
+
+def admitted_maths(allowed_precisions: Sequence[str]) -> tuple[str, ...]:
+    """The math modes a problem admits, most precise first."""
+    return tuple(m for m in MATH_MODES if admitted(m, allowed_precisions))
 
 
 def kernel_math(kernel: ir.Kernel, a_dtype: str) -> str:
@@ -44,10 +85,11 @@ def kernel_maths(program: ir.Program) -> list[str]:
 
 
 def default_math(dtype: str, allowed_precisions: tuple[str, ...]) -> str | None:
-    """The tensor-core math a kernel on ``dtype`` storage may use under the problem's precisions:
-    tf32 over f32, bf16 / f16 over themselves; None (exact f32) when none is allowed."""
-    wanted = {"f32": "tf32", "bf16": "bf16", "f16": "f16"}.get(dtype)
-    return wanted if wanted in allowed_precisions else None
+    """The tensor-core math a kernel on ``dtype`` storage may use under the problem's precisions, fastest
+    first: tf32 over f32, else tf32x3 where only f32 is allowed; bf16 / f16 over themselves; None (exact f32)
+    when none is admitted."""
+    wanted = {"f32": ("tf32", "tf32x3"), "bf16": ("bf16",), "f16": ("f16",)}.get(dtype, ())
+    return next((m for m in wanted if admitted(m, allowed_precisions)), None)
 
 
 def program_precisions(program) -> list[str]:

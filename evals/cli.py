@@ -64,6 +64,9 @@ def register(subparsers) -> None:
                    help="no notes carried across problems (by default each tier and variant keeps one memory)")
     p.add_argument("--policies-mode", choices=("replay", "run"), default="replay",
                    help="replay: run fixed once and derive the others from its log (default); run: run each policy")
+    p.add_argument("--tolerance-rule", choices=("default", "kernelbench"), default="default",
+                   help="default: each problem's own tolerance; kernelbench: KernelBench's per-dtype rule, fp32 "
+                        "problems at 1e-4 and fp16 / bf16 ones at 1e-2 (precisions that cannot meet it dropped)")
     p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS, help=f"attempt budget per run (default: {MAX_ATTEMPTS})")
     p.add_argument("--backend", default="auto", choices=("auto", "cutlass", "interpreter"),
                    help="auto: cutlass with a GPU, the interpreter without")
@@ -98,7 +101,7 @@ def register(subparsers) -> None:
 
 
 def cmd_eval(args) -> int:
-    from evals.problems import ProblemError, load_problems
+    from evals.problems import ProblemError, apply_tolerance_rule, load_problems
     from dsl_compiler.backend import resolve_backend
     from evals.locks import FolderBusy, FolderUnusable, make_folder
     from evals.runner import EvalConfig, EvalError, check_policies, run_evaluation
@@ -131,6 +134,7 @@ def cmd_eval(args) -> int:
             # each checked there first; one whose setup fails is a run that cannot start
             problems = load_problems(suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids,
                                      check=True)
+            problems = apply_tolerance_rule(problems, args.tolerance_rule)
     except ProblemError as exc:
         return _error(str(exc))
     keys = [p.key for p in problems]

@@ -432,12 +432,9 @@ def load_suite(name: str, calls: ChildCalls | None = None) -> list[Problem]:
     tolerance = float(entry.get("tolerance", DEFAULT_TOLERANCE))
     problems = load_folder(folder, default_tolerance=tolerance, suite=name, calls=calls)
     if entry.get("force_tolerance", False):
-        # A stricter variant of a suite: its tolerance wins over the files', and precisions that
-        # cannot meet it are dropped.
-        allowed = default_precisions(tolerance)
+        # A stricter variant of a suite: its tolerance wins over the files'
         for p in problems:
-            p.tolerance = tolerance
-            p.allowed_precisions = tuple(x for x in p.allowed_precisions if x in allowed) or allowed
+            impose_tolerance(p, tolerance)
     only = entry.get("problems")
     if only:
         by_name = {p.name: p for p in problems}
@@ -445,6 +442,45 @@ def load_suite(name: str, calls: ChildCalls | None = None) -> list[Problem]:
         if unknown:
             raise ProblemError(f"suite {name!r} lists unknown problems: {', '.join(unknown)}")
         problems = [by_name[n] for n in only]
+    return problems
+
+
+def impose_tolerance(problem: Problem, tolerance: float) -> None:
+    """Judge ``problem`` at ``tolerance``: it wins over the file's, and precisions that cannot meet it are dropped."""
+    allowed = default_precisions(tolerance)
+    problem.tolerance = tolerance
+    problem.allowed_precisions = tuple(x for x in problem.allowed_precisions if x in allowed) or allowed
+
+
+# Tolerance rules a whole selection can be judged under: rule -> the tolerance (atol = rtol) per the element type
+# of the reference's floating inputs. KernelBench's (since Nov 2025): fp32 problems at 1e-4, fp16 / bf16 at 1e-2.
+TOLERANCE_RULES: dict[str, dict[str, float]] = {"kernelbench": {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}}
+
+
+def input_element_type(problem: Problem) -> str:
+    """The element type of the problem's first floating input (``get_inputs()`` on the meta device); f32 when it
+    has none or its inputs cannot be made there."""
+    import torch
+
+    names = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+    try:
+        with torch.device("meta"):
+            inputs = list(problem.module.get_inputs())
+    except Exception:  # noqa: BLE001 - inputs made on a device of their own: the fp32 default
+        return "f32"
+    return next((names.get(x.dtype, "f32") for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()), "f32")
+
+
+def apply_tolerance_rule(problems: list[Problem], rule: str) -> list[Problem]:
+    """Every problem at the tolerance ``rule`` (a key of TOLERANCE_RULES) gives its input type; "default" keeps
+    each problem's own."""
+    if rule == "default":
+        return problems
+    if rule not in TOLERANCE_RULES:
+        raise ProblemError(f"unknown tolerance rule {rule!r}; known: default, {', '.join(TOLERANCE_RULES)}")
+    by_type = TOLERANCE_RULES[rule]
+    for p in problems:
+        impose_tolerance(p, by_type.get(input_element_type(p), by_type["f32"]))
     return problems
 
 

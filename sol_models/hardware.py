@@ -10,13 +10,26 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dsl_compiler.precision import MATH_MODES as LANGUAGE_MATH_MODES
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware"
 CALIBRATED_DIR = HARDWARE_DIR / "calibrated"
 
-# Math modes a bound can be asked for: "f32" is plain fp32 (SIMT, no tensor cores).
-MATH_MODES = ("f32", "tf32", "bf16", "f16", "fp8")
+# Math modes a bound can be asked for: "f32" is plain fp32 (SIMT, no tensor cores); "tf32x3" issues three TF32
+# MMAs per product, so its peak is a third of TF32's (derived, never in a table).
+MATH_MODES = ("f32", "tf32x3", "tf32", "bf16", "f16", "fp8")
+
+
+def with_split_peaks(peaks: dict[str, float]) -> dict[str, float]:
+    """``peaks`` with the peak of every split math mode (``dsl_compiler.precision.MATH_MODES``) whose MMA type it
+    has: that type's peak over the MMAs per product."""
+    out = dict(peaks)
+    for mode in LANGUAGE_MATH_MODES.values():
+        if mode.split and mode.instruction in peaks:
+            out[mode.name] = peaks[mode.instruction] / mode.mma_passes
+    return out
 
 # Short names people type, mapped to table entries.
 ALIASES = {
@@ -62,6 +75,15 @@ class GpuSpec(BaseModel):
     datasheet_peak_tflops: dict[str, float] = Field(default_factory=dict)
     datasheet_dram_bw_gbps: float | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _split_peaks(cls, data):
+        if isinstance(data, dict):
+            for key in ("peak_tflops", "datasheet_peak_tflops"):
+                if isinstance(data.get(key), dict):
+                    data = {**data, key: with_split_peaks(data[key])}
+        return data
+
     def peak_flops(self, math: str) -> float:
         """Peak FLOP/s of a math mode; raises KeyError with the supported modes if absent."""
         if math not in self.peak_tflops:
@@ -103,7 +125,7 @@ def calibrated_path(name: str, calibrated_dir: Path | str | None = None) -> Path
 def apply_profile(spec: GpuSpec, profile: dict) -> GpuSpec:
     """Overlay a measured profile (as written by ``calibrate``) on a datasheet entry."""
     measured_peaks = {k: float(v) for k, v in (profile.get("peak_tflops") or {}).items() if v}
-    peaks = {**spec.peak_tflops, **{k: v for k, v in measured_peaks.items() if k in spec.peak_tflops}}
+    peaks = with_split_peaks({**spec.peak_tflops, **{k: v for k, v in measured_peaks.items() if k in spec.peak_tflops}})
     bw = float(profile.get("dram_bw_gbps") or spec.dram_bw_gbps)
     device = profile.get("device_name", "")
     when = profile.get("measured_at", "")

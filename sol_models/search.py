@@ -22,7 +22,7 @@ from typing import Any
 
 from dsl_compiler import ir
 from dsl_compiler.ir import KernelConfig, Program
-from dsl_compiler.precision import default_math
+from dsl_compiler.precision import MATH_MODES, default_math
 
 RECORD_ENV = "MUCUTLASS_RECORD"
 # Enumeration order breaks ties of the estimate: the shapes measured best on the H200 come first.
@@ -193,6 +193,8 @@ class ConfigRecord:
 
 def _candidates(kernel: ir.Kernel, dims, math_mode: str | None, operand_bytes: int, sm_count: int) -> list[KernelConfig]:
     is_conv = isinstance(kernel.op, ir.ConvOp)
+    if math_mode in MATH_MODES and MATH_MODES[math_mode].split:
+        return _split_gemm_candidates(math_mode)
     tk = 32 if operand_bytes == 4 else 64
     if is_conv and kernel.op.groups > 1:
         return _grouped_conv_candidates(kernel.op.groups, dims, math_mode, tk)
@@ -213,6 +215,19 @@ def _candidates(kernel: ir.Kernel, dims, math_mode: str | None, operand_bytes: i
                     out.append(KernelConfig(math=math_mode, tile=(tm, tn, tk), schedule="cooperative",
                                             decomposition="split_k", split_k=split))
             out.append(KernelConfig(math=math_mode, tile=(tm, tn, tk), schedule="cooperative", decomposition="stream_k"))
+    return out
+
+
+def _split_gemm_candidates(math_mode: str) -> list[KernelConfig]:
+    """A tf32x3 GEMM runs a CUTLASS 2.x kernel (no clusters or schedules): the compiler's tile, then the tiles
+    it builds (``dsl_compiler.cutlass.split_gemm.split_plan``), each at K 32 and 16."""
+    from dsl_compiler.cutlass.split_gemm import SPLIT_TILE_K, split_plan
+
+    out = [KernelConfig(math=math_mode)]
+    for tm, tn in ((128, 128), (256, 128), (128, 256), (128, 64), (64, 128), (64, 64)):
+        for tk in reversed(SPLIT_TILE_K):
+            if "error" not in split_plan((tm, tn, tk), "auto"):
+                out.append(KernelConfig(math=math_mode, tile=(tm, tn, tk)))
     return out
 
 
@@ -246,7 +261,7 @@ def rank_configs(program: Program, kernel_name: str, problem_info: Any = None, g
     dims = shapes.gemm_dims(program, kernel, types)
     a = kernel.op.x if isinstance(kernel.op, ir.ConvOp) else kernel.op.a
     storage = types[a.name].dtype
-    math_mode = default_math(storage, _precisions(problem_info))
+    math_mode = kernel.config.math or default_math(storage, _precisions(problem_info))
     operand_bytes = ir.ELEMENT_BYTES[storage]
     index = [k.name for k in program.kernels].index(kernel_name)
 

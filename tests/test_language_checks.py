@@ -42,7 +42,7 @@ def test_good_program_has_no_errors():
 def test_target_description_is_data():
     t = load_target("sm90a")
     assert t.max_smem_bytes == 232448 and t.max_cluster_size == 8
-    assert t.mma_k == {"tf32": 8, "bf16": 16, "f16": 16}
+    assert t.mma_k == {"tf32x3": 8, "tf32": 8, "bf16": 16, "f16": 16}
     program, _ = parse(GOOD)
     assert check(program, target="sm00")[0].code == "target"
 

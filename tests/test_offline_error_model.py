@@ -14,7 +14,7 @@ from dsl_compiler.frontend import TraceOptions, trace_problem
 from dsl_compiler.frontend import error_model
 from dsl_compiler.frontend.error_model import PASS_RATIO, predict_errors
 from evals.problems import load_problem
-from nodes.offline.policy import OfflineTier, choose_half_math
+from nodes.offline.policy import OfflineTier, choose_fp32_math, choose_half_math
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nTOLERANCE = 1e-2\n"
 
@@ -165,3 +165,42 @@ def test_a_reference_that_does_not_run_keeps_the_rule(tmp_path):
         """)
     assert predict_errors(problem, ("f16",), 1e-2) == {}
     assert choose_half_math(problem, ("f32", "tf32", "f16"), 1e-2) == ("f16", {})
+
+
+STRICT_HEAD = "import torch\nimport torch.nn as nn\nTOLERANCE = 1e-4\nALLOWED_PRECISIONS = (\"f32\", \"tf32\")\n"
+LONG_REDUCTION = """
+    class Model(nn.Module):
+        def forward(self, a, b):
+            return torch.matmul(a, b)
+    def get_inputs():
+        return [torch.randn(64, 8192), torch.randn(8192, 64)]
+    def get_init_inputs():
+        return []
+    """
+
+
+def _strict_problem(tmp_path, name, body):
+    path = tmp_path / f"{name}.py"
+    path.write_text(STRICT_HEAD + textwrap.dedent(body))
+    return load_problem(path)
+
+
+def test_at_1e_4_a_long_reduction_gets_tf32x3_first_and_exact_tf32_data_keeps_tf32(tmp_path):
+    """The error model at KernelBench's strict rule: TF32 misses 1e-4 after K = 8192 random products, the
+    split product does not; on data TF32 holds exactly (small integers) TF32 passes and stays first (faster)."""
+    problem = _strict_problem(tmp_path, "long_k", LONG_REDUCTION)
+    errors = predict_errors(problem, ("tf32x3", "tf32"), 1e-4)
+    # against the fp32 reference the split product differs by fp32-level rounding only (a summation order apart)
+    assert errors["tf32"].ratio > 10 and errors["tf32x3"].ratio < 1.0
+    assert choose_fp32_math(problem, problem.allowed_precisions, 1e-4)[0] == "tf32x3"
+    first = OfflineTier(use_record=False).candidates(problem, "h200")[0]
+    assert [k.config.math for k in first.program.kernels] == ["tf32x3"]
+
+    exact = _strict_problem(tmp_path, "exact_k", LONG_REDUCTION.replace(
+        "torch.randn(64, 8192), torch.randn(8192, 64)",
+        "torch.randint(-3, 4, (64, 8192)).float(), torch.randint(-3, 4, (8192, 64)).float()"))
+    assert choose_fp32_math(exact, exact.allowed_precisions, 1e-4)[0] == "tf32"
+    first = OfflineTier(use_record=False).candidates(exact, "h200")[0]
+    assert [k.config.math for k in first.program.kernels] == ["tf32"]
+    # at the default tolerance nothing changes: no prediction is asked for, TF32 stays the fp32 math
+    assert choose_fp32_math(problem, problem.allowed_precisions, 1e-2) == (None, {})

@@ -46,7 +46,8 @@ def test_f16_programs_are_ranked_beside_tf32_only_when_allowed(tier):
     problem = BUILTIN["11_linear_relu"]
     assert maths(tier, problem) == {None, "f16"}
     assert maths(tier, problem, allowed=("f32", "tf32")) == {None}
-    assert maths(tier, problem, tolerance=1e-4) == {None}
+    # at 1e-4 the error model predicts TF32 to miss on K = 4096 and no 16-bit math is tried: the split product
+    assert maths(tier, problem, tolerance=1e-4) == {"tf32x3"}
     assert maths(tier, problem, allowed=("f32", "tf32", "bf16")) == {None, "bf16"}
     # compute-bound at 2048x4096x4096: twice TF32's tensor-core rate outweighs converting x once
     plan, untried, _ = tier._state(request(problem))

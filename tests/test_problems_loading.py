@@ -208,3 +208,19 @@ def test_builtin_large_suite_is_well_formed():
     assert any(2949 in s[0] for s in shapes)  # a GEMM K that is not 16-byte aligned
     # the builtin suite is unchanged by it
     assert len(load_suite("builtin")) == 31
+
+
+def test_the_kernelbench_rule_judges_fp32_problems_at_1e_4_and_16_bit_ones_at_1e_2(tmp_path):
+    from evals.problems import apply_tolerance_rule, load_problem, load_suite
+
+    head = "import torch\nimport torch.nn as nn\nTOLERANCE = 1e-2\nclass Model(nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    (tmp_path / "fp32.py").write_text(head + "def get_inputs():\n    return [torch.rand(8, 8)]\ndef get_init_inputs():\n    return []\n")
+    (tmp_path / "half.py").write_text(head + "def get_inputs():\n    return [torch.rand(8, 8).half()]\ndef get_init_inputs():\n    return []\n")
+    fp32, half = (load_problem(tmp_path / n) for n in ("fp32.py", "half.py"))
+    assert apply_tolerance_rule([fp32, half], "default") and fp32.tolerance == half.tolerance == 1e-2
+    apply_tolerance_rule([fp32, half], "kernelbench")
+    assert fp32.tolerance == 1e-4 and set(fp32.allowed_precisions) == {"f32", "tf32"}
+    assert half.tolerance == 1e-2 and "f16" in half.allowed_precisions
+    strict = load_suite("builtin-large-strict")
+    assert len(strict) == len(load_suite("builtin-large"))
+    assert all(p.tolerance == 1e-4 and set(p.allowed_precisions) <= {"f32", "tf32"} for p in strict)

@@ -40,8 +40,10 @@ def test_elementwise_is_memory_bound():
 def test_per_precision_table_orders_bounds():
     r = sol_report(count_problem(DATA / "gemm.py"), H200, precision="bf16")
     table = r.per_precision
-    assert set(table) == {"f32", "tf32", "bf16", "f16", "fp8"}
-    assert table["f32"].t_sol_us > table["tf32"].t_sol_us > table["bf16"].t_sol_us >= table["fp8"].t_sol_us
+    assert set(table) == {"f32", "tf32x3", "tf32", "bf16", "f16", "fp8"}
+    # three TF32 MMAs a product: three times TF32's compute bound, still under fp32 SIMT's
+    assert table["tf32x3"].t_compute_us == pytest.approx(3 * table["tf32"].t_compute_us)
+    assert table["f32"].t_sol_us > table["tf32x3"].t_sol_us > table["tf32"].t_sol_us > table["bf16"].t_sol_us >= table["fp8"].t_sol_us
     assert r.t_sol_us == table["bf16"].t_sol_us
     a100 = sol_report(count_problem(DATA / "gemm.py"), get_gpu("a100", calibrated=False))
     assert "fp8" not in a100.per_precision

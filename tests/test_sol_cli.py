@@ -17,7 +17,7 @@ def test_sol_file_json(capsys):
     report, work = out["report"], out["work"]
     assert work["flops"] == 2 * 1024 * 512 * 2048
     assert report["bound"] == "compute" and report["precision"] == "tf32"
-    assert set(report["per_precision"]) == {"f32", "tf32", "bf16", "f16", "fp8"}
+    assert set(report["per_precision"]) == {"f32", "tf32x3", "tf32", "bf16", "f16", "fp8"}
 
 
 def test_sol_file_table(capsys):

@@ -50,6 +50,7 @@ from dsl_compiler.cutlass.common import (
 )
 from dsl_compiler.cutlass.epilogue import FUSION, EpilogueBuilder, compute_functor, ptr
 from dsl_compiler.ops import CPP_HELPERS
+from dsl_compiler.precision import MATH_MODES
 from dsl_compiler.ir import (
     ConvOp,
     GemmOp,
@@ -438,7 +439,10 @@ def _gemm_arguments(kernel: Kernel, op: GemmOp, epi: _Epilogue, a_dt: str, b_dt:
 def _emit_gemm(program: Program, kernel: Kernel, op: GemmOp, dtypes: dict[str, str]) -> EmittedKernel:
     require_operands(kernel, (op.a, op.b), dtypes)
     a_dt, b_dt = dtypes[op.a.name], dtypes[op.b.name]
-    math_for(kernel, a_dt, b_dt)
+    if MATH_MODES[math_for(kernel, a_dt, b_dt)].split:  # no sm_90 collective splits its operands: a CUTLASS 2.x kernel
+        from dsl_compiler.cutlass.split_gemm import emit_split_gemm
+
+        return emit_split_gemm(program, kernel, op, dtypes)
     cfg = kernel.config
     tile, swap = _gemm_tile(kernel, op, a_dt)
     sched, k_sched, e_sched = schedules(kernel, tile)

@@ -37,6 +37,7 @@ from dsl_compiler.cutlass.common import (
     CPP_ELEMENT,
     ELEMENT_BITS,
     MU_FAIL,
+    SM80_PREAMBLE,
     AbiTensor,
     EmitError,
     EmittedKernel,
@@ -45,9 +46,9 @@ from dsl_compiler.cutlass.common import (
     unsupported,
 )
 from dsl_compiler.diagnostics import Diagnostic
-from dsl_compiler.cutlass.epilogue import EpilogueBuilder, evt_leaves
+from dsl_compiler.cutlass.epilogue_sm80 import Sm80Epilogue, output_operator, pow2_vector
 from dsl_compiler.ops import CPP_HELPERS
-from dsl_compiler.ir import ConvOp, Kernel, Program, Reduce, Store
+from dsl_compiler.ir import ConvOp, Kernel, Program
 from dsl_compiler.precision import kernel_math
 from dsl_compiler.run_settings import runtime_setting
 
@@ -59,123 +60,13 @@ FIXED_MAX_FILTER, FIXED_MAX_STRIDE, FIXED_MAX_DILATION = 5, 2, 2  # beyond: regi
 # MUCUTLASS_DEPTHWISE_SPLIT = on: CTAs per SM the output tiles are spread over (a CTA of 4 warps and at most ~60 KB
 # of shared memory for fp32 3x3: 4 fit an SM); each walks its share of tiles with its multistage pipeline.
 DEPTHWISE_SPLIT_CTAS_PER_SM = 4
+_LATER = "store the conv output and apply the rest in a later torch step"
 # Grouped implicit GEMM (Sm80 tensor-op mma.sync): tile extents it is built for.
 GROUPED_TILE_M = (64, 128)
 GROUPED_TILE_N = (32, 64, 128)
 GROUPED_TILE_K = {"f32": (16, 32), "bf16": (32, 64), "f16": (32, 64)}
 GROUPED_STAGES = (3, 4, 5, 6)
 SWIZZLES = (1, 2, 4, 8)
-
-
-@dataclass(frozen=True)
-class _Epi:
-    functor: str  # C++ of the output-op functor ``MuOutputOp``
-    tensors: list[AbiTensor]  # epilogue tensors after x, w, d (at most one: src or col)
-    d_dtype: str
-    source: str | None  # "bias" | "residual" | None
-    scalars: tuple[float, ...]  # the expression's literal constants, in the order of ``Params::c``
-    count: int  # elements per access of the epilogue
-
-
-def _pow2_vector(extent: int, dtype: str) -> int:
-    """The widest access (<= 16 bytes, a power of two in elements) that divides ``extent``."""
-    v = 128 // ELEMENT_BITS[dtype]
-    while v > 1 and extent % v:
-        v //= 2
-    return v
-
-
-def _epilogue(kernel: Kernel, dtypes: dict[str, str], k_out: int, out_shape: tuple[int, ...] | None) -> _Epi:
-    epi = EpilogueBuilder(kernel, dtypes, first_ptr=3)
-    stores = epi.stores
-    if len(stores) != 1:
-        raise unsupported(kernel, f"{len(stores)} stores in a grouped / depthwise convolution epilogue",
-                           f"keep one store per conv kernel; {_LATER}", span=stores[1].span if len(stores) > 1 else kernel.span)
-    store = stores[0]
-    if isinstance(store.expr, Reduce):
-        raise unsupported(kernel, "a reduction in a grouped / depthwise convolution epilogue",
-                           "store the conv output and reduce it in a torch step (e.g. torch s = sum(y, dim=1))", span=store.span)
-    source = _source_operand(epi, store)
-    keys, body, const_slots = epi.expression(store.expr)
-    count = _pow2_vector(k_out, store.dtype)
-    functor = _output_op(keys, body, len(const_slots), CPP_ELEMENT[store.dtype], count, source is not None)
-    return _Epi(functor, epi.tensors, store.dtype, source, tuple(epi.scalars), count)
-
-
-_LATER = "store the conv output and apply the rest in a later torch step"
-
-
-def _source_operand(epi: EpilogueBuilder, store: Store) -> str | None:
-    """The one tensor the epilogue may read, through CUTLASS's source operand C: "bias" (``b[col]``, C with every
-    stride 0), "residual" (a full tensor of the output's shape) or None."""
-    kernel = epi.kernel
-    refs = [k for k in evt_leaves(store.expr, []) if k[0] == "ref"]
-    for _, name, index in refs:
-        epi.dtype_of(name, store.span)
-        if index in ("row", "scalar"):
-            what = "a per-row vector" if index == "row" else "a one-element tensor"
-            raise unsupported(kernel, f"{what} '{name}[{index}]' in a grouped / depthwise convolution epilogue",
-                               "write a literal constant, or a per-channel vector `b[col]`; " + _LATER, span=store.span,
-                               found=f"{name}[{index}]")
-    if len(refs) > 1:
-        raise unsupported(kernel, f"the epilogue reads {len(refs)} tensors ({', '.join(r[1] for r in refs)})",
-                           "a grouped / depthwise conv epilogue reads one tensor (a bias `b[col]` or a residual); " + _LATER,
-                           span=store.span, found=", ".join(f"{r[1]}[{r[2]}]" if r[2] != "full" else r[1] for r in refs))
-    if not refs:
-        return None
-    _, name, index = refs[0]
-    dtype = epi.dtypes[name]
-    if dtype != store.dtype:
-        raise unsupported(kernel, f"'{name}' is {dtype} but the store is {store.dtype}",
-                           f"CUTLASS 2.x reads its source operand in the output's type: store {store.dtype} needs "
-                           f"'{name}' as {store.dtype} (convert it with a torch step), or store {dtype}",
-                           span=store.span, found=f"{name}: {dtype}, store {store.name}: {store.dtype}")
-    epi.add_tensor(AbiTensor(name, "col" if index == "col" else "src", dtype))
-    return "bias" if index == "col" else "residual"
-
-
-def _output_op(keys: list, body: str, n_consts: int, el_d: str, count: int, reads_source: bool) -> str:
-    """The store expression as a CUTLASS 2.x epilogue output operator ``MuOutputOp``, its leaves the accumulator
-    and the source operand C (0 in the call without C)."""
-    loads_src = " ".join(f"float v{i} = {'float(accum[i])' if key == ('acc',) else 'float(source[i])'};" for i, key in enumerate(keys))
-    loads_nosrc = " ".join(f"float v{i} = {'float(accum[i])' if key == ('acc',) else '0.f'};" for i, key in enumerate(keys))
-    return f"""// The store expression as a CUTLASS 2.x epilogue output operator (the interface of LinearCombination).
-template <typename ElementAccumulator_>
-struct MuOutputOp {{
-  using ElementOutput = {el_d};
-  using ElementSource = {el_d};
-  using ElementAccumulator = ElementAccumulator_;
-  using ElementCompute = float;
-  using ElementScalar = float;
-  using ElementC = ElementSource;
-  using ElementD = ElementOutput;
-  static int const kCount = {count};
-  static cutlass::epilogue::thread::ScaleType::Kind const kScale = cutlass::epilogue::thread::ScaleType::Default;
-  static cutlass::FloatRoundStyle const kRound = cutlass::FloatRoundStyle::round_to_nearest;
-  using FragmentOutput = cutlass::Array<ElementOutput, kCount>;
-  using FragmentSource = cutlass::Array<ElementSource, kCount>;
-  using FragmentAccumulator = cutlass::Array<ElementAccumulator, kCount>;
-  using FragmentCompute = cutlass::Array<float, kCount>;
-  struct Params {{ float c[{max(1, n_consts)}]; }};
-  Params p;
-  CUTLASS_HOST_DEVICE explicit MuOutputOp(Params const& params) : p(params) {{}}
-  CUTLASS_HOST_DEVICE MuOutputOp(Params const& params, int) : p(params) {{}}
-  CUTLASS_HOST_DEVICE bool is_source_needed() const {{ return {'true' if reads_source else 'false'}; }}
-  CUTLASS_HOST_DEVICE void set_k_partition(int, int) {{}}
-  CUTLASS_HOST_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum, FragmentSource const& source) const {{
-    FragmentOutput r;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kCount; ++i) {{ {loads_src} r[i] = ElementOutput({body}); }}
-    return r;
-  }}
-  CUTLASS_HOST_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum) const {{
-    FragmentOutput r;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kCount; ++i) {{ {loads_nosrc} r[i] = ElementOutput({body}); }}
-    return r;
-  }}
-}};
-"""
 
 
 def _math(kernel: Kernel, dtype: str, w_dtype: str, depthwise: bool) -> str:
@@ -265,7 +156,7 @@ def emit_grouped_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict
     x_dt, w_dt = dtypes[op.x.name], dtypes[op.w.name]
     depthwise = op.groups == c
     math = _math(kernel, x_dt, w_dt, depthwise)
-    epi = _epilogue(kernel, dtypes, k, out_shape)
+    epi = output_operator(kernel, dtypes, k, "grouped / depthwise convolution", _LATER)
     if depthwise:
         return _emit_depthwise(kernel, op, x_dt, epi, (n, c, h, w), (k, r, s), math)
     return _emit_grouped(kernel, op, x_dt, epi, (n, c, h, w), (k, cg, r, s), math)
@@ -293,7 +184,7 @@ def depthwise_plan(dtype: str, c: int, r: int, s: int, stride, dilation, stages)
     return {}
 
 
-def _emit_depthwise(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, math: str) -> EmittedKernel:
+def _emit_depthwise(kernel: Kernel, op: ConvOp, dtype: str, epi: Sm80Epilogue, xs, ws, math: str) -> EmittedKernel:
     n, c, h, w = xs
     k, r, s = ws
     if k != c:
@@ -408,7 +299,7 @@ def grouped_plan(dtype: str, k_per_group: int, config_tile, stages) -> dict:
     return plan
 
 
-def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, math: str) -> EmittedKernel:
+def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: Sm80Epilogue, xs, ws, math: str) -> EmittedKernel:
     n, c, h, w = xs
     k, cg, r, s = ws
     kpg = k // op.groups
@@ -422,7 +313,7 @@ def _emit_grouped(kernel: Kernel, op: ConvOp, dtype: str, epi: _Epi, xs, ws, mat
                            span=cfg.span_of("tile") if "tile" in found else cfg.span_of("stages"), found=found)
     tm, tn, tk = plan["tile"]
     wm, wn, wk = plan["warp"]
-    align = _pow2_vector(cg, dtype)
+    align = pow2_vector(cg, dtype)
     if cfg.alignment:
         align = min(align, cfg.alignment)
     if cg % align or align & (align - 1):
@@ -463,17 +354,7 @@ constexpr int kGroups = {op.groups};
 # ---------------------------------------------------------------------------------------------
 # Translation unit and C ABI
 
-_INCLUDES = r"""// Generated by mucutlass from a μCUTLASS program. One kernel per translation unit.
-#include <cstdint>
-#include <cstdio>
-#include <cmath>
-#include <cuda_runtime.h>
-#include "cutlass/cutlass.h"
-#include "cutlass/array.h"
-#include "cutlass/numeric_types.h"
-#include "cutlass/numeric_conversion.h"
-#include "cutlass/epilogue/thread/scale_type.h"
-#include "cutlass/conv/convolution.h"
+_INCLUDES = SM80_PREAMBLE + r"""#include "cutlass/conv/convolution.h"
 #include "cutlass/conv/conv2d_problem_size.h"
 """
 _DEPTHWISE_INCLUDES = r"""#include "cutlass/conv/kernel/default_depthwise_fprop.h"
@@ -549,7 +430,7 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
 """
 
 
-def _finish(kernel: Kernel, op: ConvOp, body: str, epi: _Epi, dtype: str, knobs: dict[str, str], depthwise: bool,
+def _finish(kernel: Kernel, op: ConvOp, body: str, epi: Sm80Epilogue, dtype: str, knobs: dict[str, str], depthwise: bool,
             slices: str = "1") -> EmittedKernel:
     if epi.source == "bias":  # C with every stride 0: element (n, p, q, k) reads bias[k]
         source = "ElementC* c_ptr = reinterpret_cast<ElementC*>(ptrs[3]);\n  Layout lc = Layout(typename Layout::Stride(0));"

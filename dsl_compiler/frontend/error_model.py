@@ -1,7 +1,7 @@
 """The error a precision would make on a problem, predicted before anything is built.
 
 A kernel in f16, bf16 or TF32 math rounds its operands to that type and accumulates the exact
-products in fp32; everything else (the epilogue, PyTorch steps such as softmax or a norm) runs in
+products in fp32 (tf32x3 sums three TF32 products of the operands' big and small parts); everything else (the epilogue, PyTorch steps such as softmax or a norm) runs in
 fp32 (``dsl_compiler.interpreter``'s semantics). The reference model is run on the CPU twice on
 the same inputs: exactly in fp32, and with every GEMM / conv operand rounded to the precision (a
 ``TorchFunctionMode`` over matmul, linear, conv, ...). The ratio of the largest error to the
@@ -45,16 +45,6 @@ class PrecisionError:
         return self.ratio <= PASS_RATIO
 
 
-def _round(x, math_: str):
-    import torch
-
-    from dsl_compiler.interpreter import round_operand
-
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        return x
-    return round_operand(x, math_)
-
-
 class _Rounding:
     """A TorchFunctionMode that rounds the operands of GEMMs and convs (not biases) to one precision."""
 
@@ -76,12 +66,39 @@ class _Rounding:
                     depthwise = func in convs and len(args) > 1 and _groups(args, kwargs) > 1 and \
                         _groups(args, kwargs) == args[0].shape[1]
                     if not depthwise:  # the depthwise kernel multiplies in fp32 on the CUDA cores
-                        args[:2] = [_round(a, math_) for a in args[:2]]
+                        return _product(func, args, kwargs, (0, 1), math_)
                 elif func in biased:
-                    args[1:3] = [_round(a, math_) for a in args[1:3]]
+                    return _product(func, args, kwargs, (1, 2), math_)
                 return func(*args, **kwargs)
 
         return Mode()
+
+
+def _product(func, args: list, kwargs: dict, operands: tuple[int, int], math_: str):
+    """``func(*args, **kwargs)`` with its two operands (at ``operands``) multiplied as the kernel's math does
+    (``interpreter.mma_product``); a split math's partial products leave out the bias, the last adds it once."""
+    import torch
+
+    from dsl_compiler.interpreter import mma_product
+
+    i, j = operands
+    if len(args) <= j or not all(isinstance(args[k], torch.Tensor) and args[k].is_floating_point() for k in (i, j)):
+        return func(*args, **kwargs)
+
+    def call(a, b, bias: bool = True):
+        new = list(args)
+        new[i], new[j] = a, b
+        extra = dict(kwargs)
+        if not bias:
+            if i == 1:  # addmm / baddbmm: the bias comes first
+                new[0] = torch.zeros_like(new[0])
+            elif len(new) > 2:
+                new[2] = None
+            else:
+                extra.pop("bias", None)
+        return func(*new, **extra)
+
+    return mma_product(lambda a, b: call(a, b, bias=False), args[i], args[j], math_, last=call)
 
 
 def _groups(args, kwargs) -> int:

@@ -33,7 +33,8 @@ class TraceOptions(BaseModel):
     ``math`` picks the tensor-core math of kernels over fp32 data: None is the storage type's own
     (tf32 over f32); "f16" / "bf16" compute in 16 bits: params read by a kernel are declared in
     that type (cast once when bound), every other fp32 operand is cast by one ``to`` step per call,
-    accumulation and the epilogue stay fp32 and outputs keep the reference's element type.
+    accumulation and the epilogue stay fp32 and outputs keep the reference's element type; "tf32x3" computes
+    fp32 data in the split-precision math (no casts), where TF32 would miss the tolerance.
 
     ``pad`` zero-pads a kernel's operands whose contiguous extent is not a multiple of 16 bytes."""
 
@@ -43,7 +44,7 @@ class TraceOptions(BaseModel):
     demote: tuple[str, ...] = ()
     unfuse: tuple[str, ...] = ()
     kmajor: tuple[str, ...] = ()
-    math: Literal["f16", "bf16"] | None = None
+    math: Literal["f16", "bf16", "tf32x3"] | None = None
     # BatchNorm after a GEMM or conv kernel: "auto" folds running statistics into the kernel always, and batch
     # statistics where a second pass of the kernel pays (passes.folding.second_pass_pays); "fold" wherever it
     # can; "step" leaves every BatchNorm to a PyTorch step

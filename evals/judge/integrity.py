@@ -18,7 +18,7 @@ from pydantic import BaseModel
 CheckVerdict = tuple[bool, str]
 
 # the precision rules are the language's (one home); the harness reads them through this module
-from dsl_compiler.precision import PRECISION_BITS, lowest_precision, program_precisions  # noqa: F401
+from dsl_compiler.precision import PRECISION_BITS, admitted, lowest_precision, program_precisions  # noqa: F401
 from evals.judge.verdicts import HARD_RULES
 
 
@@ -70,7 +70,7 @@ def pytorch_only_program_check(program) -> CheckVerdict:
 
 
 def precision_check(used: Sequence[str], allowed: Sequence[str]) -> CheckVerdict:
-    bad = [p for p in used if p not in allowed]
+    bad = [p for p in used if not admitted(p, allowed)]  # tf32x3 is admitted wherever f32 is
     if bad:
         return False, (
             f"uses {', '.join(bad)} but this problem allows only {', '.join(allowed)} at its tolerance; "

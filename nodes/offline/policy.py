@@ -112,6 +112,30 @@ def choose_half_math(problem: Any, allowed_precisions, tolerance) -> tuple[str |
     return next((m for m in candidates if m in errors and errors[m].passes), None), errors
 
 
+# fp32 data below HALF_MIN_TOLERANCE: TF32 (one MMA a product) where the error model predicts it passes, else the
+# split-precision product (three TF32 MMAs, fp32-accurate); exact fp32 has no tensor-core kernel
+FP32_MATHS = ("tf32", "tf32x3")
+
+
+def choose_fp32_math(problem: Any, allowed_precisions, tolerance) -> tuple[str | None, dict]:
+    """The math of the tier's fp32 kernels below HALF_MIN_TOLERANCE, and the predicted errors behind it: the
+    fastest of FP32_MATHS the problem admits that the error model predicts within the tolerance, else the most
+    precise it admits. None (the storage types' own rule: TF32 where allowed) at looser tolerances or without a
+    prediction."""
+    from dsl_compiler.frontend.error_model import predict_errors
+    from dsl_compiler.precision import admitted
+
+    if tolerance is None or float(tolerance) >= HALF_MIN_TOLERANCE:
+        return None, {}
+    candidates = tuple(m for m in FP32_MATHS if admitted(m, tuple(allowed_precisions or ())))
+    if not candidates:
+        return None, {}
+    errors = predict_errors(problem, candidates, float(tolerance), until_pass=True)
+    if not errors:
+        return None, {}
+    return next((m for m in candidates if m in errors and errors[m].passes), candidates[-1]), errors
+
+
 def attempt_math(a: AttemptRecord) -> str | None:
     """The 16-bit math an attempt's program computed in (None: TF32 / the storage types' own)."""
     program = _program_of(a)
@@ -269,6 +293,14 @@ class OfflineTier:
         kernel_names = {k.name for k in first.trace.program.kernels} if first.trace.program else set()
         own = [a for a in history if attempt_math(a) is None]
         options = self.fallback_options(own, kernel_names)
+        if allowed_precisions is None:
+            allowed_precisions = getattr(problem, "allowed_precisions", ())
+        if tolerance is None:
+            tolerance = getattr(problem, "tolerance", None)
+        if self.error_model and kernel_names:  # below 1e-3: TF32, or the split product where TF32 would miss
+            fp32_math, _ = self.precision_choice(problem, allowed_precisions, tolerance, choose_fp32_math)
+            if fp32_math == "tf32x3":
+                options = options.model_copy(update={"math": fp32_math})
         plans = [self.plan_for(problem, gpu, options)]
         # tf32 operands that are not K-major: read as stored (CUTLASS's register-sourced mainloop) or
         # after one transposing copy each (the K-major mainloop); the estimate ranks the two
@@ -277,10 +309,6 @@ class OfflineTier:
                 len(copied.trace.program.kernels) == len(plans[0].trace.program.kernels) and \
                 copied.trace.program != plans[0].trace.program:
             plans.append(copied)
-        if allowed_precisions is None:
-            allowed_precisions = getattr(problem, "allowed_precisions", ())
-        if tolerance is None:
-            tolerance = getattr(problem, "tolerance", None)
         if self.error_model and kernel_names:
             half, _ = self.precision_choice(problem, allowed_precisions, tolerance)
         else:
@@ -299,11 +327,12 @@ class OfflineTier:
             plans.append(plan)
         return plans
 
-    def precision_choice(self, problem: Any, allowed_precisions, tolerance) -> tuple[str | None, dict]:
-        """``choose_half_math`` once per problem and tolerance."""
-        key = (_problem_key(problem), tuple(allowed_precisions or ()), tolerance)
+    def precision_choice(self, problem: Any, allowed_precisions, tolerance,
+                         choose=choose_half_math) -> tuple[str | None, dict]:
+        """``choose`` (``choose_half_math``, ``choose_fp32_math``) once per problem and tolerance."""
+        key = (choose.__name__, _problem_key(problem), tuple(allowed_precisions or ()), tolerance)
         if key not in self._precision:
-            self._precision[key] = choose_half_math(problem, allowed_precisions, tolerance)
+            self._precision[key] = choose(problem, allowed_precisions, tolerance)
         return self._precision[key]
 
     def _state(self, request: WriterRequest) -> tuple[_Plan, list[tuple[Candidate, float]], dict[str, AttemptRecord]]:

@@ -41,10 +41,18 @@ def storage_math(dtype: str, half: str | None, allowed_precisions) -> str | None
     return default_math(dtype, allowed_precisions)
 
 
+def storage_precisions(settings: LoweringSettings) -> tuple[str, ...]:
+    """The precisions the storage types' own math is chosen from: the problem's, without tf32 where the options
+    ask for the split-precision math over fp32 (``precision.default_math`` then gives tf32x3)."""
+    if settings.options.math == "tf32x3":
+        return tuple(p for p in settings.allowed_precisions if p != "tf32")
+    return tuple(settings.allowed_precisions)
+
+
 def kernel_math(graph: OpGraph, settings: LoweringSettings, anchor_op: Op, dtype: str) -> str | None:
     """The math knob of a kernel anchored at ``anchor_op`` writing ``dtype``."""
-    math_mode = storage_math(dtype, half_math(graph, settings, anchor_op), settings.allowed_precisions)
-    if anchor_op.kind == "conv" and math_mode == "tf32" and graph.is_depthwise(anchor_op):
+    math_mode = storage_math(dtype, half_math(graph, settings, anchor_op), storage_precisions(settings))
+    if anchor_op.kind == "conv" and math_mode in ("tf32", "tf32x3") and graph.is_depthwise(anchor_op):
         return "f32"  # CUTLASS's depthwise kernel multiplies in fp32 on SIMT cores: say so
     return math_mode
 
@@ -55,7 +63,7 @@ def plan_math(graph: OpGraph, settings: LoweringSettings, group: KernelGroup) ->
     half = half_math(graph, settings, anchor_op)
     dtype = graph.dtype_of(group.anchor) or "f32"
     kmajor = (anchor_op.kind == "gemm" and group.kernel_name in settings.options.kmajor
-              and storage_math(graph.dtype_of(anchor_op.operands[0]) or "", half, settings.allowed_precisions) == "tf32")
+              and storage_math(graph.dtype_of(anchor_op.operands[0]) or "", half, storage_precisions(settings)) == "tf32")
     return KernelMath(half, kernel_math(graph, settings, anchor_op, dtype), kmajor)
 
 
