@@ -411,3 +411,45 @@ def test_tensors_that_crossed_the_stream_are_freed_as_soon_as_their_holder_lets_
     finally:
         gc.enable()
         sender.close(), receiver.close(), other.close()
+
+
+def test_one_call_s_stacked_channels_last_output_streams_by_its_channels():
+    """A sealed call's output travels as [1, C, H, W] (channels-last): its chunks are cut from the channels' rows,
+    not from the whole tensor made contiguous (an 8 GiB copy that ran the candidate out of memory mid-reply)."""
+    x = torch.randn(1, 8, 16, 16).to(memory_format=torch.channels_last)
+    assert not x.is_contiguous()
+    flat = wire._flat_bytes(x.contiguous())
+    for a, b in ((0, 100), (1000, 5000), (x.nbytes - 9, x.nbytes)):
+        assert torch.equal(wire.chunk_of(x, a, b), flat[a:b])
+    copied = []
+    real = torch.Tensor.contiguous
+    try:
+        torch.Tensor.contiguous = lambda t, *a, **k: copied.append(t.numel()) or real(t, *a, **k)
+        wire.chunk_of(x, 0, 100)
+    finally:
+        torch.Tensor.contiguous = real
+    assert copied and max(copied) <= x.numel() // 8, "the whole output was made contiguous for one chunk"
+
+
+def test_a_sender_that_fails_while_serving_its_stream_answers_with_its_error(arena):
+    """A reply whose tensors stream and whose sender fails part way (out of memory copying a chunk) ends with the
+    sender's error frame: the receiver hands that frame on as the reply, never a channel verdict."""
+    import threading
+
+    big = torch.randn(arena.nbytes)  # several chunks
+    sender, receiver = _pair()
+    packed, _, streams = wire.pack({"x": big}, arena)
+
+    def failing_sender():
+        wire.send(sender, packed)
+        msg = wire.recv(sender)  # the first pull
+        assert "pull" in msg
+        wire.send(sender, {"ok": False, "error": "the reply could not be sent: OutOfMemoryError", "nonce": "n",
+                           "seq": 3})
+
+    t = threading.Thread(target=failing_sender)
+    t.start()
+    with pytest.raises(wire.EarlyReply) as late:
+        wire.unpack(wire.recv(receiver), arena, sock=receiver, max_stream_bytes=big.nbytes)
+    t.join(10)
+    assert late.value.frame["error"].endswith("OutOfMemoryError") and late.value.frame["seq"] == 3

@@ -360,3 +360,24 @@ def test_rewritten_runner_timing_is_timing_tampered(cpu_timing_harness, medium_p
     t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_REWRITES_TIMING))
     assert not t.valid and t.rule == "timing_tampered", t.reason
     assert t.sealed.get("flagged") is True and "sealed calls" in t.reason
+
+
+@pytest.mark.parametrize("shape, layout", [((1, 8, 16, 16), torch.channels_last), ((3, 5, 7, 9), torch.channels_last),
+                                           ((1, 4, 3, 6, 5), torch.channels_last_3d), ((2, 3000), None)])
+def test_a_non_contiguous_output_is_weighed_in_row_slices_with_the_same_checksum(shape, layout):
+    """A channels-last output is checksummed chunk by chunk from the rows that hold each chunk, never copied
+    whole, and the checksum is the one the judge computes over the fetched (contiguous) output."""
+    x = torch.randn(*shape)
+    t = x.to(memory_format=layout) if layout is not None else x.t().contiguous().t()  # a transposed matrix
+    assert not t.is_contiguous() and torch.equal(t, x)
+    flat = x.reshape(-1)
+    n = flat.numel()
+    for a, b in ((0, 1), (0, n), (n // 3, n // 2), (n - 5, n)):
+        assert torch.equal(sealed.flat_range(t, a, b), flat[a:b])
+    stack = t.unsqueeze(0)
+    w, prod = torch.zeros(n), torch.zeros(n)
+    got = torch.zeros(1, dtype=torch.float64)
+    sealed.weighed(stack, 123, w, prod, got)
+    want = torch.zeros(1, dtype=torch.float64)
+    sealed.weighed(x.unsqueeze(0), 123, w, prod, want)
+    assert abs(got.item() - want.item()) <= 1e-9 * max(1.0, abs(want.item()))

@@ -438,6 +438,10 @@ class CandidateProcess:
         try:
             reply = wire.unpack(reply, self.arena, self.device, sock=self.sock, deadline=deadline,
                                 alive=self._runner_alive, max_stream_bytes=max_stream_bytes)
+        except wire.EarlyReply as late:  # its reply's tensors could not be sent (it ran out of memory): its error
+            reply = late.frame
+            if reply.get("ok") is not False or reply.get("nonce") != nonce or reply.get("seq") != self.seq:
+                raise wire.ChannelError("channel", f"a frame inside the reply to '{op}' that is not its error") from None
         except wire.ChannelError as exc:
             if exc.rule == "crash":
                 self._await_exit(2.0)

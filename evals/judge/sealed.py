@@ -148,16 +148,32 @@ def _as_float(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.float32 else t.to(torch.float32)
 
 
+def flat_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """Elements [a, b) of ``t`` in row-major order, flat: a view of a contiguous tensor; of another (a channels-last
+    output) only the rows holding them made contiguous, descending into a row where one row holds them all (the
+    whole of a 4 GiB channels-last output copied at once was most of a sealed call's time)."""
+    if t.is_contiguous():
+        return t.reshape(-1)[a:b]
+    while t.dim() > 1 and t.shape[0] == 1:
+        t = t[0]
+    if t.dim() <= 1:
+        return t.contiguous().reshape(-1)[a:b]
+    row = t.numel() // max(int(t.shape[0]), 1)
+    r0, r1 = a // row, -(-b // row)
+    if r1 - r0 == 1 and row > 2 * (b - a):
+        return flat_range(t[r0], a - r0 * row, b - r0 * row)
+    return t[r0:r1].contiguous().reshape(-1)[a - r0 * row:b - r0 * row]
+
+
 def _chunk_weights(stack: torch.Tensor, seed_value: int, weights: torch.Tensor):
     """(call, part of the call's flat output, its weights) for each chunk of each call of a [K, ...] stack, the
     weights drawn chunk by chunk from ``seed_value`` into ``weights`` (a buffer of up to ``CHECKSUM_CHUNK``)."""
     k = stack.shape[0]
-    flat = stack.reshape(k, -1)
-    n = flat.shape[1]
+    n = stack.numel() // max(int(k), 1)
     for call in range(k):
         for c, a in enumerate(range(0, n, CHECKSUM_CHUNK)):
             b = min(n, a + CHECKSUM_CHUNK)
-            yield call, flat[call, a:b], fill_weights(chunk_seed(seed_value, call, c), weights[:b - a])
+            yield call, flat_range(stack[call], a, b), fill_weights(chunk_seed(seed_value, call, c), weights[:b - a])
 
 
 def weighed(stack: torch.Tensor, seed_value: int, weights: torch.Tensor, products: torch.Tensor,

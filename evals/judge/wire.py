@@ -239,6 +239,8 @@ def chunk_of(t, a: int, b: int):
     (a channels-last output), only the rows that hold those bytes made contiguous, never the whole tensor."""
     if t.is_contiguous():
         return _flat_bytes(t)[a:b]
+    while t.dim() > 1 and t.shape[0] == 1:  # [1, C, H, W] (one call's output stacked): its rows are C's, not all
+        t = t[0]
     rows = t.shape[0] if t.dim() else 1
     row = t.numel() * t.element_size() // max(rows, 1)
     if t.dim() == 0 or row == 0:
@@ -414,6 +416,8 @@ def _pull(sock: socket.socket, arena: Arena, streamed: list, deadline: float | N
         send(sock, {"pull": list(order[0])})
     for n, (i, j) in enumerate(order):
         msg = recv(sock, deadline, alive)
+        if isinstance(msg, dict) and "nonce" in msg and "chunk" not in msg:
+            raise EarlyReply(msg)  # the sender failed while serving and said why: that frame is its reply
         want = dests[i][j * chunk:(j + 1) * chunk]
         at = base + (n % 2) * chunk
         if not (isinstance(msg, dict) and msg.get("chunk") == [i, j] and msg.get("at") == at
