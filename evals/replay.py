@@ -10,7 +10,6 @@ speedup retained.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from pydantic import BaseModel
 
@@ -83,7 +82,7 @@ class PolicySetting(BaseModel):
             changes["plateau_window"] = self.window
         if self.token_budget is not None:
             changes["token_budget"] = self.token_budget
-        return replace(base, **changes)
+        return base.model_copy(update=changes)
 
 
 def policy_grid(policies: Iterable[str], eps: Sequence[float], windows: Sequence[int],
