@@ -74,7 +74,8 @@ class PolicyChoice:
     @property
     def label(self) -> str:
         """The canonical text: how an evaluation names the runs of this choice (its store key)."""
-        return ":".join([self.name, *(f"{k}={v:g}" for k, v in self.parameters)])
+        # a whole number as written (1000000, not 1e+06, which would not parse back)
+        return ":".join([self.name, *(f"{k}={v}" if isinstance(v, int) else f"{k}={v:g}" for k, v in self.parameters)])
 
     def settings(self, base: PolicySettings) -> PolicySettings:
         """``base`` with this choice's parameters in place of its values."""
