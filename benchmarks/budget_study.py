@@ -58,8 +58,8 @@ def study(logs, policies, eps, windows, baseline="eager_fp32", max_attempts=None
         wall_fixed = sum(a.wall_s for s in runs for a in s.attempts)
         wall_kept = sum(a.wall_s for s in runs for a in sorted(s.attempts, key=lambda a: a.index)[:r.stops[s.problem]])
         rows.append({
-            "tier": r.tier, "variant": r.variant, "setting": r.setting.label, "policy": r.setting.policy,
-            "eps": r.setting.eps, "w": r.setting.window, "runs": r.runs, "cut_early": r.stopped_early,
+            "tier": r.tier, "variant": r.variant, "setting": r.setting.label, "policy": r.setting.name,
+            "eps": dict(r.setting.parameters).get("eps"), "w": dict(r.setting.parameters).get("w"), "runs": r.runs, "cut_early": r.stopped_early,
             "attempts_fixed": r.attempts_fixed, "attempts_policy": r.attempts_policy, "attempts_saved": r.attempts_saved,
             "tokens_saved": r.tokens_saved, "wall_s_fixed": round(wall_fixed, 1),
             "wall_saved": (1 - wall_kept / wall_fixed) if wall_fixed > 0 else None,
@@ -90,7 +90,7 @@ def markdown(rows: list[dict], source: str, max_attempts, baseline: str) -> str:
                      f"{r['attempts_policy']}/{r['attempts_fixed']} | {_pct(r['attempts_saved'])} | {_pct(r['wall_saved'])} | "
                      f"{_pct(r['tokens_saved'])} | {g} | {_pct(r['kept'])} |")
     p = PAPER
-    lines.append(f"| paper | - | {p['policy']} eps={p['eps']:g} w={p['w']} | - | - | - | - | {_pct(p['tokens_saved'])} | - | "
+    lines.append(f"| paper | - | {p['policy']}:eps={p['eps']:g}:w={p['w']} | - | - | - | - | {_pct(p['tokens_saved'])} | - | "
                  f"{_pct(p['kept'])} |")
     same = [r for r in rows if r["policy"] == p["policy"] and r["eps"] == p["eps"] and r["w"] == p["w"]]
     for r in same:
@@ -115,7 +115,7 @@ def plots(rows: list[dict], out: Path) -> list[str]:
             ax.scatter([100 * r["attempts_saved"] for r in pts], [100 * r["kept"] for r in pts], marker=marker,
                        label=f"{policy} (attempts saved)", alpha=0.8)
             for r in pts:
-                ax.annotate(r["setting"].split(" ", 1)[-1], (100 * r["attempts_saved"], 100 * r["kept"]), fontsize=6,
+                ax.annotate(r["setting"].split(":", 1)[-1], (100 * r["attempts_saved"], 100 * r["kept"]), fontsize=6,
                             xytext=(3, 3), textcoords="offset points")
     ax.scatter([100 * PAPER["tokens_saved"]], [100 * PAPER["kept"]], marker="*", s=220, color="black",
                label="paper: eps 250%, w 12 (tokens saved)")

@@ -85,7 +85,9 @@ def register(subparsers) -> None:
                     "and the geomean speedup retained, as in the budgeting study.",
     )
     p.add_argument("results", help="an evaluation folder or its results.sqlite")
-    p.add_argument("--policies", type=_csv, default=["sol", "plateau", "sol+plateau"])
+    p.add_argument("--policies", type=_csv, default=["sol", "plateau", "sol+plateau"],
+                   help="policies, comma-separated, as `eval --policies` names them: a bare name is crossed with "
+                        "--eps, --w and --token-budget; one with its parameters (sol:eps=1) is one point")
     p.add_argument("--eps", type=_floats, default=[0.5, 1.0, 2.5], help="SOL margins, like 0.5,1,2.5")
     p.add_argument("--w", type=_ints, default=[4, 8, 12], help="plateau windows, like 4,8,12")
     p.add_argument("--token-budget", type=_ints, default=[], help="token budgets for the tokens policy")

@@ -10,12 +10,11 @@ speedup retained.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_serializer
 
 from evals import metrics
-from run_vocabulary.policies import POLICY_NAMES, PolicySettings, stop_index
+from run_vocabulary.policies import PARAMETERS_OF, PolicyChoice, PolicyError, PolicySettings, parse_policy, stop_index
 from run_vocabulary.records import RunSummary
 from run_vocabulary.variants import DEFAULT_VARIANT, stop_policy
 
@@ -56,63 +55,41 @@ def replay_run(summary: RunSummary, policy: str, settings: PolicySettings) -> Ru
     return truncate(summary, n, policy, reason or f"{policy}: the log ended after {n} attempts without a stop")
 
 
-class PolicySetting(BaseModel):
-    """One point of the replay grid."""
-
-    policy: str
-    eps: float | None = None
-    window: int | None = None
-    token_budget: int | None = None
-
-    @property
-    def label(self) -> str:
-        parts = [self.policy]
-        if self.eps is not None:
-            parts.append(f"eps={self.eps:g}")
-        if self.window is not None:
-            parts.append(f"w={self.window}")
-        if self.token_budget is not None:
-            parts.append(f"tokens={self.token_budget}")
-        return " ".join(parts)
-
-    def settings(self, base: PolicySettings) -> PolicySettings:
-        changes: dict = {}
-        if self.eps is not None:
-            changes["eps"] = self.eps
-        if self.window is not None:
-            changes["plateau_window"] = self.window
-        if self.token_budget is not None:
-            changes["token_budget"] = self.token_budget
-        return replace(base, **changes)
-
-
 def policy_grid(policies: Iterable[str], eps: Sequence[float], windows: Sequence[int],
-                token_budgets: Sequence[int] = ()) -> list[PolicySetting]:
-    """Each policy over the knobs it reads: sol x eps, plateau x w, sol+plateau x eps x w, tokens x budgets."""
-    grid: list[PolicySetting] = []
-    for p in policies:
-        if p not in POLICY_NAMES:
-            raise ReplayError(f"unknown policy {p!r}; expected one of {', '.join(POLICY_NAMES)}")
-        if p == "sol":
-            grid += [PolicySetting(policy=p, eps=e) for e in eps] or [PolicySetting(policy=p)]
-        elif p == "plateau":
-            grid += [PolicySetting(policy=p, window=w) for w in windows] or [PolicySetting(policy=p)]
-        elif p == "sol+plateau":
-            grid += [PolicySetting(policy=p, eps=e, window=w) for e in eps for w in windows] or [PolicySetting(policy=p)]
-        elif p == "tokens":
-            if not token_budgets:
-                raise ReplayError("policy 'tokens' needs --token-budget (a comma-separated list of token counts)")
-            grid += [PolicySetting(policy=p, token_budget=t) for t in token_budgets]
-        else:
-            grid.append(PolicySetting(policy=p))
+                token_budgets: Sequence[int] = ()) -> list[PolicyChoice]:
+    """The points to replay, each a ``PolicyChoice`` as live evaluations name them: a policy written with its
+    parameters (``sol:eps=1``) is one point; a bare name is crossed with the knobs it reads (sol x eps, plateau x w,
+    sol+plateau x eps x w, tokens x budgets)."""
+    grid: list[PolicyChoice] = []
+    for text in policies:
+        choice = _parse(text)
+        if choice.parameters:
+            grid.append(choice)
+            continue
+        p = choice.name
+        if p == "tokens" and not token_budgets:
+            raise ReplayError("policy 'tokens' needs --token-budget (a comma-separated list of token counts)")
+        values = {"eps": [f"eps={e:g}" for e in eps], "w": [f"w={w}" for w in windows],
+                  "tokens": [f"tokens={t}" for t in token_budgets]}
+        points = [[]]
+        for key in PARAMETERS_OF[p]:
+            points = [[*point, item] for point in points for item in values[key]] if values[key] else points
+        grid += [_parse(":".join([p, *point])) for point in points]
     return grid
+
+
+def _parse(text: str) -> PolicyChoice:
+    try:
+        return parse_policy(text)
+    except PolicyError as exc:
+        raise ReplayError(str(exc)) from None
 
 
 class ReplayRow(BaseModel):
     """One policy setting on one tier: what it would have saved and kept."""
 
     tier: str
-    setting: PolicySetting
+    setting: PolicyChoice  # the policy with the parameters replayed (its label: sol:eps=1)
     runs: int
     variant: str = DEFAULT_VARIANT
     stopped_early: int  # runs cut before the end of their log
@@ -128,6 +105,10 @@ class ReplayRow(BaseModel):
     efficiency_gain: float | None  # by tokens, or by attempts for tiers without tokens
     efficiency_unit: str
     stops: dict[str, int]  # problem -> attempts the policy would have used
+
+    @field_serializer("setting")
+    def _setting_as_written(self, setting: PolicyChoice) -> dict:
+        return {"label": setting.label, "policy": setting.name, "parameters": dict(setting.parameters)}
 
 
 class ReplayResult(BaseModel):
@@ -166,7 +147,7 @@ def replay(logs: Sequence[RunSummary], grid: Sequence[PolicySetting], *, baselin
         tokens_fixed = sum(s.tokens_in + s.tokens_out for s in runs)
         for setting in grid:
             # a variant without SOL guidance has no SOL stop rule to replay (run_vocabulary.variants)
-            cut = [replay_run(s, stop_policy(setting.policy, variant), setting.settings(base)) for s in runs]
+            cut = [replay_run(s, stop_policy(setting.name, variant), setting.settings(base)) for s in runs]
             results = [metrics.result_from_summary(s) for s in cut]
             g_policy = metrics.geomean_speedup(results, baseline)
             attempts_policy = sum(len(s.attempts) for s in cut)

@@ -16,7 +16,6 @@ import importlib
 import json
 import re
 import shutil
-from dataclasses import asdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -26,6 +25,7 @@ from pydantic import BaseModel, Field
 from evals.environment import collect_environment
 from run_vocabulary.policies import PolicyError, PolicySettings, parse_policies, parse_policy
 from run_vocabulary.records import AttemptRecord, RunSummary
+from run_vocabulary.settings import RunSettings
 from run_vocabulary.defaults import MAX_ATTEMPTS
 from run_vocabulary.variants import DEFAULT_VARIANT, stop_policy
 
@@ -48,28 +48,16 @@ NOT_STARTED_PREFIX = f"{RunNotStarted.__name__}: "  # how one_line_error names i
 SETUP_FAILED = "setup failed"  # the graph's stop reason for a run that could not start
 
 
-class RunSpec(BaseModel):
-    """One graph run: everything a worker (local or on a Ray node) needs, as plain data."""
+class RunSpec(RunSettings):
+    """One graph run: its settings (``run_vocabulary.settings.RunSettings``; ``policy`` is the evaluation's name of
+    the rule with its parameters, ``plateau:w=8``) and everything else a worker (local or on a Ray node) needs, as
+    plain data."""
 
-    problem: str  # the problem's stable key (builtin/gemm_square, L1/12, ...)
+    problem: str = Field(description="the problem's stable key (builtin/gemm_square, L1/12, ...)")
     problem_path: str
-    tier: str
-    policy: str  # the policy as the evaluation names it, with its parameters (run_vocabulary.policies.PolicyChoice.label)
-    max_attempts: int
-    backend: str
     run_dir: str
-    variant: str = DEFAULT_VARIANT
-    memory_path: str | None = None  # the evaluation's shared memory store; None: no memory
-    problem_error: str = ""  # why the problem's setup failed when it was checked: the run cannot start
-    # the stop rule's parameters the run applies (the policy's own, else the defaults)
-    eps: float = PolicySettings.eps
-    plateau_window: int = PolicySettings.plateau_window
-    token_budget: int = PolicySettings.token_budget
-
-    @property
-    def stop_rule(self) -> str:
-        """The rule's name without its parameters (``plateau`` of ``plateau:w=8``)."""
-        return parse_policy(self.policy).name
+    problem_error: str = Field("", description="why the problem's setup failed when it was checked: the run "
+                               "cannot start")
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -108,6 +96,11 @@ class EvalConfig(BaseModel):
         base = PolicySettings(max_attempts=self.max_attempts)
         return parse_policy(policy).settings(base) if policy else base
 
+    def run_settings(self, tier: str, variant: str, policy: str, memory_path: str | None) -> RunSettings:
+        """The settings of one of the evaluation's runs: the grid's point, with the evaluation's budget and backend."""
+        return RunSettings(tier=tier, variant=variant, policy=policy, max_attempts=self.max_attempts,
+                           backend=self.backend, memory=memory_path is not None, memory_path=memory_path)
+
 
 def check_policies(policies: Sequence[str]) -> list[str]:
     """The policies' canonical labels (``plateau:w=8``); EvalError, one line, for one written wrong."""
@@ -133,21 +126,11 @@ def plan_runs(config: EvalConfig, problem_paths: dict[str, str], out_dir: Path,
         for tier in config.tiers:
             for variant in config.variants:
                 for policy in config.policies_to_run():
-                    settings = config.policy_settings(policy)
+                    settings = config.run_settings(tier, variant, policy, memory_path)
                     # the default variant keeps the folder layout of evaluations made before variants existed
                     parts = [_safe(key), _safe(tier)] + ([] if variant == DEFAULT_VARIANT else [_safe(variant)])
                     specs.append(RunSpec(
-                        problem=key,
-                        problem_path=problem_paths[key],
-                        tier=tier,
-                        policy=policy,
-                        variant=variant,
-                        memory_path=memory_path,
-                        max_attempts=config.max_attempts,
-                        eps=settings.eps,
-                        plateau_window=settings.plateau_window,
-                        token_budget=settings.token_budget,
-                        backend=config.backend,
+                        **settings.model_dump(), problem=key, problem_path=problem_paths[key],
                         run_dir=str(out_dir.joinpath("runs", *parts, _safe(policy))),
                         problem_error=problem_errors.get(key, ""),
                     ))
@@ -358,7 +341,7 @@ def derive_policies(store, config: EvalConfig) -> int:
             settings = config.policy_settings(policy)
             # a variant without SOL guidance replays the policy without its SOL test, as it would have run
             cut = replay_run(log, stop_policy(parse_policy(policy).name, log.variant), settings).model_copy(
-                update={"policy": policy, "policy_settings": asdict(settings)})
+                update={"policy": policy, "policy_settings": settings.model_dump()})
             store.finish_run(cut, status="derived", derived_from=GENEROUS_POLICY)
             derived += 1
     return derived

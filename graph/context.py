@@ -1,4 +1,4 @@
-"""The run context: settings of one optimization run (tier, policy, budgets, backend, GPU) and the
+"""The run context: the settings of one optimization run (``run_vocabulary.settings.RunSettings``) and the
 services the nodes call. It is LangGraph's run-scoped ``context``: never checkpointed, rebuilt from
 ``run.json`` on resume.
 
@@ -11,15 +11,14 @@ fakes of the libraries; the graph's own logic is always the real one.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from typing import Any
 
-from dsl_compiler.backend import BACKENDS
-from run_vocabulary.policies import POLICY_NAMES, PolicySettings
-from run_vocabulary.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
-from graph.state import program_of
-from run_vocabulary.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
+from pydantic import ConfigDict, Field, PrivateAttr
 
+from graph.state import program_of
+from run_vocabulary.policies import PolicySettings
+from run_vocabulary.settings import NAMED_BY_COMMAND, RunSettings
 
 
 class Services:
@@ -198,41 +197,18 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
 
 
-@dataclass
-class RunContext:
-    """Settings of one run. Plain fields are saved to ``run.json`` and restored on resume;
-    ``tier_impl`` and ``services`` are live objects (built from the settings when not given)."""
+class RunContext(RunSettings):
+    """One run: its settings (``run_vocabulary.settings.RunSettings``, what ``run.json`` records and resume
+    restores) and the live objects it calls, ``tier_impl`` and ``services`` (built from the settings when not
+    given), which are never recorded."""
 
-    tier: str = "offline"
-    policy: str = "sol+plateau"
-    variant: str = DEFAULT_VARIANT  # run_vocabulary.variants: what the writer answers with, and whether SOL guides it
-    max_attempts: int = MAX_ATTEMPTS
-    eps: float = SOL_EPS
-    plateau_window: int = PLATEAU_WINDOW
-    token_budget: int = TOKEN_BUDGET
-    baseline: str = "best"
-    backend: str = "interpreter"
-    gpu: str = "h200"
-    tiers_file: str | None = None
-    memory: bool = False  # notes of attempts kept across problems (graph.memory); eval turns it on
-    memory_path: str | None = None  # a SQLite store shared by an evaluation's runs; None: this process only
-    run_id: str = ""
-    tier_impl: Any = field(default=None, repr=False, compare=False)
-    services: Any = field(default=None, repr=False, compare=False)
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    _LIVE = ("tier_impl", "services")
-    # never recorded in a run folder nor restored from one (graph.run_record): the tiers file names endpoints and
-    # the variables holding keys, the memory store is a file the run writes into; the resuming command names them
-    _NAMED_BY_COMMAND = ("tiers_file", "memory_path")
+    tier_impl: Any = Field(None, exclude=True, repr=False, description="the writer, made from ``tier`` when None")
+    services: Any = Field(None, exclude=True, repr=False, description="the libraries' adapters (Services)")
+    _owns_services: bool = PrivateAttr(False)
 
-    def __post_init__(self) -> None:
-        if self.policy not in POLICY_NAMES:
-            raise ValueError(f"unknown policy {self.policy!r}; expected one of {', '.join(POLICY_NAMES)}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        get_variant(self.variant)  # VariantError (a ValueError) for an unknown name
+    def model_post_init(self, __context: Any) -> None:
         # A run closes only the services it made: a caller that passes its own (an evaluation reusing
         # one harness worker across problems) keeps them open.
         self._owns_services = self.services is None
@@ -241,29 +217,18 @@ class RunContext:
 
     @property
     def policy_settings(self) -> PolicySettings:
-        return PolicySettings(
-            max_attempts=self.max_attempts, eps=self.eps, plateau_window=self.plateau_window,
-            token_budget=self.token_budget, baseline=self.baseline,
-        )
-
-    @property
-    def variant_spec(self) -> Variant:
-        return get_variant(self.variant)
-
-    @property
-    def stop_policy(self) -> str:
-        """The stop rule applied: ``policy`` without its SOL test in variants SOL does not guide."""
-        return stop_policy(self.policy, self.variant)
+        return self.stop_settings()
 
     def settings(self) -> dict[str, Any]:
         """What run.json records: the plain settings, without what only a command may name."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._LIVE + self._NAMED_BY_COMMAND}
+        return self.recorded()
 
     @classmethod
     def from_settings(cls, data: dict[str, Any], **named: Any) -> "RunContext":
-        """A context from recorded settings; ``named`` holds the live objects and what the command names
-        (``tiers_file``, ``memory_path``), which recorded settings never supply."""
-        known = {f.name for f in fields(cls)} - set(cls._LIVE + cls._NAMED_BY_COMMAND)
+        """A context from recorded settings (also those an older run folder wrote); ``named`` holds the live
+        objects and what the command names (``tiers_file``, ``memory_path``), which recorded settings never
+        supply."""
+        known = set(RunSettings.model_fields) - set(NAMED_BY_COMMAND)
         return cls(**{k: v for k, v in data.items() if k in known}, **named)
 
     def langsmith_config(self, problem: str) -> dict[str, Any]:
@@ -275,4 +240,3 @@ class RunContext:
             "metadata": {"tier": self.tier, "variant": self.variant, "policy": self.policy, "problem": problem,
                          "backend": self.backend, "gpu": self.gpu, "run_id": self.run_id},
         }
-

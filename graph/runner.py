@@ -16,7 +16,6 @@ import json
 import shutil
 import time
 import uuid
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +245,7 @@ def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, ba
         attempts=[AttemptRecord.model_validate(a) for a in state.get("attempts", [])],
         best_index=state.get("best_index"), best_t_us=state.get("best_t_us"),
         t_sol_us=state.get("sol", {}).get("t_sol_us"), reference_us=state.get("reference_us", {}),
-        stop_reason=state.get("stop_reason", ""), policy_settings=asdict(ctx.policy_settings), tokens_in=state.get("tokens_in", 0),
+        stop_reason=state.get("stop_reason", ""), policy_settings=ctx.policy_settings.model_dump(), tokens_in=state.get("tokens_in", 0),
         tokens_out=state.get("tokens_out", 0), cost_usd=state.get("cost_usd", 0.0), wall_s=wall_s,
         tokens_by_model=state.get("tokens_by_model", {}), graph_overhead_s=overhead_s,
         backend_reason=backend_reason, run_id=ctx.run_id,
@@ -345,9 +344,6 @@ def run_spec(spec: Any, on_event: EventSink | None = None) -> RunSummary:
     if (Path(spec.run_dir) / RUN_FILE).is_file():  # the evaluation's command names the problem, tier and memory
         return resume_run(spec.run_dir, on_event, services=services, problem_path=spec.problem_path, tier=spec.tier,
                           memory_path=spec.memory_path)
-    ctx = RunContext(tier=spec.tier, policy=spec.stop_rule, variant=spec.variant, max_attempts=spec.max_attempts,
-                     eps=spec.eps, plateau_window=spec.plateau_window, token_budget=spec.token_budget,
-                     backend=spec.backend, memory=spec.memory_path is not None, memory_path=spec.memory_path,
-                     services=services)
+    ctx = RunContext(**spec.run_settings().model_dump(), services=services)
     return run_optimize(spec.problem_path, ctx, spec.run_dir, on_event)
 

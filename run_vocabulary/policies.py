@@ -16,8 +16,10 @@ parameters (``PolicyChoice``): ``sol:eps=1``, ``plateau:w=8``, ``sol+plateau:eps
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from run_vocabulary.records import AttemptRecord
 from run_vocabulary.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
@@ -25,19 +27,24 @@ from run_vocabulary.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN
 POLICY_NAMES = ("fixed", "sol", "plateau", "sol+plateau", "tokens")
 
 
-@dataclass(frozen=True)
-class PolicySettings:
-    """Knobs of the stop rules. Defaults are the paper's best replayed setting (eps 250%, w 12)
-    within its 40-attempt budget."""
+class PolicySettings(BaseModel):
+    """Knobs of the stop rules: the stop part of a run's settings (``run_vocabulary.settings.RunSettings``
+    is one of these). Defaults are the paper's best replayed setting (eps 250%, w 12) within its 40-attempt
+    budget."""
 
-    max_attempts: int = MAX_ATTEMPTS
-    eps: float = SOL_EPS  # SOL stop: t_best <= (1 + eps) * t_sol_us
-    plateau_window: int = PLATEAU_WINDOW  # attempts in a row without gain
-    min_gain: float = 0.0  # an attempt is a gain when it beats the best by more than this fraction
-    token_budget: int = TOKEN_BUDGET
-    # Which reference time must be beaten: a key of reference_us ("eager_fp32", "eager_tf32",
-    # "compile") or "best" (the fastest of those measured).
-    baseline: str = "best"
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attempts: int = Field(MAX_ATTEMPTS, ge=1, description="attempt cap of the run, whatever its policy")
+    eps: float = Field(SOL_EPS, ge=0, description="sol policy: stop once t_best <= (1 + eps) * t_SOL")
+    plateau_window: int = Field(PLATEAU_WINDOW, ge=1, description="plateau policy (w): attempts in a row without gain")
+    min_gain: float = Field(0.0, ge=0, description="an attempt is a gain when it beats the best by more than this fraction")
+    token_budget: int = Field(TOKEN_BUDGET, ge=1, description="tokens policy: input + output tokens of the run")
+    baseline: str = Field("best", description="the reference time to beat: a key of reference_us (eager_fp32, "
+                          "eager_tf32, compile) or best, the fastest of those measured")
+
+    def stop_settings(self) -> "PolicySettings":
+        """Only the stop rules' knobs (what a run records it applied), also of a model extending these."""
+        return PolicySettings(**{name: getattr(self, name) for name in PolicySettings.model_fields})
 
 
 class PolicyError(ValueError):
@@ -67,11 +74,16 @@ class PolicyChoice:
     @property
     def label(self) -> str:
         """The canonical text: how an evaluation names the runs of this choice (its store key)."""
-        return ":".join([self.name, *(f"{k}={v:g}" for k, v in self.parameters)])
+        # a whole number as written (1000000, not 1e+06, which would not parse back)
+        return ":".join([self.name, *(f"{k}={v}" if isinstance(v, int) else f"{k}={v:g}" for k, v in self.parameters)])
 
     def settings(self, base: PolicySettings) -> PolicySettings:
         """``base`` with this choice's parameters in place of its values."""
-        return replace(base, **{POLICY_PARAMETERS[k][0]: v for k, v in self.parameters})
+        return base.model_copy(update=self.fields())
+
+    def fields(self) -> dict[str, float | int]:
+        """This choice's parameters by the settings field each one sets (``w`` -> ``plateau_window``)."""
+        return {POLICY_PARAMETERS[k][0]: v for k, v in self.parameters}
 
 
 def parse_policy(text: str) -> PolicyChoice:
@@ -102,7 +114,7 @@ def parse_policy(text: str) -> PolicyChoice:
 
 
 def _example(name: str) -> str:
-    return ":".join(f"{k}={getattr(PolicySettings(), POLICY_PARAMETERS[k][0]):g}" for k in PARAMETERS_OF[name]) or "(none)"
+    return ":".join(f"{k}={PolicySettings.model_fields[POLICY_PARAMETERS[k][0]].default:g}" for k in PARAMETERS_OF[name]) or "(none)"
 
 
 def parse_policies(texts: Sequence[str]) -> list[PolicyChoice]:

@@ -6,6 +6,7 @@ without depending on the evaluations."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Protocol, runtime_checkable
 
@@ -35,3 +36,17 @@ class Problem(Protocol):
     tolerance: float  # atol = rtol of the comparison with the reference
     allowed_precisions: tuple[str, ...]  # the math precisions a candidate may compute in
     setup_error: str  # why its setup failed where it was checked ("" when it did not): never run it then
+
+
+@dataclass(frozen=True)
+class ProblemValue:
+    """A problem made in code rather than loaded from a suite (a warm-up, a file traced by its path): the
+    ``Problem`` protocol's fields, with its defaults. ``module`` None: whoever needs it imports ``path``."""
+
+    name: str
+    path: str
+    module: ModuleType | None = None
+    source: str = ""
+    tolerance: float = DEFAULT_TOLERANCE
+    allowed_precisions: tuple[str, ...] = DEFAULT_PRECISIONS
+    setup_error: str = ""

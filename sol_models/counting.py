@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 from dsl_compiler.limits import TimeLimitExceeded, time_limit
 from dsl_compiler.ops import OPS
 from dsl_compiler.walk import epilogue_nodes, epilogue_refs
+from run_vocabulary.problem import Problem, ProblemValue
 
 OpKind = Literal["matmul", "elementwise", "reduction", "norm", "softmax", "pool", "data", "other"]
 
@@ -434,16 +435,17 @@ def load_module(path: str | Path):
     return module
 
 
-def _resolve(problem: Any) -> tuple[Path, Any, str]:
-    """(path, module or None, name) from a path or an object with ``.path`` (and maybe ``.module``)."""
+def _resolve(problem: Problem | str | Path) -> tuple[Path, Any, str]:
+    """(path, module or None, name) from a path or a problem (whose module is imported again from its path
+    where it is not a KernelBench module)."""
     if isinstance(problem, (str, Path)):
         path = Path(problem)
         return path, None, path.stem
-    path = Path(getattr(problem, "path"))
-    module = getattr(problem, "module", None)
+    path = Path(problem.path)
+    module = problem.module
     if module is not None and not all(hasattr(module, n) for n in ("Model", "get_inputs", "get_init_inputs")):
         module = None
-    return path, module, getattr(problem, "name", None) or path.stem
+    return path, module, problem.name or path.stem
 
 
 def _to_meta(obj: Any) -> Any:
@@ -536,23 +538,23 @@ def warm_up() -> None:
 
     import torch
 
-    module = types.SimpleNamespace(Model=lambda: torch.nn.Linear(2, 2), get_inputs=lambda: [torch.ones(1, 2)],
-                                   get_init_inputs=lambda: [])
+    module = types.ModuleType("warm-up")
+    module.Model, module.get_inputs, module.get_init_inputs = (lambda: torch.nn.Linear(2, 2)), (lambda: [torch.ones(1, 2)]), list
     try:
-        count_problem(types.SimpleNamespace(path="warm-up", name="warm-up", module=module))
+        count_problem(ProblemValue(name="warm-up", path="warm-up", module=module))
     except ProblemLoadError:  # a loaded machine's first count past the time limit: nothing was warmed, nothing failed
         return
     _warm.append(True)
 
 
-def count_problem(problem: Any, seed: int = 0) -> WorkCount:
+def count_problem(problem: Problem | str | Path, seed: int = 0) -> WorkCount:
     """FLOPs and bytes of a KernelBench-format problem (a path, or an object with ``.path``).
 
     The model and its inputs are built on the meta device; a problem whose forward needs real
     values (``.item()``, data-dependent shapes) is counted again on CPU tensors, with a note.
     Raises ProblemLoadError with a one-line message for a file that cannot be loaded or run.
     """
-    if getattr(problem, "setup_error", ""):  # its setup failed where it was checked: never run here
+    if not isinstance(problem, (str, Path)) and problem.setup_error:  # its setup failed where it was checked: never run here
         raise ProblemLoadError(problem.setup_error)
     with warnings.catch_warnings():
         # a problem's own warnings (deprecations, perf hints) are not about its work
@@ -567,7 +569,7 @@ def count_problem(problem: Any, seed: int = 0) -> WorkCount:
             raise ProblemLoadError(str(exc)) from None
 
 
-def _count_problem(problem: Any, seed: int) -> WorkCount:
+def _count_problem(problem: Problem | str | Path, seed: int) -> WorkCount:
     path, module, name = _resolve(problem)
     if module is None:
         module = load_module(path)

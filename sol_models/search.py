@@ -23,6 +23,7 @@ from typing import Any
 from dsl_compiler import ir
 from dsl_compiler.ir import KernelConfig, Program
 from dsl_compiler.precision import MATH_MODES, default_math
+from run_vocabulary.problem import ALL_PRECISIONS, STRICT_PRECISIONS, Problem
 
 RECORD_ENV = "MUCUTLASS_RECORD"
 # Enumeration order breaks ties of the estimate: the shapes measured best on the H200 come first.
@@ -60,14 +61,15 @@ def with_config(program: Program, kernel_name: str, config: KernelConfig) -> Pro
     return program.model_copy(update={"steps": steps})
 
 
-def _precisions(problem_info: Any) -> tuple[str, ...]:
+def _precisions(problem_info: Problem | dict | None) -> tuple[str, ...]:
+    """What a problem allows: all precisions with no problem, f32 and tf32 where it names none."""
     if problem_info is None:
-        return ("f32", "tf32", "bf16", "f16")
+        return ALL_PRECISIONS
     if isinstance(problem_info, dict):
         allowed = problem_info.get("allowed_precisions")
     else:
-        allowed = getattr(problem_info, "allowed_precisions", None)
-    return tuple(allowed) if allowed else ("f32", "tf32")
+        allowed = problem_info.allowed_precisions
+    return tuple(allowed) if allowed else STRICT_PRECISIONS
 
 
 def epilogue_class(kernel: ir.Kernel) -> str:
@@ -246,7 +248,7 @@ def _grouped_conv_candidates(groups: int, dims, math_mode: str | None, tk: int) 
     return out
 
 
-def rank_configs(program: Program, kernel_name: str, problem_info: Any = None, gpu: Any = "h200",
+def rank_configs(program: Program, kernel_name: str, problem_info: Problem | dict | None = None, gpu: Any = "h200",
                  record: ConfigRecord | None = None, limit: int = 8) -> list[RankedConfig]:
     """Legal configurations of one kernel, best estimate first (a recorded best measured config
     for the same shape goes first). Deterministic."""
@@ -314,7 +316,7 @@ def rank_configs(program: Program, kernel_name: str, problem_info: Any = None, g
     return unique[:limit]
 
 
-def propose_configs(program: Program, kernel_name: str, problem_info: Any = None, gpu: Any = "h200",
+def propose_configs(program: Program, kernel_name: str, problem_info: Problem | dict | None = None, gpu: Any = "h200",
                     record: ConfigRecord | None = None, limit: int = 8) -> list[KernelConfig]:
     """The contract form of ``rank_configs``: configurations only, best first."""
     return [r.config for r in rank_configs(program, kernel_name, problem_info, gpu, record, limit)]

@@ -5,7 +5,6 @@ the program's estimate. Backs `mucutlass trace`."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dsl_compiler.walk import epilogue_refs
 from sol_models.counting import ProblemLoadError, ProgramCountError, count_problem, load_module, program_traffic
 from sol_models.estimate import ProgramEstimate, estimate_program
+from run_vocabulary.problem import Problem, ProblemValue
 
 
 class TorchOp(BaseModel):
@@ -44,7 +44,7 @@ class TraceFailed(Exception):
     """The problem file cannot be loaded or run; the message is one line."""
 
 
-def _as_problem(problem: Any) -> Any:
+def _as_problem(problem: Problem | str | Path) -> Problem:
     """A loaded problem (``module``, ``name``, ``path``) from a path or a loaded problem."""
     if isinstance(problem, (str, Path)):
         path = Path(problem)
@@ -52,7 +52,7 @@ def _as_problem(problem: Any) -> Any:
             module = load_module(path)
         except ProblemLoadError as exc:
             raise TraceFailed(str(exc)) from None
-        return SimpleNamespace(name=path.stem, path=str(path), module=module)
+        return ProblemValue(name=path.stem, path=str(path), module=module)
     return problem
 
 
@@ -112,7 +112,7 @@ def kernel_flops(program: Any, state_shapes: dict[str, tuple[int, ...]] | None =
     return total
 
 
-def state_shapes_of(problem: Any) -> dict[str, tuple[int, ...]] | None:
+def state_shapes_of(problem: Problem) -> dict[str, tuple[int, ...]] | None:
     """The shapes of the model's state_dict (built on the meta device), None where it cannot be built."""
     import torch
 
@@ -154,7 +154,7 @@ def _quietly(fn, *args):
             lg.setLevel(level)
 
 
-def trace_report(problem: Any, gpu: Any | None = None, options: Any = None) -> TraceReport:
+def trace_report(problem: Problem | str | Path, gpu: Any | None = None, options: Any = None) -> TraceReport:
     """Trace ``problem`` (a path or a loaded problem) and measure what its program covers.
 
     Raises TraceFailed for a file that cannot be loaded or run; a model the frontend cannot trace
@@ -163,7 +163,7 @@ def trace_report(problem: Any, gpu: Any | None = None, options: Any = None) -> T
     from dsl_compiler.printer import format_program
 
     problem = _as_problem(problem)
-    name = getattr(problem, "name", None) or "problem"
+    name = problem.name or "problem"
     result = _quietly(trace_problem, problem, options)
     if result.program is None:
         diag = next((d for d in result.diagnostics if d.severity == "error"), None) or (result.diagnostics or [None])[0]

@@ -66,9 +66,9 @@ def test_every_run_is_handed_its_policys_parameters(tmp_path):
                         policies=check_policies(["sol:eps=0.5", "plateau:w=3", "tokens"]), max_attempts=9)
     specs = {s.policy: s for s in plan_runs(config, {"mini/a": "a.py"}, tmp_path)}
     assert {p: (s.stop_rule, s.eps, s.plateau_window, s.token_budget, s.max_attempts) for p, s in specs.items()} == {
-        "sol:eps=0.5": ("sol", 0.5, PolicySettings.plateau_window, PolicySettings.token_budget, 9),
-        "plateau:w=3": ("plateau", PolicySettings.eps, 3, PolicySettings.token_budget, 9),
-        "tokens": ("tokens", PolicySettings.eps, PolicySettings.plateau_window, PolicySettings.token_budget, 9)}
+        "sol:eps=0.5": ("sol", 0.5, PolicySettings().plateau_window, PolicySettings().token_budget, 9),
+        "plateau:w=3": ("plateau", PolicySettings().eps, 3, PolicySettings().token_budget, 9),
+        "tokens": ("tokens", PolicySettings().eps, PolicySettings().plateau_window, PolicySettings().token_budget, 9)}
 
 
 def test_policies_derived_by_replay_stop_by_their_parameters(tmp_path):
@@ -107,6 +107,6 @@ def test_a_live_evaluation_stops_by_the_given_plateau_window(tmp_path, capsys):
     assert default["attempts"] == 6 and default["stop_reason"].startswith("fixed: 6 of 6")
     assert short["attempts"] < 6 and short["stop_reason"].startswith("plateau: 2 attempts in a row without gain")
     assert short["policy_settings"]["plateau_window"] == 2
-    assert default["policy_settings"]["plateau_window"] == PolicySettings.plateau_window
+    assert default["policy_settings"]["plateau_window"] == PolicySettings().plateau_window
     run_json = json.loads(next((out / "runs").rglob("plateau_w_2/run.json")).read_text())
-    assert run_json["settings"]["policy"] == "plateau" and run_json["settings"]["plateau_window"] == 2
+    assert run_json["settings"]["policy"] == "plateau:w=2" and run_json["settings"]["plateau_window"] == 2

@@ -50,7 +50,7 @@ def test_report_tables_and_plots(store, tmp_path, monkeypatch):
     assert "policy `sol` was derived by replaying the `fixed` logs" in text
     assert "P1 [mini, dsl+sol, flagged]: sol_ceiling: 1.3x faster than the bound" in text
     assert "| mini | dsl+sol | sol | 44.7% | 73.1% of tokens | 75.0% | 1.66x |" in text  # retention, saved, gain
-    assert "## Budgeting study" in text and "sol+plateau eps=2.5 w=12" in text
+    assert "## Budgeting study" in text and "sol+plateau:eps=2.5:w=12" in text
     for png in ("fast_p.png", "speedup_vs_sol.png", "spend_vs_speedup.png", "attempt_curves.png"):
         data = (tmp_path / "out" / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
@@ -62,7 +62,7 @@ def test_report_command(store, tmp_path, capsys, monkeypatch):
     assert main(["report", str(tmp_path / "ev")]) == 0
     assert (tmp_path / "ev" / "report" / "report.md").is_file()
     assert main(["replay", str(tmp_path / "ev"), "--policies", "sol", "--eps", "2.5"]) == 0
-    assert "| mini | dsl+sol | sol eps=2.5 | 2/2 | 4/16 | 75.0% | 73.1% |" in capsys.readouterr().out
+    assert "| mini | dsl+sol | sol:eps=2.5 | 2/2 | 4/16 | 75.0% | 73.1% |" in capsys.readouterr().out
 
 
 class _MockLangSmith(BaseHTTPRequestHandler):

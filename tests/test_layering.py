@@ -2,7 +2,7 @@
 packages point one way, and LangGraph stays in graph/ and nodes/.
 
     {graph, nodes} -> {run_vocabulary, evals, dsl_compiler, sol_models};  evals -> {run_vocabulary, dsl_compiler, sol_models};
-    sol_models -> dsl_compiler;  run_vocabulary -> dsl_compiler (its diagnostics);  dsl_compiler -> nothing of ours.
+    sol_models -> dsl_compiler;  run_vocabulary -> dsl_compiler (its diagnostics, its backend names);  dsl_compiler -> nothing of ours.
 
 run_vocabulary/ is the bottom of the run vocabulary: its leaves ``run_vocabulary.problem`` and ``run_vocabulary.defaults`` import nothing of
 ours, and they are all of it that the compiler and the SOL models may import (they type against the problem).

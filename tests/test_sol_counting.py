@@ -1,10 +1,10 @@
 import math
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
+from run_vocabulary.problem import ProblemValue
 from sol_models.counting import ProblemLoadError, count_problem
 
 DATA = Path(__file__).parent / "data" / "sol"
@@ -145,7 +145,7 @@ def test_lstm_is_counted_in_closed_form(tmp_path):
 
 
 def test_problem_object_with_path_is_accepted():
-    w = count_problem(SimpleNamespace(path=str(DATA / "gemm.py"), name="gemm_obj"))
+    w = count_problem(ProblemValue(name="gemm_obj", path=str(DATA / "gemm.py")))  # its module imported from the path
     assert w.name == "gemm_obj" and w.flops == 2 * 1024 * 512 * 2048
 
 

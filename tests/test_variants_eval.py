@@ -103,4 +103,4 @@ def test_eval_variants_end_to_end_against_a_mock_endpoint(tmp_path, mock_tier, c
     assert {r["variant"] for r in doc["rows"]} == {"cuda", "dsl", "dsl+sol"}
     # replay shows the variant column too
     assert main(["replay", str(out), "--policies", "plateau", "--w", "4"]) == 0
-    assert "| mock | dsl | plateau w=4 |" in capsys.readouterr().out
+    assert "| mock | dsl | plateau:w=4 |" in capsys.readouterr().out

@@ -21,7 +21,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+from run_vocabulary.problem import Problem
 
 # the sampled maximum underestimates the maximum over the whole output (more elements, more tail):
 # a precision is predicted to pass when its sampled error is at most this share of the tolerance
@@ -146,13 +149,13 @@ def _ratio(out, ref, tolerance: float) -> float:
     return worst
 
 
-def predict_errors(problem: Any, maths: tuple[str, ...], tolerance: float, seed: int = 1,
+def predict_errors(problem: Problem | ModuleType, maths: tuple[str, ...], tolerance: float, seed: int = 1,
                    budget_s: float = RUN_BUDGET_S, until_pass: bool = False) -> dict[str, PrecisionError]:
     """Predicted error of each precision in ``maths`` on the problem's inputs (``get_inputs()`` under
     ``seed``); with ``until_pass`` the precisions after the first predicted to pass are not run. {} when
     the reference cannot run on the CPU (the caller keeps its own rule then). Cached on disk by the
     problem's source, so the processes of one evaluation compute each once."""
-    source = getattr(problem, "source", None)
+    source = problem.source if isinstance(problem, Problem) else None  # a module has no source to key the cache by
     key = None
     if source:
         key = hashlib.sha256(json.dumps([source, list(maths), float(tolerance), seed, until_pass]).encode()).hexdigest()[:24]
@@ -194,7 +197,7 @@ def _write_cache(key: str, result: dict[str, PrecisionError]) -> None:
         pass
 
 
-def _predict(problem: Any, maths: tuple[str, ...], tolerance: float, seed: int, budget_s: float,
+def _predict(problem: Problem | ModuleType, maths: tuple[str, ...], tolerance: float, seed: int, budget_s: float,
              until_pass: bool) -> dict[str, PrecisionError]:
     import torch
 

@@ -1,6 +1,6 @@
 """Building the reference ``Model`` (on the meta device where it can) and tracing it with torch.fx
 (``torch.export`` when symbolic tracing fails). The reference is handed in as a value: a problem
-(anything with ``module``, ``name``, ``allowed_precisions``) or a Python module."""
+(``run_vocabulary.problem.Problem``) or a Python module."""
 
 from __future__ import annotations
 
@@ -11,33 +11,37 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic
+from run_vocabulary.problem import ALL_PRECISIONS, Problem
 
 
 @dataclass
 class LoadedReference:
     name: str
     module: Any  # the Python module defining Model, get_inputs, get_init_inputs
-    allowed_precisions: tuple[str, ...] = ("f32", "tf32", "bf16", "f16")
+    allowed_precisions: tuple[str, ...] = ALL_PRECISIONS
 
 
-def load_reference(problem: Any) -> LoadedReference:
-    """``problem`` is a loaded problem (``module``, ``name``, ``allowed_precisions``)
-    or a module; a file is loaded by its caller (``evals.problems.load_problem``)."""
+def load_reference(problem: Problem | ModuleType) -> LoadedReference:
+    """``problem`` is a loaded problem or a module defining ``Model`` and ``get_inputs`` (all precisions
+    allowed); a file is loaded by its caller (``evals.problems.load_problem``)."""
     if isinstance(problem, (str, Path)):
         raise TraceError("problem", f"{problem}: the frontend traces a loaded problem, not a path",
                          "load the file first (evals.problems.load_problem) and trace the problem it returns")
-    module = getattr(problem, "module", problem)
+    if isinstance(problem, Problem):
+        module, name, allowed = problem.module, problem.name, tuple(problem.allowed_precisions)
+    else:
+        module, name, allowed = problem, "", ()
     if isinstance(module, str):
         module = sys.modules.get(module) or importlib.import_module(module)
-    name = getattr(problem, "name", None) or getattr(module, "__name__", "problem")
+    name = name or getattr(module, "__name__", None) or "problem"  # a module-like value may lack __name__
     for attr in ("Model", "get_inputs"):
         if not hasattr(module, attr):
             raise TraceError("problem", f"{name} defines no `{attr}`", "a problem defines Model, get_inputs and get_init_inputs")
-    allowed = tuple(getattr(problem, "allowed_precisions", None) or LoadedReference.allowed_precisions)
-    return LoadedReference(str(name), module, allowed)
+    return LoadedReference(str(name), module, allowed or LoadedReference.allowed_precisions)
 
 
 class TraceError(Exception):
