@@ -22,6 +22,9 @@ STEPS: dict[str, str] = {
     "transpose": "transpose(x, 0, 1)", "unsqueeze": "unsqueeze(x, 1)", "select": "select(x, 1, t): index t of dim 1", "squeeze": "squeeze(x, 1)",
     "cat": "cat(a, b, ..., dim=1)", "stack": "stack(a, b, ..., dim=0)", "chunk": "torch a, b = chunk(x, 2, dim=1)",
     "pad": "pad(x, (l, r, t, b), value=0.0)",
+    "zero_insert": "zero_insert(x, stride=(2, 2), output_padding=(0, 0)): stride - 1 zeros between the input pixels "
+                   "of each spatial dim and output_padding zeros after the last, layout kept: a transposed conv of "
+                   "stride s is the stride-1 one over this",
     "to": 'to(x, dtype="bf16"): the same values in another element type (f32, bf16, f16)',
     # elementwise
     "relu": "", "gelu": "gelu(x, approximate=\"tanh\")", "silu": "", "sigmoid": "", "tanh": "", "softplus": "",
@@ -99,8 +102,22 @@ def _table() -> dict[str, Callable[..., Any]]:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
         return x.to(torch_dtype(dtype))
 
+    def zero_insert(x, stride, output_padding=0):
+        dims = x.dim() - 2
+        steps = (stride,) * dims if isinstance(stride, int) else tuple(stride)
+        extra = (output_padding,) * dims if isinstance(output_padding, int) else tuple(output_padding)
+        if len(steps) != dims or len(extra) != dims or min(steps) < 1 or min(extra) < 0:
+            raise ValueError(f"zero_insert needs {dims} strides >= 1 and {dims} output paddings >= 0")
+        spans = [(n - 1) * st + 1 for n, st in zip(x.shape[2:], steps)]
+        out = x.new_zeros((*x.shape[:2], *(sp + e for sp, e in zip(spans, extra))))
+        if is_channels_last(x):
+            out = channels_last(out)
+        out[(slice(None), slice(None), *(slice(0, sp, st) for sp, st in zip(spans, steps)))] = x
+        return out
+
     table: dict[str, Callable[..., Any]] = {
         "to": to,
+        "zero_insert": zero_insert,
         "channels_last": channels_last,
         "contiguous": lambda x: x.contiguous(),
         "reshape": torch.reshape, "flatten": torch.flatten, "permute": torch.permute, "transpose": torch.transpose,
