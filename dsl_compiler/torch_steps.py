@@ -22,6 +22,9 @@ STEPS: dict[str, str] = {
     "transpose": "transpose(x, 0, 1)", "unsqueeze": "unsqueeze(x, 1)", "select": "select(x, 1, t): index t of dim 1", "squeeze": "squeeze(x, 1)",
     "cat": "cat(a, b, ..., dim=1)", "stack": "stack(a, b, ..., dim=0)", "chunk": "torch a, b = chunk(x, 2, dim=1)",
     "pad": "pad(x, (l, r, t, b), value=0.0)",
+    "forward_filter": "forward_filter(w): a transposed conv's filter [C, K, *filter] as the forward conv's [K, C, *filter], "
+                      "flipped in every spatial dim, channels-last: the stride-1 transposed conv with padding p is the "
+                      "forward conv with padding dilation·(filter - 1) - p over it",
     "zero_insert": "zero_insert(x, stride=(2, 2), output_padding=(0, 0)): stride - 1 zeros between the input pixels "
                    "of each spatial dim and output_padding zeros after the last, layout kept: a transposed conv of "
                    "stride s is the stride-1 one over this",
@@ -115,8 +118,12 @@ def _table() -> dict[str, Callable[..., Any]]:
         out[(slice(None), slice(None), *(slice(0, sp, st) for sp, st in zip(spans, steps)))] = x
         return out
 
+    def forward_filter(w):
+        return channels_last(w.transpose(0, 1).flip(tuple(range(2, w.dim()))))
+
     table: dict[str, Callable[..., Any]] = {
         "to": to,
+        "forward_filter": forward_filter,
         "zero_insert": zero_insert,
         "channels_last": channels_last,
         "contiguous": lambda x: x.contiguous(),
