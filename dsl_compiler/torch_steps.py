@@ -280,8 +280,11 @@ def dense(x: Any, rank3_channels_last: bool = False) -> Any:
     return x.contiguous()
 
 
+_CHANNELS_LAST_STEPS = ("channels_last", "forward_filter")  # steps whose output is channels-last at any rank
+
+
 def _rank3_channels_last(step: ir.TorchStep, layout_of: Callable[[str], str | None]) -> bool:
-    return step.fn == "channels_last" or any(
+    return step.fn in _CHANNELS_LAST_STEPS or any(
         isinstance(a, ir.TensorArg) and layout_of(a.name) == "channels_last" for a in step.args)
 
 
