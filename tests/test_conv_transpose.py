@@ -320,3 +320,30 @@ def test_real_nvcc_compiles_an_sm90_dgrad_kernel(tmp_path, monkeypatch):
     assert res.ok, "\n".join(d.render() for d in res.diagnostics)
     (so,) = res.artifacts.values()
     assert os.path.getsize(so) > 100_000
+
+
+# ---------------------------------------------------------------------------------------------
+# The offline tier
+
+
+@pytest.mark.parametrize("allowed, kind, math", [(("f32", "tf32"), "conv", "tf32"), (None, "conv_transpose", "f16")])
+def test_offline_tier_writes_a_transposed_conv_program_and_notes_its_lowering(tmp_path, allowed, kind, math):
+    from nodes.offline.policy import OfflineTier
+    from nodes.tier_types import WriterRequest
+    from sol_models import search
+
+    problem = _suite()[0]  # ConvTranspose2d, stride 2, output_padding 1, then ReLU
+    request = WriterRequest(problem_name=problem.name, problem_source=problem.source, sol={"t_sol_us": 10.0}, plan=None,
+                            history=[], diagnostics=[], attempt_index=1,
+                            allowed_precisions=list(allowed or problem.allowed_precisions), tolerance=problem.tolerance,
+                            problem=problem, gpu="h200")
+    tier = OfflineTier(record=search.ConfigRecord(tmp_path / "record.json"))
+    reply = tier.write(request)
+    assert reply.error is None
+    program, diags = parse(reply.program_text)
+    assert program is not None and not [d for d in check(program) if d.severity == "error"]
+    (kernel,) = program.kernels
+    assert (kernel.op.kind, kernel.config.math) == (kind, math)
+    assert [s.fn for s in program.torch_steps if s.fn == "zero_insert"] == ["zero_insert"]
+    rationale = tier.propose(request)[0].rationale  # the planner reads how the kernel runs the op
+    assert "zero-inserted input" in rationale and "4x the useful MMAs" in rationale

@@ -399,9 +399,23 @@ def _cut_padding(b: ProgramBuilder, anchor_op: Op, stores: list[Store], rank: in
         b.tensor_name[v] = b.pad_step(s.name, cut)
 
 
+def conv_transpose_note(conv: dict, half: str | None) -> str:
+    """How a transposed conv's kernel runs it, for the coverage row (the program's notes): its lowering and cost."""
+    how = "sm_90 dgrad" if half else "a forward conv over the flipped filter (forward_filter: tf32 cannot read dgrad's)"
+    stride = [int(s) for s in conv["stride"]]
+    if any(s != 1 for s in stride) or any(conv["output_padding"]):
+        factor = math.prod(stride)
+        return (f"transposed conv as {how} at unit stride over a zero-inserted input (zero_insert, stride "
+                f"{tuple(stride)}): {factor}x the useful MMAs, as sm_90 conv kernels have no strided dgrad")
+    return f"transposed conv as {how}"
+
+
 def _cover_group(b: ProgramBuilder, group: KernelGroup) -> None:
     graph, kname = b.graph, group.kernel_name
-    graph.cover(group.anchor, "kernel", where=kname)
+    anchor_op = graph.ops[group.anchor]
+    note = (conv_transpose_note(anchor_op.conv, group.plan.math.half)
+            if anchor_op.kind == "conv" and anchor_op.conv.get("transposed") else "")
+    graph.cover(group.anchor, "kernel", where=kname, reason=note)
     for m in group.members:
         graph.cover(m, "reduction" if m in group.reduces else "epilogue", where=kname)
     for n_, red in graph.aliases_to_reduce.items():
