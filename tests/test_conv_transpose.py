@@ -347,3 +347,32 @@ def test_offline_tier_writes_a_transposed_conv_program_and_notes_its_lowering(tm
     assert [s.fn for s in program.torch_steps if s.fn == "zero_insert"] == ["zero_insert"]
     rationale = tier.propose(request)[0].rationale  # the planner reads how the kernel runs the op
     assert "zero-inserted input" in rationale and "4x the useful MMAs" in rationale
+
+
+# ---------------------------------------------------------------------------------------------
+# On the H200 (benchmarks/h200_suite.sh conv-transpose)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_cls, shape", [(_Up2d, (4, 16, 20, 24)), (_Up3d, (2, 8, 6, 8, 10))])
+def test_the_traced_bf16_dgrad_program_runs_on_the_gpu_like_the_interpreter(model_cls, shape):
+    """The built dgrad kernel (zero-inserted input, bias and tail fused) against the interpreter's exact semantics:
+    the same rounded operands and fp32 sums, only the summation order differs."""
+    from dsl_compiler import build
+    from dsl_compiler.runtime import load
+
+    result = trace_problem(_problem(model_cls, *shape), TraceOptions(math="bf16"))
+    (kernel,) = result.program.kernels
+    assert kernel.op.kind == "conv_transpose"
+    res = build.build_program(result.program)
+    assert res.ok, "\n".join(d.render() for d in res.diagnostics)
+    torch.manual_seed(6)
+    model = model_cls()
+    x = torch.randn(*shape)
+    params = bind_params(result.program, model)
+    with torch.no_grad():
+        want = load(result.program, "interpreter", params)(x)
+        got = load(result.program, "cutlass", {k: v.cuda() for k, v in params.items()}, res.artifacts)(x.cuda())
+        ref = model(x)
+    assert torch.allclose(got.float().cpu(), want, atol=1e-3, rtol=1e-3)
+    assert torch.allclose(want, ref, atol=5e-2, rtol=5e-2)  # bf16 operands against fp32 PyTorch
