@@ -376,3 +376,29 @@ def test_the_traced_bf16_dgrad_program_runs_on_the_gpu_like_the_interpreter(mode
         ref = model(x)
     assert torch.allclose(got.float().cpu(), want, atol=1e-3, rtol=1e-3)
     assert torch.allclose(want, ref, atol=5e-2, rtol=5e-2)  # bf16 operands against fp32 PyTorch
+
+
+def test_error_model_rounds_transposed_conv_operands_like_the_interpreter(tmp_path, monkeypatch):
+    from dsl_compiler.frontend.error_model import predict_errors
+    from evals.problems import load_problem
+
+    monkeypatch.setenv("MUCUTLASS_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "convt_small.py"
+    path.write_text("import torch\nimport torch.nn as nn\nTOLERANCE = 1e-2\n"
+                    "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                    "        self.up = nn.ConvTranspose2d(32, 16, 3, stride=2, padding=1)\n"
+                    "    def forward(self, x):\n        return self.up(x)\n"
+                    "def get_inputs():\n    return [torch.randn(2, 32, 8, 8)]\ndef get_init_inputs():\n    return []\n")
+    problem = load_problem(path)
+    errors = predict_errors(problem, ("bf16",), 1e-2, budget_s=10.0)
+    torch.manual_seed(0)
+    model = problem.module.Model()
+    torch.manual_seed(1)
+    (x,) = problem.module.get_inputs()
+    with torch.no_grad(), interpreter.exact_fp32():
+        ref = model(x)
+    program = trace_problem(problem, TraceOptions(math="bf16")).program
+    (out,) = interpreter.run(program, [x], bind_params(program, model))
+    ratio = float(((out.double() - ref.double()).abs() / (1e-2 + 1e-2 * ref.double().abs())).max())
+    assert ratio > 0.01  # bf16 operands do move the result
+    assert errors["bf16"].ratio == pytest.approx(ratio, rel=1e-3)
