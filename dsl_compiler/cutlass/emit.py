@@ -515,6 +515,20 @@ def _dgrad_limits(kernel: Kernel, op: ConvTransposeOp, x_dt: str) -> None:
                           found="f32 operands")
 
 
+def _conv_shape_ints(nd: int) -> tuple[str, str, str, str, str]:
+    """The ConvProblemShape's activation, filter, padding, stride and dilation as C++ initializers over the ABI's
+    conv ints (CONV_INTS order, (d, h, w) with the unused leading dims left out)."""
+    if nd == 1:
+        act, flt, pad, strd, dil = "{int(I(0)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(8)), int(I(4))}", "{int(I(11))}", "{int(I(14))}", "{int(I(17))}"
+    elif nd == 2:
+        act, flt = "{int(I(0)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(7)), int(I(8)), int(I(4))}"
+        pad, strd, dil = "{int(I(10)), int(I(11))}", "{int(I(13)), int(I(14))}", "{int(I(16)), int(I(17))}"
+    else:
+        act, flt = "{int(I(0)), int(I(1)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(6)), int(I(7)), int(I(8)), int(I(4))}"
+        pad, strd, dil = "{int(I(9)), int(I(10)), int(I(11))}", "{int(I(12)), int(I(13)), int(I(14))}", "{int(I(15)), int(I(16)), int(I(17))}"
+    return act, flt, pad, strd, dil
+
+
 def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
     require_operands(kernel, (op.x, op.w), dtypes)
     transposed = isinstance(op, ConvTransposeOp)
@@ -574,14 +588,7 @@ using ProblemShape = cutlass::conv::ConvProblemShape<{conv_operator}, {nd}>;
 using ConvKernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
 using Op = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
 """
-    if nd == 1:
-        act, flt, pad, strd, dil = "{int(I(0)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(8)), int(I(4))}", "{int(I(11))}", "{int(I(14))}", "{int(I(17))}"
-    elif nd == 2:
-        act, flt = "{int(I(0)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(7)), int(I(8)), int(I(4))}"
-        pad, strd, dil = "{int(I(10)), int(I(11))}", "{int(I(13)), int(I(14))}", "{int(I(16)), int(I(17))}"
-    else:
-        act, flt = "{int(I(0)), int(I(1)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(6)), int(I(7)), int(I(8)), int(I(4))}"
-        pad, strd, dil = "{int(I(9)), int(I(10)), int(I(11))}", "{int(I(12)), int(I(13)), int(I(14))}", "{int(I(15)), int(I(16)), int(I(17))}"
+    act, flt, pad, strd, dil = _conv_shape_ints(nd)
     src_ptr = ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
     args = f"""  ProblemShape shape(cutlass::conv::Mode::kCrossCorrelation, {act}, {flt}, {pad}, {pad}, {strd}, {dil}, 1);
   typename CollectiveEpilogue::StrideC stride_c{{}};
