@@ -33,6 +33,9 @@
 #                   and the largest error against fp64 at 1e-4 (bench_split_gemm.py); the strict suites are the offline
 #                   stage with SUITE=builtin-strict or builtin-large-strict
 #   depthwise       the depthwise direct conv, MUCUTLASS_DEPTHWISE_SPLIT off and on (bench_depthwise.py)
+#   conv-transpose  the transposed-conv suite (evals/suites/conv_transpose): the dgrad GPU tests, then the offline
+#                   tier's first ATTEMPTS programs per problem built, judged and timed beside eager fp32 / TF32 and
+#                   torch.compile -> <date>-h200-offline-conv-transpose.{json,md} (resumable: run it again to finish)
 #   build           kernel build throughput: 8 variants in one translation unit against one each (bench_build.py),
 #                   and the build-units GPU test
 #   optimize        one 40-attempt optimize, cold kernel cache, to its end (PROBLEM, default
@@ -44,7 +47,7 @@
 # (judges side by side on the GPU, default 1); offline stage: SUITE (default builtin), PREBUILD_ATTEMPTS
 # (candidates built per problem, default ATTEMPTS + 2), TABLE_S and REPORT_S (default 60 each).
 set -uo pipefail
-stage=${1:?usage: h200_suite.sh gpu-tests|adversarial|adversarial-at|harness|timing|sealed|judge-scale|offline|models|variants|runtime|split|depthwise|build|optimize|gpus}
+stage=${1:?usage: h200_suite.sh gpu-tests|adversarial|adversarial-at|harness|timing|sealed|judge-scale|offline|models|variants|runtime|split|depthwise|conv-transpose|build|optimize|gpus}
 OUT=${OUT:-/tmp/mucutlass-out}
 ATTEMPTS=${ATTEMPTS:-3}
 mkdir -p "$OUT"
@@ -187,6 +190,22 @@ fi
 if [ "$stage" = depthwise ]; then
   timeout 470 python3 benchmarks/bench_depthwise.py --out "$OUT" --jobs 6 >> "$log" 2>&1
   say "bench_depthwise exit $?"
+fi
+
+if [ "$stage" = conv-transpose ]; then
+  timeout "${GPU_TESTS_S:-150}" python3 -m pytest -q -m gpu tests/test_conv_transpose.py -p no:cacheprovider -rfE \
+    >> "$log" 2>&1
+  say "pytest conv-transpose exit $?"
+  EVAL=.cache/eval-conv-transpose
+  timeout "${PREBUILD_S:-200}" python3 benchmarks/bench_offline.py --suite conv-transpose --prebuild-only \
+    --max-attempts "${PREBUILD_ATTEMPTS:-$(( ATTEMPTS + 2 ))}" --jobs "$(nproc)" >> "$log" 2>&1
+  say "prebuild exit $?; kernels in cache: $(ls "$MUCUTLASS_CACHE_DIR/kernels" | wc -l)"
+  timeout "${EVAL_S:-180}" python3 -m mucutlass eval --suite conv-transpose --tiers offline --policies fixed \
+    --max-attempts "$ATTEMPTS" --backend cutlass --out "$EVAL" --workers "${WORKERS:-1}" --no-progress >> "$log" 2>&1
+  say "eval exit $?"
+  timeout "${TABLE_S:-50}" python3 benchmarks/bench_offline.py --suite conv-transpose \
+    --from-eval "$EVAL/results.sqlite" --out "$OUT" >> "$log" 2>&1
+  say "bench table exit $?"
 fi
 
 if [ "$stage" = build ]; then

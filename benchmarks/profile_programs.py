@@ -141,7 +141,7 @@ def step_facts(step) -> dict:
         op = step.op
         name = op.kind
         if isinstance(op, ir.ConvOp):
-            name = f"conv{op.spatial_dims}d" + (f" groups={op.groups}" if op.groups > 1 else "")
+            name = op.fn + (f" groups={op.groups}" if op.groups > 1 else "")
         return {"name": step.name, "kind": "kernel", "op": name, "line": printer.format_op(op)[:160]}
     fn = step.fn
     if fn == "module":

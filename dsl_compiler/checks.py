@@ -355,7 +355,8 @@ class _KernelChecker:
                      found=f"{a.name}: {ta.dtype}, {b.name}: {tb.dtype}", expected="both operands of one element type",
                      hint=f"declare both {ta.dtype}, or convert one in a torch step before the kernel")
             return math
-        depthwise = self.is_conv and self.k.op.groups > 1 and self.k.op.groups == ta.shape[1]
+        depthwise = (self.is_conv and not isinstance(self.k.op, ir.ConvTransposeOp) and self.k.op.groups > 1
+                     and self.k.op.groups == ta.shape[1])
         if math == "f32" and depthwise:
             pass  # the depthwise kernel is CUTLASS's direct SIMT conv: exact fp32 multiply-add, no tensor cores needed
         elif math == "f32":

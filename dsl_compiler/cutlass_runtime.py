@@ -119,6 +119,10 @@ def _conv_out(size, f, s, p, d):
     return (size + 2 * p - d * (f - 1) - 1) // s + 1
 
 
+def _conv_transpose_out(size, f, s, p, d, o):
+    return (size - 1) * s - 2 * p + d * (f - 1) + o + 1
+
+
 def _output(outputs, name, shape, dtype, device, channels_last=False):
     t = outputs.get(name)
     if t is None:
@@ -260,15 +264,25 @@ def conv_call_args(kernel_name, op, abi, env, outputs):
     x, w = env[op["x"]["name"]], env[op["w"]["name"]]
     nd = op["spatial_dims"]
     n, c, *sp = x.shape
-    kk, _, *flt = w.shape
-    out_sp = [_conv_out(s, f, st, p, d) for s, f, st, p, d in zip(sp, flt, op["stride"], op["padding"], op["dilation"])]
+    kk, kg, *flt = w.shape
 
     def pad3(v, fill):  # (d, h, w) order
         return [fill] * (3 - nd) + list(v)
 
-    dhw, trs = pad3(sp, 1), pad3(flt, 1)
-    ints = [n, dhw[0], dhw[1], dhw[2], c, kk, trs[0], trs[1], trs[2], *pad3(op["padding"], 0), *pad3(op["stride"], 1),
-            *pad3(op["dilation"], 1)]
+    trs = pad3(flt, 1)
+    if op["kind"] == "conv_transpose":
+        # dgrad states the problem from its output (CUTLASS's activation dx): extents and channels are the output's,
+        # the filter [C_in, *filter, C_out] is CUTLASS's [K, T, R, S, C]
+        kk = kg * op["groups"]
+        out_sp = [_conv_transpose_out(s, f, st, p, d, o) for s, f, st, p, d, o in
+                  zip(sp, flt, op["stride"], op["padding"], op["dilation"], op["output_padding"])]
+        act_sp, act_c, flt_k = out_sp, kk, c
+    else:
+        out_sp = [_conv_out(s, f, st, p, d) for s, f, st, p, d in zip(sp, flt, op["stride"], op["padding"], op["dilation"])]
+        act_sp, act_c, flt_k = sp, c, kk
+    dhw = pad3(act_sp, 1)
+    ints = [n, dhw[0], dhw[1], dhw[2], act_c, flt_k, trs[0], trs[1], trs[2], *pad3(op["padding"], 0),
+            *pad3(op["stride"], 1), *pad3(op["dilation"], 1)]
     out_shape = (n, kk, *out_sp)
     tensors, results = [], {}
     for spec in abi["tensors"]:
@@ -326,14 +340,15 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
                 ptr_values.append(env[spec["name"]].data_ptr())
             elif spec.get("channels"):
                 shape, _, dtype = shape_info
-                results[spec["name"]], t = _slice_output(env, spec, shape, dtype, device, op["kind"] == "conv")
+                results[spec["name"]], t = _slice_output(env, spec, shape, dtype, device,
+                                                              op["kind"] in ("conv", "conv_transpose"))
                 ptr_values.append(t.data_ptr())
             else:
                 shape, stride, dtype = shape_info
                 t = results[spec["name"]] = torch.empty_strided(shape, stride, dtype=dtype, device=device)
                 ptr_values.append(t.data_ptr())
     else:
-        build_args = {"conv": conv_call_args, "grouped_gemm": grouped_call_args}.get(op["kind"], gemm_call_args)
+        build_args = {"conv": conv_call_args, "conv_transpose": conv_call_args, "grouped_gemm": grouped_call_args}.get(op["kind"], gemm_call_args)
         tensors, ints, results = build_args(kernel_name, op, abi, env, outputs or {})
         device = tensors[0].device
         ptr_values = [t.data_ptr() for t in tensors]

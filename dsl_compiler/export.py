@@ -64,6 +64,19 @@ def _channels_last_step(x, dtype=None):
     return _channels_last_view(out)
 
 
+def _zero_insert_step(x, stride, output_padding=0):
+    # a transposed conv of stride s is the stride-1 one over its input with s - 1 zeros between pixels
+    dims = x.dim() - 2
+    steps = (stride,) * dims if isinstance(stride, int) else tuple(stride)
+    extra = (output_padding,) * dims if isinstance(output_padding, int) else tuple(output_padding)
+    spans = [(n - 1) * st + 1 for n, st in zip(x.shape[2:], steps)]
+    out = x.new_zeros((*x.shape[:2], *(sp + e for sp, e in zip(spans, extra))))
+    if x.dim() >= 3 and not x.is_contiguous() and x.permute(0, *range(2, x.dim()), 1).is_contiguous():
+        out = _channels_last_step(out)
+    out[(slice(None), slice(None), *(slice(0, sp, st) for sp, st in zip(spans, steps)))] = x
+    return out
+
+
 def _channel_view(x, channels):
     if not channels:
         return x
@@ -101,6 +114,8 @@ def _plain_torch_step(step, env, modules):
         "batch_norm": lambda x, weight=None, bias=None, eps=1e-5, momentum=0.1: F.batch_norm(
             x, None, None, weight, bias, training=True, momentum=momentum, eps=eps),
         "instance_norm": lambda x, weight=None, bias=None, eps=1e-5: F.instance_norm(x, weight=weight, bias=bias, eps=eps),
+        "zero_insert": _zero_insert_step,
+        "forward_filter": lambda w: _channels_last_step(w.transpose(0, 1).flip(tuple(range(2, w.dim())))),
     }
     fn = special.get(step["fn"]) or getattr(F, step["fn"], None) or getattr(torch, step["fn"])
     result = fn(*args, **kwargs)

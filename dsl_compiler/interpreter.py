@@ -137,6 +137,11 @@ def accumulate(kernel: ir.Kernel, env: Env, math: str) -> torch.Tensor:
         def fn(a, b):
             parts = torch.split(a, list(op.group_sizes), dim=0)
             return torch.cat([torch.matmul(p, b[g]) for g, p in enumerate(parts)], dim=0)
+    elif isinstance(op, ir.ConvTransposeOp):
+        conv_t = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[op.spatial_dims]
+
+        def fn(a, b):
+            return conv_t(a, b, None, op.stride, op.padding, op.output_padding, op.groups, op.dilation)
     else:
         conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[op.spatial_dims]
 

@@ -128,8 +128,30 @@ class ConvOp(Node):
     dilation: tuple[int, ...]
     groups: int = 1
 
+    @property
+    def fn(self) -> str:
+        """How the language names the op: ``conv2d``."""
+        return f"conv{self.spatial_dims}d"
 
-Op = Annotated[Union[GemmOp, GroupedGemmOp, ConvOp], Field(discriminator="kind")]
+
+class ConvTransposeOp(ConvOp):
+    """Transposed convolution, PyTorch semantics (the data gradient of ``ConvOp``), 1-D, 2-D or 3-D.
+
+    x is [N, C, *spatial], w is [C, K / groups, *filter] (nn.ConvTranspose's weight); the output is
+    [N, K, *out] with out = (in - 1)·stride - 2·padding + dilation·(filter - 1) + output_padding + 1.
+    Everything a forward conv says about layouts and the epilogue holds (row = output pixel, col = output
+    channel); as a GEMM it is CUTLASS's dgrad: M = N·out pixels, N = K, K = C/groups·filter taps.
+    """
+
+    kind: Literal["conv_transpose"] = "conv_transpose"  # type: ignore[assignment]
+    output_padding: tuple[int, ...]
+
+    @property
+    def fn(self) -> str:
+        return f"conv_transpose{self.spatial_dims}d"
+
+
+Op = Annotated[Union[GemmOp, GroupedGemmOp, ConvOp, ConvTransposeOp], Field(discriminator="kind")]
 
 # ---------------------------------------------------------------------------------------------
 # Kernel configuration

@@ -24,7 +24,8 @@ MAX_PROGRAM_CHARS = 100_000
 # Nesting beyond this is never a real epilogue and would exhaust recursion in later passes.
 MAX_NESTING = 64
 
-OP_NAMES = ("gemm", "grouped_gemm", "conv1d", "conv2d", "conv3d")
+OP_NAMES = ("gemm", "grouped_gemm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+            "conv_transpose3d")
 ELEMENT_TYPES = ir.ElementType.__args__  # type: ignore[attr-defined]
 LAYOUTS = ir.Layout.__args__  # type: ignore[attr-defined]
 INDEX_KINDS = ("row", "col", "scalar")
@@ -251,7 +252,7 @@ class _ToIR(Transformer_NonRecursive):
             return self._gemm(name, operands, kwargs, span)
         if fn == "grouped_gemm":
             return self._grouped(name, operands, kwargs, span)
-        return self._conv(name, int(fn[4]), operands, kwargs, span)
+        return self._conv(name, int(fn[-2]), operands, kwargs, span, transposed=fn.startswith("conv_transpose"))
 
     @staticmethod
     def _need_operands(name: Token, operands: list, count: int, what: str) -> None:
@@ -285,14 +286,15 @@ class _ToIR(Transformer_NonRecursive):
                        expected="a tuple like (128, 64, 256)", hint="give the row count of each group of a")
         return ir.GroupedGemmOp(a=operands[0], b=operands[1], group_sizes=tuple(sizes), span=span)
 
-    def _conv(self, name, dims, operands, kwargs, span):
-        self._need_operands(name, operands, 2, f"{name}(x, w, stride=..., padding=..., dilation=..., groups=...)")
-        self._no_kwargs(name, kwargs, ("stride", "padding", "dilation", "groups"))
+    def _conv(self, name, dims, operands, kwargs, span, transposed=False):
+        keys = ("stride", "padding", "output_padding", "dilation") if transposed else ("stride", "padding", "dilation")
+        self._need_operands(name, operands, 2, f"{name}(x, w, {', '.join(k + '=...' for k in keys)}, groups=...)")
+        self._no_kwargs(name, kwargs, (*keys, "groups"))
         values: dict[str, Any] = {}
-        for key, default in (("stride", 1), ("padding", 0), ("dilation", 1)):
+        for key in keys:
+            default, minimum = (1, 1) if key in ("stride", "dilation") else (0, 0)
             tok, value = kwargs.get(key, (name, default))
             vec = (value,) * dims if isinstance(value, int) and not isinstance(value, bool) else value
-            minimum = 0 if key == "padding" else 1
             if (not isinstance(vec, tuple) or len(vec) != dims
                     or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in vec)):
                 like = "2" if dims == 1 else "(" + ", ".join(["2"] * dims) + ")"
@@ -304,7 +306,8 @@ class _ToIR(Transformer_NonRecursive):
         if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
             raise _err("groups must be a positive integer", tok, found=repr(groups), expected="an integer >= 1",
                        hint="groups = in_channels for a depthwise convolution")
-        return ir.ConvOp(spatial_dims=dims, x=operands[0], w=operands[1], groups=groups, span=span, **values)
+        op = ir.ConvTransposeOp if transposed else ir.ConvOp
+        return op(spatial_dims=dims, x=operands[0], w=operands[1], groups=groups, span=span, **values)
 
     def config_item(self, meta, children):
         key, value = children

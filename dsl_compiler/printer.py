@@ -86,6 +86,10 @@ def format_op(op: Any) -> str:
         return f"gemm({_operand(op.a)}, {_operand(op.b)})"
     if isinstance(op, ir.GroupedGemmOp):
         return f"grouped_gemm({_operand(op.a)}, {_operand(op.b)}, group_sizes={format_literal(op.group_sizes)})"
+    if isinstance(op, ir.ConvTransposeOp):
+        return (f"{op.fn}({_operand(op.x)}, {_operand(op.w)}, stride={_tuple(op.stride)}, "
+                f"padding={_tuple(op.padding)}, output_padding={_tuple(op.output_padding)}, "
+                f"dilation={_tuple(op.dilation)}, groups={op.groups})")
     if isinstance(op, ir.ConvOp):
         return (f"conv{op.spatial_dims}d({_operand(op.x)}, {_operand(op.w)}, stride={_tuple(op.stride)}, "
                 f"padding={_tuple(op.padding)}, dilation={_tuple(op.dilation)}, groups={op.groups})")

@@ -27,6 +27,12 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def conv_transpose_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int,
+                               output_padding: int) -> int:
+    """PyTorch's output extent of one spatial dim of a transposed convolution."""
+    return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+
+
 def operand_shape(t: TensorType, operand: ir.Operand) -> tuple[int, ...]:
     """The shape an op sees: a transposed read swaps the last two dims."""
     shape = t.shape
@@ -96,15 +102,18 @@ def op_output(kernel: ir.Kernel, types: dict[str, TensorType]) -> tuple[tuple[in
     # convolution
     tx, tw = _need(types, op.x, kernel), _need(types, op.w, kernel)
     rank = op.spatial_dims + 2
-    for operand, t, what in ((op.x, tx, "x [N, C, *spatial]"), (op.w, tw, "w [K, C/groups, *filter]")):
+    w_shape = "w [C, K/groups, *filter]" if isinstance(op, ir.ConvTransposeOp) else "w [K, C/groups, *filter]"
+    for operand, t, what in ((op.x, tx, "x [N, C, *spatial]"), (op.w, tw, w_shape)):
         if operand.transpose:
             raise ShapeError(f"conv reads '{operand.name}' as declared; ^T does not apply", operand.span or op.span,
                              found=f"{operand.name}^T", expected=operand.name, hint="remove ^T", code="unsupported")
         if len(t.shape) != rank:
-            raise ShapeError(f"conv{op.spatial_dims}d needs rank-{rank} tensors; '{operand.name}' has rank "
+            raise ShapeError(f"{op.fn} needs rank-{rank} tensors; '{operand.name}' has rank "
                              f"{len(t.shape)}", operand.span or op.span, found=str(list(t.shape)),
-                             expected=what, hint=f"use conv{len(t.shape) - 2}d or reshape with a torch step"
+                             expected=what, hint=f"use {op.fn[:-2]}{len(t.shape) - 2}d or reshape with a torch step"
                              if len(t.shape) in (3, 4, 5) else "reshape with a torch step")
+    if isinstance(op, ir.ConvTransposeOp):
+        return _conv_transpose_output(op, tx, tw)
     n, c, *spatial = tx.shape
     k, cg, *filt = tw.shape
     g = op.groups
@@ -119,12 +128,47 @@ def op_output(kernel: ir.Kernel, types: dict[str, TensorType]) -> tuple[tuple[in
     out_spatial = tuple(
         conv_output_size(s, f, st, p, d) for s, f, st, p, d in zip(spatial, filt, op.stride, op.padding, op.dilation)
     )
-    if any(o <= 0 for o in out_spatial):
-        raise ShapeError("the convolution's output is empty", op.span, found=f"output spatial {list(out_spatial)}",
-                         expected="every output extent at least 1", hint="reduce padding, stride or dilation, or check the filter size")
+    _need_output(op, out_spatial)
     m = n * math.prod(out_spatial)
     kk = c // g * math.prod(filt)
     return (n, k, *out_spatial), GemmDims(1, m, k, kk), "channels_last" if tx.reads_channels_last else tx.layout
+
+
+def _need_output(op: ir.ConvOp, out_spatial: tuple[int, ...]) -> None:
+    if any(o <= 0 for o in out_spatial):
+        raise ShapeError("the convolution's output is empty", op.span, found=f"output spatial {list(out_spatial)}",
+                         expected="every output extent at least 1", hint="reduce padding, stride or dilation, or check the filter size")
+
+
+def _conv_transpose_output(op: ir.ConvTransposeOp, tx: TensorType,
+                           tw: TensorType) -> tuple[tuple[int, ...], GemmDims, ir.Layout]:
+    """A transposed conv's output [N, K, *out] and its dgrad GEMM: m = N·out pixels, n = K, k = C/groups·taps."""
+    n, c, *spatial = tx.shape
+    cw, kg, *filt = tw.shape
+    g = op.groups
+    if c % g:
+        raise ShapeError(f"groups={g} must divide in channels {c}", op.span, found=f"C={c}, groups={g}",
+                         expected="C a multiple of groups", hint="groups divides both channel counts")
+    if cw != c:
+        raise ShapeError(f"the filter has {cw} input channels, the input has C = {c}", op.span,
+                         found=f"w {list(tw.shape)}", expected=f"w [{c}, K/groups, *filter]",
+                         hint="a transposed conv's weight is [in channels, out channels / groups, *filter]")
+    for i, (op_, st, d) in enumerate(zip(op.output_padding, op.stride, op.dilation)):
+        if op_ >= st and op_ >= d:
+            # PyTorch's rule: output padding must be smaller than either stride or dilation
+            raise ShapeError(f"output_padding {op_} of dim {i} is not smaller than its stride {st} or dilation {d}",
+                             op.span, found=f"output_padding={op.output_padding}",
+                             expected=f"output_padding < stride or < dilation in every dim",
+                             hint="output_padding picks one of the stride's possible output sizes: use 0..stride-1")
+    out_spatial = tuple(
+        conv_transpose_output_size(s, f, st, p, d, o)
+        for s, f, st, p, d, o in zip(spatial, filt, op.stride, op.padding, op.dilation, op.output_padding)
+    )
+    _need_output(op, out_spatial)
+    k = kg * g
+    m = n * math.prod(out_spatial)
+    return ((n, k, *out_spatial), GemmDims(1, m, k, c // g * math.prod(filt)),
+            "channels_last" if tx.reads_channels_last else tx.layout)
 
 
 def gemm_dims(program: ir.Program, kernel: ir.Kernel, types: dict[str, TensorType] | None = None) -> GemmDims:

@@ -22,6 +22,12 @@ STEPS: dict[str, str] = {
     "transpose": "transpose(x, 0, 1)", "unsqueeze": "unsqueeze(x, 1)", "select": "select(x, 1, t): index t of dim 1", "squeeze": "squeeze(x, 1)",
     "cat": "cat(a, b, ..., dim=1)", "stack": "stack(a, b, ..., dim=0)", "chunk": "torch a, b = chunk(x, 2, dim=1)",
     "pad": "pad(x, (l, r, t, b), value=0.0)",
+    "forward_filter": "forward_filter(w): a transposed conv's filter [C, K, *filter] as the forward conv's [K, C, *filter], "
+                      "flipped in every spatial dim, channels-last: the stride-1 transposed conv with padding p is the "
+                      "forward conv with padding dilation·(filter - 1) - p over it",
+    "zero_insert": "zero_insert(x, stride=(2, 2), output_padding=(0, 0)): stride - 1 zeros between the input pixels "
+                   "of each spatial dim and output_padding zeros after the last, layout kept: a transposed conv of "
+                   "stride s is the stride-1 one over this",
     "to": 'to(x, dtype="bf16"): the same values in another element type (f32, bf16, f16)',
     # elementwise
     "relu": "", "gelu": "gelu(x, approximate=\"tanh\")", "silu": "", "sigmoid": "", "tanh": "", "softplus": "",
@@ -99,8 +105,26 @@ def _table() -> dict[str, Callable[..., Any]]:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
         return x.to(torch_dtype(dtype))
 
+    def zero_insert(x, stride, output_padding=0):
+        dims = x.dim() - 2
+        steps = (stride,) * dims if isinstance(stride, int) else tuple(stride)
+        extra = (output_padding,) * dims if isinstance(output_padding, int) else tuple(output_padding)
+        if len(steps) != dims or len(extra) != dims or min(steps) < 1 or min(extra) < 0:
+            raise ValueError(f"zero_insert needs {dims} strides >= 1 and {dims} output paddings >= 0")
+        spans = [(n - 1) * st + 1 for n, st in zip(x.shape[2:], steps)]
+        out = x.new_zeros((*x.shape[:2], *(sp + e for sp, e in zip(spans, extra))))
+        if is_channels_last(x):
+            out = channels_last(out)
+        out[(slice(None), slice(None), *(slice(0, sp, st) for sp, st in zip(spans, steps)))] = x
+        return out
+
+    def forward_filter(w):
+        return channels_last(w.transpose(0, 1).flip(tuple(range(2, w.dim()))))
+
     table: dict[str, Callable[..., Any]] = {
         "to": to,
+        "forward_filter": forward_filter,
+        "zero_insert": zero_insert,
         "channels_last": channels_last,
         "contiguous": lambda x: x.contiguous(),
         "reshape": torch.reshape, "flatten": torch.flatten, "permute": torch.permute, "transpose": torch.transpose,
@@ -256,8 +280,11 @@ def dense(x: Any, rank3_channels_last: bool = False) -> Any:
     return x.contiguous()
 
 
+_CHANNELS_LAST_STEPS = ("channels_last", "forward_filter")  # steps whose output is channels-last at any rank
+
+
 def _rank3_channels_last(step: ir.TorchStep, layout_of: Callable[[str], str | None]) -> bool:
-    return step.fn == "channels_last" or any(
+    return step.fn in _CHANNELS_LAST_STEPS or any(
         isinstance(a, ir.TensorArg) and layout_of(a.name) == "channels_last" for a in step.args)
 
 

@@ -724,7 +724,7 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
                 flops_tensor = 2.0 * dims.l * dims.m * dims.n * dims.k
                 out_elems = dims.l * dims.m * dims.n
                 operands = (op.x.name, op.w.name)
-                op_name = f"conv{op.spatial_dims}d"
+                op_name = op.fn  # conv2d, conv_transpose2d: the implicit GEMM the kernel runs (dgrad's over output pixels)
             else:
                 flops_tensor = 2.0 * dims.l * dims.m * dims.n * dims.k
                 out_elems = dims.l * dims.m * dims.n

@@ -98,8 +98,10 @@ def shape_key(program: Program, kernel_name: str) -> str:
     dims = shapes.gemm_dims(program, kernel, types)
     op = kernel.op
     if isinstance(op, ir.ConvOp):
-        desc = (f"conv{op.spatial_dims}d_s{'x'.join(map(str, op.stride))}_p{'x'.join(map(str, op.padding))}"
+        desc = (f"{op.fn}_s{'x'.join(map(str, op.stride))}_p{'x'.join(map(str, op.padding))}"
                 f"_d{'x'.join(map(str, op.dilation))}_g{op.groups}")
+        if isinstance(op, ir.ConvTransposeOp):
+            desc += f"_o{'x'.join(map(str, op.output_padding))}"
         dtype = types[op.x.name].dtype
     elif isinstance(op, ir.GemmOp):
         desc = f"gemm_{'t' if op.a.transpose else 'n'}{'t' if op.b.transpose else 'n'}"

@@ -111,6 +111,8 @@ torch xc2 = channels_last(x, dtype="f16")
 torch yc = contiguous(y)
 torch yb = batch_norm(yc, eps=0.001)
 torch yr = relu(yb)
+torch yz = zero_insert(y, stride=(2, 3), output_padding=(1, 0))
+torch yf = forward_filter(y)
 output yr
 """
 

@@ -53,6 +53,7 @@ from dsl_compiler.ops import CPP_HELPERS
 from dsl_compiler.precision import MATH_MODES
 from dsl_compiler.ir import (
     ConvOp,
+    ConvTransposeOp,
     GemmOp,
     GroupedGemmOp,
     Kernel,
@@ -497,8 +498,46 @@ using Op = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
     return _finish(kernel, body, args, abi, knobs, conv=False, swapped=swap)
 
 
+def _dgrad_limits(kernel: Kernel, op: ConvTransposeOp, x_dt: str) -> None:
+    """What CUTLASS 4.2's sm_90 dgrad (a transposed conv as implicit GEMM) takes: its TMA im2col walks the
+    input at unit stride, one group, and it reads the filter channel-major (the GEMM's N), which GMMA allows
+    for 16-bit operands only."""
+    if op.groups != 1:
+        raise unsupported(kernel, f"a grouped transposed convolution (groups = {op.groups})",
+                          "CUTLASS's sm_90 dgrad takes groups = 1: run it as a torch step "
+                          f"(`torch y = {op.fn}(x, w, b, stride=..., groups={op.groups})`)", found=f"groups = {op.groups}")
+    if any(st != 1 for st in op.stride) or any(op.output_padding):
+        raise unsupported(kernel, f"a transposed convolution with stride {op.stride}, output_padding {op.output_padding}",
+                          "sm_90 dgrad walks its input at unit stride: zero-insert first, "
+                          f"`torch xu = zero_insert({op.x.name}, stride={op.stride}, output_padding={op.output_padding})`, "
+                          f"then {op.fn}(xu, ...) with stride 1 and output_padding 0 (the same values)",
+                          found=f"stride = {op.stride}")
+    if x_dt == "f32":
+        raise unsupported(kernel, "tf32 math for a transposed convolution",
+                          "sm_90 dgrad reads the filter N-major, which GMMA's tf32 does not take: convert x and w "
+                          "to bf16 or f16 (`channels_last(x, dtype=\"bf16\")`, a bf16 param) and set math = bf16",
+                          found="f32 operands")
+
+
+def _conv_shape_ints(nd: int) -> tuple[str, str, str, str, str]:
+    """The ConvProblemShape's activation, filter, padding, stride and dilation as C++ initializers over the ABI's
+    conv ints (CONV_INTS order, (d, h, w) with the unused leading dims left out)."""
+    if nd == 1:
+        act, flt, pad, strd, dil = "{int(I(0)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(8)), int(I(4))}", "{int(I(11))}", "{int(I(14))}", "{int(I(17))}"
+    elif nd == 2:
+        act, flt = "{int(I(0)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(7)), int(I(8)), int(I(4))}"
+        pad, strd, dil = "{int(I(10)), int(I(11))}", "{int(I(13)), int(I(14))}", "{int(I(16)), int(I(17))}"
+    else:
+        act, flt = "{int(I(0)), int(I(1)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(6)), int(I(7)), int(I(8)), int(I(4))}"
+        pad, strd, dil = "{int(I(9)), int(I(10)), int(I(11))}", "{int(I(12)), int(I(13)), int(I(14))}", "{int(I(15)), int(I(16)), int(I(17))}"
+    return act, flt, pad, strd, dil
+
+
 def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, str]) -> EmittedKernel:
     require_operands(kernel, (op.x, op.w), dtypes)
+    transposed = isinstance(op, ConvTransposeOp)
+    if transposed:
+        _dgrad_limits(kernel, op, dtypes[op.x.name])
     if op.groups != 1:  # CUTLASS 4.2's sm_90 conv collectives take groups = 1: CUTLASS 2.x kernels instead
         from dsl_compiler.cutlass.grouped_conv import emit_grouped_conv
 
@@ -533,6 +572,10 @@ def _emit_conv(program: Program, kernel: Kernel, op: ConvOp, dtypes: dict[str, s
     el_x, el_w = CPP_ELEMENT[x_dt], CPP_ELEMENT[w_dt]
     el_acc = acc_element(kernel)
     knobs = {"tile": f"TileShape", "cluster": "ClusterShape", "stages": "StageCount", "math": f"ElementAct = {el_x}"}
+    # dgrad's problem shape is stated from its output (CUTLASS's dx): the ABI's activation ints are the output's
+    # extents and channels (runtime.conv_call_args), so the index expressions below serve both operators
+    conv_operator = "cutlass::conv::Operator::" + ("kDgrad" if transposed else "kFprop")
+    out_channels_int = 4 if transposed else 5
     conv_tile = f"cute::Shape<cute::_{tile[0]}, cute::_{tile[1]}, cute::Shape<cute::_{tile[2]}>>"
     body = f"""{CPP_HELPERS}
 constexpr cutlass::FloatRoundStyle RN = cutlass::FloatRoundStyle::round_to_nearest;
@@ -541,29 +584,22 @@ using ClusterShape = {cute_shape(cfg.cluster)};  // knob: cluster
 using EpilogueCallbacks = {epi.callbacks_type};
 {_collective_epilogue(epi, el_acc, lay, "cutlass::epilogue::TmaWarpSpecialized")}
 using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, {conv_operator},
     {el_x}, {lay}, {alignment(kernel, x_dt)}, {el_w}, {lay}, {alignment(kernel, w_dt)}, {el_acc},
     TileShape, ClusterShape, {stage_count(kernel, "cutlass::conv::collective")},  // knob: stages
     cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop, {nd}>;
+using ProblemShape = cutlass::conv::ConvProblemShape<{conv_operator}, {nd}>;
 using ConvKernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
 using Op = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
 """
-    if nd == 1:
-        act, flt, pad, strd, dil = "{int(I(0)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(8)), int(I(4))}", "{int(I(11))}", "{int(I(14))}", "{int(I(17))}"
-    elif nd == 2:
-        act, flt = "{int(I(0)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(7)), int(I(8)), int(I(4))}"
-        pad, strd, dil = "{int(I(10)), int(I(11))}", "{int(I(13)), int(I(14))}", "{int(I(16)), int(I(17))}"
-    else:
-        act, flt = "{int(I(0)), int(I(1)), int(I(2)), int(I(3)), int(I(4))}", "{int(I(5)), int(I(6)), int(I(7)), int(I(8)), int(I(4))}"
-        pad, strd, dil = "{int(I(9)), int(I(10)), int(I(11))}", "{int(I(12)), int(I(13)), int(I(14))}", "{int(I(15)), int(I(16)), int(I(17))}"
+    act, flt, pad, strd, dil = _conv_shape_ints(nd)
     src_ptr = ptr(epi.src_index, epi.src_dtype) if epi.src_dtype else "nullptr"
     args = f"""  ProblemShape shape(cutlass::conv::Mode::kCrossCorrelation, {act}, {flt}, {pad}, {pad}, {strd}, {dil}, 1);
   typename CollectiveEpilogue::StrideC stride_c{{}};
   typename CollectiveEpilogue::StrideD stride_d{{}};
   cute::for_each(cute::make_seq<cute::rank<0>(typename CollectiveEpilogue::StrideD{{}})>{{}}, [&](auto i) {{
     cute::get<0, i>(stride_c) = shape.stride_C[ProblemShape::RankT - 2 - i];
-    cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i]{"" if ld_d is None else f" / I(5) * I({ld_d})"};
+    cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i]{"" if ld_d is None else f" / I({out_channels_int}) * I({ld_d})"};
   }});
   args.problem_shape = shape;
   args.mainloop.ptr_A = {ptr(0, x_dt)};

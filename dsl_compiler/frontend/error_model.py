@@ -57,7 +57,8 @@ class _Rounding:
         from torch.overrides import TorchFunctionMode
 
         two_operand = {torch.matmul, torch.mm, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__,
-                       torch.Tensor.mm, torch.Tensor.bmm, F.linear}
+                       torch.Tensor.mm, torch.Tensor.bmm, F.linear, F.conv_transpose1d, F.conv_transpose2d,
+                       F.conv_transpose3d, torch.conv_transpose1d, torch.conv_transpose2d, torch.conv_transpose3d}
         biased = {torch.addmm, torch.baddbmm, torch.Tensor.addmm, torch.Tensor.baddbmm}  # (bias, a, b)
         convs = {F.conv1d, F.conv2d, F.conv3d, torch.conv1d, torch.conv2d, torch.conv3d}
 

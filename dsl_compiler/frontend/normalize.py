@@ -250,6 +250,8 @@ def _read_batch_norm(op: Op, name: str, args: list, kwargs: dict) -> bool:
 
 
 def _read_conv(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    if name in ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
+        return _read_conv_transpose(op, name, args, kwargs)
     if name not in ("conv1d", "conv2d", "conv3d"):
         return False
     dims = int(name[4])
@@ -265,6 +267,26 @@ def _read_conv(op: Op, name: str, args: list, kwargs: dict) -> bool:
         groups=int(_arg(args, kwargs, 6, "groups", 1)),
     )
     return True
+
+
+def _read_conv_transpose(op: Op, name: str, args: list, kwargs: dict) -> bool:
+    """F.conv_transpose*d(input, weight, bias, stride, padding, output_padding, groups, dilation): a conv kernel
+    whose geometry says ``transposed``."""
+    dims = int(name[-2])
+    op.kind = "conv"
+    op.operands = [args[0], _arg(args, kwargs, 1, "weight")]
+    op.bias = _arg(args, kwargs, 2, "bias")
+    op.conv = conv_transpose_geometry(
+        dims, _arg(args, kwargs, 3, "stride", 1), _arg(args, kwargs, 4, "padding", 0),
+        _arg(args, kwargs, 5, "output_padding", 0), int(_arg(args, kwargs, 6, "groups", 1)),
+        _arg(args, kwargs, 7, "dilation", 1))
+    return True
+
+
+def conv_transpose_geometry(dims: int, stride, padding, output_padding, groups: int, dilation) -> dict:
+    """A transposed conv's ``Op.conv``: the forward conv's keys, ``output_padding`` and ``transposed``."""
+    return dict(dims=dims, stride=_tuple(stride, dims), padding=_tuple(padding, dims), dilation=_tuple(dilation, dims),
+                groups=groups, output_padding=_tuple(output_padding, dims), transposed=True)
 
 
 def _read_elementwise(op: Op, name: str, args: list, kwargs: dict) -> bool:
@@ -480,6 +502,17 @@ def _normalize_module(node, module) -> Op:
             return op
         op.kind, op.operands, op.bias = "conv", [x, p("weight")], p("bias")
         op.conv = dict(dims=dims, **op.torch_kwargs)
+        return op
+    if isinstance(module, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
+        dims = {nn.ConvTranspose1d: 1, nn.ConvTranspose2d: 2, nn.ConvTranspose3d: 3}[type(module)]
+        op.name = f"conv_transpose{dims}d"
+        op.torch_fn, op.torch_args, op.torch_kwargs = _module_functional(module, x, p)
+        if module.padding_mode != "zeros" or len(node.args) > 1 or node.kwargs:
+            op.reason = "an output_size argument" if module.padding_mode == "zeros" else f"padding_mode={module.padding_mode!r}"
+            return op
+        op.kind, op.operands, op.bias = "conv", [x, p("weight")], p("bias")
+        op.conv = conv_transpose_geometry(dims, module.stride, module.padding, module.output_padding, module.groups,
+                                          module.dilation)
         return op
     if isinstance(module, (nn.Identity,)) or (isinstance(module, nn.Dropout) and (module.p == 0 or not module.training)):
         op.kind, op.operands = "alias", [x]

@@ -14,7 +14,8 @@ Placement = Literal["input", "param", "kernel", "epilogue", "reduction", "torch_
 
 
 class CoverageRow(BaseModel):
-    """Where one op of the reference went. ``reason`` explains every fallback."""
+    """Where one op of the reference went. ``reason`` explains every fallback, and how a kernel runs an op it
+    rewrites (a transposed conv)."""
 
     model_config = ConfigDict(frozen=True)
     op: str  # the traced node's name, e.g. "linear", "relu_1"

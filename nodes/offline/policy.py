@@ -476,7 +476,9 @@ def _coverage_text(trace: TraceResult) -> str:
              (("kernel", "kernel op(s)"), ("epilogue", "epilogue op(s)"), ("reduction", "reduction(s)"),
               ("torch_step", "PyTorch step(s)"))]
     fallbacks = [f"{r.op}: {r.reason}" for r in trace.coverage if r.placement == "torch_step" and r.reason]
-    return ", ".join(parts) + (f" (fallbacks: {'; '.join(fallbacks[:3])})" if fallbacks else "")
+    notes = [f"{r.op}: {r.reason}" for r in trace.coverage if r.placement == "kernel" and r.reason]
+    return (", ".join(parts) + (f" (fallbacks: {'; '.join(fallbacks[:3])})" if fallbacks else "")
+            + (f" (kernels: {'; '.join(notes[:3])})" if notes else ""))
 
 
 def _diag_text(trace: TraceResult) -> str:

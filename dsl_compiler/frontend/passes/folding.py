@@ -61,6 +61,8 @@ def _kernel_limit(graph: OpGraph, settings: LoweringSettings, node, x, group: Ke
     if anchor.alpha != 1.0 or anchor.beta != 1.0 or anchor.flatten_a or anchor.flatten_batch:
         return "the kernel scales its product or reads a flattened view"
     out = graph.shape_of(x)
+    if anchor.kind == "conv" and anchor.conv.get("transposed"):
+        return "BatchNorm after a transposed conv (not folded into its filter)"
     if anchor.kind == "gemm" and len(out) != 2:
         return "BatchNorm over a batched GEMM's output"
     w = anchor.operands[1]

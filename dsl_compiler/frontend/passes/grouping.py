@@ -126,6 +126,8 @@ def check_conv(graph: OpGraph, op: Op) -> str:
     dims = op.conv["dims"]
     if len(sx) != dims + 2:
         return f"an unbatched conv{dims}d input"
+    if op.conv.get("transposed"):
+        return _check_conv_transpose(graph, op, x, w, sw)
     padding = op.conv["padding"]
     if isinstance(padding, str):
         if padding == "valid":
@@ -136,6 +138,21 @@ def check_conv(graph: OpGraph, op: Op) -> str:
                 return "padding='same' with an even filter (asymmetric padding)"
             padding = tuple(t // 2 for t in total)
     op.conv = {**op.conv, "padding": tuple(padding)}
+    if graph.dtype_of(x) is None or graph.dtype_of(x) != graph.dtype_of(w):
+        return "operands of different or unsupported element types"
+    op.operands = [x, w]
+    return ""
+
+
+def _check_conv_transpose(graph: OpGraph, op: Op, x, w, sw) -> str:
+    """Why this transposed conv cannot be a kernel ('' when it can). Its kernels (passes.kernels) run it at unit
+    stride over a zero-inserted input: sm_90 dgrad in 16-bit math, a forward conv over the flipped filter in tf32,
+    whose padding dilation·(filter - 1) - padding must not be negative."""
+    c = op.conv
+    if c["groups"] != 1:
+        return f"a grouped transposed conv (groups={c['groups']}): CUTLASS's sm_90 dgrad takes one group"
+    if any(p > d * (f - 1) for p, d, f in zip(c["padding"], c["dilation"], sw[2:])):
+        return "a transposed conv whose padding exceeds dilation·(filter - 1) (its output is a crop)"
     if graph.dtype_of(x) is None or graph.dtype_of(x) != graph.dtype_of(w):
         return "operands of different or unsupported element types"
     op.operands = [x, w]

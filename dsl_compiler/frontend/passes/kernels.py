@@ -14,8 +14,8 @@ from dsl_compiler.frontend.passes.folding import emit_folded_batch_norm
 from dsl_compiler.frontend.passes.padding import TMA_BYTES, KernelPadding, alignment, element_bytes, epilogue_padding, gemm_shapes
 from dsl_compiler.frontend.reference import ParamRef
 from dsl_compiler.ir import (
-    Acc, Binary, Const, ConvOp, GemmOp, Kernel, KernelConfig, Let, LiteralArg, Operand, ParamCall, Reduce, Ref, Store,
-    TensorArg, TorchStep, Unary,
+    Acc, Binary, Const, ConvOp, ConvTransposeOp, GemmOp, Kernel, KernelConfig, Kwarg, Let, LiteralArg, Operand, ParamCall,
+    Reduce, Ref, Store, TensorArg, TorchStep, Unary,
 )
 
 _REDUCE_FN = {"sum": "row_sum", "mean": "row_sum", "max": "row_max", "min": "row_min"}
@@ -93,6 +93,8 @@ def _gemm_operands(b: ProgramBuilder, group: KernelGroup, anchor_op: Op, pad: Ke
 
 def _conv_operands(b: ProgramBuilder, anchor_op: Op, half: str | None, pad: KernelPadding) -> ConvOp:
     """The activation NHWC and the filter KRSC, in the kernel's type, their channels zero-padded."""
+    if anchor_op.conv.get("transposed"):
+        return _conv_transpose_operands(b, anchor_op, half, pad)
     x, w = anchor_op.operands
     d_c, d_kc = pad.d_c, pad.d_kc
     x_name = b.conv_input(x, half, d_c)
@@ -103,6 +105,36 @@ def _conv_operands(b: ProgramBuilder, anchor_op: Op, half: str | None, pad: Kern
                   stride=tuple(c["stride"]), padding=tuple(c["padding"]), dilation=tuple(c["dilation"]), groups=c["groups"])
 
 
+def _conv_transpose_operands(b: ProgramBuilder, anchor_op: Op, half: str | None, pad: KernelPadding) -> ConvOp:
+    """A transposed conv at unit stride over its zero-inserted input (sm_90's conv kernels walk their input at unit
+    stride). 16-bit math runs dgrad over the filter as stored ([C, *filter, K] channels-last is CUTLASS's KRSC); tf32,
+    whose MMA cannot read dgrad's filter (N-major), runs a forward conv over the flipped filter [K, C, *filter],
+    made by one step per call, with padding dilation·(filter - 1) - padding: the same sums."""
+    x, w = anchor_op.operands
+    c = anchor_op.conv
+    dims = c["dims"]
+    x_name = b.conv_input(x, half, pad.d_c)
+    w_extra = (pad.d_c, pad.d_kc) + (0,) * dims if (pad.d_c or pad.d_kc) else None
+    if x_name and (any(s != 1 for s in c["stride"]) or any(c["output_padding"])):
+        inserted = b.namer(f"{x_name}_zi")
+        b.steps.append(TorchStep(outputs=(inserted,), fn="zero_insert", args=(TensorArg(name=x_name),), kwargs=(
+            Kwarg(key="stride", value=tuple(c["stride"])), Kwarg(key="output_padding", value=tuple(c["output_padding"])))))
+        b.cl_tensors.add(inserted)
+        x_name = inserted
+    unit = (1,) * dims
+    if half is not None:
+        w_name = b.operand(w, half, layout="channels_last", extra=w_extra)
+        return ConvTransposeOp(spatial_dims=dims, x=Operand(name=x_name or "?"), w=Operand(name=w_name or "?"),
+                               stride=unit, padding=tuple(c["padding"]), output_padding=(0,) * dims,
+                               dilation=tuple(c["dilation"]))
+    w_name = b.operand(w, half, extra=w_extra)
+    forward = b.namer(f"{w_name}_fwd")
+    b.steps.append(TorchStep(outputs=(forward,), fn="forward_filter", args=(TensorArg(name=w_name or "?"),)))
+    padding = tuple(d * (f - 1) - p for d, f, p in zip(c["dilation"], b.graph.shape_of(w)[2:], c["padding"]))
+    return ConvOp(spatial_dims=dims, x=Operand(name=x_name or "?"), w=Operand(name=forward), stride=unit,
+                  padding=padding, dilation=tuple(c["dilation"]))
+
+
 def conv_as_gemm(b: ProgramBuilder, group: KernelGroup, half: str | None) -> str | None:
     """"nchw" or "nhwc" when the group's conv is a 1x1 conv (stride 1, no padding, one group) that runs as a
     GEMM over its activation as stored: "nhwc" when a conv kernel wrote it channels-last (one GEMM over
@@ -110,7 +142,8 @@ def conv_as_gemm(b: ProgramBuilder, group: KernelGroup, half: str | None) -> str
     and where the epilogue reads more than the conv's bias and scalars or a padding would be needed."""
     graph = b.graph
     op = graph.ops[group.anchor]
-    if op.kind != "conv" or not b.settings.options.conv1x1_gemm or int(op.conv.get("groups", 1)) != 1:
+    if (op.kind != "conv" or not b.settings.options.conv1x1_gemm or int(op.conv.get("groups", 1)) != 1
+            or op.conv.get("transposed")):
         return None
     if getattr(group, "batch_norm", None) is not None:
         return None  # a folded BatchNorm's statistics pass reads the conv's [N, K, H, W] output
@@ -366,9 +399,23 @@ def _cut_padding(b: ProgramBuilder, anchor_op: Op, stores: list[Store], rank: in
         b.tensor_name[v] = b.pad_step(s.name, cut)
 
 
+def conv_transpose_note(conv: dict, half: str | None) -> str:
+    """How a transposed conv's kernel runs it, for the coverage row (the program's notes): its lowering and cost."""
+    how = "sm_90 dgrad" if half else "a forward conv over the flipped filter (forward_filter: tf32 cannot read dgrad's)"
+    stride = [int(s) for s in conv["stride"]]
+    if any(s != 1 for s in stride) or any(conv["output_padding"]):
+        factor = math.prod(stride)
+        return (f"transposed conv as {how} at unit stride over a zero-inserted input (zero_insert, stride "
+                f"{tuple(stride)}): {factor}x the useful MMAs, as sm_90 conv kernels have no strided dgrad")
+    return f"transposed conv as {how}"
+
+
 def _cover_group(b: ProgramBuilder, group: KernelGroup) -> None:
     graph, kname = b.graph, group.kernel_name
-    graph.cover(group.anchor, "kernel", where=kname)
+    anchor_op = graph.ops[group.anchor]
+    note = (conv_transpose_note(anchor_op.conv, group.plan.math.half)
+            if anchor_op.kind == "conv" and anchor_op.conv.get("transposed") else "")
+    graph.cover(group.anchor, "kernel", where=kname, reason=note)
     for m in group.members:
         graph.cover(m, "reduction" if m in group.reduces else "epilogue", where=kname)
     for n_, red in graph.aliases_to_reduce.items():

@@ -87,7 +87,8 @@ def conv_padding(graph: OpGraph, settings: LoweringSettings, op: Op) -> tuple[in
     if not settings.options.pad or sx is None or sw is None or int(op.conv.get("groups", 1)) != 1:
         return 0, 0
     align = alignment(half_math(graph, settings, op), graph.dtype_of(op.operands[0]))
-    return padded(sx[1], align) - sx[1], padded(sw[0], align) - sw[0]
+    out_channels = sw[1] if op.conv.get("transposed") else sw[0]  # a transposed conv's filter is [C, K, *filter]
+    return padded(sx[1], align) - sx[1], padded(out_channels, align) - out_channels
 
 
 def plan_padding(graph: OpGraph, settings: LoweringSettings, group: KernelGroup, kmajor: bool) -> KernelPadding:
