@@ -74,16 +74,24 @@ def sealed_go(p, x0: list, ref0: list, k: int) -> tuple[float, float, float | No
     sets = [x for _, x, _ in ready] + judge.inputs(problem, [sealed.seed() & 0x7FFFFFFF for _ in range(k - len(ready))],
                                                    device)
     mask_seeds = [sealed.seed() for _ in x0]
-    with judge.stages("sealed_mask"):
-        masked = [sealed.mask(torch.stack([s[q] for s in sets]), mask_seeds[q]) if isinstance(x, torch.Tensor)
-                  else x for q, x in enumerate(x0)]
     refs: list = [r for _, _, r in ready]  # the others computed while the candidate stages the sets
 
     def references() -> None:
         refs.extend(judge.reference(problem, p.model_seed, s) for s in sets[len(ready):])
 
+    # one set (a large one): its references first, then its own tensors masked in place (never held twice)
+    alone = k == 1
+    if alone:
+        references()
+    with judge.stages("sealed_mask"):
+        masked = [x if not isinstance(x, torch.Tensor)
+                  else sealed.mask(sets[0][q].unsqueeze(0), mask_seeds[q], inplace=sets[0][q].is_contiguous()) if alone
+                  else sealed.mask(torch.stack([s[q] for s in sets]), mask_seeds[q]) for q, x in enumerate(x0)]
+    if alone:
+        sets.clear()  # masked: no longer its values
+
     attempt.request("sealed_stage", {"instance": p.inst, "masked": masked, "out_specs": [
-        [list(r.shape), sealed.dtype_name(r.dtype)] for r in ref0]}, during=references)
+        [list(r.shape), sealed.dtype_name(r.dtype)] for r in ref0]}, during=None if alone else references)
     del masked
     cpu = (lambda: sealed.tree_cpu_s(attempt.proc.proc.pid)) if device.type == "cpu" else (lambda: None)
     c0 = cpu()
