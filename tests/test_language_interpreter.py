@@ -407,7 +407,7 @@ def test_language_reference_names_every_knob_function_and_torch_step():
              | set(ir.ParamFn.__args__) | set(ir.ReduceFn.__args__) | set(torch_steps.STEPS))
     missing = sorted(n for n in names if n not in words)
     assert missing == [], f"not in docs/language.md: {missing}"
-    assert len(docs.split()) < 1230  # it goes into a prompt verbatim: about 2,000 tokens
+    assert len(docs.split()) < 1280  # it goes into a prompt verbatim: about 2,000 tokens
 
 
 def test_min_max_relu_clamp_follow_c_fminf_fmaxf_on_nan():
