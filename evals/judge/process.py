@@ -202,6 +202,9 @@ class Judge:
         floor = self.settings.memory_limit_gb
         rss = int((memory.HOST_FLOOR_BYTES / memory.GB if floor is None else floor) * memory.GB)
         zygote = self.fork_server()
+        if zygote is None and self.zygote is not None:  # started at boot, then turned off by the settings
+            self.zygote.close()
+            self.zygote = None
         if zygote is not None and not zygote.is_ready():
             return  # its torch import is the spares' (take_spare waits for it): a new Python each would be slower
         while len(self.spares) < want:
@@ -913,6 +916,7 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     judge = Judge()
+    judge.fork_server()  # its torch import overlaps this process's wait for the first request
     gc.freeze()
     try:
         for line in sys.stdin:
