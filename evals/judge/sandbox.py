@@ -285,25 +285,6 @@ class ProtectedTree:
                 continue
 
 
-def _fork_from(zygote, cmd: list[str], env: dict, workdir: str, log, fds: tuple[int, ...]):
-    """The supervisor ``cmd`` would start, forked by the fork server instead (a ``ForkedProcess``), or None
-    where the server cannot now (the caller then execs ``cmd``)."""
-    from evals.judge.zygote import ForkedProcess, ZygoteError
-
-    stdin_r, stdin_w = os.pipe()
-    stdout_r, stdout_w = os.pipe()
-    try:
-        pid, pidfd = zygote.spawn(cmd[cmd.index("evals.judge.supervisor") + 1:], env, workdir,
-                                  (stdin_r, stdout_w, log.fileno()), fds)
-    except ZygoteError:
-        for fd in (stdin_r, stdin_w, stdout_r, stdout_w):
-            os.close(fd)
-        return None
-    os.close(stdin_r)
-    os.close(stdout_w)
-    return ForkedProcess(pid, pidfd, stdin_w, stdout_r)
-
-
 @dataclass
 class Finding:
     rule: str
@@ -363,7 +344,7 @@ class CandidateProcess:
                *[a for f in fds for a in ("--pass-fd", str(f))], "--workdir", workdir,
                *(["--sandbox"] if sandbox else []), *(["--writable", str(ext)] if ext else []), "--", *runner]
         try:
-            proc = _fork_from(zygote, cmd, env, workdir, log, fds) if zygote is not None else None
+            proc = zygote.fork(cmd, env, workdir, log.fileno(), fds) if zygote is not None else None
             forked = proc is not None
             if proc is None:
                 proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,

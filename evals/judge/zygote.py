@@ -166,6 +166,22 @@ class Zygote:
             raise ZygoteError(f"the fork server could not fork: {reply.get('error', 'no answer')}")
         return int(reply["pid"]), fds[0]
 
+    def fork(self, cmd: list[str], env: dict, workdir: str, log_fd: int, fds: tuple[int, ...]) -> ForkedProcess | None:
+        """The supervisor ``cmd`` (``python -m evals.judge.supervisor ...``) would start, forked instead, its stderr
+        ``log_fd``; None where the server cannot now (the caller then execs ``cmd``)."""
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        try:
+            pid, pidfd = self.spawn(cmd[cmd.index("evals.judge.supervisor") + 1:], env, workdir,
+                                    (stdin_r, stdout_w, log_fd), fds)
+        except ZygoteError:
+            for fd in (stdin_r, stdin_w, stdout_r, stdout_w):
+                os.close(fd)
+            return None
+        os.close(stdin_r)
+        os.close(stdout_w)
+        return ForkedProcess(pid, pidfd, stdin_w, stdout_r)
+
     def close(self) -> None:
         try:
             self.sock.close()
