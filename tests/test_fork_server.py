@@ -28,7 +28,8 @@ PROBE = textwrap.dedent("""
              "default_dtype": str(torch.get_default_dtype())}
     out = {"found": found, "pid": os.getpid(), "dumpable": libc.prctl(3, 0, 0, 0, 0), "cwd": os.getcwd(),
            "tmp": tempfile.gettempdir(), "random": random.random(), "numpy": float(numpy.random.random()),
-           "torch_random": float(torch.rand(1)), "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}
+           "torch_random": float(torch.rand(1)),
+           "cap_eff": int(next(l for l in open("/proc/self/status") if l.startswith("CapEff")).split()[1], 16), "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}
     for name, path in (("outside", OUTSIDE), ("own", os.path.join(os.getcwd(), "own.txt"))):
         try:
             open(path, "w").write("x")
@@ -84,6 +85,10 @@ def test_a_forked_candidate_process_is_fresh_and_contained(zygote, sandbox, tmp_
     for r in reports:
         assert r["dumpable"] == 0  # undumpable from its first instruction (the server's flag is inherited)
         assert r["tmp"] == r["cwd"] and r["own"] == "written"  # its own folder, its own temporary files
+        # no capability that reads or writes another process's memory, even as root (a fork keeps its effective
+        # set where an exec would have cut it to the bounding set)
+        for cap in (19, 21, 38, 39):  # CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF
+            assert not r["cap_eff"] >> cap & 1, (cap, hex(r["cap_eff"]))
     assert first["cwd"] != second["cwd"]
     # a generator seeded once in the server is seeded afresh in each process (torch's is the fixed default, as in
     # a new Python, and the judge seeds what matters)
@@ -93,6 +98,22 @@ def test_a_forked_candidate_process_is_fresh_and_contained(zygote, sandbox, tmp_
             assert r["pid"] == 1 and r["procs"] == [1]  # the server and the judge are not visible
             assert r["outside"] == "Read-only file system"
         assert not os.path.exists(outside) and not (PROJECT_ROOT / "own.txt").exists()
+
+
+def test_the_fork_server_holds_no_shared_writable_memory():
+    """A writable shared mapping in the server would be shared by every process forked from it: the server refuses
+    to fork while one exists (checked before every fork; the other tests here fork, so it has none)."""
+    import mmap
+
+    from evals.judge.zygote import shared_writable_mappings
+
+    before = set(shared_writable_mappings())
+    shared = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)
+    try:
+        assert len(set(shared_writable_mappings()) - before) == 1
+    finally:
+        shared.close()
+    assert set(shared_writable_mappings()) == before
 
 
 def test_the_memory_limit_holds_for_a_forked_candidate(zygote):

@@ -291,6 +291,24 @@ def kill_descendants(root: int, rounds: int, pause_s: float, between=None) -> in
     return len(killed)
 
 
+def keep_only_bounding_capabilities() -> None:
+    """In a candidate forked without exec: its effective, permitted, inheritable and ambient sets cut to the
+    bounding set, as an exec would (a root process keeps CAP_SYS_PTRACE in its effective set after the bounding
+    set loses it until it execs: it could then still write another process's memory). Raises OSError when the
+    kernel refuses."""
+    libc = _libc()
+    _prctl(47, 4)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # two of {effective, permitted, inheritable}: capabilities 0-31, 32-63
+    _check(libc.capget(header, data), "capget")
+    for cap in range(64):
+        if libc.prctl(23, cap, 0, 0, 0) == 0:  # PR_CAPBSET_READ: not in the bounding set (or unknown here)
+            word, bit = divmod(cap, 32)
+            for field_ in range(3):
+                data[word * 3 + field_] &= ~(1 << bit) & 0xFFFFFFFF
+    _check(libc.capset(header, data), "capset")
+
+
 class ForkedChild:
     """The candidate process as ``Popen`` shows it, for one forked from this process (``fork_entry``): it runs the
     candidate's entry in this process's image instead of exec'ing a new Python (evals.judge.zygote)."""
@@ -307,6 +325,7 @@ class ForkedChild:
                 os.dup2(2, 1)
                 os.setsid()
                 setup()
+                keep_only_bounding_capabilities()
                 keep = {0, 1, 2, *pass_fds}
                 for fd in [int(f) for f in os.listdir("/proc/self/fd")]:
                     if fd not in keep:

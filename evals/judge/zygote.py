@@ -199,6 +199,17 @@ class Zygote:
 
 
 # -- the fork server's process ---------------------------------------------------------------------------------
+def shared_writable_mappings() -> list[str]:
+    """This process's writable shared mappings: a fork keeps them shared with every other fork (a channel between
+    candidates), an exec would not."""
+    try:
+        with open("/proc/self/maps") as f:
+            return [line.strip() for line in f if len(line.split()) > 1 and line.split()[1][1] == "w"
+                    and line.split()[1][3] == "s"]
+    except OSError:
+        return ["/proc/self/maps unreadable"]
+
+
 def cuda_untouched() -> bool:
     """Whether this process has no CUDA context and no GPU device open: a fork of it then holds none."""
     import torch
@@ -308,6 +319,8 @@ def _serve(sock: socket.socket) -> int:
             request = json.loads(data)
             if not cuda_untouched():
                 raise RuntimeError("the fork server holds a CUDA context")
+            if shared_writable_mappings():
+                raise RuntimeError(f"the fork server holds shared writable memory: {shared_writable_mappings()[0]}")
             pid = os.fork()
             if pid == 0:
                 _supervise(request, fds)
