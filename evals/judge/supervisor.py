@@ -309,6 +309,27 @@ def keep_only_bounding_capabilities() -> None:
     _check(libc.capset(header, data), "capset")
 
 
+def exit_forked(fn) -> None:
+    """The end of a forked child: ``fn()``'s code as its exit status (1 where it raised, with the traceback on
+    stderr), its output flushed, and no return into the code of the process it was forked from."""
+    code = 1
+    try:
+        code = fn()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the child ends here whatever happened
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
 class ForkedChild:
     """The candidate process as ``Popen`` shows it, for one forked from this process (``fork_entry``): it runs the
     candidate's entry in this process's image instead of exec'ing a new Python (evals.judge.zygote)."""
@@ -317,8 +338,7 @@ class ForkedChild:
         self.returncode: int | None = None
         self.pid = os.fork()
         if self.pid == 0:  # what Popen(stdin=DEVNULL, stdout=our stderr, close_fds, start_new_session) does
-            code = 1
-            try:
+            def child() -> int:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the supervisor's handler is not the candidate's
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(devnull, 0)
@@ -333,20 +353,9 @@ class ForkedChild:
                             os.close(fd)
                         except OSError:
                             pass
-                code = int(entry(cmd) or 0)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # noqa: BLE001 - the candidate's process ends here whatever happened
-                import traceback
+                return int(entry(cmd) or 0)
 
-                traceback.print_exc()
-            finally:
-                for stream in (sys.stdout, sys.stderr):
-                    try:
-                        stream.flush()
-                    except (OSError, ValueError):
-                        pass
-                os._exit(code)
+            exit_forked(child)
 
     def poll(self) -> int | None:
         if self.returncode is None:

@@ -268,8 +268,9 @@ def _candidate_entry(cmd: list[str]) -> int:
 
 def _supervise(request: dict, received: list[int]) -> None:
     """The forked supervisor: its descriptors, folder and environment as the judge asked, then its main loop."""
-    code = 1
-    try:
+    from evals.judge import supervisor
+
+    def run() -> int:
         os.setsid()
         for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
@@ -281,20 +282,9 @@ def _supervise(request: dict, received: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # read from TMPDIR again
-        from evals.judge import supervisor
+        return supervisor.main(list(request["argv"]), fork_entry=_candidate_entry)
 
-        code = supervisor.main(list(request["argv"]), fork_entry=_candidate_entry)
-    except BaseException:  # noqa: BLE001 - a forked child never returns into the server's loop
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+    supervisor.exit_forked(run)
 
 
 def _serve(sock: socket.socket) -> int:
