@@ -336,6 +336,7 @@ class ForkedChild:
 
     def __init__(self, cmd: list[str], entry, pass_fds: tuple[int, ...], setup) -> None:
         self.returncode: int | None = None
+        in_session_r, in_session_w = os.pipe()  # closed by the child once in its own session (Popen returns then too)
         self.pid = os.fork()
         if self.pid == 0:  # what Popen(stdin=DEVNULL, stdout=our stderr, close_fds, start_new_session) does
             def child() -> int:
@@ -344,6 +345,8 @@ class ForkedChild:
                 os.dup2(devnull, 0)
                 os.dup2(2, 1)
                 os.setsid()
+                os.close(in_session_w)
+                os.close(in_session_r)
                 setup()
                 keep_only_bounding_capabilities()
                 keep = {0, 1, 2, *pass_fds}
@@ -356,6 +359,9 @@ class ForkedChild:
                 return int(entry(cmd) or 0)
 
             exit_forked(child)
+        os.close(in_session_w)
+        os.read(in_session_r, 1)  # EOF: the child's session is its own (or it died), so its sid is the one to record
+        os.close(in_session_r)
 
     def poll(self) -> int | None:
         if self.returncode is None:
