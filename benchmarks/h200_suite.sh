@@ -17,6 +17,9 @@
 #   timing          the harness's own numbers (bench_harness.py: overhead per attempt by stage, memory, the timing
 #                   method's spread beside variants of it), on a quiet host, under 3.5 minutes; PIN_ARENA_MB: the
 #                   opt-in page-locked arena, BEFORE: an earlier result to set beside it
+#   fork-server     candidate processes forked from the judge's fork server on a GPU: its tests (the server holds no
+#                   CUDA, a forked candidate starts its own) and bench_first_run.py (the default optimize and the
+#                   judge's stages per attempt, fork server on and off) -> <date>-h200-first-run-stages.{json,md}
 #   sealed          the sealed calls' t / U on honest candidates and cheats (bench_sealed.py), under 3 minutes
 #   judge-scale     the judge on suite $SUITE (default builtin-huge: KernelBench's largest sizes) with honest
 #                   candidates (the reference's layers and the offline tier's first program), JUDGES judges (default
@@ -47,7 +50,7 @@
 # (judges side by side on the GPU, default 1); offline stage: SUITE (default builtin), PREBUILD_ATTEMPTS
 # (candidates built per problem, default ATTEMPTS + 2), TABLE_S and REPORT_S (default 60 each).
 set -uo pipefail
-stage=${1:?usage: h200_suite.sh gpu-tests|adversarial|adversarial-at|harness|timing|sealed|judge-scale|offline|models|variants|runtime|split|depthwise|conv-transpose|build|optimize|gpus}
+stage=${1:?usage: h200_suite.sh gpu-tests|adversarial|adversarial-at|harness|timing|fork-server|sealed|judge-scale|offline|models|variants|runtime|split|depthwise|conv-transpose|build|optimize|gpus}
 OUT=${OUT:-/tmp/mucutlass-out}
 ATTEMPTS=${ATTEMPTS:-3}
 mkdir -p "$OUT"
@@ -117,6 +120,15 @@ if [ "$stage" = timing ]; then
     ${PIN_ARENA_MB:+--pin-arena-mb "$PIN_ARENA_MB" --stem harness-opt-in --label "pin_arena_mb=$PIN_ARENA_MB"} \
     ${BEFORE:+--before "$BEFORE"} >> "$log" 2>&1
   say "bench_harness exit $?"
+fi
+
+if [ "$stage" = fork-server ]; then
+  say "fork server tests"
+  timeout 200 python3 -m pytest -q tests/test_fork_server.py -p no:cacheprovider -rfEs >> "$log" 2>&1
+  say "pytest exit $?"
+  say "bench_first_run"
+  timeout 360 python3 benchmarks/bench_first_run.py --out "$OUT" --attempts 4 >> "$log" 2>&1
+  say "bench_first_run exit $?"
 fi
 
 if [ "$stage" = sealed ]; then

@@ -103,15 +103,26 @@ def default_problem() -> tuple[Path, str]:
 
 
 def optimize_command(args: argparse.Namespace, sink) -> int:
-    if args.problem is None:
-        problem, why = default_problem()
-        print(why, file=sys.stderr)
-    else:
-        problem = Path(args.problem)
-    if not problem.is_file():
-        return _error(f"{problem}: no such problem file", 1)
+    named = Path(args.problem) if args.problem is not None else None
+    if named is not None and not named.is_file():
+        return _error(f"{named}: no such problem file", 1)
     if args.max_attempts < 1:
         return _error("--max-attempts must be at least 1", 2)
+    from graph.context import Services
+
+    services = Services(gpu=args.gpu)
+    services.start_harness()  # the judge's start-up (torch's import, its fork server's) overlaps the set-up below
+    try:
+        return _optimize(args, sink, named, services)
+    finally:
+        services.close()
+
+
+def _optimize(args: argparse.Namespace, sink, problem: Path | None, services) -> int:
+    if problem is None:
+        _stage(sink, "looking for a GPU and nvcc (importing PyTorch)")
+        problem, why = default_problem()
+        print(why, file=sys.stderr)
     from graph.context import RunContext
     from graph.runner import TierError, make_tier, run_optimize
 
@@ -153,7 +164,7 @@ def optimize_command(args: argparse.Namespace, sink) -> int:
     _stage(sink, "starting the graph")
     ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
                      max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
-                     gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier)
+                     gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier, services=services)
     from evals.locks import FolderBusy
     from graph.runner import RunError
 

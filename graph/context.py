@@ -148,6 +148,10 @@ class Services:
             self._harness = Harness(self._harness_settings or HarnessSettings(gpu=self.gpu))
         return self._harness
 
+    def start_harness(self) -> None:
+        """The judge starts now, in the background (``Harness.start``): a run's set-up hides its start-up."""
+        self.harness().start()
+
     def candidate(self, program: Any, backend: str, artifacts: dict[str, str] | None) -> Any:
         from evals.judge import Candidate
 

@@ -185,6 +185,37 @@ def test_a_terminal_sees_what_each_wait_is_for_and_json_stays_clean(tmp_path):
     assert events[0] == "start" and events[-1] == "done" and "stage" not in events
 
 
+def test_the_default_problems_backend_search_is_shown_while_pytorch_imports(tmp_path):
+    code, shown = run_on_a_terminal(["optimize", "--max-attempts", "1", "--out", str(tmp_path / "run")])
+    assert code == 0, shown[-2000:]
+    looking = shown.find("looking for a GPU and nvcc (importing PyTorch)")
+    assert 0 <= looking < shown.find("no problem named"), shown[-3000:]
+
+
+def test_a_runs_judge_starts_in_the_background_and_answers_later():
+    from graph.context import Services
+
+    services = Services()
+    try:
+        services.start_harness()  # returns while the judge imports torch: nothing is asked of it yet
+        worker = services.harness()._worker
+        assert worker is not None and worker.alive and worker.info is None
+        assert services.harness().worker_info().get("pid") == worker.proc.pid  # the same process, now answering
+        assert services.harness()._worker is worker
+    finally:
+        services.close()
+    assert worker.proc.poll() is not None
+
+
+def test_a_judge_started_ahead_and_never_asked_is_ended_at_once():
+    from evals.judge.client import WorkerProcess
+    from evals.judge.settings import HarnessSettings
+
+    worker = WorkerProcess(HarnessSettings(device="cpu"))
+    worker.close()  # killed, not waited on for its stdin's end (it reads stdin only once torch is imported)
+    assert worker.proc.returncode == -9
+
+
 def test_eval_and_bench_show_what_they_wait_for(tmp_path):
     level = tmp_path / "kb" / "level1"
     level.mkdir(parents=True)

@@ -301,6 +301,8 @@ class WorkerProcess:
             self.proc.wait()
 
     def close(self) -> None:
+        if self.info is None:  # never asked anything (started ahead, then not needed): nothing to wind down
+            self.kill()
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
@@ -335,6 +337,14 @@ class Harness:
             reply = w.request("ping", {"settings": self.settings.worker_view()}, self.settings.startup_timeout_s)
             w.info = reply.get("result", {})
         return w
+
+    def start(self) -> None:
+        """Start the judge process now without waiting for it: its start-up (torch's import, its fork server's)
+        overlaps the caller's own work until the first call, which finds it ready or nearly so."""
+        if self._worker is None or not self._worker.alive:
+            if self._worker is not None:
+                self._worker.close()
+            self._worker = WorkerProcess(self.settings)
 
     def _call(self, op: str, payload: dict, timeout_s: float) -> dict:
         """The worker's reply; on a crash, hang or fatal CUDA error a fresh worker is started at

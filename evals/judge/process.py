@@ -45,6 +45,7 @@ from evals.judge.sandbox import CandidateProcess, ProtectedTree, sandbox_refused
 from evals.judge.settings import HarnessSettings
 from evals.judge.timing import TimingMethod, make_flusher, time_candidate
 from evals.judge.validation import Validation
+from evals.judge.zygote import Zygote
 from evals.locks import DeviceHold, DeviceTimingLock, device_key
 from evals.problems import Problem, ProblemError
 
@@ -140,6 +141,8 @@ class Judge:
         self.flusher = None
         self.settings = HarnessSettings()
         self.spares: list[CandidateProcess] = []  # started ahead of need, oldest first
+        self.zygote: Zygote | None = None  # the fork server the spares are forked from (settings.fork_server)
+        self.zygote_starts = 0
         self.current: Attempt | None = None
         self.tree = ProtectedTree()
         self.ref_flops_cache: dict[tuple, int] = {}
@@ -198,8 +201,27 @@ class Judge:
         # a spare starts under the floor; the attempt's plan sets the problem's limit (Attempt.start)
         floor = self.settings.memory_limit_gb
         rss = int((memory.HOST_FLOOR_BYTES / memory.GB if floor is None else floor) * memory.GB)
+        zygote = self.fork_server()
+        if zygote is None and self.zygote is not None:  # started at boot, then turned off by the settings
+            self.zygote.close()
+            self.zygote = None
+        if zygote is not None and not zygote.is_ready():
+            return  # its torch import is the spares' (take_spare waits for it): a new Python each would be slower
         while len(self.spares) < want:
-            self.spares.append(CandidateProcess.start(sys.executable, rss_limit_bytes=rss))
+            self.spares.append(CandidateProcess.start(sys.executable, rss_limit_bytes=rss, zygote=zygote))
+
+    def fork_server(self) -> Zygote | None:
+        """The running fork server (started, or replaced when it died or was stopped), or None: off in the
+        settings, or failed three times (spares are then new Pythons)."""
+        if not self.settings.fork_server:
+            return None
+        if self.zygote is not None and not self.zygote.alive():
+            self.zygote.close()
+            self.zygote = None
+        if self.zygote is None and self.zygote_starts < 3:
+            self.zygote_starts += 1
+            self.zygote = Zygote.start(sys.executable)
+        return self.zygote
 
     def snapshot_now(self) -> dict:
         return self.tree.snapshot()
@@ -240,6 +262,8 @@ class Judge:
         from evals.judge.supervisor import descendants
 
         mine, keep = os.getsid(0), {p.proc.pid for p in self.spares}
+        if self.zygote is not None:
+            keep.add(self.zygote.proc.pid)
         for pid, (ppid, sid) in descendants(os.getpid()).items():
             if ppid == os.getpid() and sid != mine and pid not in keep:
                 try:
@@ -261,6 +285,10 @@ class Judge:
         """A pre-started candidate process; the next attempts' start importing torch while it runs."""
         with self.stages("process_start"):
             self.reap()
+            self.start_spares()
+            if not self.spares and self.zygote is not None and not self.zygote.wait_ready():
+                self.zygote.close()  # it never became ready: this spare and the next are new Pythons
+                self.zygote, self.zygote_starts = None, 3
             self.start_spares()
             proc = self.spares.pop(0)
             self.start_spares()
@@ -300,6 +328,9 @@ class Judge:
         for p in self.spares:
             p.finish()
         self.spares = []
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
 
     # -- setup ------------------------------------------------------------------------------
     def problem(self, spec: dict) -> Problem:
@@ -938,6 +969,7 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     judge = Judge()
+    judge.fork_server()  # its torch import overlaps this process's wait for the first request
     gc.freeze()
     try:
         for line in sys.stdin:

@@ -313,10 +313,13 @@ class CandidateProcess:
 
     sandboxed: bool = False  # started in the namespace sandbox (writes outside its folder refused)
     armed_fd: int | None = None  # read end of a pipe whose writers close once the processes are undumpable
+    forked: bool = False  # forked from the judge's fork server (evals.judge.zygote), not a new Python
 
     @classmethod
     def start(cls, python: str = sys.executable, cuda_visible: str | None = None,
-              rss_limit_bytes: int = 0, sandbox: bool | None = None) -> "CandidateProcess":
+              rss_limit_bytes: int = 0, sandbox: bool | None = None, zygote=None) -> "CandidateProcess":
+        """``zygote``: the judge's fork server (``evals.judge.zygote.Zygote``); where it cannot fork now, a new
+        Python is started as without one."""
         judge_end, cand_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             arena = wire.Arena.create()
@@ -346,13 +349,16 @@ class CandidateProcess:
                *[a for f in fds for a in ("--pass-fd", str(f))], "--workdir", workdir,
                *(["--sandbox"] if sandbox else []), *(["--writable", str(ext)] if ext else []), "--", *runner]
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,
-                                    env=env, pass_fds=fds, start_new_session=True)
+            proc = zygote.fork(cmd, env, workdir, log.fileno(), fds) if zygote is not None else None
+            forked = proc is not None
+            if proc is None:
+                proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=workdir,
+                                        env=env, pass_fds=fds, start_new_session=True)
         finally:
             cand_end.close()
             os.close(armed_w)
         return cls(proc=proc, sock=judge_end, workdir=workdir, log=log, started_s=time.monotonic(), arena=arena,
-                   sandboxed=sandbox, armed_fd=armed_r)
+                   sandboxed=sandbox, armed_fd=armed_r, forked=forked)
 
     def wait_armed(self, timeout_s: float = 30.0) -> bool:
         """Wait until this process and its supervisor are undumpable (or gone): no candidate code may

@@ -69,6 +69,11 @@ class HarnessSettings(BaseModel):
     python: str = Field(default_factory=lambda: sys.executable)
     spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
                                         "(each imports torch and starts CUDA; None: 3 with a GPU, 2 without)")
+    fork_server: bool = Field(
+        default_factory=lambda: os.environ.get("MUCUTLASS_FORK_SERVER", "1").strip().lower() not in ("0", "off", "false",
+                                                                                                     "no"),
+        description="fork candidate processes from a process that has imported torch (evals.judge.zygote) instead of "
+        "starting a new Python for each (env MUCUTLASS_FORK_SERVER=0 turns it off)")
     pin_arena_mb: int | None = Field(None, ge=0, description="page-lock this much of each candidate channel's shared "
                                      "arena in both processes (GPU only: tensors cross at DMA speed; None: all of "
                                      "it; 0: pageable)")

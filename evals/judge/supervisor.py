@@ -291,9 +291,92 @@ def kill_descendants(root: int, rounds: int, pause_s: float, between=None) -> in
     return len(killed)
 
 
+def keep_only_bounding_capabilities() -> None:
+    """In a candidate forked without exec: its effective, permitted, inheritable and ambient sets cut to the
+    bounding set, as an exec would (a root process keeps CAP_SYS_PTRACE in its effective set after the bounding
+    set loses it until it execs: it could then still write another process's memory). Raises OSError when the
+    kernel refuses."""
+    libc = _libc()
+    _prctl(47, 4)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # two of {effective, permitted, inheritable}: capabilities 0-31, 32-63
+    _check(libc.capget(header, data), "capget")
+    for cap in range(64):
+        if libc.prctl(23, cap, 0, 0, 0) == 0:  # PR_CAPBSET_READ: not in the bounding set (or unknown here)
+            word, bit = divmod(cap, 32)
+            for field_ in range(3):
+                data[word * 3 + field_] &= ~(1 << bit) & 0xFFFFFFFF
+    _check(libc.capset(header, data), "capset")
+
+
+def exit_forked(fn) -> None:
+    """The end of a forked child: ``fn()``'s code as its exit status (1 where it raised, with the traceback on
+    stderr), its output flushed, and no return into the code of the process it was forked from."""
+    code = 1
+    try:
+        code = fn()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the child ends here whatever happened
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+class ForkedChild:
+    """The candidate process as ``Popen`` shows it, for one forked from this process (``fork_entry``): it runs the
+    candidate's entry in this process's image instead of exec'ing a new Python (evals.judge.zygote)."""
+
+    def __init__(self, cmd: list[str], entry, pass_fds: tuple[int, ...], setup) -> None:
+        self.returncode: int | None = None
+        in_session_r, in_session_w = os.pipe()  # closed by the child once in its own session (Popen returns then too)
+        self.pid = os.fork()
+        if self.pid == 0:  # what Popen(stdin=DEVNULL, stdout=our stderr, close_fds, start_new_session) does
+            def child() -> int:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the supervisor's handler is not the candidate's
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(2, 1)
+                os.setsid()
+                os.close(in_session_w)
+                os.close(in_session_r)
+                setup()
+                keep_only_bounding_capabilities()
+                keep = {0, 1, 2, *pass_fds}
+                for fd in [int(f) for f in os.listdir("/proc/self/fd")]:
+                    if fd not in keep:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
+                return int(entry(cmd) or 0)
+
+            exit_forked(child)
+        os.close(in_session_w)
+        os.read(in_session_r, 1)  # EOF: the child's session is its own (or it died), so its sid is the one to record
+        os.close(in_session_r)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by Supervisor.reap, which set the code
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
 class Supervisor:
     def __init__(self, cmd: list[str], rss_limit_bytes: int, pass_fds: tuple[int, ...], sandbox_dir: str = "",
-                 writable: tuple[str, ...] = ()):
+                 writable: tuple[str, ...] = (), fork_entry=None):
         self.me = os.getpid()
         self.sandboxed = bool(sandbox_dir)
         if self.sandboxed and not enter_pid_namespace():
@@ -307,8 +390,11 @@ class Supervisor:
 
         # stdout is the judge's status pipe: the candidate writes to the log (our stderr) instead; its own
         # session, so that a signal to its process group (kill(0, ...)) reaches none of the harness's processes
-        self.child = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                                      preexec_fn=setup, start_new_session=True)
+        if fork_entry is not None:
+            self.child = ForkedChild(cmd, fork_entry, pass_fds, setup)
+        else:
+            self.child = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
+                                          stdout=sys.stderr.fileno(), preexec_fn=setup, start_new_session=True)
         self.child_sid = os.getsid(self.child.pid)
         self.rss_limit_bytes = rss_limit_bytes
         self.peak_rss_bytes = 0
@@ -358,7 +444,9 @@ class Supervisor:
                 **extra}
 
 
-def main(argv=None) -> int:
+def main(argv=None, fork_entry=None) -> int:
+    """``fork_entry``: run the candidate as ``fork_entry(cmd)`` in a fork of this process instead of exec'ing
+    ``cmd`` (a supervisor forked from evals.judge.zygote, where torch is already imported)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--rss-limit-bytes", type=int, default=0)
     ap.add_argument("--poll-s", type=float, default=0.05)
@@ -381,7 +469,7 @@ def main(argv=None) -> int:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
         sup = Supervisor(cmd, args.rss_limit_bytes, tuple(args.pass_fd), args.workdir if args.sandbox else "",
-                         tuple(args.writable))
+                         tuple(args.writable), fork_entry=fork_entry)
     except (OSError, subprocess.SubprocessError) as exc:  # the kernel refused a step of the sandbox
         sys.stdout.write(json.dumps({"event": "exit", "reason": "sandbox_failed", "error": str(exc)[:200]}) + "\n")
         sys.stdout.flush()
