@@ -123,6 +123,7 @@ if [ "$stage" = timing ]; then
 fi
 
 if [ "$stage" = fork-server ]; then
+  export MUCUTLASS_FORK_SERVER=1  # off by default on a GPU host until this stage has measured it
   say "fork server tests"
   timeout 200 python3 -m pytest -q tests/test_fork_server.py -p no:cacheprovider -rfEs >> "$log" 2>&1
   say "pytest exit $?"

@@ -193,3 +193,21 @@ def test_a_forked_candidate_starts_cuda_that_the_server_never_touched(zygote):
         assert again.forked and again.request("ping", {}, timeout_s=120)["result"]["cuda"] is True
     finally:
         again.finish()
+
+
+def test_unset_it_is_on_without_a_gpu_and_off_with_one(monkeypatch):
+    from evals.judge.process import Judge
+    from evals.judge.settings import HarnessSettings
+
+    monkeypatch.delenv("MUCUTLASS_FORK_SERVER", raising=False)
+    assert HarnessSettings().fork_server is None
+    monkeypatch.setenv("MUCUTLASS_FORK_SERVER", "1")
+    assert HarnessSettings().fork_server is True
+    monkeypatch.delenv("MUCUTLASS_FORK_SERVER")
+    judge = Judge()
+    judge.settings = HarnessSettings()
+    try:
+        judge.cuda = True  # a GPU host: not until measured there
+        assert judge.fork_server() is None
+    finally:
+        judge.close()

@@ -213,7 +213,8 @@ class Judge:
     def fork_server(self) -> Zygote | None:
         """The running fork server (started, or replaced when it died or was stopped), or None: off in the
         settings, or failed three times (spares are then new Pythons)."""
-        if not self.settings.fork_server:
+        on = self.settings.fork_server
+        if not (on if on is not None else not self.cuda):  # unset: not on a GPU host until measured there
             return None
         if self.zygote is not None and not self.zygote.alive():
             self.zygote.close()

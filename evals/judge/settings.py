@@ -21,6 +21,13 @@ def _env_float(name: str, default: float | None) -> float | None:
     return float(value) if value else default
 
 
+
+def _flag(value: str | None) -> bool | None:
+    """An on/off environment value: None when unset or empty."""
+    if value is None or not value.strip():
+        return None
+    return value.strip().lower() not in ("0", "off", "false", "no")
+
 class HarnessSettings(BaseModel):
     """How candidates are judged and timed. Times are in seconds unless the name says otherwise."""
 
@@ -69,11 +76,11 @@ class HarnessSettings(BaseModel):
     python: str = Field(default_factory=lambda: sys.executable)
     spare_processes: int | None = Field(None, ge=1, description="candidate processes kept started ahead of need "
                                         "(each imports torch and starts CUDA; None: 3 with a GPU, 2 without)")
-    fork_server: bool = Field(
-        default_factory=lambda: os.environ.get("MUCUTLASS_FORK_SERVER", "1").strip().lower() not in ("0", "off", "false",
-                                                                                                     "no"),
+    fork_server: bool | None = Field(
+        default_factory=lambda: _flag(os.environ.get("MUCUTLASS_FORK_SERVER")),
         description="fork candidate processes from a process that has imported torch (evals.judge.zygote) instead of "
-        "starting a new Python for each (env MUCUTLASS_FORK_SERVER=0 turns it off)")
+        "starting a new Python for each; None (env MUCUTLASS_FORK_SERVER unset): on where the judge has no GPU, off "
+        "where it has one (not yet measured on a GPU host: MUCUTLASS_FORK_SERVER=1 turns it on, 0 off)")
     pin_arena_mb: int | None = Field(None, ge=0, description="page-lock this much of each candidate channel's shared "
                                      "arena in both processes (GPU only: tensors cross at DMA speed; None: all of "
                                      "it; 0: pageable)")
