@@ -22,7 +22,7 @@ from typing import Any
 
 from dsl_compiler import ir
 from dsl_compiler.ir import KernelConfig, Program
-from dsl_compiler.precision import MATH_MODES, default_math
+from dsl_compiler.precision import MATH_MODES, admitted, default_math
 from run_vocabulary.problem import ALL_PRECISIONS, STRICT_PRECISIONS, Problem
 
 RECORD_ENV = "MUCUTLASS_RECORD"
@@ -265,7 +265,10 @@ def rank_configs(program: Program, kernel_name: str, problem_info: Problem | dic
     dims = shapes.gemm_dims(program, kernel, types)
     a = kernel.op.x if isinstance(kernel.op, ir.ConvOp) else kernel.op.a
     storage = types[a.name].dtype
-    math_mode = kernel.config.math or default_math(storage, _precisions(problem_info))
+    allowed = _precisions(problem_info)
+    math_mode = kernel.config.math
+    if math_mode is None or not admitted(math_mode, allowed):  # the problem's precisions bound the search
+        math_mode = default_math(storage, allowed)
     operand_bytes = ir.ELEMENT_BYTES[storage]
     index = [k.name for k in program.kernels].index(kernel_name)
 

@@ -189,7 +189,7 @@ def test_a_stale_lock_file_from_a_dead_pid_is_taken_over(tmp_path):
 def test_wait_blocks_until_the_holder_is_done(tmp_path):
     out = tmp_path / "ev"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from evals.locks import FolderLock\n"
-                               "with FolderLock(sys.argv[1]):\n    print('held', flush=True); time.sleep(10)",
+                               "with FolderLock(sys.argv[1]):\n    print('held', flush=True); time.sleep(25)",
                                str(out)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert holder.stdout.readline().strip() == "held"

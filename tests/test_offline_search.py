@@ -80,8 +80,9 @@ def test_precision_follows_the_problem():
     problem, program = traced("11_linear_relu")
     strict = {"tolerance": 1e-4, "allowed_precisions": ("f32", "tf32")}
     assert all(c.math == "tf32" for c in search.propose_configs(program, "fc", strict, "h200"))
-    # exact f32 has no tensor-core path: the CUTLASS backend has no legal configuration to offer
-    assert search.propose_configs(program, "fc", {"allowed_precisions": ("f32",)}, "h200") == []
+    # f32 only: never a TF32 kernel (whatever the program's own math says), only the fp32-accurate split
+    only_f32 = search.propose_configs(program, "fc", {"allowed_precisions": ("f32",)}, "h200")
+    assert only_f32 and all(c.math == "tf32x3" for c in only_f32)
 
 
 def test_proposals_are_deterministic():
