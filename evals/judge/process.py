@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import torch

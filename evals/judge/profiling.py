@@ -6,7 +6,6 @@ last sealed one, shared before and after (the operation's hold)."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from typing import Any
 
 from evals.judge import compare
@@ -27,7 +26,7 @@ STEPS = (
 class Profile:
     """One profile's state: the attempt, the timed sets (the first held to the end), what was measured."""
 
-    def __init__(self, judge, attempt, problem, device, settings, bundle, n_timed: int, inst: int, hold=None):
+    def __init__(self, judge, attempt, problem, device, settings, bundle, n_timed: int, inst: int, hold):
         self.judge, self.attempt, self.problem, self.device, self.settings = judge, attempt, problem, device, settings
         self.bundle, self.inst = bundle, inst
         self.model_seed, self.model = bundle.model_seed, bundle.model
@@ -39,8 +38,7 @@ class Profile:
         self.judged: list = []  # (what, signature, summary) of every timed output read
         self.res: dict[str, Any] = {}
         self.work: dict = {}
-        self.hold = hold  # the operation's evals.locks.DeviceHold (None: a lock of the profile's own)
-        self._lock = ExitStack()
+        self.hold = hold  # the operation's evals.locks.DeviceHold
 
     def next_set(self) -> tuple[int, list, list]:
         return self.judge.next_set(self.problem, self.bundle, self.device)
@@ -50,15 +48,11 @@ class Profile:
             return compare.summarize(outs, ref, self.tol, self.keys)
 
     def hold_timing_lock(self):
-        if self.hold is not None:
-            return self.hold.exclusive()
-        return self._lock.enter_context(self.judge.timing_lock(self.device, self.settings))
+        return self.hold.exclusive()
 
     def release_timing_lock(self) -> None:
         """Back to the operation's shared hold (the checks after the sealed calls are GPU work too)."""
-        if self.hold is not None:
-            self.hold.shared()
-        self._lock.close()
+        self.hold.shared()
 
     def run(self) -> None:
         try:

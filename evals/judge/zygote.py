@@ -261,6 +261,7 @@ def _candidate_entry(cmd: list[str]) -> int:
     if "--armed-fd" in args[:-1]:  # undumpable from its first instruction: armed at once
         os.close(int(args[args.index("--armed-fd") + 1]))
     sys.argv = [candidate.__file__, *args]
+    sys.modules["__main__"] = candidate  # as under `python -m`: the running runner is the process's main module
     if "numpy" in sys.modules:  # its global generator was seeded once in the server; a fresh process seeds its own
         sys.modules["numpy"].random.seed()
     return candidate.main(args)
