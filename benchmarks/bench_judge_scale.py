@@ -237,6 +237,8 @@ def to_markdown(doc: dict) -> str:
                      f"{r['validate_s']} | {r['profile_s'] if r['profile_s'] is not None else '-'} | {r['overhead_s']} | "
                      f"{r['overhead_target_s']} | {r['judge_peak_gpu_mb']} | {r['candidate_peak_gpu_mb']} | "
                      f"{r['candidate_peak_host_mb']} | {r['hold_references']} | {r['timing_sets']} |")
+    if doc.get("note"):
+        lines[1:1] = ["", f"Note: {doc['note']}"]
     if s["errors"]:
         lines += ["", "Errors:", *[f"- {e}" for e in s["errors"]]]
     if doc.get("not_reached"):

@@ -23,7 +23,8 @@
 #   sealed          the sealed calls' t / U on honest candidates and cheats (bench_sealed.py), under 3 minutes
 #   judge-scale     the judge on suite $SUITE (default builtin-huge: KernelBench's largest sizes) with honest
 #                   candidates (the reference's layers and the offline tier's first program), JUDGES judges (default
-#                   3) sharing the GPU (bench_judge_scale.py: verdicts, overhead per attempt, peak memory per process)
+#                   3) sharing the GPU (bench_judge_scale.py: verdicts, overhead per attempt, peak memory per process;
+#                   ONLY: problem names, to run a part of the suite)
 # The offline tier and its kernels
 #   offline         build the offline tier's candidate kernels for suite $SUITE (builtin or builtin-large; one
 #                   translation unit per core), evaluate the suite (resumable: run the stage again to finish), write
@@ -95,7 +96,7 @@ if [ "$stage" = judge-scale ]; then
   say "bench_judge_scale ${SUITE:-builtin-huge}"
   timeout "${JUDGE_SCALE_S:-480}" python3 benchmarks/bench_judge_scale.py --suite "${SUITE:-builtin-huge}" \
     --judges "${JUDGES:-3}" --programs --jobs "$(nproc)" --budget-s $(( ${JUDGE_SCALE_S:-480} - 60 )) \
-    --out "$OUT" >> "$log" 2>&1
+    ${ONLY:+--only $ONLY} --out "$OUT" >> "$log" 2>&1
   say "bench_judge_scale exit $?"
 fi
 

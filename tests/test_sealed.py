@@ -404,3 +404,47 @@ def test_noise_is_drawn_chunk_by_chunk_alike_on_both_sides(k, monkeypatch):
     assert torch.equal(staged.outputs[0], want)
     expected, scales = sealed.expected_checksums([staged.outputs[0]], cseed)
     assert sealed.checksums_agree(sums.tolist(), expected, scales) == []
+
+
+@pytest.mark.parametrize("fmt", [torch.channels_last, torch.contiguous_format])
+def test_an_output_is_weighed_as_it_lies_and_the_judge_agrees_in_that_order(fmt):
+    """A channels-last output is weighed in its memory order (a view, no copy inside the go request); the judge,
+    told that order at the stage request, weighs the fetched (logically ordered) outputs the same way."""
+    g = torch.Generator().manual_seed(5)
+    logical = torch.randn(2, 3, 4, 5, generator=g)
+    laid = logical.contiguous(memory_format=fmt)
+    order = sealed.memory_order(laid)
+    assert laid.permute(order).is_contiguous()
+    assert (order == [0, 2, 3, 1]) == (fmt is torch.channels_last)
+    masked = [sealed.mask(torch.randn(1, 3), 7)]
+    staged = sealed.Staged.allocate(masked, [[list(laid.shape), "float32"]], torch.device("cpu"), [order])
+    entry = {"inputs": [torch.zeros(3)], "run": lambda: None, "outputs": lambda: laid}
+    sums = sealed.run_go(staged, [entry], [7], 11).tolist()
+    fetched = [logical.unsqueeze(0).clone()]  # the judge's copy comes back in row-major order
+    expected, scales = sealed.expected_checksums(fetched, 11, [order])
+    assert sealed.checksums_agree(sums, expected, scales) == []
+    if fmt is torch.channels_last:  # weighed in another order, the same values give another checksum
+        other, _ = sealed.expected_checksums(fetched, 11)
+        assert sealed.checksums_agree(sums, other, scales) == [0]
+
+
+def test_k_calls_stacked_in_the_timed_outputs_layout():
+    laid = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    order = sealed.memory_order(laid)
+    masked = [sealed.mask(torch.randn(3, 6), 1)]
+    staged = sealed.Staged.allocate(masked, [[list(laid.shape), "float32"]], torch.device("cpu"), [order])
+    stack = staged.outputs[0]
+    assert tuple(stack.shape) == (3, 2, 3, 4, 5) and stack[1].permute(order).is_contiguous()
+    entry = {"inputs": [torch.zeros(6)], "run": lambda: None, "outputs": lambda: laid}
+    sums = sealed.run_go(staged, [entry], [1], 4).tolist()
+    assert torch.equal(stack[2], laid)
+    expected, scales = sealed.expected_checksums([stack.contiguous()], 4, [order])
+    assert sealed.checksums_agree(sums, expected, scales) == []
+
+
+def test_a_named_order_must_be_a_permutation_of_the_dims():
+    assert sealed.valid_order([0, 2, 3, 1], 4) == [0, 2, 3, 1]
+    for bad in ([0, 1, 1, 2], [0, 1, 2], [0, 1, 2, 4], "0123", None, [0, 1, 2, "x"], [[0], 1, 2, 3]):
+        assert sealed.valid_order(bad, 4) is None
+    assert sealed.memory_order(torch.tensor(1.0)) == []
+    assert sealed.memory_order(torch.zeros(1, 3, 1, 2)) in ([0, 1, 2, 3], [1, 3, 0, 2], [0, 1, 3, 2])

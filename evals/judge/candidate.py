@@ -638,7 +638,13 @@ class Runner:
     def op_sealed_stage(self, req: dict) -> dict:
         """K masked input sets ([K, ...] per input position) and the outputs' shapes: everything the go
         request writes is allocated now."""
-        self.sealed = sealed.Staged.allocate(list(req["masked"]), [list(s) for s in req["out_specs"]], self.device)
+        specs = [list(s) for s in req["out_specs"]]
+        # each output weighed in the order its timed output lies in memory (a channels-last output read as laid,
+        # not copied row by row inside the go request); the judge weighs the fetched outputs in the same order
+        timed = [o for o in _flatten(self.graphs[0]["outputs"]()) if _type(o) is _Tensor] if self.graphs else []
+        orders = [sealed.memory_order(o) if i < len(timed) and timed[i].dim() == len(spec[0]) else None
+                  for i, (o, spec) in enumerate(zip(timed + [None] * len(specs), specs))] if timed else None
+        self.sealed = sealed.Staged.allocate(list(req["masked"]), specs, self.device, orders)
         if self.cuda:
             # an eager call allocates its output, and the block its previous output freed may have gone back to
             # the device (a 6 GiB output's first touch took ~35 ms of the go request): one untimed call on values
@@ -651,7 +657,7 @@ class Runner:
                         entry["run"]()
                         entry["run"]()
             _cuda_sync()
-        return {"k": self.sealed.k, "tampered": tampered()}
+        return {"k": self.sealed.k, "orders": self.sealed.orders, "tampered": tampered()}
 
     def op_sealed_go(self, req: dict) -> dict:
         """Unmask, call and checksum the K staged sets back to back on the timed calls' buffers."""
@@ -668,6 +674,17 @@ class Runner:
         staged, self.sealed = self.sealed, None
         return {"outputs": [o.detach() for o in staged.outputs], "framework": framework_changes(),
                 "tampered": tampered()}
+
+    def op_release_timed(self, req: dict) -> dict:
+        """The timed calls' graphs, outputs and staged sets let go, their memory back to the device: the call whose
+        work is recorded runs eagerly after them (beside a graph's pool holding an 8 GiB output, an eager call of
+        the same model ran out of the candidate's share)."""
+        self.graphs, self.timed_outputs, self.sealed = [], [], None
+        gc.collect()
+        if self.cuda:
+            _cuda_sync()
+            torch.cuda.empty_cache()
+        return {}
 
     def op_wall(self, req: dict) -> dict:
         """``n`` back-to-back timed calls with no flush and no events; the judge's clock times this."""

@@ -180,29 +180,58 @@ def flat_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return t[r0:r1].contiguous().reshape(-1)[a - r0 * row:b - r0 * row]
 
 
-def _chunk_weights(stack: torch.Tensor, seed_value: int, weights: torch.Tensor):
+def memory_order(t: torch.Tensor) -> list[int]:
+    """The dims of ``t`` from its outermost in memory to its innermost (largest stride first; a dim of size 1 where
+    it stands): ``t.permute(order)`` is a contiguous view of a dense tensor in any layout (channels-last too)."""
+    dims = list(range(t.dim()))
+    return sorted(dims, key=lambda d: (-int(t.stride(d)) if t.shape[d] > 1 else 0, d)) if t.dim() else dims
+
+
+def valid_order(order, ndim: int) -> list[int] | None:
+    """``order`` when it is a permutation of ``range(ndim)`` (a candidate's reply is checked), else None."""
+    if not isinstance(order, (list, tuple)) or len(order) != ndim:
+        return None
+    try:
+        out = [int(d) for d in order]
+    except (TypeError, ValueError):
+        return None
+    return out if sorted(out) == list(range(ndim)) else None
+
+
+def in_order(t: torch.Tensor, order: list[int] | None) -> torch.Tensor:
+    """``t`` with its dims in ``order`` (None: as it is)."""
+    return t.permute(order) if order is not None and order != list(range(t.dim())) else t
+
+
+def _chunk_weights(stack: torch.Tensor, seed_value: int, weights: torch.Tensor, order: list[int] | None = None):
     """(call, part of the call's flat output, its weights) for each chunk of each call of a [K, ...] stack, the
-    weights drawn chunk by chunk from ``seed_value`` into ``weights`` (a buffer of up to ``CHECKSUM_CHUNK``)."""
+    weights drawn chunk by chunk from ``seed_value`` into ``weights`` (a buffer of up to ``CHECKSUM_CHUNK``).
+    ``order``: the dims of one call's output in the order its elements are weighed (the candidate's memory
+    order, named at the stage request: a channels-last output is weighed as it lies, not copied row by row; the
+    weights are as secret in any order)."""
     k = stack.shape[0]
     n = stack.numel() // max(int(k), 1)
     for call in range(k):
+        one = in_order(stack[call], order)
         for c, a in enumerate(range(0, n, CHECKSUM_CHUNK)):
             b = min(n, a + CHECKSUM_CHUNK)
-            yield call, flat_range(stack[call], a, b), fill_weights(chunk_seed(seed_value, call, c), weights[:b - a])
+            yield call, flat_range(one, a, b), fill_weights(chunk_seed(seed_value, call, c), weights[:b - a])
 
 
 def weighed(stack: torch.Tensor, seed_value: int, weights: torch.Tensor, products: torch.Tensor,
-            out: torch.Tensor) -> None:
+            out: torch.Tensor, order: list[int] | None = None) -> None:
     """The candidate's checksums: ``out[k] += sum(stack[k] * weights)``, each product rounded to float32 (into
     ``products``) and summed in float64."""
-    for call, part, w in _chunk_weights(stack, seed_value, weights):
+    for call, part, w in _chunk_weights(stack, seed_value, weights, order):
         torch.mul(_as_float(part), w, out=products[:part.numel()])
         out[call] += products[:part.numel()].sum(dtype=torch.float64)
 
 
-def expected_checksums(outputs: list[torch.Tensor], checksum_seed: int) -> tuple[list[float], list[float]]:
+def expected_checksums(outputs: list[torch.Tensor], checksum_seed: int,
+                       orders: list | None = None) -> tuple[list[float], list[float]]:
     """The judge's float64 checksums of the K calls' outputs (``outputs[o]``: output position o of every
-    call, stacked [K, ...]) and, per call, the sum of |weight x output| that bounds rounding."""
+    call, stacked [K, ...]) and, per call, the sum of |weight x output| that bounds rounding; ``orders[o]``: the
+    order output o's elements were weighed in (the stage reply's)."""
     k = outputs[0].shape[0] if outputs else 0
     device = outputs[0].device if outputs else torch.device("cpu")
     sums = torch.zeros(k, dtype=torch.float64, device=device)
@@ -210,7 +239,8 @@ def expected_checksums(outputs: list[torch.Tensor], checksum_seed: int) -> tuple
     for o, stack in enumerate(outputs):
         weights = torch.empty(min(max(stack.numel() // max(k, 1), 1), CHECKSUM_CHUNK), dtype=torch.float32,
                               device=stack.device)
-        for call, part, w in _chunk_weights(stack, output_seed(checksum_seed, o), weights):
+        order = orders[o] if orders else None
+        for call, part, w in _chunk_weights(stack, output_seed(checksum_seed, o), weights, order):
             prod = _as_float(part).double() * w.double()
             sums[call] += prod.sum()
             scales[call] += prod.abs_().sum()
@@ -252,9 +282,10 @@ class Staged:
     weights: list[torch.Tensor]
     products: list[torch.Tensor]
     checksums: torch.Tensor = field(default=None)
+    orders: list = field(default=None)  # per output position: the order its elements are weighed in (None: as laid)
 
     @classmethod
-    def allocate(cls, masked: list, out_specs: list, device) -> "Staged":
+    def allocate(cls, masked: list, out_specs: list, device, orders: list | None = None) -> "Staged":
         k = next(int(m.shape[0]) for m in masked if isinstance(m, torch.Tensor))
         noise = []
         for m in masked:
@@ -264,16 +295,27 @@ class Staged:
             else:
                 noise.append(None)
         outputs, weights, products = [], [], []
-        for shape, dtype_name in out_specs:
+        orders = list(orders) if orders else [None] * len(out_specs)
+        for (shape, dtype_name), order in zip(out_specs, orders):
             dtype = getattr(torch, dtype_name)
             # written now (untimed): the go request must not pay for first touches of fresh memory; one call's
-            # outputs are the timed call's own (run_go), so a large output is not held twice
-            outputs.append(torch.zeros([k, *shape], dtype=dtype, device=device) if k > 1 else None)
+            # outputs are the timed call's own (run_go), so a large output is not held twice; each call's slot laid
+            # out as the timed output is (its copy in is then a plain one, its checksum reads it as it lies)
+            outputs.append(_stack_in_order(k, list(shape), dtype, device, order) if k > 1 else None)
             numel = min(max(math.prod(shape), 1), CHECKSUM_CHUNK)
             weights.append(torch.zeros(numel, dtype=torch.float32, device=device))
             products.append(torch.zeros(numel, dtype=torch.float32, device=device))
         return cls(k=k, masked=masked, noise=noise, outputs=outputs, weights=weights, products=products,
-                   checksums=torch.zeros(k, dtype=torch.float64, device=device))
+                   checksums=torch.zeros(k, dtype=torch.float64, device=device), orders=orders)
+
+
+def _stack_in_order(k: int, shape: list[int], dtype, device, order: list[int] | None) -> torch.Tensor:
+    """A zeroed [K, *shape] stack whose every [shape] slot has its dims laid out in ``order`` (outermost first)."""
+    if order is None or order == list(range(len(shape))):
+        return torch.zeros([k, *shape], dtype=dtype, device=device)
+    where = {d: i for i, d in enumerate(order)}
+    laid = torch.zeros([k, *[shape[d] for d in order]], dtype=dtype, device=device)
+    return laid.permute([0, *[1 + where[d] for d in range(len(shape))]])
 
 
 def run_go(staged: Staged, entries: list[dict], mask_seeds: list[int], checksum_seed: int) -> torch.Tensor:
@@ -299,8 +341,9 @@ def run_go(staged: Staged, entries: list[dict], mask_seeds: list[int], checksum_
         for stack, out in zip(staged.outputs, outs):
             stack[k].copy_(out)
     staged.checksums.zero_()
-    for o, (stack, w, prod) in enumerate(zip(staged.outputs, staged.weights, staged.products)):
-        weighed(stack, output_seed(checksum_seed, o), w, prod, staged.checksums)
+    orders = staged.orders or [None] * len(staged.outputs)
+    for o, (stack, w, prod, order) in enumerate(zip(staged.outputs, staged.weights, staged.products, orders)):
+        weighed(stack, output_seed(checksum_seed, o), w, prod, staged.checksums, order)
     return staged.checksums
 
 

@@ -90,8 +90,13 @@ def sealed_go(p, x0: list, ref0: list, k: int) -> tuple[float, float, float | No
     if alone:
         sets.clear()  # masked: no longer its values
 
-    attempt.request("sealed_stage", {"instance": p.inst, "masked": masked, "out_specs": [
+    staged = attempt.request("sealed_stage", {"instance": p.inst, "masked": masked, "out_specs": [
         [list(r.shape), sealed.dtype_name(r.dtype)] for r in ref0]}, during=None if alone else references)
+    # the order the candidate weighs each output in (its memory order, named before the checksum's seed exists);
+    # one that is not a permutation of the output's dims is weighed as laid out (its checksums then disagree)
+    named = staged.get("orders") if isinstance(staged, dict) else None
+    orders = [sealed.valid_order(o, r.dim()) for o, r in zip(named, ref0)] if isinstance(named, list) and \
+        len(named) == len(ref0) else None
     del masked
     cpu = (lambda: sealed.tree_cpu_s(attempt.proc.proc.pid)) if device.type == "cpu" else (lambda: None)
     c0 = cpu()
@@ -119,7 +124,7 @@ def sealed_go(p, x0: list, ref0: list, k: int) -> tuple[float, float, float | No
                 if not cmp["correct"]:
                     raise Finding(verdicts.TIMED_CALL_WRONG, f"sealed call {i + 1} of {k}: {cmp['text']}")
         refs.clear()
-        expected, scales = sealed.expected_checksums(fetched, checksum_seed)
+        expected, scales = sealed.expected_checksums(fetched, checksum_seed, orders)
     bad = sealed.checksums_agree(go.get("checksums"), expected, scales)
     if bad:
         raise Finding(verdicts.TIMING_TAMPERED, f"the checksums the timed request replied for {len(bad)} of {k} "
