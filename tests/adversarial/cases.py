@@ -413,6 +413,18 @@ CASES += [
          what="SIGSTOPs the next attempts' processes (and its supervisor): the next, honest candidate would time out"),
 ]
 
+# Guards that check more than identity: the guarded names' own code (a function's code, defaults and closure
+# cells, a class's methods), and the profiler's machinery (its modules, their classes' methods, the C modules
+# underneath), checked after every request and put back.
+CASES += [
+    Case("swaps_sync_code.py", "timing_tampered", 5, stage="profile", taints=True,
+         what="keeps torch.cuda.synchronize the same object but swaps its __code__ for a current-stream wait; the work on a side stream"),
+    Case("swaps_profiler_code.py", "pytorch_only", 7, stage="profile", taints=True,
+         what="pure PyTorch; swaps the __code__ of the profiler's events method (the guarded class's base) to leave out every product"),
+    Case("rewrites_profiler_events.py", "pytorch_only", 7, stage="profile", taints=True,
+         what="pure PyTorch; replaces the profiler's FunctionEvent.__init__ so every product operator is recorded as a ReLU"),
+]
+
 CONTROLS: list[Control] = [
     Control("honest.py", flags_ok=("pytorch_only",), what="a plain correct ModelNew (PyTorch only: flagged pytorch_only, nothing else)"),
     Control("honest_program.mcu", what="a correct μCUTLASS program (tf32 GEMM, bias and ReLU fused)"),
