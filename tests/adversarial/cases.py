@@ -425,6 +425,13 @@ CASES += [
          what="pure PyTorch; replaces the profiler's FunctionEvent.__init__ so every product operator is recorded as a ReLU"),
 ]
 
+# A program's share looks at each product of the reference: one split between its kernels and a torch product step
+# (costed as the GEMM it is) counts as the library's whole
+CASES += [
+    Case("splits_gemm_columns.mcu", "pytorch_only", 7,
+         what="a kernel on 9/16 of a GEMM's columns, a torch linear step on the other 7/16: the total share stays above half"),
+]
+
 CONTROLS: list[Control] = [
     Control("honest.py", flags_ok=("pytorch_only",), what="a plain correct ModelNew (PyTorch only: flagged pytorch_only, nothing else)"),
     Control("honest_program.mcu", what="a correct μCUTLASS program (tf32 GEMM, bias and ReLU fused)"),
