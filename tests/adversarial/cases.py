@@ -432,11 +432,25 @@ CASES += [
          what="a kernel on 9/16 of a GEMM's columns, a torch linear step on the other 7/16: the total share stays above half"),
 ]
 
+# Precision judged by magnitude: on every probed set the error against float64 stays within what the allowed
+# precisions make (a few times the coarsest allowed level's emulated error), whatever its shape
+CASES += [
+    Case("f16_tilted.py", "precision", 6, problem="linear_relu_tf32",
+         what="float16 with a small input-dependent tilt: an error parallel to the output, not shaped like rounding"),
+    # f16 where f16 holds the values has TF32's mantissa: its error is TF32's, inside the budget of a TF32 problem
+    # (judged by magnitude it is no harm there); only values past f16's range tell it apart, and ordinary sets do
+    # not leave that range (docs/harness.md)
+    Case("f16_where_small.py", "precision", 6, problem="linear_relu_tf32", pending=_p(6),
+         what="float16 wherever the inputs are under 1e3 (every ordinary set), full precision on the range probes"),
+]
+
 CONTROLS: list[Control] = [
     Control("honest.py", flags_ok=("pytorch_only",), what="a plain correct ModelNew (PyTorch only: flagged pytorch_only, nothing else)"),
     Control("honest_program.mcu", what="a correct μCUTLASS program (tf32 GEMM, bias and ReLU fused)"),
     Control("honest_torch_step.mcu", what="a correct program with a legitimate torch step (the ReLU) after its kernel"),
     Control("honest_f16.mcu", what="a correct program computing in f16 on a problem that allows f16"),
+    Control("honest_program.mcu", problem="linear_relu_tf32",
+            what="the tf32 program on a TF32/f32-only problem: its error is TF32's, near and inside the magnitude budget"),
     Control("honest_f32_exact.py", problem="linear_relu_f32", flags_ok=("pytorch_only",),
             what="plain fp32 on an f32-only problem; its docstring says TF32 stays off (a static reading trips on it)"),
     Control("honest_view_output.py", flags_ok=("pytorch_only",),
