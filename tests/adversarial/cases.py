@@ -444,6 +444,13 @@ CASES += [
          what="float16 wherever the inputs are under 1e3 (every ordinary set), full precision on the range probes"),
 ]
 
+# Library work the operator names do not show: attribution would have to follow where the executed code lives
+# (torch's and the vendor libraries' shared objects against the candidate's own build), not operator names
+CASES += [
+    Case("index_operand_gemm.py", "pytorch_only", 7, stage="profile", gpu=False, pending=_p(7),
+         what="pure PyTorch; the GEMM as an embedding bag whose per-index weights are x: an index operand that multiplies"),
+]
+
 CONTROLS: list[Control] = [
     Control("honest.py", flags_ok=("pytorch_only",), what="a plain correct ModelNew (PyTorch only: flagged pytorch_only, nothing else)"),
     Control("honest_program.mcu", what="a correct μCUTLASS program (tf32 GEMM, bias and ReLU fused)"),
