@@ -681,6 +681,41 @@ def _torch_step_flops(fn: str, in_elems: int, out_elems: int) -> float:
     return _ELEMENTWISE.get(base, 0.0) * out_elems
 
 
+_TORCH_PRODUCTS = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d",
+                             "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
+
+
+def torch_product_flops(step: Any, types: dict[str, Any]) -> float:
+    """A torch step's product FLOPs, costed as the GEMM or convolution it is (2 per multiply-add: its output's
+    elements times the contraction length): a ``linear`` step is a GEMM, never an elementwise op. 0 for any other
+    step, or where the operands' shapes are unknown."""
+    from dsl_compiler import ir
+
+    base = step.fn.rstrip("_")
+    if base not in _TORCH_PRODUCTS:
+        return 0.0
+    tensors = [types.get(a.name) for a in step.args if isinstance(a, ir.TensorArg)]
+    out = types.get(step.outputs[0]) if step.outputs else None
+    if out is None or len(tensors) < 2 or any(t is None for t in tensors[:2]):
+        return 0.0
+    x, w = tensors[0], tensors[1]
+    if base in ("addmm", "baddbmm"):  # (bias, a, b)
+        if len(tensors) < 3 or tensors[2] is None:
+            return 0.0
+        x = tensors[1]
+    if base.startswith("conv_transpose"):  # weight [Cin, Cout/g, *k]: each input element meets Cout/g * k taps
+        taps = 1
+        for d in w.shape[1:]:
+            taps *= int(d)
+        return 2.0 * x.numel * taps
+    if base.startswith("conv"):  # weight [Cout, Cin/g, *k]
+        reach = 1
+        for d in w.shape[1:]:
+            reach *= int(d)
+        return 2.0 * out.numel * reach
+    return 2.0 * out.numel * int(x.shape[-1]) if x.shape else 0.0
+
+
 def _permute_is_view(step: Any, types: dict[str, Any]) -> bool:
     """A permute between a dense NHWC buffer and its NCHW-shaped channels-last view moves nothing: the step's
     output is stored as the permute leaves it (``torch_steps.dense`` keeps channels-last strides)."""
@@ -758,6 +793,7 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
             out_elems = max((int(types[n].numel * share.get(n, 1.0)) for n in step.outputs if n in types), default=0)
             steps.append(StepTraffic(
                 name=",".join(step.outputs), kind="torch", op=step.fn,
+                flops_tensor=torch_product_flops(step, types),
                 flops_other=0.0 if free else _torch_step_flops(step.fn, in_elems, out_elems),
                 bytes_read=read, bytes_written=written, store_bytes=written,
                 launches=0 if free else 1,

@@ -317,3 +317,68 @@ def test_a_programs_normalization_and_pooling_steps_are_not_work_it_passes_off_b
     for product in (CUBLAS_GEMM, CUDNN_CONV):
         split = split_kernel_time([(OWN_CONV, 100.0), (product, 300.0), (CUDNN_BN, 50.0)], program=True)
         assert split.library_work_us == 300.0 and pytorch_only_reason(split, None) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# A product split between a program's kernel and a torch product step: judged per product of the reference
+
+
+def _split_program(own_chunks: int):
+    """A GEMM whose weight rows are cut in 16: the kernel computes ``own_chunks`` of them, a torch linear step the rest."""
+    from dsl_compiler.parser import parse
+
+    names = [f"w{i}" for i in range(16)]
+    own, lib = ", ".join(names[:own_chunks]), ", ".join(names[own_chunks:])
+    text = f"""program p
+input x: f32[{M}, {K}]
+param w: f32[{N}, {K}] = "fc.weight"
+torch {", ".join(names)} = chunk(w, 16, dim=0)
+torch w_own = cat({own}, dim=0)
+torch w_lib = cat({lib}, dim=0)
+kernel k = gemm(x, w_own^T) {{
+  math = tf32
+  store h: f32 = acc
+}}
+torch g = linear(x, w_lib)
+torch y = cat(h, g, dim=1)
+output y
+"""
+    prog, diags = parse(text)
+    assert prog is not None, diags
+    return prog
+
+
+def test_a_torch_gemm_step_is_costed_as_a_gemm_in_the_programs_estimate():
+    from sol_models.counting import count_program, program_traffic
+
+    steps, _ = program_traffic(_split_program(9))
+    lib = next(s for s in steps if s.kind == "torch" and s.op == "linear")
+    assert lib.flops_tensor == 2.0 * M * (N * 7 // 16) * K
+    assert count_program(_split_program(9)).flops_tensor == GEMM
+
+
+def test_a_gemm_split_by_columns_with_a_torch_linear_step_counts_as_the_librarys():
+    # the FLOP counter would say 7/16 of the work is PyTorch's, the kernels 9/16: above half either way
+    split = work_share({"aten_flops": GEMM * 7 // 16}, GEMM, _split_program(9), ref_products=[GEMM])
+    assert split["candidate_work_share"] < 0.5 and "split" in split["work_reason"]
+    assert split["split_products"][0]["library_share"] == 7 / 16
+    # without the reference's products (an older judge), only the total: above half
+    assert work_share({"aten_flops": GEMM * 7 // 16}, GEMM, _split_program(9))["candidate_work_share"] > 0.5
+
+
+def test_a_program_whose_products_are_all_its_kernels_keeps_its_share():
+    from dsl_compiler.parser import parse
+
+    text = f"""program p
+input x: f32[{M}, {K}]
+param w: f32[{N}, {K}] = "fc.weight"
+kernel k = gemm(x, w^T) {{
+  math = tf32
+  store h: f32 = acc
+}}
+torch y = relu(h)
+output y
+"""
+    prog, _ = parse(text)
+    out = work_share({"aten_flops": 0}, GEMM, prog, ref_products=[GEMM])
+    assert out["candidate_work_share"] == 1.0 and "split_products" not in out

@@ -66,7 +66,7 @@ def test_cheat_caught_for_its_rule_on_cpu(cpu_harness, case, tmp_path):
     _check_case(cpu_harness, case, False, tmp_path)
 
 
-@pytest.mark.parametrize("control", _params([c for c in CONTROLS if c.cpu], False, lambda c: c.file))
+@pytest.mark.parametrize("control", _params([c for c in CONTROLS if c.cpu], False, lambda c: c.file if c.problem == "linear_relu" else f"{c.file}@{c.problem}"))
 def test_honest_control_passes_on_cpu(cpu_harness, control, tmp_path):
     _check_control(cpu_harness, control, False, tmp_path)
 
@@ -117,6 +117,6 @@ def test_cheat_caught_for_its_rule_on_gpu(gpu_harness, case, tmp_path):
     _check_case(gpu_harness, case, True, tmp_path)
 
 
-@pytest.mark.parametrize("control", _params(CONTROLS, True, lambda c: c.file))
+@pytest.mark.parametrize("control", _params(CONTROLS, True, lambda c: c.file if c.problem == "linear_relu" else f"{c.file}@{c.problem}"))
 def test_honest_control_passes_on_gpu(gpu_harness, control, tmp_path):
     _check_control(gpu_harness, control, True, tmp_path)

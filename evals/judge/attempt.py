@@ -16,7 +16,8 @@ from evals.judge.findings import Finding
 from evals.judge.sandbox import CandidateProcess
 
 # Guarded names (evals.judge.candidate) that only measure the work: replaced, the attribution cannot stand.
-ATTRIBUTION_NAMES = ("torch.utils.flop_counter.", "torch.profiler.", "torch.utils._python_dispatch.")
+ATTRIBUTION_NAMES = ("torch.utils.flop_counter.", "torch.profiler.", "torch.utils._python_dispatch.",
+                     "torch.autograd.profiler", "torch._C._profiler.", "torch._C._autograd.")
 
 
 class Stages:

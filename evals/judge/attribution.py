@@ -420,6 +420,42 @@ class OpRecorder:
     def flops(self) -> float:
         return op_flops(self.ops)
 
+    @property
+    def products(self) -> list[float]:
+        """The FLOPs of each product operation (GEMM, convolution, attention) of the reference, in call order."""
+        out = []
+        for op in self.ops:
+            f = product_flops(_name(op[0]), op[1], op[3] if len(op) > 3 else None)
+            if f:
+                out.append(float(f))
+        return out
+
+
+# A program's products are its kernels': a reference product of which a library (a torch step) ran more than
+# this share is split between the program and the library, and counts as the library's whole. Counting only the
+# total let a program put just under half of one GEMM's columns in a torch `linear` step and keep its share.
+SPLIT_SHARE = 0.05
+
+
+def split_products(program, ref_products: list[float]) -> tuple[float, list[dict]]:
+    """(the FLOPs of the reference's products a program's torch product steps split, costed as GEMMs, and each
+    such product): each step is matched to the smallest reference product it fits in (a split piece is part of
+    one), else to the largest."""
+    from sol_models.counting import program_traffic
+
+    steps, _ = program_traffic(program)
+    pieces = [s.flops_tensor for s in steps if s.kind == "torch" and s.flops_tensor > 0]
+    if not pieces or not ref_products:
+        return 0.0, []
+    library = [0.0] * len(ref_products)
+    by_size = sorted(range(len(ref_products)), key=lambda i: ref_products[i])
+    for piece in pieces:
+        fits = [i for i in by_size if ref_products[i] >= piece * (1 - 1e-6)]
+        library[fits[0] if fits else by_size[-1]] += piece
+    split = [{"reference_flops": f, "library_flops": lib, "library_share": min(1.0, lib / f)}
+             for f, lib in zip(ref_products, library) if lib > SPLIT_SHARE * f]
+    return sum(d["reference_flops"] for d in split), split
+
 
 # CPU time the candidate's other processes may spend during the counted call before its work is attributed
 # away from it: an idle helper (a compile worker waiting on a pipe) spends none; a helper that computes the
@@ -427,13 +463,14 @@ class OpRecorder:
 OTHER_PROCESSES_CPU_S = 0.0005
 
 
-def work_share(work: dict, ref_flops: float, program=None, problem=None) -> dict:
+def work_share(work: dict, ref_flops: float, program=None, problem=None, ref_products: list[float] | None = None) -> dict:
     """The candidate's share of the problem's work in one counted call (``candidate_work_share``, 0..1), the
     numbers it comes from, and ``work_reason`` where the share is 0 because the work could not be seen.
 
     A Python candidate: 1 - its recorded ATen operators' FLOPs over the reference's. A program: the smaller of
     its kernels' FLOPs from their shapes over the reference's (a one-row decoy kernel does 1/M) and 1 - the
-    FLOPs its torch steps dispatched. Either way, CPU time spent meanwhile by another process of the
+    FLOPs its torch steps dispatched, and (with the reference's ``ref_products``) 1 - the reference's products a torch
+    product step split with its kernels, each such product counted whole (``SPLIT_SHARE``). Either way, CPU time spent meanwhile by another process of the
     candidate's (work handed to a helper no record reaches) attributes the call away from it."""
     out: dict = {"reference_flops": ref_flops}
     kernels = work.get("kernels") or []
@@ -467,6 +504,18 @@ def work_share(work: dict, ref_flops: float, program=None, problem=None) -> dict
             shares.append(coverage)
         except Exception:  # noqa: BLE001 - shapes that cannot be inferred leave the torch steps' count alone
             pass
+        try:
+            split_flops, split = split_products(program, ref_products or [])
+        except Exception:  # noqa: BLE001 - the same: shapes that cannot be inferred
+            split_flops, split = 0.0, []
+        if split:
+            out["split_products"] = split
+            shares.append(max(0.0, 1.0 - split_flops / ref_flops))
+            worst = max(d["library_share"] for d in split)
+            if shares[-1] < 0.5:
+                out.setdefault("work_reason", f"a torch product step ran {100 * worst:.0f}% of one of the reference's "
+                               f"products (more than {100 * SPLIT_SHARE:.0f}%): a product split between the program's "
+                               f"kernels and PyTorch's library counts as the library's")
     share = min(shares) if shares else out.get("candidate_time_share")
     other_s = float(work.get("other_processes_cpu_s") or 0.0)
     out["other_processes_cpu_s"] = other_s

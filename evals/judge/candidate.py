@@ -98,18 +98,123 @@ _ORIGINALS = {name: getattr(owner, attr) for name, (owner, attr) in _GUARDED.ite
 _sleep = time.sleep
 
 
-def _module_functions(*modules) -> dict:
-    """(module, name) -> (function, its code) for the harness's own modules in this process."""
-    out = {}
+_EMPTY_CELL = object()
+
+
+def _function_state(fn) -> tuple:
+    """What a Python function runs with besides its identity: its code, its defaults (positional and keyword,
+    the latter a dict changed in place as easily as replaced) and what its closure cells hold."""
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # a cell not yet filled
+            cells.append(_EMPTY_CELL)
+    kw = fn.__kwdefaults__
+    return fn.__code__, fn.__defaults__, kw, (dict(kw) if kw is not None else None), tuple(cells)
+
+
+def _state_changed(fn, state: tuple) -> bool:
+    code, defaults, kw, kw_items, cells = state
+    if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kw:
+        return True
+    if kw is not None and (kw.keys() != kw_items.keys() or any(kw[k] is not v for k, v in kw_items.items())):
+        return True
+    now = _function_state(fn)[4]
+    return len(now) != len(cells) or any(a is not b for a, b in zip(now, cells))
+
+
+def _restore_state(fn, state: tuple) -> None:
+    code, defaults, kw, kw_items, cells = state
+    fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kw
+    if kw is not None:
+        kw.clear()
+        kw.update(kw_items)
+    for cell, value in zip(fn.__closure__ or (), cells):
+        if value is _EMPTY_CELL:
+            continue
+        cell.cell_contents = value
+
+
+def _functions_of(value) -> list:
+    """The Python functions a class attribute or a module binding runs: a function, a static or class method's,
+    a property's accessors."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if isinstance(f, types.FunctionType)]
+    return [value] if isinstance(value, types.FunctionType) else []
+
+
+def _bound(value) -> bool:
+    """A binding whose replacement changes what runs: anything callable, and the descriptors of a class."""
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+
+
+def _class_members(cls, out: dict, seen: set) -> None:
+    for klass in cls.__mro__:
+        if klass is object or id(klass) in seen:
+            continue
+        seen.add(id(klass))
+        for attr, value in list(vars(klass).items()):
+            if _bound(value) and attr not in ("__class__", "__doc__"):
+                out[(klass, attr)] = (value, [(f, _function_state(f)) for f in _functions_of(value)])
+
+
+def _module_functions(*modules, defined_only: bool = False) -> dict:
+    """(owner, name) -> (the bound object, [(each function it runs, that function's code, defaults and closure)])
+    for every callable binding of ``modules`` and every attribute of the classes they define: the harness's own
+    modules here, and the machinery that records the candidate's work (the profiler, its event parsing, the FLOP
+    counter). Replaced, or a function's code, defaults or closure swapped, they would measure or report for the
+    candidate. ``defined_only``: only what each module defines itself (its imports are other modules' to guard)."""
+    out: dict = {}
+    seen: set = set()
     for mod in modules:
-        for name, obj in vars(mod).items():
-            if isinstance(obj, types.FunctionType) and obj.__module__ == mod.__name__:
-                out[(mod, name)] = (obj, obj.__code__)
-            elif isinstance(obj, type) and obj.__module__ == mod.__name__:
-                for attr, fn in vars(obj).items():
-                    if isinstance(fn, types.FunctionType):
-                        out[(obj, attr)] = (fn, fn.__code__)
+        for name, obj in list(vars(mod).items()):
+            if not _bound(obj) or isinstance(obj, types.ModuleType):
+                continue
+            home = getattr(obj, "__module__", None)
+            if defined_only and home != mod.__name__:
+                continue
+            out[(mod, name)] = (obj, [(f, _function_state(f)) for f in _functions_of(obj)])
+            if isinstance(obj, type) and (home == mod.__name__ or str(home).startswith(mod.__name__)):
+                _class_members(obj, out, seen)
     return out
+
+
+def _guarded_functions() -> dict:
+    """The guarded torch names' own code (a class's methods, a function's code, defaults and closure): a guarded
+    name kept but its code swapped passes an identity check."""
+    out: dict = {}
+    seen: set = set()
+    for owner, attr in _GUARDED.values():
+        obj = getattr(owner, attr)
+        if isinstance(obj, type):
+            _class_members(obj, out, seen)
+        for f in _functions_of(obj):
+            out[(owner, attr)] = (obj, [(f, _function_state(f))])
+    return out
+
+
+def _profiler_modules() -> list:
+    """The modules whose code records the candidate's work (the profiler, its event parsing, the FLOP counter,
+    the dispatch-mode helpers) and the C modules underneath, found by name (some are absent in older torch)."""
+    import importlib
+
+    mods = []
+    for name in ("torch.profiler", "torch.profiler.profiler", "torch.autograd.profiler", "torch.autograd.profiler_util",
+                 "torch.utils.flop_counter", "torch.utils._python_dispatch", "torch._C._profiler", "torch._C._autograd"):
+        try:
+            mods.append(importlib.import_module(name))
+        except ImportError:
+            pass
+    return mods
+
+
+def _owner_name(owner) -> str:
+    if isinstance(owner, types.ModuleType):
+        return owner.__name__
+    return f"{owner.__module__}.{owner.__qualname__}"
 
 
 _HARNESS_FUNCTIONS: dict = {}  # filled in main(), once this module is complete
@@ -137,14 +242,23 @@ def tampered() -> list[str]:
         if getattr(owner, attr, None) is not _ORIGINALS[name]:
             changed.append(name)
             setattr(owner, attr, _ORIGINALS[name])
-    # the harness's own functions here (the timing library, the channel, the work records, this runner): replaced,
-    # or their code swapped, they would measure or report for the candidate
-    for (owner, attr), (fn, code) in _HARNESS_FUNCTIONS.items():
+    # the harness's own functions here (the timing library, the channel, the work records, this runner), the
+    # guarded names' own code and the profiler's machinery: replaced, or their code, defaults or closure swapped,
+    # they would measure or report for the candidate
+    return changed + changed_functions(_HARNESS_FUNCTIONS)
+
+
+def changed_functions(table: dict) -> list[str]:
+    """The bindings of ``table`` (``_module_functions``) replaced, or whose functions' code, defaults or closure
+    changed: their names, each put back."""
+    changed = []
+    for (owner, attr), (obj, functions) in table.items():
         now = vars(owner).get(attr)
-        if now is not fn or fn.__code__ is not code:
-            changed.append(f"{getattr(owner, '__name__', owner)}.{attr}")
-            fn.__code__ = code
-            setattr(owner, attr, fn)
+        if now is not obj or any(_state_changed(f, state) for f, state in functions):
+            changed.append(f"{_owner_name(owner)}.{attr}")
+            for f, state in functions:
+                _restore_state(f, state)
+            setattr(owner, attr, obj)
     return changed
 
 
@@ -731,7 +845,8 @@ def main(argv=None) -> int:
     timing.set_framework()
     _EXPECTED_STATE.update(framework_state())
     _HARNESS_FUNCTIONS.update(_module_functions(sys.modules[__name__], timing, wire, statistics, sealed,
-                                                attribution))
+                                                attribution, defined_only=True))
+    _HARNESS_FUNCTIONS.update(_guarded_functions())
     _OWN_THREADS.update(t.ident for t in threading.enumerate())
     runner = Runner()
     if runner.cuda:
@@ -742,6 +857,8 @@ def main(argv=None) -> int:
         if arena is not None and os.environ.get("MUCUTLASS_PIN_ARENA_MB"):
             arena.pin(int(os.environ["MUCUTLASS_PIN_ARENA_MB"]) << 20)  # while a spare: the judge pins its side too
     _warm_profiler(runner.cuda)
+    # after the profiler's first run, which imports and binds what it uses lazily
+    _HARNESS_FUNCTIONS.update(_module_functions(*_profiler_modules()))
     gc.freeze()
     while True:
         try:

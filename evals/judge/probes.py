@@ -31,6 +31,12 @@ F16_MAX = 65504.0
 SIGNATURE_OVER_ALLOWED = 4.0
 SIGNATURE_OVER_FP32 = 16.0
 NOISE_ALIGNMENT = 0.3  # rounding noise is nearly orthogonal to the result; a scaled result is parallel to it
+# Judged by magnitude, whatever the error's shape: the error against float64 may be this many times the coarsest
+# allowed level's emulated error (rounding of intermediate operands and another summation order stay inside it)
+MAGNITUDE_OVER_ALLOWED = 4.0
+# on an f32-only problem: this share of TF32's emulated error (fp32's own, summed in another order, stays far
+# below it up to contractions of about a million terms), or the reference's own fp32 error times the factor above
+MAGNITUDE_UNDER_TF32 = 0.25
 
 
 def round_to(x, level: str):
@@ -347,4 +353,26 @@ def judge(candidate_outs, probe: dict, allowed, nonfinite: bool = False) -> tupl
         if matches:
             found = level
             break
-    return found, {"candidate_error": e_c, **{f"{k}_error": v for k, v in errors.items()}}
+    budget = magnitude_budget(errors, allowed)
+    if found is None and budget is not None and math.isfinite(e_c) and e_c > budget:
+        # an error past what the allowed precisions make, of any shape (a tilt parallel to the result too)
+        found = next(level for level in LEVELS if level not in allowed)
+    return found, {"candidate_error": e_c, **{f"{k}_error": v for k, v in errors.items()},
+                   **({"error_budget": budget} if budget is not None else {})}
+
+
+def magnitude_budget(errors: dict, allowed) -> float | None:
+    """The largest error against float64 the allowed precisions make on this set (``MAGNITUDE_OVER_ALLOWED`` times
+    the coarsest allowed level's emulated error; on an f32-only problem the larger of that times fp32's own error
+    and ``MAGNITUDE_UNDER_TF32`` of TF32's); None where every level is allowed or a needed signature is missing."""
+    allowed = tuple(allowed)
+    kept = [level for level in LEVELS if level in allowed]
+    if len(kept) == len(LEVELS):
+        return None
+    if kept:
+        e_allowed = errors.get(kept[-1])
+        return MAGNITUDE_OVER_ALLOWED * e_allowed if e_allowed is not None and math.isfinite(e_allowed) else None
+    e_tf32, e_f32 = errors.get("tf32"), errors.get("f32")
+    if e_tf32 is None or e_f32 is None or not math.isfinite(e_tf32):
+        return None
+    return max(MAGNITUDE_OVER_ALLOWED * e_f32, MAGNITUDE_UNDER_TF32 * e_tf32)

@@ -146,6 +146,7 @@ class Judge:
         self.current: Attempt | None = None
         self.tree = ProtectedTree()
         self.ref_flops_cache: dict[tuple, int] = {}
+        self.ref_products_cache: dict[tuple, list[float]] = {}
         self.peak = PeakMeter(self.cuda)
         self.stages = Stages(self.peak.since_mark)
         self.models: dict[tuple, Any] = {}  # this operation's reference models, by (problem, seed, device)
@@ -597,7 +598,14 @@ class Judge:
             with self.stages("attribution"), torch.no_grad(), OpRecorder() as recorder:
                 model(*inputs)
             self.ref_flops_cache[key] = recorder.flops
+            self.ref_products_cache[key] = recorder.products
         return self.ref_flops_cache[key]
+
+    def reference_products(self, problem: Problem, model_seed: int, inputs: list) -> list[float]:
+        """The FLOPs of each product operation of the reference forward (``reference_flops`` records them)."""
+        self.reference_flops(problem, model_seed, inputs)
+        key = (problem.path, problem.source_hash, tuple(tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)))
+        return self.ref_products_cache.get(key, [])
 
     def timing_lock(self, device, settings: HarnessSettings, shared: bool = False, give_up=None) -> DeviceTimingLock:
         """The GPU's timing lock (``evals.locks.DeviceTimingLock``: exclusive for a measurement, shared for

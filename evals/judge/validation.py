@@ -55,6 +55,7 @@ class Validation:
         self.again: compare.Summary | None = None
         self.inplace: compare.Summary | None = None
         self.counted_flops: float = 0.0
+        self.counted_products: list[float] = []
         self.probes = probing.ProbePlan(n_sets, settings.probe_budget_s)
         self.info: dict[str, Any] = {}
 

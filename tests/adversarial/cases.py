@@ -413,11 +413,51 @@ CASES += [
          what="SIGSTOPs the next attempts' processes (and its supervisor): the next, honest candidate would time out"),
 ]
 
+# Guards that check more than identity: the guarded names' own code (a function's code, defaults and closure
+# cells, a class's methods), and the profiler's machinery (its modules, their classes' methods, the C modules
+# underneath), checked after every request and put back.
+CASES += [
+    Case("swaps_sync_code.py", "timing_tampered", 5, stage="profile", taints=True,
+         what="keeps torch.cuda.synchronize the same object but swaps its __code__ for a current-stream wait; the work on a side stream"),
+    Case("swaps_profiler_code.py", "pytorch_only", 7, stage="profile", taints=True,
+         what="pure PyTorch; swaps the __code__ of the profiler's events method (the guarded class's base) to leave out every product"),
+    Case("rewrites_profiler_events.py", "pytorch_only", 7, stage="profile", taints=True,
+         what="pure PyTorch; replaces the profiler's FunctionEvent.__init__ so every product operator is recorded as a ReLU"),
+]
+
+# A program's share looks at each product of the reference: one split between its kernels and a torch product step
+# (costed as the GEMM it is) counts as the library's whole
+CASES += [
+    Case("splits_gemm_columns.mcu", "pytorch_only", 7,
+         what="a kernel on 9/16 of a GEMM's columns, a torch linear step on the other 7/16: the total share stays above half"),
+]
+
+# Precision judged by magnitude: on every probed set the error against float64 stays within what the allowed
+# precisions make (a few times the coarsest allowed level's emulated error), whatever its shape
+CASES += [
+    Case("f16_tilted.py", "precision", 6, problem="linear_relu_tf32",
+         what="float16 with a small input-dependent tilt: an error parallel to the output, not shaped like rounding"),
+    # f16 where f16 holds the values has TF32's mantissa: its error is TF32's, inside the budget of a TF32 problem
+    # (judged by magnitude it is no harm there); only values past f16's range tell it apart, and ordinary sets do
+    # not leave that range (docs/harness.md)
+    Case("f16_where_small.py", "precision", 6, problem="linear_relu_tf32", pending=_p(6),
+         what="float16 wherever the inputs are under 1e3 (every ordinary set), full precision on the range probes"),
+]
+
+# Library work the operator names do not show: attribution would have to follow where the executed code lives
+# (torch's and the vendor libraries' shared objects against the candidate's own build), not operator names
+CASES += [
+    Case("index_operand_gemm.py", "pytorch_only", 7, stage="profile", gpu=False, pending=_p(7),
+         what="pure PyTorch; the GEMM as an embedding bag whose per-index weights are x: an index operand that multiplies"),
+]
+
 CONTROLS: list[Control] = [
     Control("honest.py", flags_ok=("pytorch_only",), what="a plain correct ModelNew (PyTorch only: flagged pytorch_only, nothing else)"),
     Control("honest_program.mcu", what="a correct μCUTLASS program (tf32 GEMM, bias and ReLU fused)"),
     Control("honest_torch_step.mcu", what="a correct program with a legitimate torch step (the ReLU) after its kernel"),
     Control("honest_f16.mcu", what="a correct program computing in f16 on a problem that allows f16"),
+    Control("honest_program.mcu", problem="linear_relu_tf32",
+            what="the tf32 program on a TF32/f32-only problem: its error is TF32's, near and inside the magnitude budget"),
     Control("honest_f32_exact.py", problem="linear_relu_f32", flags_ok=("pytorch_only",),
             what="plain fp32 on an f32-only problem; its docstring says TF32 stays off (a static reading trips on it)"),
     Control("honest_view_output.py", flags_ok=("pytorch_only",),

@@ -24,6 +24,7 @@ def call_every_set(v) -> None:
         del outs  # the output arrived, was compared and reduced: let go before the probe's float64 runs
         if i == counted:
             v.counted_flops = v.judge.reference_flops(v.problem, v.model_seed, x)
+            v.counted_products = v.judge.reference_products(v.problem, v.model_seed, x)
         rec.signature = probing.signature(v, v.model, i, x, ref, v.probes)
         if i in (0, 1) or (not rec.summary.cmp["correct"] and v.first_bad is None):
             v.keep(i, seed, x, ref)

@@ -11,7 +11,7 @@ from evals.judge.findings import Finding
 def attributed_work(v) -> None:
     work = v.attempt.work or {"error": "no call was counted"}
     with v.judge.stages("attribution"):
-        v.info.update(work_share(work, v.counted_flops, v.attempt.program, v.problem))
+        v.info.update(work_share(work, v.counted_flops, v.attempt.program, v.problem, v.counted_products))
 
 
 def validation_flags(info: dict) -> list[dict]:
@@ -36,8 +36,10 @@ def counted_call(p) -> None:
     if not cmp["correct"]:
         raise Finding(cmp["rule"], f"the call whose work was recorded: {cmp['text']}")
     flops = p.judge.reference_flops(p.problem, p.model_seed, x)
+    products = p.judge.reference_products(p.problem, p.model_seed, x)
     with p.judge.stages("attribution"):
-        p.work = work_share(p.attempt.work or {"error": "no call was counted"}, flops, p.attempt.program, p.problem)
+        p.work = work_share(p.attempt.work or {"error": "no call was counted"}, flops, p.attempt.program, p.problem,
+                            products)
 
 
 def profile_flags(p, candidate: dict) -> list[dict]:
