@@ -116,7 +116,8 @@ class EvalConfig(BaseModel):
         """The settings of one of the evaluation's runs: the grid's point, with the evaluation's budget and backend."""
         return RunSettings(tier=tier, variant=variant, policy=policy, max_attempts=self.max_attempts,
                            backend=self.backend, memory=memory_path is not None, memory_path=memory_path,
-                           **budget_fields(self.run_budget))
+                           # a cap not given falls back on MUCUTLASS_BUDGET_* (run_vocabulary.settings)
+                           **{k: v for k, v in budget_fields(self.run_budget).items() if v is not None})
 
 
 def budget_fields(budget: Budget) -> dict[str, float | int | None]:
@@ -466,7 +467,7 @@ def run_within_budget(config: EvalConfig, store, todo: Sequence[RunSpec], execut
         chunk, queue = queue[:at_once], queue[at_once:]
         share = budget.left(spent).shared(len(chunk))
         # a resumed run's budget counts what it spent before
-        runs = [spec.model_copy(update=budget_fields(config.run_budget.tighter(share.plus(before.get(spec.key, Spend())))))
+        runs = [spec.model_copy(update=budget_fields(spec.budget.tighter(share.plus(before.get(spec.key, Spend())))))
                 for spec in chunk]
         executor.run(runs, run_fn, sink)
     return [], ""

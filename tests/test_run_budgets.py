@@ -178,6 +178,8 @@ def test_an_evaluation_budget_spans_its_problems_and_resumes_when_raised(tmp_pat
     report = (tmp_path / "eval" / "report" / "report.md").read_text()
     assert "## Spend" in report and "| offline | 2 | 2500 | $0.0000 | 0.04 |" in report
     assert "| writer | 2 | 2500 | $0.0000 | 0.05 |" in report and "stopped on a budget" in report
+    assert "![Attempt-Fast-p per policy](attempt_fast_p.png)" in report
+    assert (tmp_path / "eval" / "report" / "attempt_fast_p.png").stat().st_size > 5000
 
     again = _evaluate(tmp_path, eval_budget_tokens=5000)
     stored = _stored(tmp_path)
