@@ -476,15 +476,14 @@ def run_within_budget(config: EvalConfig, store, todo: Sequence[RunSpec], execut
 def reopened_by_budgets(store, config: EvalConfig) -> set[tuple[str, str, str, str]]:
     """Finished runs a budget stopped whose budget is larger now (the per-run one raised, or an evaluation
     budget raised or dropped): they run again from their checkpoint, their attempts kept."""
+    now = budget_fields(config.run_budget)
+    eval_left = config.eval_budget.any and not budget_stop(evaluation_spend(store), config.eval_budget, "evaluation")
     reopened = set()
     for s in store.summaries(statuses=("done",)):
         if not is_budget_stop(s.stop_reason):
             continue
-        now = budget_fields(config.run_budget)
-        if not config.eval_budget.any and any(
-                now[k] is None or now[k] > v for k, v in s.budgets.items()):
-            reopened.add((s.problem, s.tier, s.policy, s.variant))
-        elif config.eval_budget.any and not budget_stop(evaluation_spend(store), config.eval_budget, "evaluation"):
+        raised = any(now[k] is None or now[k] > v for k, v in s.budgets.items())
+        if eval_left if config.eval_budget.any else raised:
             reopened.add((s.problem, s.tier, s.policy, s.variant))
     return reopened
 
