@@ -31,6 +31,16 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: write whole numbers separated by commas, like 4,8,12") from None
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number above 0 and at most 1, like 0.95")
+    return value
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -40,6 +50,32 @@ def _error(message: str, hint: str | None = None) -> int:
     if hint:
         print(f"  hint: {hint}", file=sys.stderr)
     return 1
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0 or value != value or value == float("inf"):
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what} above 0")
+        return value
+
+    return parse
+
+
+def add_budget_arguments(parser, flag: str = "--budget", whose: str = "each run") -> None:
+    """The hard budgets (run_vocabulary.budgets) as ``FLAG-usd``, ``FLAG-tokens``, ``FLAG-minutes``; dests
+    ``budget_usd`` etc. for a run's, ``eval_budget_usd`` etc. for an evaluation's."""
+    dest = flag.lstrip("-").replace("-", "_")
+    parser.add_argument(f"{flag}-usd", type=_positive(float), default=None, dest=f"{dest}_usd", metavar="USD",
+                        help=f"dollars {whose} may spend on model calls (the tier's prices; offline costs 0)")
+    parser.add_argument(f"{flag}-tokens", type=_positive(int), default=None, dest=f"{dest}_tokens", metavar="N",
+                        help=f"model tokens (input + output) {whose} may spend")
+    parser.add_argument(f"{flag}-minutes", type=_positive(float), default=None, dest=f"{dest}_minutes",
+                        metavar="MIN", help=f"minutes of work {whose} may spend (checked between attempts)")
 
 
 def register(subparsers) -> None:
@@ -70,6 +106,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS, help=f"attempt budget per run (default: {MAX_ATTEMPTS})")
     p.add_argument("--backend", default="auto", choices=("auto", "cutlass", "interpreter"),
                    help="auto: cutlass with a GPU, the interpreter without")
+    add_budget_arguments(p, "--budget", "each run")
+    add_budget_arguments(p, "--eval-budget", "the whole evaluation (all its runs together; a run starts only "
+                                             "while some is left, and gets at most what is left)")
     p.add_argument("--out", default=None, help="evaluation folder (default: runs/eval-<suite or level>)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: a cluster address, or 'local' for a private instance")
     p.add_argument("--workers", type=int, default=None, help="local workers (default: one per visible GPU)")
@@ -99,6 +138,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="write report.md with tables and plots from an evaluation")
     p.add_argument("results", help="an evaluation folder or its results.sqlite")
     p.add_argument("--out", default=None, help="report folder (default: RESULTS/report)")
+    p.add_argument("--attempt-p", type=_fraction, default=None, metavar="P",
+                   help="Attempt-Fast-p's p: attempt_fast_p.png draws, per policy, the fraction of problems within "
+                        "P of their final speedup after n attempts (default: 0.95)")
     p.set_defaults(func=cmd_report)
 
 
@@ -159,6 +201,8 @@ def cmd_eval(args) -> int:
         source=source, problems=keys, tiers=args.tiers, variants=args.variants, memory=not args.no_memory,
         policies=policies, policies_mode=args.policies_mode,
         max_attempts=args.max_attempts, backend=backend, executor=f"ray:{args.ray}" if args.ray else "local",
+        **{f"{scope}budget_{kind}": getattr(args, f"{scope}budget_{kind}") for scope in ("", "eval_")
+           for kind in ("usd", "tokens", "minutes")},
     )
     if args.ray:
         try:
@@ -195,6 +239,9 @@ def cmd_eval(args) -> int:
           f"{outcome.skipped} already finished, {outcome.derived} derived by replay")
     for label, err in outcome.failed.items():
         print(f"  failed: {label}: {err}")
+    if outcome.unstarted:
+        print(f"not started: {len(outcome.unstarted)} run(s), {outcome.budget_stop}; raise --eval-budget-* and run "
+              "the same command to go on")
     print(f"results: {outcome.results_json}\nreport:  {outcome.report_md}")
     if outcome.failed:
         print(f"error: {len(outcome.failed)} run(s) failed or could not start; run the same command to retry them",
@@ -250,7 +297,7 @@ def cmd_report(args) -> int:
         out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report"
         if out.exists() and not out.is_dir():
             return _error(f"--out {out}: exists and is not a folder", "choose another --out")
-        path = write_report(store, out)
+        path = write_report(store, out, *([args.attempt_p] if args.attempt_p is not None else []))
     except StoreError as exc:
         return _error(str(exc))
     finally:

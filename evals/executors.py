@@ -51,6 +51,11 @@ class LocalExecutor:
     def __init__(self, workers: int | None = None):
         self.workers = workers
 
+    @property
+    def runs_at_once(self) -> int:
+        """How many runs are in flight together: the workers asked for, else one per visible GPU."""
+        return self.workers or max(1, len(_visible_gpu_ids()))
+
     def run(self, specs: Sequence[RunSpec], run_fn: str | RunFn, sink: RunSink) -> None:
         if not specs:
             return

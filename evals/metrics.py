@@ -303,3 +303,89 @@ def variant_cells(summaries: Sequence[RunSummary], policy: str = "fixed") -> lis
             attempts_to_first_correct_median=statistics.median(firsts) if firsts else None,
         ))
     return cells
+
+
+# ------------------------------------------------------------------------------------------------
+# Spend (the hard budgets' units: tokens, dollars, minutes) and Attempt-Fast-p
+
+
+class SpendRow(BaseModel):
+    """Spend of the runs of one key (a tier, a variant, or a node of the graph: planner, writer)."""
+
+    key: str
+    runs: int
+    tokens: int
+    cost_usd: float
+    minutes: float
+
+
+def _node_spend(summary: RunSummary) -> dict[str, dict[str, float]]:
+    """The run's spend by node; a record written before it was kept gives its totals to the writer."""
+    if summary.spend_by_node:
+        return summary.spend_by_node
+    return {"writer": {"tokens_in": summary.tokens_in, "tokens_out": summary.tokens_out,
+                       "cost_usd": summary.cost_usd, "seconds": summary.time_split_s.get("model", 0.0)}}
+
+
+def spend_rows(summaries: Sequence[RunSummary], by: str) -> list[SpendRow]:
+    """Spend summed by ``by``: "tier", "variant" (a run's tokens, dollars, minutes of work) or "node"."""
+    rows: dict[str, SpendRow] = {}
+
+    def add(key: str, tokens: float, cost: float, seconds: float) -> None:
+        row = rows.setdefault(key, SpendRow(key=key, runs=0, tokens=0, cost_usd=0.0, minutes=0.0))
+        row.runs += 1
+        row.tokens += int(tokens)
+        row.cost_usd += cost
+        row.minutes += seconds / 60.0
+
+    for s in summaries:
+        if by == "node":
+            for node, spend in _node_spend(s).items():
+                add(node, spend.get("tokens_in", 0) + spend.get("tokens_out", 0), spend.get("cost_usd", 0.0),
+                    spend.get("seconds", 0.0))
+        else:
+            add(getattr(s, by), s.tokens_in + s.tokens_out, s.cost_usd, s.work_s or s.wall_s)
+    return [rows[k] for k in sorted(rows)]
+
+
+def running_best_us(summary: RunSummary) -> list[float | None]:
+    """After each attempt, in order: the fastest correct, unflagged time so far (None before the first)."""
+    best, out = None, []
+    for a in sorted(summary.attempts, key=lambda a: a.index):
+        if a.correct and not a.flags and a.t_us and (best is None or a.t_us < best):
+            best = a.t_us
+        out.append(best)
+    return out
+
+
+def attempt_fast_p(summaries: Sequence[RunSummary], p: float = 0.95,
+                   max_attempts: int | None = None) -> dict[tuple[str, str, str], list[float]]:
+    """The paper's Attempt-Fast-p, per (tier, variant, policy): curve[n-1] is the fraction of the group's problems
+    whose best within n attempts reaches ``p`` of their final speedup (t_final / t_n >= p). The final speedup of
+    a problem is the best of every run of its tier and variant (under the fixed policy: its whole log), so a
+    policy that stops early shows what it gave up; a run keeps its best past its last attempt. Times, not
+    speedups, are compared: the curve needs no reference timing."""
+    final: dict[tuple[str, str, str], float] = {}
+    for s in summaries:
+        t = best_time_of(s)
+        key = (s.tier, s.variant, s.problem)
+        if t is not None and (key not in final or t < final[key]):
+            final[key] = t
+    n_max = max_attempts or max((len(s.attempts) for s in summaries), default=0)
+    curves = {}
+    for group, runs in sorted(by_group(summaries).items()):
+        reached = [0] * n_max
+        for s in runs:
+            t_final = final.get((s.tier, s.variant, s.problem))
+            bests = running_best_us(s)
+            for n in range(n_max):
+                t_n = bests[min(n, len(bests) - 1)] if bests else None
+                if t_final is not None and t_n is not None and t_final / t_n >= p:
+                    reached[n] += 1
+        curves[group] = [r / len(runs) for r in reached]
+    return curves
+
+
+def best_time_of(summary: RunSummary) -> float | None:
+    times = [t for t in running_best_us(summary) if t is not None]
+    return min(times) if times else None

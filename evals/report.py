@@ -16,10 +16,12 @@ from pathlib import Path
 from evals import metrics
 from evals.replay import ReplayError, fmt_num, fmt_pct, policy_grid, replay, replay_table_markdown
 from evals.environment import versions_text
+from run_vocabulary.budgets import BUDGET_STOP_PREFIX
 from run_vocabulary.policies import PolicySettings
 
 DEFAULT_EPS = (0.5, 1.0, 2.5)
 DEFAULT_WINDOWS = (4, 8, 12)
+ATTEMPT_FAST_P = 0.95  # Attempt-Fast-p's default p: the paper's "keeps >= 95% of the geomean"
 PLOT_BASELINE = "eager_tf32"  # the honest baseline on GEMMs (kernelbench-facts: TF32 alone is 4.6x on eager)
 
 
@@ -154,6 +156,33 @@ def plot_attempt_curves(groups: dict[tuple[str, str], metrics.GroupMetrics], bas
     return _save(fig, ax, "attempt curves", path, None if has_data else no_data_reason(results, baseline))
 
 
+def plot_attempt_fast_p(curves: dict[tuple[str, str, str], list[float]], p: float, path: Path) -> Path:
+    """The paper's Attempt-Fast-p: per policy, the fraction of problems within ``p`` of their final speedup
+    after n attempts."""
+    fig, ax = _figure()
+    for key, curve in sorted(curves.items()):
+        if curve:
+            ax.step(range(1, len(curve) + 1), curve, where="post", label=" / ".join(key))
+    ax.set_xlabel("attempts n")
+    ax.set_ylabel(f"fraction of problems at >= {p:g} of their final speedup")
+    ax.set_ylim(0, 1.02)
+    drawn = any(any(c) for c in curves.values())
+    return _save(fig, ax, f"Attempt-Fast-p (p = {p:g}), per policy", path,
+                 None if drawn else "no correct timed result")
+
+
+def spend_tables_markdown(live) -> str:
+    """Tokens, dollars and minutes of work of the live runs (derived ones are cuts of them), per tier, per
+    variant and per node of the graph."""
+    parts = []
+    for by, title in (("tier", "tier"), ("variant", "variant"), ("node", "node (planner, writer)")):
+        rows = metrics.spend_rows(live, by)
+        parts += [f"Per {title}:", "", _md_table(
+            [by, "runs", "tokens", "cost", "minutes"],
+            [[r.key, r.runs, r.tokens, f"${r.cost_usd:.4f}", f"{r.minutes:.2f}"] for r in rows]), ""]
+    return "\n".join(parts).rstrip()
+
+
 # ------------------------------------------------------------------------------------------------
 
 
@@ -194,8 +223,8 @@ def variants_tables_markdown(summaries, policy: str = "fixed") -> str:
     return "\n".join(md)
 
 
-def build_report(store, out_dir: str | Path) -> str:
-    """Markdown text of the report; plots are written next to it."""
+def build_report(store, out_dir: str | Path, attempt_p: float = ATTEMPT_FAST_P) -> str:
+    """Markdown text of the report; plots are written next to it. ``attempt_p``: the p of Attempt-Fast-p."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summaries = store.summaries()
@@ -283,7 +312,20 @@ def build_report(store, out_dir: str | Path) -> str:
         except ReplayError as exc:
             md += [f"(replay skipped: {exc})", ""]
 
+    live = store.summaries(statuses=("done",))
+    if live:
+        md += ["## Spend", "", "Budgets (`--budget-usd`, `--budget-tokens`, `--budget-minutes`) count these: "
+               "model tokens, their dollars at the tier's prices, minutes of work (model calls, builds, validation, "
+               "timing, set-up).", "", spend_tables_markdown(live), ""]
+        stopped = [s for s in live if s.stop_reason.startswith(BUDGET_STOP_PREFIX)]
+        if stopped:
+            md += [f"{len(stopped)} run(s) stopped on a budget, their best so far kept: "
+                   + "; ".join(f"{s.problem} [{s.tier}, {s.policy}]: {s.stop_reason}" for s in stopped), ""]
+
     plots = [
+        ("Attempt-Fast-p per policy", plot_attempt_fast_p(
+            metrics.attempt_fast_p(summaries, attempt_p, config.get("max_attempts")), attempt_p,
+            out / "attempt_fast_p.png")),
         ("fast_p curves", plot_fast_p(groups_results, PLOT_BASELINE, out / "fast_p.png")),
         ("per-problem speedup against % of SOL", plot_speedup_vs_sol(results, PLOT_BASELINE, out / "speedup_vs_sol.png")),
         ("spend against speedup", plot_spend_vs_speedup(results, PLOT_BASELINE, out / "spend_vs_speedup.png")),
@@ -327,9 +369,9 @@ def build_report(store, out_dir: str | Path) -> str:
     return "\n".join(md)
 
 
-def write_report(store, out_dir: str | Path) -> Path:
+def write_report(store, out_dir: str | Path, attempt_p: float = ATTEMPT_FAST_P) -> Path:
     out = Path(out_dir)
-    text = build_report(store, out)
+    text = build_report(store, out, attempt_p)
     path = out / "report.md"
     path.write_text(text + "\n", encoding="utf-8")
     if langsmith_configured():

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from evals.environment import collect_environment
+from run_vocabulary.budgets import Budget, Spend, budget_stop, is_budget_stop
 from run_vocabulary.policies import PolicyError, PolicySettings, parse_policies, parse_policy
 from run_vocabulary.records import AttemptRecord, RunSummary
 from run_vocabulary.settings import RunSettings
@@ -80,6 +81,21 @@ class EvalConfig(BaseModel):
     max_attempts: int = MAX_ATTEMPTS
     backend: str = "auto"
     executor: str = "local"
+    # hard budgets (run_vocabulary.budgets): of each run, and of the whole evaluation (its runs together); None: no cap
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    budget_minutes: float | None = None
+    eval_budget_usd: float | None = None
+    eval_budget_tokens: int | None = None
+    eval_budget_minutes: float | None = None
+
+    @property
+    def run_budget(self) -> Budget:
+        return Budget(self.budget_usd, self.budget_tokens, self.budget_minutes)
+
+    @property
+    def eval_budget(self) -> Budget:
+        return Budget(self.eval_budget_usd, self.eval_budget_tokens, self.eval_budget_minutes)
 
     def policies_to_run(self) -> list[str]:
         if self.policies_mode == "run":
@@ -99,7 +115,19 @@ class EvalConfig(BaseModel):
     def run_settings(self, tier: str, variant: str, policy: str, memory_path: str | None) -> RunSettings:
         """The settings of one of the evaluation's runs: the grid's point, with the evaluation's budget and backend."""
         return RunSettings(tier=tier, variant=variant, policy=policy, max_attempts=self.max_attempts,
-                           backend=self.backend, memory=memory_path is not None, memory_path=memory_path)
+                           backend=self.backend, memory=memory_path is not None, memory_path=memory_path,
+                           # a cap not given falls back on MUCUTLASS_BUDGET_* (run_vocabulary.settings)
+                           **{k: v for k, v in budget_fields(self.run_budget).items() if v is not None})
+
+
+def budget_fields(budget: Budget) -> dict[str, float | int | None]:
+    """A budget as a run's settings name it (``budget_usd``, ``budget_tokens``, ``budget_minutes``)."""
+    return {"budget_usd": budget.usd, "budget_tokens": budget.tokens, "budget_minutes": budget.minutes}
+
+
+def spend_of(summary: RunSummary) -> Spend:
+    """What a finished run spent: its tokens, dollars and seconds of work over all its resumes."""
+    return Spend(summary.tokens_in + summary.tokens_out, summary.cost_usd, summary.work_s)
 
 
 def check_policies(policies: Sequence[str]) -> list[str]:
@@ -325,6 +353,9 @@ class EvalOutcome(BaseModel):
     skipped: int  # runs already finished in the store
     failed: dict[str, str] = Field(default_factory=dict)  # run label -> one-line error
     derived: int = 0  # runs derived by replay
+    # runs left unstarted because the evaluation's budget was spent, and the budget's stop reason
+    unstarted: list[str] = Field(default_factory=list)
+    budget_stop: str = ""
     results_json: str | None = None
     report_md: str | None = None
 
@@ -386,20 +417,21 @@ def _run_evaluation(config: EvalConfig, problem_paths: dict[str, str], out: Path
             resume_keys=RESUME_KEYS,
         )
         specs = plan_runs(config, problem_paths, out, problem_errors)
-        finished = store.finished_keys()
+        finished = store.finished_keys() - reopened_by_budgets(store, config)
         todo = [s for s in specs if s.key not in finished]
         progress = EvalProgress(len(specs), len(specs) - len(todo)) if show_progress else None
         sink = StoreSink(store, progress)
         if progress:
             with progress:
-                executor.run(todo, run_fn, sink)
+                unstarted, why = run_within_budget(config, store, todo, executor, run_fn, sink)
         else:
-            executor.run(todo, run_fn, sink)
+            unstarted, why = run_within_budget(config, store, todo, executor, run_fn, sink)
         derived = derive_policies(store, config)
         labels = {s.key: s.label for s in specs}
         outcome = EvalOutcome(
-            out_dir=str(out), resumed=resumed, ran=len(todo), skipped=len(specs) - len(todo),
+            out_dir=str(out), resumed=resumed, ran=len(todo) - len(unstarted), skipped=len(specs) - len(todo),
             failed={labels.get(k, "/".join(k)): e for k, e in store.failures().items()}, derived=derived,
+            unstarted=[s.label for s in unstarted], budget_stop=why,
         )
         if write_outputs:
             outcome.results_json = str(write_results_json(store, out / "results.json"))
@@ -409,6 +441,51 @@ def _run_evaluation(config: EvalConfig, problem_paths: dict[str, str], out: Path
         return outcome
     finally:
         store.close()
+
+
+def evaluation_spend(store) -> Spend:
+    """What the evaluation's live runs have spent together (derived runs are cuts of them: not counted again)."""
+    return sum((spend_of(s) for s in store.summaries(statuses=("done",))), Spend())
+
+
+def run_within_budget(config: EvalConfig, store, todo: Sequence[RunSpec], executor: Executor, run_fn: str | RunFn,
+                      sink: RunSink) -> tuple[list[RunSpec], str]:
+    """Run ``todo``; under an evaluation budget, in rounds of as many runs as run at once: a round starts only
+    while some of the budget is left, and its runs share what is left (each also within its own budget; a run
+    resumed keeps what it spent before). Returns the runs left unstarted and the budget's stop reason."""
+    budget = config.eval_budget
+    if not budget.any:
+        executor.run(todo, run_fn, sink)
+        return [], ""
+    queue, at_once = list(todo), max(1, getattr(executor, "runs_at_once", 1))  # Ray's runs share by rounds of one
+    before = {(s.problem, s.tier, s.policy, s.variant): spend_of(s) for s in store.summaries(statuses=("done",))}
+    while queue:
+        spent = evaluation_spend(store)
+        why = budget_stop(spent, budget, "evaluation")
+        if why:
+            return queue, why
+        chunk, queue = queue[:at_once], queue[at_once:]
+        share = budget.left(spent).shared(len(chunk))
+        # a resumed run's budget counts what it spent before
+        runs = [spec.model_copy(update=budget_fields(spec.budget.tighter(share.plus(before.get(spec.key, Spend())))))
+                for spec in chunk]
+        executor.run(runs, run_fn, sink)
+    return [], ""
+
+
+def reopened_by_budgets(store, config: EvalConfig) -> set[tuple[str, str, str, str]]:
+    """Finished runs a budget stopped whose budget is larger now (the per-run one raised, or an evaluation
+    budget raised or dropped): they run again from their checkpoint, their attempts kept."""
+    now = budget_fields(config.run_budget)
+    eval_left = config.eval_budget.any and not budget_stop(evaluation_spend(store), config.eval_budget, "evaluation")
+    reopened = set()
+    for s in store.summaries(statuses=("done",)):
+        if not is_budget_stop(s.stop_reason):
+            continue
+        raised = any(now[k] is None or now[k] > v for k, v in s.budgets.items())
+        if eval_left if config.eval_budget.any else raised:
+            reopened.add((s.problem, s.tier, s.policy, s.variant))
+    return reopened
 
 
 def results_document(store) -> dict[str, Any]:

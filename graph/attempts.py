@@ -7,6 +7,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any
 
 from dsl_compiler.diagnostics import Diagnostic, failure
+from run_vocabulary.budgets import Spend, budget_stop
 from run_vocabulary.policies import stop_reason
 from run_vocabulary.records import AttemptRecord
 from graph.state import OptimizeState, history, program_of
@@ -39,10 +40,33 @@ def advance(attempt: AttemptRecord, node_s: float, **changes: Any) -> dict:
     return attempt.model_copy(update={**changes, "wall_s": attempt.wall_s + node_s}).model_dump()
 
 
+def add_node_spend(state: OptimizeState, node: str, seconds: float, tokens_in: int = 0, tokens_out: int = 0,
+                   cost_usd: float = 0.0) -> dict[str, Any]:
+    """The state's spend by node (planner, writer) with one more call of ``node``."""
+    by_node = {k: dict(v) for k, v in state.get("spend_by_node", {}).items()}
+    row = by_node.setdefault(node, {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "seconds": 0.0, "calls": 0})
+    row["tokens_in"] += tokens_in
+    row["tokens_out"] += tokens_out
+    row["cost_usd"] += cost_usd
+    row["seconds"] += seconds
+    row["calls"] += 1
+    return {"spend_by_node": by_node}
+
+
+def spent(state: OptimizeState) -> Spend:
+    """What the run has spent so far, over all its resumes (the state's counters are checkpointed)."""
+    return Spend(state.get("tokens_in", 0) + state.get("tokens_out", 0), state.get("cost_usd", 0.0),
+                 state.get("work_s", 0.0))
+
+
 def stop_decision(state: OptimizeState, ctx: RunContext, *, nothing_left: str | None = None) -> str:
     """The one stop decision of a run, after every finished attempt (failed or judged) and when the writer has
-    nothing left to propose: the run's stop rule over the state's history (``run_vocabulary.policies.stop_reason``), or ""
-    to go on."""
+    nothing left to propose: a writer out of ideas, then the run's hard budgets (``run_vocabulary.budgets``), then
+    its stop rule over the state's history (``run_vocabulary.policies.stop_reason``); "" to go on."""
+    if not nothing_left:
+        over = budget_stop(spent(state), ctx.budget)
+        if over:
+            return over
     return stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
                        state.get("reference_us", {}), ctx.policy_settings, nothing_left=nothing_left)
 

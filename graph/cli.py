@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--plateau", type=int, default=PLATEAU_WINDOW, dest="plateau_window",
                    help=f"plateau policy: attempts in a row without gain (default: {PLATEAU_WINDOW})")
     p.add_argument("--token-budget", type=int, default=TOKEN_BUDGET, help=f"tokens policy: budget (default: {TOKEN_BUDGET})")
+    from evals.cli import add_budget_arguments
+
+    add_budget_arguments(p, "--budget", "the run")
     p.add_argument("--backend", default="auto", choices=("cutlass", "interpreter", "auto"),
                    help="auto: cutlass when a GPU and nvcc are present, else interpreter (default: auto)")
     p.add_argument("--gpu", default="h200", help="GPU of the SOL model (default: h200)")
@@ -55,6 +58,8 @@ def register(subparsers) -> None:
                    help="the problem to resume with (needed when the recorded one changed, moved, or the folder is not "
                         "from a run of yours); recorded afresh")
     r.add_argument("--tiers-file", default=None, help="tiers TOML defining the run's tier (also MUCUTLASS_TIERS)")
+    add_budget_arguments(r, "--budget", "the run (in place of the recorded one: a run a budget stopped goes on "
+                                        "when it allows more)")
     r.add_argument("--json", action="store_true", help="print events as JSON lines on stdout")
     r.add_argument("--wait", action="store_true", help="if another process holds RUN_DIR, wait for it (default: exit 2)")
     r.set_defaults(func=_with_sink(resume_command))
@@ -164,7 +169,8 @@ def _optimize(args: argparse.Namespace, sink, problem: Path | None, services) ->
     _stage(sink, "starting the graph")
     ctx = RunContext(tier=args.tier, policy=args.policy, variant=variant, memory=args.memory,
                      max_attempts=args.max_attempts, eps=args.eps, plateau_window=args.plateau_window, token_budget=args.token_budget, backend=args.backend,
-                     gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier, services=services)
+                     gpu=args.gpu, tiers_file=args.tiers_file, tier_impl=tier, services=services,
+                     **_budgets(args))
     from evals.locks import FolderBusy
     from graph.runner import RunError
 
@@ -209,12 +215,19 @@ def resume_command(args: argparse.Namespace, sink) -> int:
     try:
         _stage(sink, f"reading {args.run_dir}")
         summary = resume_run(args.run_dir, on_event=sink, wait=args.wait, problem_path=args.problem,
-                             tiers_file=tiers_file, check_problem=check_problem)
+                             tiers_file=tiers_file, check_problem=check_problem, budgets=_budgets(args))
     except FolderBusy as exc:
         return _error(str(exc), 2)
     except (RunError, TierError, ProblemError) as exc:
         return _error(str(exc), 1)
     return _outcome(summary)
+
+
+def _budgets(args: argparse.Namespace) -> dict:
+    """The budgets the command line names (the others fall back on MUCUTLASS_BUDGET_*, or none)."""
+    from run_vocabulary.settings import BUDGET_FIELDS
+
+    return {k: getattr(args, k) for k in BUDGET_FIELDS if getattr(args, k, None) is not None}
 
 
 def _outcome(summary) -> int:

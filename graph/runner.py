@@ -25,6 +25,8 @@ from dsl_compiler.backend import resolve_backend
 from graph.context import RunContext, Services
 from graph.events import EventSink, EventTracker
 from run_vocabulary.records import AttemptRecord, RunSummary
+from run_vocabulary.budgets import is_budget_stop
+from run_vocabulary.settings import BUDGET_FIELDS
 from graph.run_record import RUN_FILE, RunError, problem_to_resume, read_record, source_sha256, write_record
 from graph.state import initial_state, program_of
 from nodes.tiers import TierError, load_tiers, make_tier, tier_identity  # the command line makes its tier here
@@ -60,19 +62,25 @@ def run_optimize(problem_path: str | Path, ctx: RunContext, run_dir: str | Path,
 
 def resume_run(run_dir: str | Path, on_event: EventSink | None = None, *, wait: bool = False,
                problem_path: str | Path | None = None, tier: str | None = None, tiers_file: str | None = None,
-               memory_path: str | None = None, check_problem: Any = None, **live: Any) -> RunSummary:
+               memory_path: str | None = None, check_problem: Any = None, budgets: dict[str, Any] | None = None,
+               **live: Any) -> RunSummary:
     """Continue a run from its last completed node (finished attempts are not redone).
 
     The run folder is data (graph.run_record): the problem imported is ``problem_path`` when the caller
     names it (recorded afresh), else the recorded one if this user's seal holds and the file is unchanged;
     the tier is the recorded name (or ``tier``) resolved in the caller's configuration (``tiers_file``).
     ``check_problem(path)`` runs before anything imports the problem (the command line loads it in a child
-    process first). ``live`` passes objects that run.json cannot hold (``tier_impl``, ``services``)."""
+    process first). ``budgets`` (``budget_usd``, ``budget_tokens``, ``budget_minutes``; None: as recorded) replace
+    the recorded ones and are recorded: a run a budget stopped goes on when they allow more, and stops at once
+    with the same reason when they do not. ``live`` passes objects that run.json cannot hold (``tier_impl``,
+    ``services``)."""
     run_dir = Path(run_dir)
     read_record(run_dir)  # a folder that holds no run is said before waiting for its lock
     emit = on_event or (lambda e: None)
     with FolderLock(run_dir, wait=wait):
         record = read_record(run_dir)
+        raised = {k: v for k, v in (budgets or {}).items() if k in BUDGET_FIELDS and v is not None}
+        record = {**record, "settings": {**record["settings"], **raised}}
         settings = {**record["settings"], **({"tier": tier} if tier else {})}
         try:
             ctx = RunContext.from_settings(settings, tiers_file=tiers_file, memory_path=memory_path, **live)
@@ -85,7 +93,7 @@ def resume_run(run_dir: str | Path, on_event: EventSink | None = None, *, wait: 
             check_problem(path)
         if ctx.tier_impl is None and not tier:
             _check_recorded_tier(ctx, record, emit)
-        if problem_path is not None or tier:
+        if problem_path is not None or tier or raised:
             write_record(run_dir, {**record, "problem_path": path, "problem_sha256": sha, "tier": ctx.tier,
                                    "tier_identity": _tier_identity(ctx.tier, tiers_file)})
         return _drive(ctx, run_dir, path, record.get("backend_reason", ""), None, on_event,
@@ -159,6 +167,8 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
                 prior = graph.get_state(config).values
         if start_state is None and not prior:
             start_state = initial_state(problem_path, ctx.backend)  # killed before the first checkpoint
+        if prior and is_budget_stop(prior.get("stop_reason", "")):
+            prior = _decide_budget_stop_again(graph, config, prior, ctx, emit)
         emit({"event": "start", "problem": Path(problem_path).stem, "tier": ctx.tier, "variant": ctx.variant,
               "policy": ctx.policy, "backend": ctx.backend, "backend_reason": backend_reason, "run_dir": str(run_dir),
               "resumed": bool(prior), "attempts_done": len(prior.get("attempts", []))})
@@ -209,6 +219,21 @@ def _drive_graph(ctx: RunContext, run_dir: Path, problem_path: str, backend_reas
     return summary
 
 
+def _decide_budget_stop_again(graph: Any, config: dict, prior: dict, ctx: RunContext, emit: EventSink) -> dict:
+    """A run a budget stopped, resumed: the stop decided again under today's budgets. When they allow more, the
+    stop is lifted and the run goes on from the judge's decision (to the planner); else it keeps a stop reason
+    and ends at once, its attempts and best as they were."""
+    from graph.attempts import stop_decision
+
+    why = stop_decision(prior, ctx)
+    if why == prior.get("stop_reason"):
+        return prior
+    if not why:
+        emit({"event": "stage", "text": f"the budgets now allow more than '{prior['stop_reason']}': going on"})
+    graph.update_state(config, {"stop_reason": why}, as_node="sol_judge")
+    return graph.get_state(config).values
+
+
 def time_split(kinds_after: dict[str, float], kinds_before: dict[str, float], state_work_s: float, services_work_s: float,
                overhead_s: float) -> dict[str, float]:
     """Where the loop's wall time went: the services' time by kind over the run, the writer's calls (the
@@ -247,7 +272,10 @@ def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, ba
         t_sol_us=state.get("sol", {}).get("t_sol_us"), reference_us=state.get("reference_us", {}),
         stop_reason=state.get("stop_reason", ""), policy_settings=ctx.policy_settings.model_dump(), tokens_in=state.get("tokens_in", 0),
         tokens_out=state.get("tokens_out", 0), cost_usd=state.get("cost_usd", 0.0), wall_s=wall_s,
-        tokens_by_model=state.get("tokens_by_model", {}), graph_overhead_s=overhead_s,
+        work_s=state.get("work_s", 0.0),
+        tokens_by_model=state.get("tokens_by_model", {}), spend_by_node=state.get("spend_by_node", {}),
+        budgets={k: v for k in BUDGET_FIELDS for v in [getattr(ctx, k)] if v is not None},
+        graph_overhead_s=overhead_s,
         backend_reason=backend_reason, run_id=ctx.run_id,
     )
 
@@ -343,7 +371,7 @@ def run_spec(spec: Any, on_event: EventSink | None = None) -> RunSummary:
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     if (Path(spec.run_dir) / RUN_FILE).is_file():  # the evaluation's command names the problem, tier and memory
         return resume_run(spec.run_dir, on_event, services=services, problem_path=spec.problem_path, tier=spec.tier,
-                          memory_path=spec.memory_path)
+                          memory_path=spec.memory_path, budgets={k: getattr(spec, k) for k in BUDGET_FIELDS})
     ctx = RunContext(**spec.run_settings().model_dump(), services=services)
     return run_optimize(spec.problem_path, ctx, spec.run_dir, on_event)
 

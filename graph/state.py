@@ -43,6 +43,7 @@ class OptimizeState(TypedDict, total=False):
     cost_usd: float
     tokens_by_model: dict[str, dict[str, float]]  # model -> {tokens_in, tokens_out, cost_usd}
     work_s: float  # seconds spent in library calls (model, compile, validate, profile)
+    spend_by_node: dict[str, dict[str, float]]  # planner, writer -> {tokens_in, tokens_out, cost_usd, seconds, calls}
     stop_reason: str
     memory_noted: int  # attempts whose notes are in the memory store (graph.memory)
 
@@ -81,5 +82,5 @@ def initial_state(problem_path: str, backend: str) -> OptimizeState:
         plan=[], hypothesis=None, current=None, program=None, candidate_source=None, artifacts={}, sources={}, diagnostics=[],
         attempts=[], best_index=None, best_t_us=None, best_program_text=None, best_program=None,
         best_artifacts={}, best_sources={}, tokens_in=0, tokens_out=0, cost_usd=0.0, tokens_by_model={}, work_s=0.0,
-        stop_reason="", memory_noted=0,
+        spend_by_node={}, stop_reason="", memory_noted=0,
     )

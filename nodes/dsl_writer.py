@@ -8,7 +8,7 @@ import time
 from langgraph.runtime import Runtime
 
 from dsl_compiler.diagnostics import failure
-from graph.attempts import add_tokens, advance, fail, program_hash
+from graph.attempts import add_node_spend, add_tokens, advance, fail, program_hash, stop_decision
 from graph.context import RunContext
 from run_vocabulary.records import AttemptRecord
 from graph.memory import recall_state
@@ -51,10 +51,15 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     request = writer_request(state, ctx, index, runtime.store)
     start = time.perf_counter()
     try:
-        reply = tier_of(ctx).write(request)
+        tier = tier_of(ctx)
+        reply = tier.write(request)
     except Exception as exc:  # any tier failure is this attempt's failure, never the run's
         reply = WriterReply("", error=f"tier failed: {type(exc).__name__}: {exc}")
     call_s = time.perf_counter() - start
+    if reply.out_of_ideas and state.get("attempts"):  # never an attempt that repeats one, nor an empty one
+        spend = {"work_s": state.get("work_s", 0.0) + call_s, **add_node_spend(state, "writer", call_s)}
+        return {**spend, "current": None, "program": None,
+                "stop_reason": stop_decision(state, ctx, nothing_left=getattr(tier, "name", ctx.tier))}
     expect = getattr(ctx.services, "expect", None)
     if expect is not None:  # a hint only: the builds of the next attempts start with this one's
         expect(tuple(reply.ahead)[:max(0, ctx.max_attempts - index)])  # no more than the budget has attempts for
@@ -67,6 +72,7 @@ def dsl_writer(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
     )
     update = add_tokens(state, reply.model, reply.tokens_in, reply.tokens_out, reply.cost_usd)
+    update.update(add_node_spend(state, "writer", call_s, reply.tokens_in, reply.tokens_out, reply.cost_usd))
     update["work_s"] = state.get("work_s", 0.0) + call_s
     if reply.error or not reply.program_text.strip():
         reason = reply.error or "the tier returned no program"

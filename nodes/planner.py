@@ -3,9 +3,11 @@ then names and ranks the changes to try (graph.planning) and picks the best by R
 
 from __future__ import annotations
 
+import time
+
 from langgraph.runtime import Runtime
 
-from graph.attempts import stop_decision
+from graph.attempts import add_node_spend, stop_decision
 from graph.context import RunContext
 from graph.planning import ProgramFeatures, flat_plan, nominate_source, plan
 from graph.state import OptimizeState, history, initial_state, program_of
@@ -15,6 +17,12 @@ from nodes.tiers import tier_of
 
 
 def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
+    start = time.perf_counter()
+    update = _plan(state, runtime)
+    return {**update, **add_node_spend({**state, **update}, "planner", time.perf_counter() - start)}
+
+
+def _plan(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     svc = ctx.services
     work0 = svc.work_s

@@ -70,6 +70,8 @@ class WriterReply:
     hypothesis: Hypothesis | None = None  # what the tier actually did, when it chose itself
     # programs (dsl_compiler.ir.Program) the tier expects to write next: their kernels are built ahead
     ahead: tuple = ()
+    # the tier has no distinct program left to try: the run stops (out_of_ideas) and no attempt is recorded
+    out_of_ideas: bool = False
 
 
 @runtime_checkable

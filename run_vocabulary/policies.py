@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from run_vocabulary.budgets import out_of_ideas
 from run_vocabulary.records import AttemptRecord
 from run_vocabulary.defaults import MAX_ATTEMPTS, PLATEAU_WINDOW, SOL_EPS, TOKEN_BUDGET
 
@@ -264,10 +265,10 @@ def stop_reason(
     nothing_left: str | None = None,
 ) -> str:
     """The one stop decision of a run, after every finished attempt and before every plan: why it
-    ends now, or "" to go on. ``nothing_left`` names a writer with no candidate left to try, which
-    ends the run under every policy."""
+    ends now, or "" to go on. ``nothing_left`` names a writer with no distinct program left to try, which
+    ends the run under every policy (``out_of_ideas``) rather than repeat one."""
     if nothing_left:
-        return f"exhausted: the {nothing_left} tier has nothing left to try"
+        return out_of_ideas(nothing_left, len(history), settings.max_attempts)
     stop, reason = should_stop(policy, history, t_sol_us, reference_us, settings)
     return reason if stop else ""
 

@@ -91,6 +91,12 @@ class RunSummary(BaseModel):
     wall_s: float = 0.0
     # per model: {tokens_in, tokens_out, cost_usd, calls}
     tokens_by_model: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # per node of the graph (planner, writer): {tokens_in, tokens_out, cost_usd, seconds, calls}; empty in
+    # records written before it was kept
+    spend_by_node: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # the hard budgets the run applied (run_vocabulary.budgets: budget_usd, budget_tokens, budget_minutes), those set
+    budgets: dict[str, float] = Field(default_factory=dict)
+    work_s: float = 0.0  # seconds of work over all the run's resumes (model, builds, judge, set-up): its minutes spent
     graph_overhead_s: float = 0.0  # wall time not spent in model calls, builds, validation or profiling
     # wall time of the loop by where it went: build, validate, profile, model (the writer: a model call or
     # the offline tier's search), graph (the overhead above), check, setup (problem, SOL, reference timings);

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, model_validator
 
 from dsl_compiler.backend import BACKENDS
+from run_vocabulary.budgets import Budget
 from run_vocabulary.policies import PolicyError, PolicySettings, parse_policy
 from run_vocabulary.variants import DEFAULT_VARIANT, Variant, get_variant, stop_policy
 
@@ -26,6 +27,8 @@ ENV_PREFIX = "MUCUTLASS_"
 DEFAULT_POLICY = "sol+plateau"
 # named by the command that starts or resumes a run, never by the environment nor by a run folder
 NAMED_BY_COMMAND = ("tiers_file", "memory_path")
+# the hard budgets: a resume may raise them (the command line's value in place of the recorded one)
+BUDGET_FIELDS = ("budget_usd", "budget_tokens", "budget_minutes")
 
 
 class RunSettings(PolicySettings):
@@ -44,6 +47,12 @@ class RunSettings(PolicySettings):
     memory_path: str | None = Field(None, description="a SQLite memory store shared by an evaluation's runs; "
                                     "None: this process only")
     run_id: str = Field("", description="the run's id (its checkpoint thread); made when the run starts")
+    # hard budgets (run_vocabulary.budgets): checked between attempts under every policy; None is no cap
+    budget_usd: float | None = Field(None, gt=0, description="dollars the run may spend on model calls "
+                                     "(token counts at the tier's prices; the offline tier costs 0)")
+    budget_tokens: int | None = Field(None, gt=0, description="model tokens (input + output) the run may spend")
+    budget_minutes: float | None = Field(None, gt=0, description="minutes of work the run may spend (model calls, "
+                                         "builds, validation, timing, set-up), summed over its resumes")
 
     @model_validator(mode="before")
     @classmethod
@@ -86,6 +95,11 @@ class RunSettings(PolicySettings):
     def stop_policy(self) -> str:
         """The stop rule applied: the rule without its SOL test in variants SOL does not guide."""
         return stop_policy(self.stop_rule, self.variant)
+
+    @property
+    def budget(self) -> Budget:
+        """The run's hard budgets (run_vocabulary.budgets)."""
+        return Budget(self.budget_usd, self.budget_tokens, self.budget_minutes)
 
     @property
     def variant_spec(self) -> Variant:

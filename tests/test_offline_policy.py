@@ -160,12 +160,27 @@ def test_exhausted_search_says_so(tmp_path):
     for i in range(1, 10):
         reply = tier.write(request(problem, history))
         if reply.error:
-            assert "exhausted" in reply.error
+            assert "exhausted" in reply.error and reply.out_of_ideas
             break
         history.append(attempt(i, reply.program_text))
     else:
         pytest.fail("the search never ended")
     assert tier.propose(request(problem, history)) == []
+    assert len({a.program_text for a in history}) == len(history)  # no program twice
+
+
+def test_a_run_the_offline_tier_runs_out_of_ideas_for_stops_with_that_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv(search.RECORD_ENV, str(tmp_path / "record.json"))
+    from graph.context import RunContext
+    from graph.runner import run_optimize
+
+    problem = SMOKE["01_gemm_tiny"]
+    ctx = RunContext(tier="offline", backend="interpreter", max_attempts=40, policy="fixed",
+                     tier_impl=OfflineTier(record=search.ConfigRecord(tmp_path / "r.json"), configs_per_kernel=2))
+    summary = run_optimize(problem.path, ctx, tmp_path / "run")
+    assert 1 < len(summary.attempts) < 40 and summary.stop_reason.startswith("out_of_ideas: the offline tier")
+    assert len({a.program_hash for a in summary.attempts}) == len(summary.attempts)
+    assert summary.best_index is not None
 
 
 def test_runs_through_the_graph_with_zero_tokens(tmp_path, monkeypatch):

@@ -137,4 +137,4 @@ def test_stop_reason_is_the_one_decision_and_a_writer_with_nothing_left_ends_eve
     assert stop_reason("fixed", short * 3, 10.0, {}, settings).startswith("fixed: 3 of 3")
     for policy in ("fixed", "sol", "plateau", "sol+plateau", "tokens"):
         assert stop_reason(policy, short, 10.0, {}, settings, nothing_left="offline") == \
-            "exhausted: the offline tier has nothing left to try"
+            "out_of_ideas: the offline tier has no distinct program left to try after 1 attempt(s) of 3"

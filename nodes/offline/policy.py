@@ -428,7 +428,8 @@ class OfflineTier:
         if plan.trace.program is None:
             return WriterReply("", model=MODEL_NAME, error="tracing the reference failed: " + _diag_text(plan.trace))
         if not untried:
-            return WriterReply("", model=MODEL_NAME, error="offline search exhausted: every candidate configuration was tried")
+            return WriterReply("", model=MODEL_NAME, out_of_ideas=True,
+                               error="offline search exhausted: every candidate configuration was tried")
         chosen = untried[0][0]
         wanted = request.plan.title if request.plan is not None else ""
         for c, _ in untried:
