@@ -346,7 +346,7 @@ _DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 def torch_dtype(element: str):
     import torch
 
-    return getattr(torch, _DTYPES[element])
+    return torch.int64 if element == "i64" else getattr(torch, _DTYPES[element])
 
 
 def element_type(dtype: Any) -> str | None:
