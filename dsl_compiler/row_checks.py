@@ -113,7 +113,11 @@ def _check_knobs(kernel: ir.RowKernel, types: dict[str, Any]) -> list[Diagnostic
         diags.append(_diag("config", f"kernel '{kernel.name}': passes on {op.fn}, a reduction", cfg.span_of("passes"),
                            found=f"passes = {cfg.passes}", expected="no passes knob (a reduction reads x once)",
                            hint="for a long row with few rows, use split = N instead"))
-    if cfg.passes == 1 and not reduce:
+    if cfg.passes == 1 and not reduce and inner > 1:
+        diags.append(_diag("config", f"kernel '{kernel.name}': passes = 1 on a strided {op.fn} (dim {op.dim} is not "
+                           "the last)", cfg.span_of("passes"), found="passes = 1", expected="passes = 2 or auto",
+                           hint="a strided segment is read again per column; leave passes at auto"))
+    elif cfg.passes == 1 and not reduce:
         rpb = cfg.rows_per_block or 1
         limit = (row_ops.THREADS if rpb == 1 else 32) * row_ops.MAX_VALUES_PER_THREAD
         if rows > limit:

@@ -175,7 +175,12 @@ def plan(kernel: ir.RowKernel, shape: tuple[int, ...], dtype: str, sm_count: int
     else:
         rpb = 1
     warp_values = (THREADS if rpb == 1 else 32) * MAX_VALUES_PER_THREAD
-    passes = cfg.passes or (1 if rows <= warp_values or is_reduction(op) else 2)
+    if is_reduction(op):
+        passes = 1  # a reduction reads x once
+    elif inner > 1:
+        passes = 2  # a strided normalization reads its segment again (each thread walks a column)
+    else:
+        passes = cfg.passes or (1 if rows <= warp_values else 2)
     split = cfg.split
     if split == 1 and is_reduction(op) and inner == 1 and cfg.rows_per_block is None:
         # too few rows for the GPU's SMs, each long: spread each row over several CTAs
