@@ -183,3 +183,4 @@ def test_a_long_reduction_over_few_rows_is_split_across_ctas():
     assert best.split > 1
     split = p.model_copy(update={"steps": (p.steps[0].model_copy(update={"config": best}),)})
     assert estimate_program(split, gpu).t_us < estimate_program(p, gpu).t_us
+
