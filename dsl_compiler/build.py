@@ -617,7 +617,7 @@ def _record_kernel(program: Program, job: _Job, result: tuple[bool, float, str],
         return
     out.ok = False
     knob, msg = map_nvcc_error(log, job.emitted)
-    kernel = next(k for k in program.kernels if k.name == name)
+    kernel = next(k for k in program.kernels + program.row_kernels if k.name == name)
     out.diagnostics.append(Diagnostic(
         code="build", span=kernel.span,
         message=f"kernel '{name}': nvcc rejected the CUTLASS kernel ({knob}): {msg[:300]}",

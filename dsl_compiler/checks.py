@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsl_compiler import ir, shapes
+from dsl_compiler import ir, row_ops, shapes
 from dsl_compiler.diagnostics import Diagnostic, has_errors
+from dsl_compiler.row_checks import check_row_kernel
 from dsl_compiler.parser import parse
 from dsl_compiler.walk import expr_nodes
 
@@ -119,13 +120,13 @@ class _NameChecker:
         self.defined: dict[str, ir.Span | None] = {}
         self.later: dict[str, ir.Span | None] = {}  # names some step defines, where the first does
         for step in program.steps:
-            names = [s.name for s in step.stores] if isinstance(step, ir.Kernel) else list(step.outputs)
+            names = [s.name for s in step.stores] if isinstance(step, ir.Kernel | ir.RowKernel) else list(step.outputs)
             for n in names:
                 self.later.setdefault(n, step.span)
         self.writes_at: list[list[tuple[str, tuple[int, int]]]] = []  # per step: the slices it writes
         for step in program.steps:
             self.writes_at.append([(s.name, s.channels) for s in step.stores if s.channels is not None]
-                                  if isinstance(step, ir.Kernel) else
+                                  if isinstance(step, ir.Kernel | ir.RowKernel) else
                                   [(step.outputs[0], step.channels)] if step.channels is not None else [])
         self.sliced = {name for w in self.writes_at for name, _ in w}
         self.last_writer = {name: i for i, w in enumerate(self.writes_at) for name, _ in w}
@@ -137,7 +138,7 @@ class _NameChecker:
         for d in self.program.decls:
             self.define(d.name, d.span, d.kind)
         for self.step_index, step in enumerate(self.program.steps):
-            if isinstance(step, ir.Kernel):
+            if isinstance(step, ir.Kernel | ir.RowKernel):
                 self.kernel(step)
             else:
                 for a in step.args:
@@ -155,7 +156,7 @@ class _NameChecker:
             self.use(o, self.program.outputs_span, "the output line")
         return self.diags
 
-    def kernel(self, step: ir.Kernel) -> None:
+    def kernel(self, step: ir.Kernel | ir.RowKernel) -> None:
         if step.name in self.kernel_names:
             self.diags.append(_diag("duplicate-name", f"two kernels are named '{step.name}'", step.span,
                                     found=step.name, expected="distinct kernel names", hint="rename one of them"))
@@ -647,7 +648,15 @@ def _check(program: ir.Program, target: str, backend: str | None,
         return diags
     written: dict[str, list[tuple[int, int, ir.Span | None]]] = {}  # slices stored so far, by tensor
     for step in program.steps:
-        if isinstance(step, ir.Kernel):
+        if isinstance(step, ir.RowKernel):
+            kd, out = check_row_kernel(step, types)
+            diags += kd
+            if out is None or any(d.code in _BLOCKING and d.severity == "error" for d in kd):
+                return diags
+            types.update(row_ops.store_types(step, types))
+            produced = [s.name for s in step.stores]
+        elif isinstance(step, ir.Kernel):
+            diags += _index_stores(step)
             checker = _KernelChecker(program, step, types, tgt, strict)
             kd = checker.run()
             diags += kd
@@ -688,6 +697,13 @@ def _check(program: ir.Program, target: str, backend: str | None,
     if strict and not has_errors(diags):
         diags += _backend_limits(program)
     return diags
+
+
+def _index_stores(kernel: ir.Kernel) -> list[Diagnostic]:
+    """i64 is the index type of argmax / argmin row kernels; a GEMM or conv epilogue stores floating point."""
+    return [_diag("dtype", f"kernel '{kernel.name}': an i64 store from a {kernel.op.kind} epilogue", s.span, found="i64",
+                  expected="f32, bf16 or f16", hint="only argmax and argmin row kernels store i64 indices")
+            for s in kernel.stores if s.dtype == "i64"]
 
 
 def _slice_gaps(program: ir.Program, totals: dict[str, int]) -> list[Diagnostic]:

@@ -317,6 +317,36 @@ _PLANS: dict = {}  # (library, kernel, input signature) -> a call plan reused wh
 _OUTPUT_ROLES = ("d", "store", "reduce")  # ABI tensors the kernel writes (allocated per call); the rest are inputs
 
 
+def row_call_args(kernel_name, op, abi, env, outputs):
+    """A row kernel's pointers (x, affine, tail tensors, stores), its ints (outer, rows, inner) and its stores."""
+    from dsl_compiler import ir, row_ops
+    from dsl_compiler.torch_steps import torch_dtype
+
+    row_op = ir.RowOp.model_validate(op)
+    x = env[row_op.x.name]
+    if not x.is_contiguous():
+        x = x.contiguous()
+    outer, rows, inner = row_ops.geometry(row_op, tuple(x.shape))
+    out_shape = row_ops.output_shape(row_op, tuple(x.shape))
+    tensors, results = [], {}
+    for spec in abi["tensors"]:
+        name, role = spec["name"], spec["role"]
+        if role == "x":
+            tensors.append(x)
+        elif role == "store":
+            t = outputs.get(name)
+            if t is None:
+                t = torch.empty(out_shape, dtype=torch_dtype(spec["dtype"]), device=x.device)
+            results[name] = t
+            tensors.append(t)
+        else:
+            t = env[name]
+            if role == "src" and tuple(t.shape) != tuple(out_shape):
+                raise CutlassError(f"kernel '{kernel_name}': '{name}' must be {out_shape}, got {tuple(t.shape)}")
+            tensors.append(t.contiguous())
+    return tensors, [outer, rows, inner], results
+
+
 def _signature(abi, env):
     inputs = (env[t["name"]] for t in abi["tensors"] if t["role"] not in _OUTPUT_ROLES)
     return tuple((tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0) for t in inputs)
@@ -348,7 +378,8 @@ def call_kernel(lib_path, kernel_name, op, abi, env, outputs=None):
                 t = results[spec["name"]] = torch.empty_strided(shape, stride, dtype=dtype, device=device)
                 ptr_values.append(t.data_ptr())
     else:
-        build_args = {"conv": conv_call_args, "conv_transpose": conv_call_args, "grouped_gemm": grouped_call_args}.get(op["kind"], gemm_call_args)
+        build_args = {"conv": conv_call_args, "conv_transpose": conv_call_args, "grouped_gemm": grouped_call_args,
+                      "row": row_call_args}.get(op["kind"], gemm_call_args)
         tensors, ints, results = build_args(kernel_name, op, abi, env, outputs or {})
         device = tensors[0].device
         ptr_values = [t.data_ptr() for t in tensors]
@@ -601,10 +632,11 @@ class CutlassExecutor:
         if diags:
             raise CutlassError("; ".join(d.message for d in diags))
         self.abis: dict[str, dict] = {e.kernel_name: dataclasses.asdict(e.abi) for e in emitted}
-        missing = [k.name for k in program.kernels if k.name not in self.artifacts]
+        kernels = program.kernels + program.row_kernels
+        missing = [k.name for k in kernels if k.name not in self.artifacts]
         if missing:
             raise CutlassError(f"no built library for kernel(s) {', '.join(missing)}: run build.build_program first")
-        self._ops = {k.name: k.op.model_dump(mode="json") for k in program.kernels}
+        self._ops = {k.name: k.op.model_dump(mode="json") for k in kernels}
 
     def run_kernel(self, program: Program, kernel: Kernel, env: dict[str, torch.Tensor],
                    outputs: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:

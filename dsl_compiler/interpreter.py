@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from dsl_compiler import ir, precision, shapes, torch_steps
+from dsl_compiler import ir, precision, row_ops, shapes, torch_steps
 from dsl_compiler.ops import OPS
 from dsl_compiler.torch_steps import channels_last
 
@@ -218,8 +218,26 @@ class _Epilogue:
         return op(x, -2)
 
 
-def run_kernel(program: ir.Program, kernel: ir.Kernel, env: Env) -> dict[str, torch.Tensor]:
+def run_row_kernel(kernel: ir.RowKernel, env: Env) -> dict[str, torch.Tensor]:
+    """A row kernel: its op in fp32 (``row_ops.interpret``), then each store's tail in fp32, cast to its type."""
+    op = kernel.op
+    value = row_ops.interpret(op, env[op.x.name], *(env[o.name] if o is not None else None for o in (op.weight, op.bias)))
+    out: dict[str, torch.Tensor] = {}
+    if value.dtype == torch.int64:  # argmax / argmin: the checks allow `i64 = acc` only
+        return {s.name: value.contiguous() for s in kernel.stores}
+    epilogue = _Epilogue(kernel, value, env)
+    for let in kernel.lets:
+        epilogue.lets[let.name] = epilogue.eval(let.expr)
+    for store in kernel.stores:
+        result = torch.broadcast_to(epilogue.eval(store.expr), value.shape)
+        out[store.name] = result.to(torch_steps.torch_dtype(store.dtype)).contiguous()
+    return out
+
+
+def run_kernel(program: ir.Program, kernel: ir.Kernel | ir.RowKernel, env: Env) -> dict[str, torch.Tensor]:
     """Run one kernel on the tensors in ``env``; returns store name -> tensor."""
+    if isinstance(kernel, ir.RowKernel):
+        return run_row_kernel(kernel, env)
     math = kernel_math(kernel, env)
     acc = accumulate(kernel, env, math)
     epilogue = _Epilogue(kernel, acc, env)
@@ -270,7 +288,7 @@ def run_steps(program: ir.Program, env: Env, kernel_runner: KernelRunner, module
     ``torch_steps.run`` on every backend (``module`` steps call ``modules[path]``)."""
     totals = shapes.slice_totals(program)
     for step in program.steps:
-        if isinstance(step, ir.Kernel):
+        if isinstance(step, ir.Kernel | ir.RowKernel):
             env.update(kernel_runner(program, step, env))
         else:
             env.update(torch_steps.run(step, env, modules, totals))

@@ -56,7 +56,10 @@ AccumType = Literal["f32", "f16"]
 # 2-D operands are always stored row-major as declared: a transposed read is written `w^T`.
 Layout = Literal["contiguous", "channels_last"]
 
-ELEMENT_BYTES: dict[str, int] = {"f32": 4, "bf16": 2, "f16": 2}
+# What a store may write: an element type, or i64 (the indices argmax / argmin give, as PyTorch does).
+StoreType = Literal["f32", "bf16", "f16", "i64"]
+
+ELEMENT_BYTES: dict[str, int] = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8}
 
 # ---------------------------------------------------------------------------------------------
 # Tensors
@@ -268,7 +271,7 @@ class Store(Node):
     """
 
     name: str
-    dtype: ElementType
+    dtype: StoreType
     expr: Expr
     channels: tuple[int, int] | None = None
 
@@ -285,6 +288,66 @@ class Kernel(Node):
         """The op's two tensors: (a, b) of a GEMM, (x, w) of a convolution."""
         op = self.op
         return (op.x, op.w) if isinstance(op, ConvOp) else (op.a, op.b)
+
+
+# ---------------------------------------------------------------------------------------------
+# Row kernels: reductions, softmax and normalizations over a dim (memory-bound; ``dsl_compiler.row_ops``)
+
+# The row functions, in the language's order (``row_ops.ROW_FNS`` describes each).
+RowFn = Literal["sum", "mean", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "norm",
+                "softmax", "log_softmax", "layer_norm", "rms_norm"]
+
+
+class RowOp(Node):
+    """``fn`` over the dims ``dim`` of x (one dim, or adjacent dims; as written, negative from the end).
+
+    x is seen as [outer, R, inner]: R the product of the reduced dims. A reduction (sum .. norm) gives x's
+    shape without them (``keepdim``: with extent 1); softmax and the norms give x's shape. ``p`` is norm's
+    order (1 or 2); ``eps``, ``weight`` and ``bias`` belong to layer_norm and rms_norm (weight and bias have
+    the reduced dims' shape, as nn.LayerNorm's)."""
+
+    kind: Literal["row"] = "row"
+    fn: RowFn
+    x: Operand
+    dim: tuple[int, ...]
+    keepdim: bool = False
+    p: int = 2
+    eps: float = 1e-5
+    weight: Operand | None = None
+    bias: Operand | None = None
+
+
+class RowConfig(Node):
+    """The knobs of a row kernel; ``None`` / ``"auto"`` let the compiler choose.
+
+    ``vector``: elements per load (a 16-byte access at most); ``rows_per_block``: rows one CTA reduces (a warp
+    each when several); ``passes``: 1 keeps the row in registers and reads x once, 2 reads x again
+    to normalise (any row length); ``split``: CTAs sharing one long row (a reduction's partial results combined
+    by a second, small launch)."""
+
+    vector: int | None = None
+    rows_per_block: int | None = None
+    passes: Literal[1, 2] | None = None
+    split: int = 1
+    knob_spans: dict[str, Span] | None = Field(default=None, exclude=True, repr=False)
+
+    def span_of(self, knob: str) -> Span | None:
+        return (self.knob_spans or {}).get(knob) or self.span
+
+
+class RowKernel(Node):
+    """A row kernel: its op's value is ``acc`` in each store's element-wise tail (``store y: f32 = acc * 2``)."""
+
+    name: str
+    op: RowOp
+    config: RowConfig = RowConfig()
+    lets: tuple[Let, ...] = ()
+    stores: tuple[Store, ...]
+
+    @property
+    def operands(self) -> tuple[Operand, ...]:
+        """The tensors the op reads: x, then weight and bias where given."""
+        return tuple(o for o in (self.op.x, self.op.weight, self.op.bias) if o is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,7 +390,7 @@ class TorchStep(Node):
     channels: tuple[int, int] | None = None
 
 
-Step = Union[Kernel, TorchStep]
+Step = Union[Kernel, RowKernel, TorchStep]
 
 
 class Program(Node):
@@ -356,9 +419,13 @@ class Program(Node):
         return tuple(s for s in self.steps if isinstance(s, Kernel))
 
     @property
+    def row_kernels(self) -> tuple[RowKernel, ...]:
+        return tuple(s for s in self.steps if isinstance(s, RowKernel))
+
+    @property
     def torch_steps(self) -> tuple[TorchStep, ...]:
         return tuple(s for s in self.steps if isinstance(s, TorchStep))
 
 
-for _m in (Unary, Binary, ParamCall, Reduce, Let, Store, Kernel, Program):
+for _m in (Unary, Binary, ParamCall, Reduce, Let, Store, Kernel, RowKernel, Program):
     _m.model_rebuild()

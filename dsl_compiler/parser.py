@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from dsl_compiler import ir
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.ops import OPS
+from dsl_compiler.row_ops import ROW_FNS, ROW_KNOB_VALUES, ROWS_PER_BLOCK, VECTORS
 
 # A program is a few kilobytes; the cap keeps a pathological input from costing minutes.
 MAX_PROGRAM_CHARS = 100_000
@@ -26,7 +27,9 @@ MAX_NESTING = 64
 
 OP_NAMES = ("gemm", "grouped_gemm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
             "conv_transpose3d")
+ROW_OP_NAMES = tuple(ROW_FNS)
 ELEMENT_TYPES = ir.ElementType.__args__  # type: ignore[attr-defined]
+STORE_TYPES = ir.StoreType.__args__  # type: ignore[attr-defined]
 LAYOUTS = ir.Layout.__args__  # type: ignore[attr-defined]
 INDEX_KINDS = ("row", "col", "scalar")
 UNARY_FNS = ir.UnaryFn.__args__  # type: ignore[attr-defined]
@@ -238,8 +241,8 @@ class _ToIR(Transformer_NonRecursive):
         name, *args = children
         span = _span(meta)
         fn = str(name)
-        if fn not in OP_NAMES:
-            raise _err(f"unknown op '{fn}'", name, found=fn, expected=", ".join(OP_NAMES),
+        if fn not in OP_NAMES and fn not in ROW_OP_NAMES:
+            raise _err(f"unknown op '{fn}'", name, found=fn, expected=", ".join(OP_NAMES + ROW_OP_NAMES),
                        hint="batched GEMM is gemm on rank-3 operands; anything else can be a torch step", code="unknown-op")
         operands = [a for a in args if isinstance(a, ir.Operand)]
         kwargs: dict[str, Any] = {}
@@ -248,6 +251,8 @@ class _ToIR(Transformer_NonRecursive):
                 if str(a[1]) in kwargs:
                     raise _err(f"'{a[1]}' is given twice", a[1], found=str(a[1]), hint="give each option once")
                 kwargs[str(a[1])] = (a[1], a[2])
+        if fn in ROW_OP_NAMES:
+            return self._row(name, operands, kwargs, span)
         if fn == "gemm":
             return self._gemm(name, operands, kwargs, span)
         if fn == "grouped_gemm":
@@ -309,6 +314,52 @@ class _ToIR(Transformer_NonRecursive):
         op = ir.ConvTransposeOp if transposed else ir.ConvOp
         return op(spatial_dims=dims, x=operands[0], w=operands[1], groups=groups, span=span, **values)
 
+    def _row(self, name, operands, kwargs, span):
+        fn = str(name)
+        spec = ROW_FNS[fn]
+        keys = ("dim", "eps") if spec.kind == "norm" else ("dim", "p", "keepdim") if fn == "norm" else (
+            ("dim", "keepdim") if spec.kind == "reduce" else ("dim",))
+        tensors = {"layer_norm": 3, "rms_norm": 2}.get(fn, 1)
+        like = (f"{fn}(x, w, b, dim=-1, eps=1e-05)" if fn == "layer_norm" else f"{fn}(x, w, dim=-1, eps=1e-06)"
+                if fn == "rms_norm" else f"{fn}(x, dim=1, p=2)" if fn == "norm" else f"{fn}(x, dim=1)")
+        if not 1 <= len(operands) <= tensors:
+            raise _err(f"{fn} takes {'1 to ' + str(tensors) if tensors > 1 else 1} tensor(s), got {len(operands)}",
+                       name, found=f"{len(operands)} tensors", expected=like, hint=f"write {like}")
+        for o in operands:
+            if o.transpose:
+                raise _err(f"{fn} reads '{o.name}' as stored; ^T has no meaning here", o.span or span,
+                           found=f"{o.name}^T", expected=o.name, hint="transpose in a torch step, or reduce over the other dim")
+        self._no_kwargs(name, kwargs, keys)
+        if "dim" not in kwargs:
+            raise _err(f"{fn} needs dim", name, found="no dim", expected=like,
+                       hint="name the reduced dim (dim=-1: the last; dim=(1, 2): adjacent dims)")
+        tok, dim = kwargs["dim"]
+        dims = dim if isinstance(dim, tuple) else (dim,)
+        if not dims or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            raise _err(f"dim of {fn} must be an integer or a tuple of integers", tok, found=repr(dim),
+                       expected="dim=1, dim=-1 or dim=(1, 2)", hint="name the reduced dims by position")
+        values: dict[str, Any] = {"dim": tuple(dims)}
+        if "keepdim" in kwargs:
+            tok, keep = kwargs["keepdim"]
+            if not isinstance(keep, bool):
+                raise _err("keepdim must be True or False", tok, found=repr(keep), expected="True or False",
+                           hint="keepdim=True keeps the reduced dims with extent 1")
+            values["keepdim"] = keep
+        if "p" in kwargs:
+            tok, p = kwargs["p"]
+            if p not in (1, 2) or isinstance(p, bool):
+                raise _err("norm's p must be 1 or 2", tok, found=repr(p), expected="p=1 (L1) or p=2 (L2, Frobenius)",
+                           hint="other orders can be a torch step")
+            values["p"] = p
+        if "eps" in kwargs:
+            tok, eps = kwargs["eps"]
+            if isinstance(eps, bool) or not isinstance(eps, int | float) or eps < 0:
+                raise _err(f"eps of {fn} must be a number >= 0", tok, found=repr(eps), expected="eps=1e-05",
+                           hint="eps is added to the variance before the square root")
+            values["eps"] = float(eps)
+        extra = dict(zip(("weight", "bias"), operands[1:]))
+        return ir.RowOp(fn=fn, x=operands[0], span=span, **values, **extra)
+
     def config_item(self, meta, children):
         key, value = children
         return ("knob", key, value)
@@ -319,9 +370,9 @@ class _ToIR(Transformer_NonRecursive):
 
     def store_stmt(self, meta, children):
         name, dtype, expr = children
-        if str(dtype) not in ELEMENT_TYPES:
-            raise _err(f"unknown element type '{dtype}'", dtype, found=str(dtype), expected=", ".join(ELEMENT_TYPES),
-                       hint="stores are f32, bf16 or f16", code="dtype")
+        if str(dtype) not in STORE_TYPES:
+            raise _err(f"unknown element type '{dtype}'", dtype, found=str(dtype), expected=", ".join(STORE_TYPES),
+                       hint="stores are f32, bf16 or f16 (i64: the indices of argmax / argmin)", code="dtype")
         return ir.Store(name=str(name), dtype=str(dtype), expr=expr.node, span=_span(meta))
 
     def slice_store_stmt(self, meta, children):
@@ -348,15 +399,38 @@ class _ToIR(Transformer_NonRecursive):
                 key = str(key_tok)
                 if key in knobs:
                     raise _err(f"knob '{key}' is set twice", key_tok, found=key, hint="set each knob once")
-                knobs[key] = self._knob(key_tok, value_tok)
+                knobs[key] = (self._row_knob(key_tok, value_tok) if isinstance(op, ir.RowOp)
+                              else self._knob(key_tok, value_tok))
                 knob_spans[key] = ir.Span(line=key_tok.line, column=key_tok.column, end_line=value_tok.end_line,
                                           end_column=value_tok.end_column)
                 config_span = config_span or _tok_span(key_tok)
         if not stores:
             raise _err(f"kernel '{name}' stores nothing", _span(meta), found="no store",
                        expected="at least one 'store NAME: DTYPE = EXPR'", hint="add e.g. store y: f32 = acc")
+        if isinstance(op, ir.RowOp):
+            return ir.RowKernel(name=str(name), op=op, config=ir.RowConfig(span=config_span, knob_spans=knob_spans or None,
+                                                                           **knobs),
+                                lets=tuple(lets), stores=tuple(stores), span=_span(meta))
         return ir.Kernel(name=str(name), op=op, config=ir.KernelConfig(span=config_span, knob_spans=knob_spans or None, **knobs), lets=tuple(lets),
                          stores=tuple(stores), span=_span(meta))
+
+    @staticmethod
+    def _row_knob(key_tok: Token, value_tok: Token) -> Any:
+        key, value = str(key_tok), str(value_tok)
+        if key not in ROW_KNOB_VALUES:
+            gemm = key in KNOBS
+            raise _err(f"{'the GEMM knob' if gemm else 'unknown knob'} '{key}' on a row kernel", key_tok, found=key,
+                       expected=", ".join(ROW_KNOB_VALUES),
+                       hint="row kernels (reductions, softmax, norms) take vector, rows_per_block, passes, split"
+                       if gemm else "check the spelling; knobs go before the let and store lines")
+        allowed, example = ROW_KNOB_VALUES[key]
+        if value == "auto" and key != "split":
+            return None
+        number = int(value) if value_tok.type == "INT" else None
+        legal = {"vector": VECTORS, "rows_per_block": ROWS_PER_BLOCK, "passes": (1, 2)}.get(key)
+        if number is None or (number not in legal if legal else number < 1):
+            raise _err(f"bad value for {key}", value_tok, found=value, expected=allowed, hint=f"write {key} = {example}")
+        return number
 
     @staticmethod
     def _knob(key_tok: Token, value_tok: Token) -> Any:
@@ -716,7 +790,7 @@ def _assemble(items: list, span: ir.Span | None = None) -> tuple[ir.Program | No
     for i, item in enumerate(items):
         if isinstance(item, ir.TensorDecl):
             decls.append(item)
-        elif isinstance(item, ir.Kernel | ir.TorchStep):
+        elif isinstance(item, ir.Kernel | ir.RowKernel | ir.TorchStep):
             steps.append(item)
         elif item[0] == "header":
             if i != 0:

@@ -122,6 +122,12 @@ def program_precisions(program) -> list[str]:
             used |= seen  # a torch step computes at what reaches it (a bf16 linear is bf16 math)
             continue
         reach = set().union(*(of(o.name) for o in step.operands))
+        if isinstance(step, ir.RowKernel):  # fp32 arithmetic over what reaches it, as a torch step
+            used |= reach
+            for store in step.stores:
+                lineage[store.name] = reach | {store.dtype}
+                used.add(store.dtype)
+            continue
         math = effective_math(program, step, types) if types is not None else (step.config.math or "f32")
         at = {math} | reach
         used |= at

@@ -12,6 +12,7 @@ _OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # Binding strength: sums < products < unary minus < atoms.
 _PREC = {"add": 1, "sub": 1, "mul": 2, "div": 2}
 _DEFAULTS = ir.KernelConfig()
+_ROW_DEFAULTS = ir.RowConfig()
 
 
 def format_number(value: float) -> str:
@@ -93,7 +94,23 @@ def format_op(op: Any) -> str:
     if isinstance(op, ir.ConvOp):
         return (f"conv{op.spatial_dims}d({_operand(op.x)}, {_operand(op.w)}, stride={_tuple(op.stride)}, "
                 f"padding={_tuple(op.padding)}, dilation={_tuple(op.dilation)}, groups={op.groups})")
+    if isinstance(op, ir.RowOp):
+        return format_row_op(op)
     raise TypeError(f"not an op: {type(op).__name__}")
+
+
+def format_row_op(op: ir.RowOp) -> str:
+    """``softmax(x, dim=-1)``: the tensors, then dim, then only the options away from their defaults."""
+    tensors = [o for o in (op.x, op.weight, op.bias) if o is not None]
+    parts = [_operand(o) for o in tensors]
+    parts.append(f"dim={_tuple(op.dim) if len(op.dim) == 1 else format_literal(op.dim)}")
+    if op.fn == "norm":
+        parts.append(f"p={op.p}")
+    if op.keepdim:
+        parts.append("keepdim=True")
+    if op.fn in ("layer_norm", "rms_norm"):
+        parts.append(f"eps={format_number(op.eps)}")
+    return f"{op.fn}({', '.join(parts)})"
 
 
 def _knob_text(key: str, value: Any) -> str:
@@ -112,11 +129,16 @@ _KNOB_LINES = (
 )
 
 
-def _config_lines(config: ir.KernelConfig) -> list[tuple[tuple[str, ...], str]]:
+_ROW_KNOB_LINES = (("vector", "rows_per_block", "passes", "split"),)
+
+
+def _config_lines(config: ir.KernelConfig | ir.RowConfig) -> list[tuple[tuple[str, ...], str]]:
     """(knobs on the line, text) for each printed line of knobs."""
     lines = []
-    for keys in _KNOB_LINES:
-        shown = tuple(k for k in keys if getattr(config, k) != getattr(_DEFAULTS, k))
+    row = isinstance(config, ir.RowConfig)
+    defaults = _ROW_DEFAULTS if row else _DEFAULTS
+    for keys in _ROW_KNOB_LINES if row else _KNOB_LINES:
+        shown = tuple(k for k in keys if getattr(config, k) != getattr(defaults, k))
         if shown:
             lines.append((shown, "; ".join(f"{k} = {_knob_text(k, getattr(config, k))}" for k in shown)))
     return lines
@@ -157,7 +179,7 @@ class _Placer:
         return out
 
 
-def format_kernel(k: ir.Kernel, placer: _Placer | None = None) -> str:
+def format_kernel(k: ir.Kernel | ir.RowKernel, placer: _Placer | None = None) -> str:
     placer = placer or _Placer(None)
     body: list[str] = []
     config_lines = _config_lines(k.config)
@@ -201,8 +223,8 @@ def format_decl(d: ir.TensorDecl) -> str:
     return text
 
 
-def format_step(step: ir.Kernel | ir.TorchStep, placer: _Placer | None = None) -> str:
-    if isinstance(step, ir.Kernel):
+def format_step(step: ir.Kernel | ir.RowKernel | ir.TorchStep, placer: _Placer | None = None) -> str:
+    if isinstance(step, ir.Kernel | ir.RowKernel):
         return format_kernel(step, placer)
     placer = placer or _Placer(None)
     return "\n".join(placer.line(format_torch_step(step), ("torch", step.outputs)))

@@ -156,7 +156,7 @@ class ProgramModule(nn.Module):
         return [env[name] for name in self.program.outputs]
 
     def _step(self, step: ir.Step, env: dict, modules: dict) -> dict:
-        if isinstance(step, ir.Kernel):
+        if isinstance(step, ir.Kernel | ir.RowKernel):
             return self.executor.run_kernel(self.program, step, env)
         return torch_steps.run(step, env, modules, self._slice_totals)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from dsl_compiler import ir
+from dsl_compiler import ir, row_ops
 from dsl_compiler.tensor_types import ShapeError, TensorType
 
 
@@ -203,7 +203,7 @@ def slice_writes(program: ir.Program) -> list[tuple[str, tuple[int, int], ir.Spa
     """(tensor, channels, where) of every slice store and torch step writing into a slice, in program order."""
     writes = []
     for step in program.steps:
-        if isinstance(step, ir.Kernel):
+        if isinstance(step, ir.Kernel | ir.RowKernel):
             writes += [(s.name, s.channels, s.span) for s in step.stores if s.channels is not None]
         elif step.channels is not None:
             writes.append((step.outputs[0], step.channels, step.span))
@@ -268,7 +268,9 @@ def infer(program: ir.Program, upto: ir.Kernel | ir.TorchStep | None = None) -> 
     for step in program.steps:
         if upto is not None and step is upto:
             break
-        if isinstance(step, ir.Kernel):
+        if isinstance(step, ir.RowKernel):
+            types.update(row_ops.store_types(step, types))
+        elif isinstance(step, ir.Kernel):
             out_shape, dims, layout = op_output(step, types)
             for store in step.stores:
                 t = store_type(step, store, out_shape, dims, layout)

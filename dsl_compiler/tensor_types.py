@@ -28,7 +28,7 @@ class TensorType(BaseModel):
     """The type of a named tensor: element type, logical (PyTorch) shape and physical layout."""
 
     model_config = ConfigDict(frozen=True)
-    dtype: ir.ElementType
+    dtype: ir.StoreType
     shape: tuple[int, ...]
     layout: ir.Layout = "contiguous"
 

@@ -38,14 +38,15 @@ STEPS: dict[str, str] = {
     # reductions and normalisation
     "softmax": "softmax(x, dim=1)", "log_softmax": "log_softmax(x, dim=1)", "sum": "sum(x, dim=1, keepdim=True)",
     "mean": "", "amax": "", "amin": "", "logsumexp": "logsumexp(x, dim=1)", "var": "var(x, dim=1, unbiased=False)",
-    "std": "", "norm": "norm(x, p=2, dim=1)", "prod": "", "cumsum": "cumsum(x, dim=1)",
+    "std": "", "norm": "norm(x, p=2, dim=1)", "prod": "", "argmax": "argmax(x, dim=1)", "argmin": "", "cumsum": "cumsum(x, dim=1)",
     "batch_norm": "batch_norm(x, weight, bias, eps=1e-05): training-mode statistics of the batch, as KernelBench; "
                   "batch_norm(x, weight, bias, running_mean, running_var, eps=1e-05) normalises with the running ones",
     "var_mean": "torch v, m = var_mean(y, dim=(0, 2, 3), correction=0): per-channel variance and mean",
     "fold_batch_norm": "torch w2, b2 = fold_batch_norm(w, mean, var, weight, bias, b, eps=1e-05, dim=0): BatchNorm "
                        "with these statistics folded into the op before it (filter or Linear weight w scaled along dim, "
                        "its bias b, None if absent); w2 keeps w's type and layout",
-    "layer_norm": "layer_norm(x, (D,), weight, bias, eps=1e-05)", "group_norm": "group_norm(x, G, weight, bias, eps=1e-05)",
+    "layer_norm": "layer_norm(x, (D,), weight, bias, eps=1e-05)", "rms_norm": "rms_norm(x, (D,), weight, eps=1e-06)",
+    "group_norm": "group_norm(x, G, weight, bias, eps=1e-05)",
     "instance_norm": "instance_norm(x, eps=1e-05)",
     "normalize": "normalize(x, p=2.0, dim=1)",
     # pooling
@@ -139,9 +140,9 @@ def _table() -> dict[str, Callable[..., Any]]:
         "maximum": torch.maximum, "pow": torch.pow,
         "softmax": torch.softmax, "log_softmax": torch.log_softmax, "sum": torch.sum, "mean": torch.mean,
         "amax": torch.amax, "amin": torch.amin, "logsumexp": torch.logsumexp, "var": torch.var, "std": torch.std,
-        "norm": torch.norm, "prod": torch.prod, "cumsum": torch.cumsum,
+        "norm": torch.norm, "prod": torch.prod, "argmax": torch.argmax, "argmin": torch.argmin, "cumsum": torch.cumsum,
         "var_mean": torch.var_mean, "fold_batch_norm": fold_batch_norm,
-        "batch_norm": batch_norm, "layer_norm": F.layer_norm, "group_norm": F.group_norm,
+        "batch_norm": batch_norm, "layer_norm": F.layer_norm, "rms_norm": F.rms_norm, "group_norm": F.group_norm,
         "instance_norm": instance_norm, "normalize": F.normalize,
         "max_pool1d": F.max_pool1d, "max_pool2d": F.max_pool2d, "max_pool3d": F.max_pool3d,
         "avg_pool1d": F.avg_pool1d, "avg_pool2d": F.avg_pool2d, "avg_pool3d": F.avg_pool3d,
@@ -346,7 +347,7 @@ _DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 def torch_dtype(element: str):
     import torch
 
-    return getattr(torch, _DTYPES[element])
+    return torch.int64 if element == "i64" else getattr(torch, _DTYPES[element])
 
 
 def element_type(dtype: Any) -> str | None:
@@ -366,9 +367,12 @@ def empty_like_type(t, device: str = "meta"):
 
 def type_of(tensor) -> Any:
     """The TensorType of a tensor (raises StepError for element types a program cannot carry)."""
-    element = element_type(tensor.dtype)
+    import torch
+
+    element = "i64" if tensor.dtype == torch.int64 else element_type(tensor.dtype)  # i64: argmax / argmin indices
     if element is None:
-        raise StepError(f"the step gives a {str(tensor.dtype).replace('torch.', '')} tensor; programs carry f32, bf16, f16")
+        raise StepError(f"the step gives a {str(tensor.dtype).replace('torch.', '')} tensor; programs carry f32, bf16, "
+                        "f16 (and the i64 indices of argmax, argmin)")
     layout = "channels_last" if is_channels_last(tensor) else "contiguous"
     return TensorType(dtype=element, shape=tuple(tensor.shape), layout=layout)
 

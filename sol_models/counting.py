@@ -637,8 +637,8 @@ class StepTraffic(BaseModel):
     """What one step of a program computes and moves."""
 
     name: str
-    kind: Literal["kernel", "torch"]
-    op: str  # gemm, grouped_gemm, conv2d, ... or the torch function
+    kind: Literal["kernel", "row", "torch"]  # row: a reduction / softmax / norm kernel (memory-bound)
+    op: str  # gemm, grouped_gemm, conv2d, softmax, ... or the torch function
     dims: tuple[int, int, int, int] | None = None  # (l, m, n, k), the implicit GEMM for conv
     flops_tensor: float = 0.0
     flops_other: float = 0.0
@@ -747,7 +747,9 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
     steps: list[StepTraffic] = []
     totals = shapes.slice_totals(program)
     for step in program.steps:
-        if isinstance(step, ir.Kernel):
+        if isinstance(step, ir.RowKernel):
+            steps.append(row_traffic(step, types))
+        elif isinstance(step, ir.Kernel):
             dims = shapes.gemm_dims(program, step, types)
             op = step.op
             if isinstance(op, ir.GroupedGemmOp):
@@ -801,6 +803,24 @@ def program_traffic(program: Any) -> tuple[list[StepTraffic], dict[str, Any]]:
     return steps, types
 
 
+def row_traffic(kernel: Any, types: dict[str, Any]) -> StepTraffic:
+    """A row kernel moves x (twice for a two-pass normalization), its affine and tail tensors, and its stores."""
+    from dsl_compiler import row_ops
+
+    op = kernel.op
+    tx = types[op.x.name]
+    x_bytes = _bytes_of(tx) * row_ops.x_reads(kernel, tuple(tx.shape), tx.dtype)
+    operand_bytes = x_bytes + sum(_bytes_of(types[o.name]) for o in kernel.operands[1:])
+    aux = {ref.name for ref in epilogue_refs(kernel)} - {o.name for o in kernel.operands}
+    aux_bytes = sum(_bytes_of(types[n]) for n in aux if n in types)
+    store_bytes = sum(_bytes_of(t) for t in row_ops.store_types(kernel, types).values())
+    out_elems = math.prod(row_ops.output_shape(op, tuple(tx.shape)))
+    return StepTraffic(name=kernel.name, kind="row", op=op.fn, flops_other=row_ops.flops(op, tx.numel)
+                       + _epilogue_cost_per_element(kernel) * out_elems,
+                       operand_bytes=operand_bytes, aux_bytes=aux_bytes, store_bytes=store_bytes,
+                       bytes_read=operand_bytes + aux_bytes, bytes_written=store_bytes)
+
+
 def count_program(program: Any) -> WorkCount:
     """FLOPs and bytes of a μCUTLASS program: 2·L·M·N·K per GEMM kernel (conv by its implicit-GEMM
     view, grouped GEMM by its groups), epilogue and torch-step FLOPs by the same rules as problems;
@@ -812,7 +832,9 @@ def count_program(program: Any) -> WorkCount:
     steps, types = program_traffic(program)
     read_names: set[str] = set()
     for step in program.steps:
-        if isinstance(step, ir.Kernel):
+        if isinstance(step, ir.RowKernel):
+            read_names |= {o.name for o in step.operands} | {ref.name for ref in epilogue_refs(step)}
+        elif isinstance(step, ir.Kernel):
             op = step.op
             read_names |= {op.x.name, op.w.name} if isinstance(op, ir.ConvOp) else {op.a.name, op.b.name}
             read_names |= {ref.name for ref in epilogue_refs(step)}

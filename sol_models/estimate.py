@@ -368,6 +368,69 @@ def _estimate_depthwise(name: str, op: str, dims, math_mode: str, config: Any, g
     )
 
 
+# A CTA streams at most this share of an SM's bandwidth; several per SM keep enough loads in flight.
+ROW_CTAS_PER_SM_FOR_FULL_BW = 4
+
+
+def estimate_row_kernel(kernel: Any, types: dict[str, Any], dram_bytes: float, flops: float, gpu: GpuSpec) -> KernelEstimate:
+    """A row kernel (reduction, softmax, norm) is memory-bound: its bytes over the DRAM bandwidth it reaches. The
+    knobs set how much of it: narrow vectors issue more loads per byte, a CTA on a row shorter than its threads
+    idles the rest, too few CTAs leave SMs without loads in flight; a split adds the combining launch."""
+    from dsl_compiler import row_ops
+    from dsl_compiler.ir import ELEMENT_BYTES
+
+    tx = types[kernel.op.x.name]
+    plan = row_ops.plan(kernel, tuple(tx.shape), tx.dtype, gpu.sm_count)
+    es = ELEMENT_BYTES[tx.dtype]
+    if plan.inner == 1:
+        lanes = (row_ops.THREADS if plan.rows_per_block == 1 else 32) * plan.vector
+        busy = min(1.0, plan.rows / plan.split / lanes)  # threads with elements to load
+        ctas = -(-plan.outer // plan.rows_per_block) * plan.split
+    else:
+        busy = min(1.0, plan.inner / plan.vector / 32)  # a warp's columns
+        ctas = -(-plan.segments // (row_ops.THREADS * plan.vector))
+    fill = min(1.0, ctas / (gpu.sm_count * ROW_CTAS_PER_SM_FOR_FULL_BW))
+    width = 0.75 + 0.25 * min(1.0, plan.vector * es / 16)  # 16-byte loads reach the bandwidth, scalar ones 3/4
+    efficiency = max(1e-3, busy * fill * width)
+    t_dram_us = dram_bytes / (_dram_bw(gpu) * efficiency) * 1e6
+    t_launch_us = gpu.launch_latency_us * (2 if plan.split > 1 else 1)
+    t_us = t_dram_us + t_launch_us
+    reasons = [f"memory-bound row kernel: {dram_bytes / 1e6:.3g} MB at {efficiency:.0%} of DRAM bandwidth "
+               f"(vector {plan.vector}, rows_per_block {plan.rows_per_block}, passes {plan.passes}, split {plan.split})"]
+    return KernelEstimate(
+        name=kernel.name, op=kernel.op.fn, dims=(1, plan.outer, plan.rows, plan.inner), math="f32", tile=(0, 0, 0),
+        cluster=(1, 1, 1), schedule="row", stages=plan.passes, decomposition="data_parallel", split_k=plan.split,
+        tiles=plan.segments, units=ctas, waves=max(1.0, ctas / gpu.sm_count), wave_efficiency=fill, padding_waste=0.0,
+        t_mainloop_us=0.0, t_l2_us=0.0, t_dram_us=t_dram_us, t_epilogue_us=0.0, t_reduction_us=0.0,
+        t_launch_us=t_launch_us, t_us=t_us, achieved_tflops=flops / (t_us * 1e-6) / 1e12 if t_us > 0 else 0.0,
+        feasible=True, reasons=reasons,
+    )
+
+
+def best_row_config(program: Any, kernel: Any, gpu: GpuSpec) -> Any:
+    """The legal knobs (``row_checks``) of a row kernel with the lowest estimate: what the offline tier writes."""
+    import itertools
+
+    from dsl_compiler import ir, row_ops, shapes
+    from dsl_compiler.row_checks import check_row_kernel
+    from sol_models.counting import row_traffic
+
+    types = shapes.infer(program, upto=kernel)
+    best, best_t = kernel.config, float("inf")
+    passes = (None,) if row_ops.is_reduction(kernel.op) else (1, 2)
+    for vector, rpb, npass, split in itertools.product(row_ops.VECTORS, row_ops.ROWS_PER_BLOCK, passes, (1, 4, 16, 64)):
+        config = ir.RowConfig(vector=vector, rows_per_block=rpb, passes=npass, split=split)
+        candidate = kernel.model_copy(update={"config": config})
+        diags, _ = check_row_kernel(candidate, types)
+        if diags:
+            continue
+        traffic = row_traffic(candidate, types)
+        t = estimate_row_kernel(candidate, types, traffic.bytes_read + traffic.bytes_written, traffic.flops_other, gpu).t_us
+        if t < best_t - 1e-9:
+            best, best_t = config, t
+    return best
+
+
 def estimate_program(program: Any, gpu: GpuSpec, fused_casts: bool | None = None) -> ProgramEstimate:
     """Estimated time of a μCUTLASS program (an ``ir.Program``) on ``gpu``: kernels by the
     config-aware model above, torch steps at memory bandwidth. With ``fused_casts`` (default: the
@@ -394,8 +457,12 @@ def estimate_program(program: Any, gpu: GpuSpec, fused_casts: bool | None = None
     torch_rows: list[StepEstimate] = []
     torch_iter = iter([s for s in steps if s.kind == "torch"])
     first_fused = min(fused, default=-1)
+    rows = {s.name: s for s in steps if s.kind == "row"}
     for index, step in enumerate(program.steps):
-        if isinstance(step, ir.Kernel):
+        if isinstance(step, ir.RowKernel):
+            kernels.append(estimate_row_kernel(step, types, rows[step.name].bytes_read + rows[step.name].bytes_written,
+                                               rows[step.name].flops_other, gpu))
+        elif isinstance(step, ir.Kernel):
             traffic = by_name[step.name]
             math_mode = effective_math(program, step, types)
             op = step.op

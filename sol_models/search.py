@@ -340,3 +340,15 @@ def describe(config: KernelConfig) -> str:
     if config.math:
         parts.append(config.math)
     return " ".join(p for p in parts if p)
+
+
+def with_row_configs(program: Program, gpu: str = "h200") -> Program:
+    """The program with each row kernel's knobs (vector, rows_per_block, passes, split) set to those of the lowest
+    estimate (``estimate.best_row_config``; row kernels are memory-bound: the estimate is bytes / bandwidth reached)."""
+    from sol_models.estimate import best_row_config
+    from sol_models.hardware import get_gpu
+
+    spec = get_gpu(gpu)
+    steps = tuple(s.model_copy(update={"config": best_row_config(program, s, spec)}) if isinstance(s, ir.RowKernel) else s
+                  for s in program.steps)
+    return program.model_copy(update={"steps": steps})

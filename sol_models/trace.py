@@ -109,6 +109,8 @@ def kernel_flops(program: Any, state_shapes: dict[str, tuple[int, ...]] | None =
         if s.dims is not None and any(o.name in folded for o in kernel.operands):
             work += _FOLDED_NORM_FLOPS * s.dims[0] * s.dims[1] * s.dims[2]
         total += work * _padding_share(program, kernel, state_shapes)
+    # row kernels (reductions, softmax, norms) run the problem's work of those ops
+    total += sum(t.flops_other for t in steps if t.kind == "row")
     return total
 
 
@@ -178,7 +180,7 @@ def trace_report(problem: Problem | str | Path, gpu: Any | None = None, options:
     program = result.program
     report = TraceReport(
         name=name, traced=True, program=format_program(program), flops_problem=work.flops,
-        kernels=len(program.kernels), torch_steps=len(program.steps) - len(program.kernels),
+        kernels=len(program.kernels) + len(program.row_kernels), torch_steps=len(program.torch_steps),
         torch_ops=[TorchOp(op=r.op, target=r.target, placement=r.placement, reason=r.reason)
                    for r in result.coverage if r.placement in ("torch_step", "unsupported")],
     )

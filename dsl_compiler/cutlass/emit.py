@@ -75,7 +75,7 @@ def tensor_dtypes(program: Program) -> dict[str, str]:
         pass
     dtypes = {d.name: d.dtype for d in program.decls}
     for step in program.steps:
-        if isinstance(step, Kernel):
+        if not hasattr(step, "outputs"):  # a kernel or a row kernel
             for s in step.stores:
                 dtypes[s.name] = s.dtype
         else:
@@ -614,10 +614,30 @@ using Op = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
     return _finish(kernel, body, args, abi, knobs, conv=True)
 
 
+def _emit_row_kernels(program: Program, dtypes: dict[str, str]) -> tuple[list[EmittedKernel], list[Diagnostic]]:
+    from dsl_compiler.cutlass.row_kernels import emit_row_kernel
+
+    emitted, diags = [], []
+    try:
+        types = shapes.infer(program)
+    except shapes.ShapeError as exc:
+        return [], [Diagnostic(code=exc.code, message=exc.message, span=exc.span, hint=exc.hint)]
+    for kernel in program.row_kernels:
+        try:
+            e = emit_row_kernel(kernel, dtypes, tuple(types[kernel.op.x.name].shape))
+            e.abi = dataclasses.replace(e.abi, symbol=e.namespace)
+            emitted.append(e)
+        except EmitError as exc:
+            diags.append(exc.diagnostic)
+    return emitted, diags
+
+
 def emit_program(program: Program) -> tuple[list[EmittedKernel], list[Diagnostic]]:
     """Every kernel of the program; diagnostics for those the backend cannot build."""
     dtypes = tensor_dtypes(program)
     emitted, diags = [], []
+    if program.row_kernels:
+        emitted, diags = _emit_row_kernels(program, dtypes)
     for kernel in program.kernels:
         try:
             e = emit_kernel(program, kernel, dtypes)

@@ -18,6 +18,7 @@ from dsl_compiler.frontend.passes.kernels import emit_group
 from dsl_compiler.frontend.passes.naming import safe_base
 from dsl_compiler.frontend.passes.padding import KernelPadding, plan_padding
 from dsl_compiler.frontend.passes.precision import KernelMath, fold_store_casts, plan_math
+from dsl_compiler.frontend.passes.row_kernels import row_kernels
 from dsl_compiler.frontend.reference import LoadedReference, Traced
 from dsl_compiler.frontend.results import TraceOptions, TraceResult
 from dsl_compiler.ir import Program
@@ -143,4 +144,9 @@ def _assemble(b: ProgramBuilder, outputs: list[str], name: str) -> Program | Non
             if out in concatenated and n in graph.coverage:
                 graph.cover(n, "folded", where=out, reason=f"kernels {', '.join(concatenated[out])} store into "
                             f"their channels of {out} (slice stores): no copy")
+    program, moved = row_kernels(program)
+    for n in graph.nodes:
+        out = b.tensor_name.get(n)
+        if out in moved:
+            graph.cover(n, "kernel", where=moved[out], reason="a row kernel (reduction, softmax or norm) or its tail")
     return program

@@ -572,6 +572,8 @@ def _module_functional(m, x, p):
         return "group_norm", [x, m.num_groups, p("weight"), p("bias")], dict(eps=float(m.eps))
     if isinstance(m, nn.LayerNorm):
         return "layer_norm", [x, tuple(m.normalized_shape), p("weight"), p("bias")], dict(eps=float(m.eps))
+    if isinstance(m, getattr(nn, "RMSNorm", ())):
+        return "rms_norm", [x, tuple(m.normalized_shape), p("weight")], {} if m.eps is None else dict(eps=float(m.eps))
     if isinstance(m, nn.modules.instancenorm._InstanceNorm):
         if not (m.training or not m.track_running_stats):
             return None, [], {}

@@ -238,10 +238,14 @@ class OfflineTier:
         if program is None:
             return plan
         math = options.math
+        if program.row_kernels:  # reductions, softmax, norms: the knobs of the lowest memory-bound estimate
+            program = search.with_row_configs(program, gpu)
         if not program.kernels:
+            rows = len(program.row_kernels)
             plan.candidates.append(Candidate(
-                title=f"traced program: no kernel ({len(program.torch_steps)} PyTorch steps)",
-                program=program, t_est_us=0.0, configs=()))
+                title=f"traced program: {rows} row kernel(s), {len(program.torch_steps)} PyTorch step(s)"
+                      + (f": est {_ms(_program_estimate(program, gpu))}" if rows else ""),
+                program=program, t_est_us=_program_estimate(program, gpu) if rows else 0.0, configs=()))
             return plan
         # kernels with one signature (a recurrence's step, a repeated block) share one ranking: ranking checks
         # and estimates the whole program per configuration, so a 65-kernel LSTM took minutes per plan

@@ -1,0 +1,173 @@
+"""Reductions, softmax and normalizations the lowering wrote as PyTorch steps become row kernels
+(``dsl_compiler.row_ops``), and the element-wise steps that follow one (each read only by the next) become its
+tail: ``softmax`` then ``mul`` then ``relu`` is one kernel storing ``relu(acc * 2.0)``. A step whose arguments
+have no row-kernel form (a dtype, a norm order other than 1, 2 or "fro", dims that are not adjacent) stays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsl_compiler import ir, ops, row_ops, shapes
+
+# torch-step function -> the row function it is (norm is decided by its p)
+_ROW_STEPS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "logsumexp": "logsumexp",
+              "norm": "norm", "softmax": "softmax", "log_softmax": "log_softmax", "layer_norm": "layer_norm",
+              "rms_norm": "rms_norm", "argmax": "argmax", "argmin": "argmin"}
+
+
+def _kwargs(step: ir.TorchStep) -> dict[str, Any]:
+    return {kw.key: kw.value for kw in step.kwargs}
+
+
+def _tensor(arg: Any) -> str | None:
+    return arg.name if isinstance(arg, ir.TensorArg) and arg.channels is None else None
+
+
+def row_op_of(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.RowOp | None:
+    """The row op a torch step computes, or None where it has no row-kernel form."""
+    fn = _ROW_STEPS.get(step.fn)
+    if fn is None or step.channels is not None or len(step.outputs) != 1 or not step.args:
+        return None
+    x = _tensor(step.args[0])
+    if x is None or x not in types or types[x].dtype == "i64" or not types[x].shape:
+        return None
+    rank = len(types[x].shape)
+    kw = _kwargs(step)
+    positional = [a.value if isinstance(a, ir.LiteralArg) else a for a in step.args[1:]]
+    if "dtype" in kw:
+        return None
+    values: dict[str, Any] = {}
+    if fn in ("layer_norm", "rms_norm"):
+        shape = kw.get("normalized_shape", positional[0] if positional else None)
+        shape = (shape,) if isinstance(shape, int) else shape
+        rest = [p for p in positional[1:]]
+        weight = kw.get("weight", rest[0] if rest else None)
+        bias = kw.get("bias", rest[1] if len(rest) > 1 else None) if fn == "layer_norm" else None
+        if not isinstance(shape, tuple) or not shape:
+            return None
+        names = [w.name if isinstance(w, ir.TensorArg) else w for w in (weight, bias)]
+        if any(n is not None and not isinstance(n, str) for n in names):
+            return None
+        eps = kw.get("eps", 1e-5 if fn == "layer_norm" else None)
+        if eps is None:  # rms_norm's default eps is the dtype's machine epsilon
+            eps = 1.1920928955078125e-07 if types[x].dtype == "f32" else 0.0078125 if types[x].dtype == "bf16" else 0.0009765625
+        values.update(dim=tuple(range(rank - len(shape), rank)), eps=float(eps),
+                      weight=ir.Operand(name=names[0]) if names[0] else None,
+                      bias=ir.Operand(name=names[1]) if names[1] else None)
+    else:
+        dim = kw.get("dim", positional[0] if positional and fn not in ("norm",) else None)
+        if fn == "norm":
+            p = kw.get("p", positional[0] if positional else "fro")
+            if p == "fro":
+                p = 2
+            if p not in (1, 2) or isinstance(p, bool):
+                return None
+            values["p"] = int(p)
+            dim = kw.get("dim", positional[1] if len(positional) > 1 else None)
+        if dim is None:
+            if fn in ("softmax", "log_softmax"):
+                return None
+            dim = tuple(range(rank))  # every dim: one value
+        values["dim"] = tuple(dim) if isinstance(dim, tuple | list) else (dim,)
+        keep = kw.get("keepdim", positional[1] if fn not in ("norm", "softmax", "log_softmax") and len(positional) > 1 else False)
+        if not isinstance(keep, bool):
+            return None
+        if row_ops.ROW_FNS[fn].kind == "reduce":
+            values["keepdim"] = keep
+    op = ir.RowOp(fn=fn, x=ir.Operand(name=x), **values)
+    try:
+        row_ops.reduced_dims(op, rank)
+    except Exception:  # noqa: BLE001 - dims with no row form (not adjacent): the step stays
+        return None
+    return op
+
+
+def _tail_of(step: ir.TorchStep, value: str) -> ir.Expr | None:
+    """The expression of an element-wise step over ``value`` (acc) and literals, or None."""
+    form = next((op for op in ops.OPS.values() if step.fn in op.torch), None)
+    if form is None or step.kwargs and form.form != "param":
+        return None
+    args = []
+    for a in step.args:
+        if isinstance(a, ir.TensorArg):
+            if a.name != value or a.channels is not None:
+                return None
+            args.append(ir.Acc())
+        elif isinstance(a.value, int | float) and not isinstance(a.value, bool):
+            args.append(ir.Const(value=float(a.value)))
+        else:
+            return None
+    if form.form == "unary" and len(args) == 1 and isinstance(args[0], ir.Acc):
+        return ir.Unary(fn=form.name, arg=args[0])
+    if form.form == "binary" and len(args) == 2 and any(isinstance(a, ir.Acc) for a in args):
+        return ir.Binary(fn=form.name, lhs=args[0], rhs=args[1])
+    return None
+
+
+def _substitute(expr: Any, inner: Any) -> Any:
+    """``expr`` with its acc replaced by ``inner``."""
+    if isinstance(expr, ir.Acc):
+        return inner
+    if isinstance(expr, ir.Unary):
+        return expr.model_copy(update={"arg": _substitute(expr.arg, inner)})
+    if isinstance(expr, ir.Binary):
+        return expr.model_copy(update={"lhs": _substitute(expr.lhs, inner), "rhs": _substitute(expr.rhs, inner)})
+    return expr
+
+
+def row_kernels(program: ir.Program, namer=None) -> tuple[ir.Program, dict[str, str]]:
+    """The program with its row-op torch steps as row kernels (their element-wise followers fused), and
+    output -> kernel name for each step that moved into a kernel (for the coverage rows)."""
+    try:
+        types = shapes.infer(program)
+    except Exception:  # noqa: BLE001 - a program whose shapes do not infer is left as it is
+        return program, {}
+    readers: dict[str, int] = {}
+    for step in program.steps:
+        names = [a.name for a in step.args if isinstance(a, ir.TensorArg)] if isinstance(step, ir.TorchStep) else \
+            [o.name for o in step.operands] + [n.name for s in step.stores for n in _refs(s.expr)]
+        for n in names:
+            readers[n] = readers.get(n, 0) + 1
+    outputs = set(program.outputs)
+    steps = list(program.steps)
+    moved: dict[str, str] = {}
+    out: list[Any] = []
+    i = 0
+    used_names = {getattr(s, "name", None) for s in steps}
+    while i < len(steps):
+        step = steps[i]
+        op = row_op_of(step, types) if isinstance(step, ir.TorchStep) else None
+        if op is None:
+            out.append(step)
+            i += 1
+            continue
+        value = step.outputs[0]
+        expr: Any = ir.Acc()
+        kernel_name = f"{value}_row"
+        while kernel_name in used_names:
+            kernel_name += "_"
+        used_names.add(kernel_name)
+        fused = [value]
+        j = i + 1
+        index_op = row_ops.ROW_FNS[op.fn].index
+        while (not index_op and j < len(steps) and isinstance(steps[j], ir.TorchStep) and readers.get(value) == 1
+               and value not in outputs):
+            tail = _tail_of(steps[j], value)
+            if tail is None:
+                break
+            expr = _substitute(tail, expr)
+            value = steps[j].outputs[0]
+            fused.append(value)
+            j += 1
+        dtype = "i64" if index_op else types[value].dtype
+        out.append(ir.RowKernel(name=kernel_name, op=op, stores=(ir.Store(name=value, dtype=dtype, expr=expr),)))
+        for name in fused:
+            moved[name] = kernel_name
+        i = j
+    return program.model_copy(update={"steps": tuple(out)}), moved
+
+
+def _refs(expr: Any) -> list[ir.Ref]:
+    from dsl_compiler.walk import expr_nodes
+
+    return [n for n in expr_nodes(expr) if isinstance(n, ir.Ref)]

@@ -1,0 +1,259 @@
+"""Row kernels: a reduction, softmax or normalization over one dim (or adjacent dims) of a tensor, with an
+element-wise tail in the epilogue language. Everything the readers share about them lives here: the function
+table, the [outer, R, inner] view, output shapes, the checks, the interpreter's exact semantics, the knobs the
+compiler picks when left at auto, and their FLOPs and bytes.
+
+x is seen as [outer, R, inner]: R the product of the reduced dims, inner what follows them. inner == 1 is a
+contiguous row (a CTA's threads share a row); inner > 1 is a strided segment (a thread per column of inner,
+coalesced across threads). These kernels are memory-bound: their bound is bytes / bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dsl_compiler import ir
+from dsl_compiler.tensor_types import ShapeError
+
+RowKind = Literal["reduce", "softmax", "norm"]
+
+
+@dataclass(frozen=True)
+class RowFn:
+    """One row function: its family, its FLOPs per input element, its PyTorch names, and (reductions) the
+    identity and the C++ combine of two partial values ``a``, ``b`` (the emitter's)."""
+
+    name: str
+    kind: RowKind
+    flops: float
+    torch: tuple[str, ...]
+    identity: str = "0.f"
+    combine: str = "a + b"
+    index: bool = False  # gives the position (argmax, argmin): stores are i64, the tail is `acc`
+
+
+ROW_FNS: dict[str, RowFn] = {f.name: f for f in (
+    RowFn("sum", "reduce", 1, ("sum",)),
+    RowFn("mean", "reduce", 1, ("mean",)),
+    RowFn("amax", "reduce", 1, ("amax", "max"), "-INFINITY", "fmaxf(a, b)"),
+    RowFn("amin", "reduce", 1, ("amin", "min"), "INFINITY", "fminf(a, b)"),
+    RowFn("argmax", "reduce", 1, ("argmax",), "-INFINITY", "", index=True),
+    RowFn("argmin", "reduce", 1, ("argmin",), "INFINITY", "", index=True),
+    RowFn("prod", "reduce", 1, ("prod",), "1.f", "a * b"),
+    RowFn("logsumexp", "reduce", 4, ("logsumexp",)),
+    RowFn("norm", "reduce", 2, ("norm",)),
+    RowFn("softmax", "softmax", 5, ("softmax",)),
+    RowFn("log_softmax", "softmax", 5, ("log_softmax",)),
+    RowFn("layer_norm", "norm", 8, ("layer_norm",)),
+    RowFn("rms_norm", "norm", 6, ("rms_norm",)),
+)}
+assert tuple(ROW_FNS) == ir.RowFn.__args__  # type: ignore[attr-defined]  # one list, in the IR's order
+
+# the knobs, what each allows (a diagnostic's "expected") and an example (its hint)
+ROW_KNOB_VALUES: dict[str, tuple[str, str]] = {
+    "vector": ("1, 2, 4 or 8 elements, or auto (at most 16 bytes)", "4"),
+    "rows_per_block": ("1, 2, 4, 8, 16 or 32, or auto", "4"),
+    "passes": ("1 (the row in registers), 2 (x read again), or auto", "2"),
+    "split": ("a CTA count per row like 4 (reductions only)", "4"),
+}
+VECTORS = (1, 2, 4, 8)
+ROWS_PER_BLOCK = (1, 2, 4, 8, 16, 32)
+THREADS = 256  # a CTA's threads
+# a one-pass row lives in registers: at most this many values per thread (the CTA's threads times this per row)
+MAX_VALUES_PER_THREAD = 32
+MAX_SPLIT = 64
+
+
+def reduced_dims(op: ir.RowOp, rank: int) -> tuple[int, ...]:
+    """The reduced dims, non-negative and sorted; raises ShapeError for a dim out of range or not adjacent."""
+    dims = []
+    for d in op.dim:
+        if not -rank <= d < rank:
+            raise ShapeError(f"{op.fn} over dim {d} of a rank-{rank} tensor", op.span, found=f"dim={d}",
+                             expected=f"a dim in {-rank}..{rank - 1}", hint="count dims from 0, or from -1 at the end")
+        dims.append(d % rank)
+    dims = sorted(set(dims))
+    if len(dims) != len(op.dim):
+        raise ShapeError(f"{op.fn} names a dim twice", op.span, found=f"dim={op.dim}", expected="distinct dims",
+                         hint="name each dim once")
+    if dims != list(range(dims[0], dims[-1] + 1)):
+        raise ShapeError(f"{op.fn} over dims {tuple(dims)}: a row kernel reduces adjacent dims", op.span,
+                         found=f"dim={op.dim}", expected="one dim, or adjacent dims like (1, 2)",
+                         hint="permute the dims together first (torch t = permute(x, ...)), or reduce twice")
+    return tuple(dims)
+
+
+def geometry(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(outer, R, inner) of x's shape under the op."""
+    dims = reduced_dims(op, len(shape))
+    return (math.prod(shape[:dims[0]]), math.prod(shape[dims[0]:dims[-1] + 1]), math.prod(shape[dims[-1] + 1:]))
+
+
+def output_shape(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A reduction drops the reduced dims (keepdim: extent 1); softmax and the norms keep x's shape."""
+    dims = reduced_dims(op, len(shape))
+    if ROW_FNS[op.fn].kind != "reduce":
+        return tuple(shape)
+    if op.keepdim:
+        return tuple(1 if i in dims else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in dims)
+
+
+def op_output(kernel: ir.RowKernel, types: dict[str, Any]) -> tuple[int, ...]:
+    """The op's output shape over the operand types in ``types``; raises ShapeError where they do not fit."""
+    op = kernel.op
+    tx = types[op.x.name]
+    if tx.dtype == "i64":
+        raise ShapeError(f"{op.fn} reads '{op.x.name}', an index tensor", op.x.span or op.span, found="i64",
+                         expected="f32, bf16 or f16", hint="row kernels read floating-point tensors", code="dtype")
+    if not tx.shape:
+        raise ShapeError(f"{op.fn} of a scalar '{op.x.name}'", op.span, found="shape []",
+                         expected="a tensor of rank >= 1", hint="reduce a tensor with a dim to reduce")
+    out = output_shape(op, tx.shape)
+    dims = reduced_dims(op, len(tx.shape))
+    want = tuple(tx.shape[d] for d in dims)
+    for what, operand in (("weight", op.weight), ("bias", op.bias)):
+        if operand is None:
+            continue
+        t = types[operand.name]
+        if math.prod(t.shape) != math.prod(want):
+            raise ShapeError(f"{op.fn}'s {what} '{operand.name}' is {list(t.shape)}; the normalized dims are {list(want)}",
+                             operand.span or op.span, found=str(list(t.shape)), expected=str(list(want)),
+                             hint="the affine has one value per element of the normalized dims, as nn.LayerNorm's")
+    return out
+
+
+def is_reduction(op: ir.RowOp) -> bool:
+    return ROW_FNS[op.fn].kind == "reduce"
+
+
+# ---------------------------------------------------------------------------------------------
+# Knobs
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """The knobs a row kernel runs with: the written ones, and the compiler's choice for those at auto."""
+
+    outer: int
+    rows: int  # R, the reduced extent
+    inner: int
+    vector: int
+    rows_per_block: int
+    passes: int
+    split: int
+
+    @property
+    def segments(self) -> int:
+        """Independent rows: outer · inner."""
+        return self.outer * self.inner
+
+
+def max_vector(dtype: str, extent: int) -> int:
+    """The widest vector (16 bytes at most) dividing the contiguous extent."""
+    width = 16 // ir.ELEMENT_BYTES[dtype]
+    while width > 1 and extent % width:
+        width //= 2
+    return width
+
+
+def plan(kernel: ir.RowKernel, shape: tuple[int, ...], dtype: str, sm_count: int = 132) -> RowPlan:
+    """The knobs, auto ones chosen from the row's geometry: vectors as wide as the contiguous extent allows,
+    several short rows per CTA (a warp each), one pass while the row fits in registers, and a split of a long
+    row across CTAs where there are too few rows to fill the GPU."""
+    op, cfg = kernel.op, kernel.config
+    outer, rows, inner = geometry(op, shape)
+    contiguous = rows if inner == 1 else inner
+    vector = cfg.vector or max_vector(dtype, contiguous)
+    if cfg.rows_per_block is not None:
+        rpb = cfg.rows_per_block
+    elif inner == 1:
+        rpb = max(1, min(32, THREADS * vector * 4 // max(rows, 1)))
+        rpb = 1 << (rpb.bit_length() - 1)
+    else:
+        rpb = 1
+    warp_values = (THREADS if rpb == 1 else 32) * MAX_VALUES_PER_THREAD
+    if is_reduction(op):
+        passes = 1  # a reduction reads x once
+    elif inner > 1:
+        passes = 2  # a strided normalization reads its segment again (each thread walks a column)
+    else:
+        passes = cfg.passes or (1 if rows <= warp_values else 2)
+    split = cfg.split
+    if split == 1 and is_reduction(op) and inner == 1 and cfg.rows_per_block is None:
+        # too few rows for the GPU's SMs, each long: spread each row over several CTAs
+        blocks = math.ceil(outer / rpb)
+        if blocks < sm_count and rows >= 32 * THREADS:
+            split = min(MAX_SPLIT, max(1, sm_count // blocks), rows // (THREADS * vector))
+    return RowPlan(outer, rows, inner, vector, rpb, passes, max(1, split))
+
+
+# ---------------------------------------------------------------------------------------------
+# The interpreter's semantics (fp32 arithmetic, as the kernel's)
+
+
+def interpret(op: ir.RowOp, x: Any, weight: Any = None, bias: Any = None) -> Any:
+    """The op's value over x in fp32 (argmax / argmin: int64 positions, the first of equal values)."""
+    import torch
+
+    xf = x.float()
+    outer, rows, inner = geometry(op, tuple(xf.shape))
+    v = xf.reshape(outer, rows, inner)
+    fn = op.fn
+    if fn in ("argmax", "argmin"):
+        # PyTorch gives the flat position within the reduced dims; for one dim that is the index along it
+        idx = (torch.argmax if fn == "argmax" else torch.argmin)(v, dim=1)
+        return idx.reshape(output_shape(op, tuple(xf.shape)))
+    if fn in ROW_FNS and ROW_FNS[fn].kind == "reduce":
+        value = {
+            "sum": lambda: v.sum(dim=1),
+            "mean": lambda: v.sum(dim=1) / rows,
+            "amax": lambda: v.amax(dim=1),
+            "amin": lambda: v.amin(dim=1),
+            "prod": lambda: v.prod(dim=1),
+            "logsumexp": lambda: torch.logsumexp(v, dim=1),
+            "norm": lambda: v.abs().sum(dim=1) if op.p == 1 else v.square().sum(dim=1).sqrt(),
+        }[fn]()
+        return value.reshape(output_shape(op, tuple(xf.shape)))
+    if fn == "softmax":
+        out = torch.softmax(v, dim=1)
+    elif fn == "log_softmax":
+        out = torch.log_softmax(v, dim=1)
+    else:
+        if fn == "layer_norm":
+            mean = v.mean(dim=1, keepdim=True)
+            var = (v - mean).square().mean(dim=1, keepdim=True)
+            out = (v - mean) * torch.rsqrt(var + op.eps)
+        else:
+            out = v * torch.rsqrt(v.square().mean(dim=1, keepdim=True) + op.eps)
+        if weight is not None:
+            out = out * weight.float().reshape(1, rows, 1)
+        if bias is not None:
+            out = out + bias.float().reshape(1, rows, 1)
+    return out.reshape(xf.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting: FLOPs and the bytes a kernel must move
+
+
+def flops(op: ir.RowOp, x_numel: int) -> float:
+    affine = (op.weight is not None) + (op.bias is not None)
+    return (ROW_FNS[op.fn].flops + affine) * x_numel
+
+
+def x_reads(kernel: ir.RowKernel, shape: tuple[int, ...], dtype: str) -> int:
+    """How often the kernel reads x from memory: twice for a two-pass normalization, else once."""
+    if is_reduction(kernel.op):
+        return 1
+    return plan(kernel, shape, dtype).passes
+
+
+def store_types(kernel: ir.RowKernel, types: dict[str, Any]) -> dict[str, Any]:
+    """The type of each store: the op's output shape, the store's element type, row-major."""
+    from dsl_compiler.tensor_types import TensorType
+
+    out = op_output(kernel, types)
+    return {s.name: TensorType(dtype=s.dtype, shape=out, layout="contiguous") for s in kernel.stores}

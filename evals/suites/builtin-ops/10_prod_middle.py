@@ -1,0 +1,24 @@
+"""Product over dim 1 of values near 1 (KernelBench 50)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOLERANCE = 1e-2
+ALLOWED_PRECISIONS = ("f32", "tf32", "bf16", "f16")
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.prod(x, dim=1)
+
+
+def get_inputs():
+    return [(torch.rand(128, 64, 4096) * 0.02 + 1.0)]
+
+
+def get_init_inputs():
+    return []

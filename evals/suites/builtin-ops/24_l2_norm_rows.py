@@ -1,0 +1,24 @@
+"""L2 norm of each row (KernelBench 39's reduction)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOLERANCE = 1e-2
+ALLOWED_PRECISIONS = ("f32", "tf32", "bf16", "f16")
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.norm(x, p=2, dim=1)
+
+
+def get_inputs():
+    return [(torch.randn(16384, 4096))]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,79 @@
+"""The frontend writes reductions, softmax and norms as row kernels (their element-wise followers as the tail), the
+offline tier gives them knobs from the estimate, and every builtin-ops problem traces to row kernels alone."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dsl_compiler import interpreter, runtime
+from dsl_compiler.frontend import trace_problem
+
+
+def problem_of(forward, inputs, init=None):
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            if init:
+                init(self)
+
+        def forward(self, x):
+            return forward(self, x)
+
+    return types.SimpleNamespace(Model=Model, get_inputs=lambda: inputs, get_init_inputs=lambda: [])
+
+
+MODELS = [
+    ("sum", lambda m, x: torch.sum(x, dim=1, keepdim=True), None),
+    ("amax tensor method", lambda m, x: x.max(dim=-1)[0], None),
+    ("argmin", lambda m, x: torch.argmin(x, dim=-1), None),
+    ("softmax tail", lambda m, x: torch.relu(F.softmax(x, dim=-1) * 3.0), None),
+    ("log_softmax", lambda m, x: torch.log_softmax(x, dim=1), None),
+    ("logsumexp", lambda m, x: torch.logsumexp(x, dim=-1), None),
+    ("frobenius", lambda m, x: torch.norm(x, p="fro"), None),
+    ("layer_norm module", lambda m, x: m.ln(x), lambda m: setattr(m, "ln", nn.LayerNorm((6, 32)))),
+    ("rms_norm module", lambda m, x: m.rms(x), lambda m: setattr(m, "rms", nn.RMSNorm(32, eps=1e-6))),
+    ("layer_norm functional gelu", lambda m, x: F.gelu(F.layer_norm(x, (32,))), None),
+]
+
+
+@pytest.mark.parametrize("name,forward,init", MODELS, ids=[m[0] for m in MODELS])
+def test_torch_reductions_and_norms_become_row_kernels_that_match_the_model(name, forward, init):
+    torch.manual_seed(0)
+    x = torch.randn(8, 6, 32)
+    problem = problem_of(forward, [x], init)
+    result = trace_problem(problem)
+    program = result.program
+    assert program is not None, result.diagnostics
+    assert program.row_kernels and not program.torch_steps, program
+    model = problem.Model()
+    for p in model.parameters():  # affine weights away from 1 and 0, so a missed affine shows
+        p.data.uniform_(0.5, 1.5)
+    (got,) = interpreter.run(program, [x], runtime.bind_params(program, model))
+    want = model(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert any(r.placement == "kernel" and r.where == program.row_kernels[0].name for r in result.coverage)
+
+
+def test_builtin_ops_traces_to_row_kernels_alone_with_knobs_from_the_estimate():
+    from dsl_compiler.frontend.results import TraceOptions
+    from evals.problems import load_suite
+    from nodes.offline.policy import OfflineTier
+    from sol_models.trace import coverage_of
+    from sol_models.counting import count_problem
+
+    suite = load_suite("builtin-ops")
+    assert len(suite) >= 25
+    tier = OfflineTier()
+    for problem in suite:
+        plan = tier.plan_for(problem, "h200", TraceOptions())
+        program = plan.candidates[0].program
+        assert program.row_kernels and not program.torch_steps and not program.kernels, problem.name
+        assert all(k.config.vector is not None for k in program.row_kernels), problem.name
+        coverage, _ = coverage_of(program, count_problem(problem).flops)
+        assert coverage > 0, problem.name
