@@ -354,11 +354,13 @@ def judge(candidate_outs, probe: dict, allowed, nonfinite: bool = False) -> tupl
             found = level
             break
     budget = magnitude_budget(errors, allowed)
-    if found is None and budget is not None and math.isfinite(e_c) and e_c > budget:
-        # an error past what the allowed precisions make, of any shape (a tilt parallel to the result too)
+    beyond = found is None and budget is not None and math.isfinite(e_c) and e_c > budget
+    if beyond:
+        # an error past what the allowed precisions make, of any shape (a tilt parallel to the result too); named
+        # ``beyond_budget``: on a set that fails its comparison it does not say the error is a precision's
         found = next(level for level in LEVELS if level not in allowed)
     return found, {"candidate_error": e_c, **{f"{k}_error": v for k, v in errors.items()},
-                   **({"error_budget": budget} if budget is not None else {})}
+                   **({"error_budget": budget} if budget is not None else {}), **({"beyond_budget": True} if beyond else {})}
 
 
 def magnitude_budget(errors: dict, allowed) -> float | None:

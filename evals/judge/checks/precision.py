@@ -13,7 +13,12 @@ from evals.judge.findings import Finding
 
 
 def text(info: dict, problem) -> str:
-    err = (info.get("probe") or {}).get("candidate_error")
+    probe = info.get("probe") or {}
+    err = probe.get("candidate_error")
+    if probe.get("beyond_budget"):
+        return (f"its error against a float64 reference ({err:.2e} on {info.get('probe_call') or 'a probe'}) is "
+                f"larger than the allowed precisions make there (at most {probe.get('error_budget', 0.0):.2e}); this "
+                f"problem allows only {', '.join(problem.allowed_precisions)}: compute in one of them throughout")
     return (f"its errors carry {info['measured_precision']} rounding (relative error "
             f"{'inf' if err is None else f'{err:.2e}'} on {info.get('probe_call') or 'a probe'}); this problem "
             f"allows only {', '.join(problem.allowed_precisions)}")
