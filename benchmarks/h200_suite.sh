@@ -82,6 +82,7 @@ if [ "$stage" = harness ] || [ "$stage" = adversarial ]; then
   python3 -c "from evals.judge.sandbox import sandbox_available; print('sandbox available:', sandbox_available())" \
     >> "$log" 2>&1
   say "adversarial"
+  export MUCUTLASS_JUDGES_PER_GPU=8  # eight shards' judges share the GPU: each plans for its eighth
   for k in 0 1 2 3 4 5 6 7; do
     timeout $(( ${ADVERSARIAL_S:-150} + 35 )) python3 -m tests.adversarial.report --out "$OUT/shards" --watchdog-s 15 \
       --shard $k/8 --budget-s "${ADVERSARIAL_S:-150}" ${ONLY:+--only $ONLY} >> "$OUT/shards.log" 2>&1 &
@@ -103,6 +104,7 @@ fi
 if [ "$stage" = adversarial-at ]; then
   PROBLEM=${PROBLEM:-builtin-huge/10_linear_bias_relu_4gib_out}
   say "adversarial on $PROBLEM"
+  export MUCUTLASS_JUDGES_PER_GPU=4  # four shards' judges share the GPU: each plans for its quarter
   for k in 0 1 2 3; do
     timeout $(( ${ADVERSARIAL_S:-240} + 60 )) python3 -m tests.adversarial.report --out "$OUT/shards-at" \
       --watchdog-s 120 --problem "$PROBLEM" --shard $k/4 --budget-s "${ADVERSARIAL_S:-240}" \
