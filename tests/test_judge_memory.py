@@ -304,3 +304,47 @@ def test_a_reference_s_own_work_space_is_in_the_judge_s_plan():
     assert b.judge_bytes >= b.judge_need_bytes and not b.refusal
     small = memory.plan(memory.Footprint(1 << 20, 1 << 20, 0, reference_work_bytes=1 << 20), H200_SHARE)
     assert small.judge_need_bytes == memory.plan(memory.Footprint(1 << 20, 1 << 20, 0), H200_SHARE).judge_need_bytes
+
+
+class _KeepsItsOutput(torch.nn.Module):
+    """Writes every answer into one buffer it keeps and returns it (the reused-output cheat)."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = None
+
+    def forward(self, x):
+        if self.out is None:
+            self.out = torch.empty_like(x)
+        return torch.mul(x, 2.0, out=self.out)
+
+
+class _Fresh(torch.nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def _runner_calls(model, n=3):
+    from evals.judge.candidate import Runner
+
+    runner = Runner()
+    runner.instances[0] = model
+    replies = []
+    for i in range(n):
+        x = torch.full((1 << 12,), float(i))
+        replies.append(runner.op_call({"instance": 0, "inputs": [x], "input_key": 1}))
+    return replies
+
+
+@pytest.mark.parametrize("window_bytes", [None, 0])  # the plan's window; 0: an output too large to hold (> 1 GiB)
+def test_an_output_returned_again_is_seen_whether_or_not_earlier_outputs_are_held(window_bytes, monkeypatch):
+    """A storage the model keeps and returns again is seen through a weak reference to every earlier output's
+    storage, which holds no memory: a 4 GiB output reused on every call was accepted while no earlier output
+    over 1 GiB is held. A fresh output whose block the allocator hands out again is not flagged."""
+    if window_bytes is not None:
+        monkeypatch.setattr(memory, "held_window_bytes", lambda size: window_bytes)
+    cheat = _runner_calls(_KeepsItsOutput())
+    assert cheat[0]["output_problems"] == [""]
+    assert all("earlier call" in r["output_problems"][0] for r in cheat[1:])
+    honest = _runner_calls(_Fresh())
+    assert all(r["output_problems"] == [""] for r in honest)

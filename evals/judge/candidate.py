@@ -83,6 +83,10 @@ _GUARDED = {
     "torch.Tensor.untyped_storage": (torch.Tensor, "untyped_storage"),
     "torch.UntypedStorage.data_ptr": (torch.UntypedStorage, "data_ptr"),
     "torch.UntypedStorage.nbytes": (torch.UntypedStorage, "nbytes"),
+    # what tells a storage the candidate still holds from one let go (earlier_alive)
+    "torch.UntypedStorage._weak_ref": (torch.UntypedStorage, "_weak_ref"),
+    "torch.UntypedStorage._expired": (torch.UntypedStorage, "_expired"),
+    "torch.UntypedStorage._free_weak_ref": (torch.UntypedStorage, "_free_weak_ref"),
     # what measures the work (Runner.counted)
     "torch.utils.flop_counter.FlopCounterMode": (torch.utils.flop_counter, "FlopCounterMode"),
     "torch.utils.flop_counter.FlopCounterMode.get_total_flops": (torch.utils.flop_counter.FlopCounterMode,
@@ -378,7 +382,47 @@ def _overlaps(o, others) -> bool:
     return False
 
 
-def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[list, list[str]]:
+EARLIER_WEAK_MAX = 64  # earlier outputs per instance whose storage is followed by a weak reference
+
+
+class EarlierOutputs:
+    """Weak references to the storages of an instance's earlier outputs, with their address ranges: they hold no
+    memory (an 8 GiB output is let go as soon as the judge has it), yet say whether the candidate still holds a
+    storage it returned. A new output overlapping a storage still alive is that storage returned again (the
+    allocator never hands out memory of a live storage); one overlapping a storage let go is the allocator's reuse."""
+
+    def __init__(self) -> None:
+        self.refs: list[tuple[int, int, int]] = []  # (weak reference, start, end)
+
+    def alive(self) -> list[tuple[int, int]]:
+        """The ranges of earlier outputs whose storage someone still holds; the expired references are freed."""
+        kept, ranges = [], []
+        for ref, lo, hi in self.refs:
+            if _ORIGINALS["torch.UntypedStorage._expired"](ref):
+                _ORIGINALS["torch.UntypedStorage._free_weak_ref"](ref)
+            else:
+                kept.append((ref, lo, hi))
+                ranges.append((lo, hi))
+        self.refs = kept
+        return ranges
+
+    def add(self, outs: list) -> None:
+        for o in outs:
+            if _type(o) is _Tensor and o.layout is _strided and not o.is_meta and _storage_bytes(o):
+                storage = _ORIGINALS["torch.Tensor.untyped_storage"](o)
+                self.refs.append((_ORIGINALS["torch.UntypedStorage._weak_ref"](storage), *_storage_range(o)))
+        while len(self.refs) > EARLIER_WEAK_MAX:
+            _ORIGINALS["torch.UntypedStorage._free_weak_ref"](self.refs.pop(0)[0])
+
+
+def _overlaps_range(o, ranges) -> bool:
+    if not _storage_bytes(o):
+        return False
+    lo, hi = _storage_range(o)
+    return any(lo < b and a < hi for a, b in ranges)
+
+
+def inspect_outputs(outs: list, inputs: list, device: str, others=(), alive_earlier=()) -> tuple[list, list[str]]:
     """Plain CPU copies of the outputs and, per output, what is wrong with it ("" when nothing).
     ``others``: (what, tensors) an output must not share memory with, beside the inputs."""
     copies, problems = [], []
@@ -400,6 +444,8 @@ def inspect_outputs(outs: list, inputs: list, device: str, others=()) -> tuple[l
                 copies.append(None)
                 continue
         shared = next((what for what, ts in others if _overlaps(o, ts)), None)
+        if shared is None and alive_earlier and _overlaps_range(o, alive_earlier):
+            shared = "an output of an earlier call, which the model still holds"
         if shared is not None:
             problems.append(f"output {i} shares memory with {shared}; return a freshly written tensor")
             copies.append(None)
@@ -527,6 +573,7 @@ class Runner:
         self.is_program = False
         self.sealed = None  # the staged sets of a sealed-call measurement
         self.previous: dict[int, list] = {}  # per instance: earlier calls' outputs, held (a ring of buffers shows)
+        self.earlier_weak: dict[int, EarlierOutputs] = {}  # per instance: every earlier output, followed weakly
         self.timed_outputs: list = []  # per timed input set: (its timed entry, last outputs, inputs)
         self.method = None  # how the last measurement was taken (evals.judge.timing)
 
@@ -618,9 +665,12 @@ class Runner:
         # (held here, so its memory cannot be handed out again by the allocator meanwhile)
         held = [t for t in getattr(model, "parameters", lambda: [])()] + [t for t in getattr(model, "buffers", lambda: [])()]
         earlier = self.previous.get(int(req["instance"]), [])
+        weak = self.earlier_weak.setdefault(int(req["instance"]), EarlierOutputs())
         copies, problems = inspect_outputs(outs, inputs, self.device.type, others=(
-            ("the model's own parameters or buffers", held), ("an output of an earlier call", earlier)))
+            ("the model's own parameters or buffers", held), ("an output of an earlier call", earlier)),
+            alive_earlier=weak.alive())
         self.previous[int(req["instance"])] = held_outputs(earlier, [o for o in outs if _type(o) is _Tensor])
+        weak.add(outs)
         # the inputs as they are after the call, as digests under the judge's key (their bytes stay here)
         inputs_after = compare.content_digests(inputs, int(req.get("input_key") or 0))
         return {"outputs": copies, "output_problems": problems, "n_outputs": len(outs), "inputs_after": inputs_after,
