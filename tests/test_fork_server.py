@@ -182,7 +182,7 @@ def test_a_forked_candidate_starts_cuda_that_the_server_never_touched(zygote):
         pytest.skip("no GPU")
     proc = CandidateProcess.start(zygote=zygote)
     try:
-        assert proc.forked
+        assert proc.forked, zygote.error  # why the server did not fork, in the failure's line
         info = proc.request("ping", {}, timeout_s=120)["result"]
         assert info["cuda"] is True and info["gpu_name"]
     finally:
@@ -211,3 +211,22 @@ def test_unset_it_is_on_without_a_gpu_and_off_with_one(monkeypatch):
         assert judge.fork_server() is None
     finally:
         judge.close()
+
+
+def test_the_first_device_probe_names_its_caller_and_the_originals_come_back():
+    """A fork server that finds the driver initialised says what asked for a device count first (on a GPU host
+    the server refused every fork; this says which import did it)."""
+    import torch
+
+    from evals.judge.zygote import cuda_touched, first_device_probe
+
+    before = torch.cuda.is_available
+    found: list[str] = []
+    with first_device_probe(found):
+        assert torch.cuda.is_available is not before
+        torch.cuda.is_available()
+        torch.cuda.device_count()
+    assert torch.cuda.is_available is before
+    assert len(found) == 1 and found[0].startswith("torch.cuda.is_available called from test_fork_server.py:")
+    if not torch.cuda.is_available():
+        assert cuda_touched() == ""  # no GPU: nothing of CUDA is held

@@ -24,6 +24,7 @@ if __name__ == "__main__":  # before anything else: undumpable while the rest of
 
     _ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
 
+import contextlib
 import json
 import os
 import select
@@ -109,6 +110,7 @@ class Zygote:
     def __init__(self, proc: subprocess.Popen, sock: socket.socket, workdir: str) -> None:
         self.proc, self.sock, self.workdir = proc, sock, workdir
         self.ready = False
+        self.error = ""  # why the server is not ready or refused the last fork (for the logs and the tests)
 
     @classmethod
     def start(cls, python: str = sys.executable) -> "Zygote":
@@ -136,9 +138,11 @@ class Zygote:
         """Whether the server has imported what a candidate process needs (False: gone or not within the time)."""
         if not self.ready and self.alive() and select.select([self.sock], [], [], timeout_s)[0]:
             try:
-                self.ready = json.loads(self.sock.recv(MAX_REQUEST_BYTES) or b"{}").get("ready") is True
-            except (OSError, ValueError):
-                self.ready = False
+                reply = json.loads(self.sock.recv(MAX_REQUEST_BYTES) or b"{}")
+                self.ready = reply.get("ready") is True
+                self.error = "" if self.ready else str(reply.get("error") or "not ready")
+            except (OSError, ValueError, AttributeError):
+                self.ready, self.error = False, "no readable answer from the fork server"
         return self.ready and self.alive()
 
     def is_ready(self) -> bool:
@@ -163,7 +167,8 @@ class Zygote:
         if not fds or "pid" not in reply:
             for fd in fds:
                 os.close(fd)
-            raise ZygoteError(f"the fork server could not fork: {reply.get('error', 'no answer')}")
+            self.error = str(reply.get("error", "no answer"))
+            raise ZygoteError(f"the fork server could not fork: {self.error}")
         return int(reply["pid"]), fds[0]
 
     def fork(self, cmd: list[str], env: dict, workdir: str, log_fd: int, fds: tuple[int, ...]) -> ForkedProcess | None:
@@ -210,23 +215,65 @@ def shared_writable_mappings() -> list[str]:
         return ["/proc/self/maps unreadable"]
 
 
-def cuda_untouched() -> bool:
-    """Whether this process has no CUDA context and no GPU device open: a fork of it then holds none."""
+def cuda_touched() -> str:
+    """What of CUDA this process holds ("" when nothing: a fork of it then holds none): a context, or a GPU device
+    file the driver opened (a device count asked of the CUDA runtime initialises the driver without a context)."""
     import torch
 
     if torch.cuda.is_initialized():
-        return False
+        return "a CUDA context"
     try:
         fds = os.listdir("/proc/self/fd")
     except OSError:
-        return False
+        return "no list of its open files (/proc/self/fd)"
     for fd in fds:
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/nvidia"):
-                return False
+            target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-    return True
+        if target.startswith("/dev/nvidia"):
+            return f"the device file {target}"
+    return ""
+
+
+def cuda_untouched() -> bool:
+    """Whether this process has no CUDA context and no GPU device open: a fork of it then holds none."""
+    return not cuda_touched()
+
+
+# what asks the driver for devices (and so initialises it) without creating a context
+_DEVICE_PROBES = (("torch.cuda", "is_available"), ("torch.cuda", "device_count"), ("torch._C", "_cuda_getDeviceCount"))
+
+
+@contextlib.contextmanager
+def first_device_probe(found: list):
+    """While inside: the first call of a device probe (``_DEVICE_PROBES``) appends where it came from to ``found``
+    (its innermost frames outside torch), so a server that finds the driver initialised can say what did it; the
+    originals are back on exit (a candidate's guards take them when it starts)."""
+    import importlib
+    import traceback
+
+    saved = []
+    for module_name, attr in _DEVICE_PROBES:
+        owner = importlib.import_module(module_name)
+        original = getattr(owner, attr, None)
+        if original is None:
+            continue
+
+        def probe(*args, _original=original, _name=f"{module_name}.{attr}", **kwargs):
+            if not found:
+                frames = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename.replace(os.sep, "/")]
+                found.append(f"{_name} called from " + " <- ".join(
+                    f"{os.path.basename(f.filename)}:{f.lineno}" for f in reversed(frames[-4:])))
+            return _original(*args, **kwargs)
+
+        saved.append((owner, attr, original))
+        setattr(owner, attr, probe)
+    try:
+        yield found
+    finally:
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
 
 
 def _place_fds(received: list[int], targets: list[int]) -> None:
@@ -308,8 +355,9 @@ def _serve(sock: socket.socket) -> int:
             return 0  # the judge closed the channel
         try:
             request = json.loads(data)
-            if not cuda_untouched():
-                raise RuntimeError("the fork server holds a CUDA context")
+            touched = cuda_touched()
+            if touched:
+                raise RuntimeError(f"the fork server holds {touched}")
             if shared_writable_mappings():
                 raise RuntimeError(f"the fork server holds shared writable memory: {shared_writable_mappings()[0]}")
             pid = os.fork()
@@ -342,16 +390,20 @@ def main(argv=None) -> int:
     sock = socket.socket(fileno=args.fd)
     if os.getppid() == 1:
         return 1
-    # what every candidate process imports before it runs anything: torch and the runner, not their CUDA
-    from evals.judge import candidate, supervisor, timing  # noqa: F401
+    probed: list[str] = []
+    with first_device_probe(probed):
+        # what every candidate process imports before it runs anything: torch and the runner, not their CUDA
+        from evals.judge import candidate, supervisor, timing  # noqa: F401
 
-    # the numerics every candidate process sets first (its runner sets them again): the first call imports
-    # torch._dynamo and torch._inductor, seconds of CPU a fork then need not repeat
-    timing.set_framework()
+        # the numerics every candidate process sets first (its runner sets them again): the first call imports
+        # torch._dynamo and torch._inductor, seconds of CPU a fork then need not repeat
+        timing.set_framework()
     if "" in sys.path:
         sys.path.remove("")
-    if not cuda_untouched():
-        sock.send(json.dumps({"ready": False, "error": "importing the runner started CUDA"}).encode())
+    touched = cuda_touched()
+    if touched:
+        why = f"importing the runner left {touched}" + (f" ({probed[0]})" if probed else "")
+        sock.send(json.dumps({"ready": False, "error": why[:400]}).encode())
         return 1
     sys.stdout.flush()
     sys.stderr.flush()
