@@ -839,6 +839,27 @@ class Runner:
         return {"outputs": [o.detach() for o in staged.outputs], "framework": framework_changes(),
                 "tampered": tampered()}
 
+    def op_timed_kernels(self, req: dict) -> dict:
+        """The GPU kernels of one more run of each timed call as it was timed (a captured graph's replay runs
+        exactly the captured kernels, and no Python of the candidate's runs to see the profiler), with their
+        times: the work the timed calls did, not the counted call's."""
+        if not self.cuda or not self.graphs:
+            return {"kernels": [], "graphs": 0}
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity
+
+        kernels: list = []
+        with _ORIGINALS["torch.profiler.profile"](activities=[ProfilerActivity.CUDA]) as prof:
+            for entry in self.graphs:
+                timing.set_framework()
+                entry["run"]()
+            _cuda_sync()
+        for e in prof.events():
+            if e.device_type == DeviceType.CUDA and len(kernels) < MAX_OPS:
+                kernels.append([e.name, float(e.time_range.elapsed_us())])
+        return {"kernels": kernels, "graphs": sum("graph" in e for e in self.graphs), "entries": len(self.graphs),
+                "tampered": tampered()}
+
     def op_release_timed(self, req: dict) -> dict:
         """The timed calls' graphs, outputs and staged sets let go, their memory back to the device: the call whose
         work is recorded runs eagerly after them (beside a graph's pool holding an 8 GiB output, an eager call of

@@ -19,6 +19,7 @@ STEPS = (
     clock.current_stream,  # work left on a stream the caller does not wait for
     sealed_bound.sealed_calls,  # K masked sets unmasked, called and checksummed inside one request timed here
     precision.timed_range_probe,  # f16's range as a timed call
+    work.timed_work,  # the kernels the timed calls ran (their graphs replayed under the profiler)
     work.counted_call,  # the work, on a fresh set
 )
 
@@ -38,6 +39,8 @@ class Profile:
         self.judged: list = []  # (what, signature, summary) of every timed output read
         self.res: dict[str, Any] = {}
         self.work: dict = {}
+        self.timed_kernels: list | None = None  # (name, us) of the timed calls' kernels, run once more (a GPU's)
+        self.timed_graphs = 0  # of them, captured graphs
         self.hold = hold  # the operation's evals.locks.DeviceHold
 
     def next_set(self) -> tuple[int, list, list]:

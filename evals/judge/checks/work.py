@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from evals.judge import verdicts
-from evals.judge.attribution import WorkSplit, pytorch_only_reason, work_share
+from evals.judge.attribution import WorkSplit, pytorch_only_reason, split_kernel_time, work_share
 from evals.judge.findings import Finding
 
 
@@ -21,6 +21,29 @@ def validation_flags(info: dict) -> list[dict]:
     why = info.get("work_reason") or (f"{100 * (1 - share):.0f}% of the problem's FLOPs ran in PyTorch's own "
                                       f"operators; less than half of the work is in kernels the candidate brought")
     return [{"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)}]
+
+
+def timed_work(p) -> None:
+    """The kernels the timed calls ran (their graphs replayed once more under the profiler, on a GPU): a candidate
+    that does its own work on the counted call and a library's on the timed ones shows here."""
+    if p.device.type != "cuda":
+        return
+    reply = p.attempt.request("timed_kernels", {})
+    kernels = reply.get("kernels") if isinstance(reply, dict) else None
+    if isinstance(kernels, list) and kernels:
+        p.timed_kernels = [(str(k[0]), float(k[1])) for k in kernels if isinstance(k, (list, tuple)) and len(k) == 2]
+        p.timed_graphs = int(reply.get("graphs") or 0)
+
+
+def timed_work_reason(timed_kernels, program: bool, graphs: int) -> str | None:
+    """Why the timed calls' own kernels say the work was a library's (None: they do not)."""
+    if not timed_kernels:
+        return None
+    why = pytorch_only_reason(split_kernel_time(timed_kernels, program=program), None)
+    if why is None:
+        return None
+    where = "the timed calls' captured graphs" if graphs else "the timed calls, run again"
+    return f"in {where}: {why}"
 
 
 def counted_call(p) -> None:
@@ -40,6 +63,8 @@ def counted_call(p) -> None:
     with p.judge.stages("attribution"):
         p.work = work_share(p.attempt.work or {"error": "no call was counted"}, flops, p.attempt.program, p.problem,
                             products)
+        if p.timed_kernels:
+            p.work["timed_split_us"] = split_kernel_time(p.timed_kernels, program=p.attempt.is_program)._asdict()
 
 
 def profile_flags(p, candidate: dict) -> list[dict]:
@@ -58,4 +83,6 @@ def profile_flags(p, candidate: dict) -> list[dict]:
     elif work.get("candidate_work_share") is not None and work["candidate_work_share"] < 0.5:
         why = (f"{100 * (1 - work['candidate_work_share']):.0f}% of the problem's FLOPs ran in PyTorch's own "
                f"operators; less than half of the work is in kernels the candidate brought")
+    if why is None and timed_kernels:  # the counted call is one call; the timed ones are what the speedup is of
+        why = timed_work_reason(p.timed_kernels, p.attempt.is_program, p.timed_graphs)
     return [{"rule": verdicts.PYTORCH_ONLY, "reason": verdicts.reason(verdicts.PYTORCH_ONLY, why)}] if why else []
