@@ -105,7 +105,10 @@ def _plain_torch_step(step, env, modules):
     if step["fn"] == "module":  # the model's own submodule (a part torch.fx cannot follow)
         if kwargs["path"] not in (modules or {}):
             raise CutlassError(f"module step '{kwargs['path']}': the model's submodule is not bound")
-        return {step["outputs"][0]: modules[kwargs["path"]](*args).contiguous()}
+        out, leaves = modules[kwargs["path"]](*args), []
+        for item in (out if isinstance(out, (tuple, list)) else [out]):  # nested tuples flattened (an LSTM's)
+            leaves.extend(item if isinstance(item, (tuple, list)) else [item])
+        return {name: t.contiguous() for name, t in zip(step["outputs"], leaves)}
     special = {  # whitelist functions whose meaning differs from torch's function of that name
         "channels_last": _channels_last_step,
         "to": lambda x, dtype: x.to(TORCH_DTYPE[dtype]),
@@ -182,7 +185,8 @@ _MODULE_PATHS = list(dict.fromkeys(k["value"] for s in PROGRAM["steps"] if s.get
 
 
 def _modules_of(module):
-    return {p: module.get_submodule(p) for p in _MODULE_PATHS}
+    # path "" is the whole model: the problem's own forward (ModelNew's would run this program again)
+    return {p: module.get_submodule(p) if p else (lambda *a: super(ModelNew, module).forward(*a)) for p in _MODULE_PATHS}
 '''
 
 _WITH_MODEL = r'''

@@ -62,14 +62,15 @@ def module_paths(program: ir.Program) -> list[str]:
 
 
 def bind_modules(program: ir.Program, model: nn.Module) -> dict[str, nn.Module]:
-    """The model's submodules the program's ``module`` steps call (parts torch.fx cannot follow), by path."""
+    """The model's submodules the program's ``module`` steps call (parts torch.fx cannot follow), by path; path ""
+    is the whole model (a forward torch.fx cannot follow at all: all of the work is PyTorch's)."""
     modules = {}
     for path in module_paths(program):
         try:
-            modules[path] = model.get_submodule(path) if path else None
+            modules[path] = model.get_submodule(path) if isinstance(path, str) else None
         except AttributeError:
             modules[path] = None
-        if modules[path] is None or modules[path] is model:
+        if not isinstance(modules[path], nn.Module):
             raise BindError(f"module step '{path}': the model has no submodule at that path")
     return modules
 

@@ -58,8 +58,9 @@ STEPS: dict[str, str] = {
     "conv3d": "", "conv_transpose1d": "", "conv_transpose2d": "conv_transpose2d(x, w, b, stride=2, padding=1)",
     "conv_transpose3d": "",
     # a part torch.fx cannot follow (a branch on values inside a submodule)
-    "module": 'module(x, path="gate", shape=(8, 32)): the reference model\'s own submodule at path, run as PyTorch '
-              "runs it; shape is its output's (element type: x's)",
+    "module": 'module(x, path="gate", shape=(8, 32)): the reference model\'s own submodule at path (path="": the '
+              "whole model), run as PyTorch runs it; shape is its output's (element type: x's); a module giving "
+              "several tensors binds one output each, shape their shapes one after another, ranks=(r0, ...) their ranks",
 }
 
 WHITELIST: tuple[str, ...] = tuple(sorted(STEPS))
@@ -160,7 +161,7 @@ def _table() -> dict[str, Callable[..., Any]]:
 _TABLE: dict[str, Callable[..., Any]] | None = None
 
 
-def _unbound_module(*args: Any, path: str = "", shape: Any = None) -> Any:
+def _unbound_module(*args: Any, path: str = "", shape: Any = None, ranks: Any = None) -> Any:
     raise StepError(f"module step '{path}': the model's submodule is not bound (load the program with "
                     "modules=runtime.bind_modules(program, model))")
 
@@ -322,23 +323,53 @@ def _run_module(step: ir.TorchStep, env: dict[str, Any], modules: dict[str, Any]
         _unbound_module(path=str(path))
     args = [channel_view(env[a.name], a.channels) if isinstance(a, ir.TensorArg) else _literal(a.value) for a in step.args]
     out = modules[path](*args)
-    if not hasattr(out, "shape") or tuple(out.shape) != tuple(kwargs.get("shape") or ()):
-        raise StepError(f"module step '{path}' gives {getattr(out, 'shape', type(out).__name__)}, the program says "
-                        f"{kwargs.get('shape')}")
-    return {step.outputs[0]: out.contiguous()}  # the type the step declares: PyTorch's default order
+    leaves = module_leaves(out)
+    shapes = module_shapes(kwargs)
+    if leaves is None or [tuple(t.shape) for t in leaves] != list(shapes or ()):
+        found = [tuple(t.shape) for t in leaves] if leaves is not None else type(out).__name__
+        raise StepError(f"module step '{path}' gives {found}, the program says {shapes}")
+    # the type the step declares: PyTorch's default order
+    return {name: t.contiguous() for name, t in zip(step.outputs, leaves)}
+
+
+def module_leaves(out: Any) -> list[Any] | None:
+    """The tensors a module gives, in order (a tuple's, nested ones flattened: an LSTM's ``(y, (h, c))``);
+    None when any of them is not a tensor."""
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    leaves: list[Any] = []
+    for item in items:
+        inner = module_leaves(item) if isinstance(item, (tuple, list)) else ([item] if hasattr(item, "shape") else None)
+        if inner is None:
+            return None
+        leaves.extend(inner)
+    return leaves
+
+
+def module_shapes(kwargs: dict[str, Any]) -> list[tuple[int, ...]] | None:
+    """A module step's output shapes: ``shape`` alone, or cut by ``ranks`` into one shape per output."""
+    shape, ranks = kwargs.get("shape"), kwargs.get("ranks")
+    if not isinstance(shape, tuple):
+        return None
+    if ranks is None:
+        return [shape]
+    if not isinstance(ranks, tuple) or not all(isinstance(r, int) and r >= 0 for r in ranks) or sum(ranks) != len(shape):
+        return None
+    starts = [sum(ranks[:i]) for i in range(len(ranks))]
+    return [tuple(shape[a:a + r]) for a, r in zip(starts, ranks)]
 
 
 def _module_type(step: ir.TorchStep, types: dict[str, Any]) -> list[Any]:
     kwargs = {k.key: k.value for k in step.kwargs}
     first = next((types[a.name] for a in step.args if isinstance(a, ir.TensorArg)), None)
-    shape = kwargs.get("shape")
-    if (first is None or len(step.outputs) != 1 or not isinstance(kwargs.get("path"), str) or not kwargs["path"]
-            or not isinstance(shape, tuple) or not all(isinstance(d, int) and d > 0 for d in shape)):
-        raise ShapeError("a module step takes a tensor, path=\"a.b\" (a submodule) and shape=(d0, ...) (its output's)",
+    shapes = module_shapes(kwargs)
+    if (first is None or not isinstance(kwargs.get("path"), str) or shapes is None or len(shapes) != len(step.outputs)
+            or not all(isinstance(d, int) and d > 0 for s in shapes for d in s)):
+        raise ShapeError("a module step takes a tensor, path=\"a.b\" (a submodule; \"\" the whole model) and "
+                         "shape=(d0, ...) (its output's; with ranks=(r0, ...) one shape per output)",
                          step.span, found=", ".join(k.key for k in step.kwargs) or "no keywords",
-                         expected=STEPS["module"], hint="give the submodule's path and its output's shape",
+                         expected=STEPS["module"], hint="give the submodule's path and its outputs' shapes",
                          code="torch-step")
-    return [TensorType(dtype=first.dtype, shape=shape, layout="contiguous")]
+    return [TensorType(dtype=first.dtype, shape=s, layout="contiguous") for s in shapes]
 
 
 _DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}

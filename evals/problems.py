@@ -422,6 +422,16 @@ def suite_index() -> dict[str, dict]:
         raise ProblemError(f"{SUITES_INDEX}: cannot read the suite index: {_one_line(exc)}") from None
 
 
+def suite_files(name: str) -> list[Path]:
+    """The problem files of a named suite, unloaded (`mucutlass trace --suite` traces each in a child process)."""
+    index = suite_index()
+    if name not in index:
+        raise ProblemError(f"unknown suite {name!r}; known suites: {', '.join(sorted(index)) or 'none'}")
+    files = problem_files(SUITES_DIR / index[name].get("path", name))
+    only = index[name].get("problems")
+    return [f for f in files if f.stem in only] if only else files
+
+
 def load_suite(name: str, calls: ChildCalls | None = None) -> list[Problem]:
     """A named suite (``builtin``, ``builtin-strict``) from ``suites/index.toml``."""
     index = suite_index()

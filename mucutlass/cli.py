@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "mucutlass.wheelhouse",  # wheelhouse
 )
 EVAL_RUN_FN = "graph.runner:run_spec"  # what `eval` runs for each (problem, tier, policy)
+TRACE_SUITE_FILES = "evals.problems:suite_files"  # how `trace --suite` finds a suite's files (suites live in evals)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     if "eval" in sub.choices:
         # the evaluation runner knows no agent: this command hands it the graph's run function
         sub.choices["eval"].set_defaults(run_fn=EVAL_RUN_FN)
+    if "trace" in sub.choices:
+        sub.choices["trace"].set_defaults(suite_files=TRACE_SUITE_FILES)
     return parser
 
 

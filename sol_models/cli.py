@@ -36,9 +36,13 @@ def register(subparsers: Any) -> None:
         "(the share of the problem's FLOPs that run in CUTLASS kernels), the ops left to PyTorch steps with "
         "their reasons, and the program's estimate. Exit 1 when the problem cannot be traced.",
     )
-    t.add_argument("path", help="a problem file (.py)")
+    t.add_argument("path", nargs="?", help="a problem file (.py)")
+    t.add_argument("--suite", default=None, help="a table over a shipped suite instead (smoke, builtin, models, ...)")
+    t.add_argument("--kernelbench", default=None, metavar="PATH",
+                   help="a table over every problem file under a folder (a KernelBench level, a checkout) instead")
     t.add_argument("--gpu", default="h200", help="GPU of the estimate (default: h200)")
-    t.add_argument("--json", action="store_true", help="print JSON (top-level keys: coverage, program, torch_ops, estimate, ...)")
+    t.add_argument("--json", action="store_true", help="print JSON (top-level keys: coverage, program, torch_ops, "
+                   "estimate, ...; with --suite / --kernelbench: rows and summary)")
     t.set_defaults(func=run_trace)
 
     c = subparsers.add_parser(
@@ -309,6 +313,11 @@ def _sol_folder(folder: Path, gpu: Any, args: argparse.Namespace) -> int:
 
 
 def run_trace(args: argparse.Namespace) -> int:
+    if args.suite or args.kernelbench:
+        return _trace_table(args)
+    if args.path is None:
+        _err("error: trace takes a problem file, --suite NAME or --kernelbench PATH")
+        return 2
     path = Path(args.path)
     if not path.is_file():
         _err(f"error: {path}: " + ("a folder; trace takes one problem file" if path.is_dir() else "no such problem file"))
@@ -342,6 +351,73 @@ def run_trace(args: argparse.Namespace) -> int:
     else:
         print(f"no estimate: {report.estimate_error}")
     return 0
+
+
+def _table_files(args: argparse.Namespace) -> list[Path] | None:
+    """The problem files of ``--suite`` (found by the function the command wires in: suites live above this
+    package) or ``--kernelbench``; None after one line on stderr."""
+    import importlib
+
+    if args.suite and args.kernelbench or args.path:
+        _err("error: trace takes one of a problem file, --suite NAME and --kernelbench PATH")
+        return None
+    if args.kernelbench:
+        folder = Path(args.kernelbench)
+        if not folder.is_dir():
+            _err(f"error: {folder}: no such folder")
+            return None
+        files = _problem_files(folder)
+        if not files:
+            _err(f"error: {folder}: no problem files (*.py) under this folder")
+        return files or None
+    finder = getattr(args, "suite_files", None)
+    if finder is None:
+        _err("error: --suite needs the evaluations installed (mucutlass trace wires them in)")
+        return None
+    module, _, name = finder.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)(args.suite)
+    except Exception as exc:  # noqa: BLE001 - an unknown suite, an unreadable index: one line
+        _err(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        return None
+
+
+def _trace_table(args: argparse.Namespace) -> int:
+    """One row per problem: traced or why not, coverage, the steps left to PyTorch and why; a summary line."""
+    files = _table_files(args)
+    gpu = _gpu_or_none(args.gpu, False) if files is not None else None
+    if files is None or gpu is None:
+        return 2
+    from dsl_compiler.limits import ChildCalls
+    from sol_models.trace import trace_row
+
+    with ChildCalls() as calls:  # problem code runs in a child process, stopped past its limit
+        rows = [trace_row(path, lambda p: _in_child(calls, _trace_here, p, gpu)) for path in files]
+    traced = [r for r in rows if r.traced]
+    mean = sum(r.coverage for r in traced) / len(traced) if traced else 0.0
+    summary = f"{len(traced)} of {len(rows)} traced; mean coverage {mean:.1%} of FLOPs (over the traced)"
+    if args.json:
+        print(json.dumps({"rows": [r.model_dump(mode="json") for r in rows],
+                          "summary": {"problems": len(rows), "traced": len(traced), "mean_coverage": mean}}, indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"trace: {args.suite or args.kernelbench}")
+    for column in ("problem", "traced", "coverage", "left to PyTorch"):
+        table.add_column(column)
+    for r in rows:
+        left = "\n".join(f"{s.op} ({s.target}): {s.reason}" for s in r.torch_ops) or "-"
+        table.add_row(r.name, "yes" if r.traced else f"no: {r.error}", f"{r.coverage:.1%}" if r.traced else "-", left)
+    console = _console()
+    console.print(table)
+    console.print(summary, markup=False, highlight=False)
+    return 0
+
+
+def _trace_here(path: Path, gpu: Any):
+    from sol_models.trace import trace_report
+
+    return trace_report(path, gpu)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -194,3 +194,27 @@ def trace_report(problem: Problem | str | Path, gpu: Any | None = None, options:
     except ProgramCountError as exc:
         report.estimate_error = str(exc)
     return report
+
+
+class TraceRow(BaseModel):
+    """One problem of a coverage table (`mucutlass trace --suite` / `--kernelbench`)."""
+
+    name: str
+    path: str
+    traced: bool
+    error: str = ""  # why not traced: one line
+    coverage: float = 0.0
+    kernels: int = 0
+    torch_ops: list[TorchOp] = Field(default_factory=list)
+
+
+def trace_row(path: Path, report_of: Any) -> TraceRow:
+    """The row of one problem file, ``report_of(path)`` its ``TraceReport``; a problem that fails to load or crashes
+    while tracing is a row with its reason, never an exception that ends the table."""
+    try:
+        report = report_of(path)
+    except Exception as exc:  # noqa: BLE001 - TraceFailed, a child that died or ran past its limit, a frontend fault
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return TraceRow(name=Path(path).stem, path=str(path), traced=False, error=text)
+    return TraceRow(name=Path(path).stem, path=str(path), traced=report.traced, error=report.error,
+                    coverage=report.coverage, kernels=report.kernels, torch_ops=report.torch_ops)

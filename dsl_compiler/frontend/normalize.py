@@ -181,16 +181,31 @@ def _normalize_leaf(node, state) -> Op:
 
 def _normalize_opaque_module(node, gm) -> Op:
     """A submodule torch.fx cannot follow: the model's own module, one named step (its output's shape with it)."""
-    tm = node.meta.get("tensor_meta")
     module = gm.get_submodule(node.target)
-    readable = f"{type(module).__name__} ({node.target})"
-    if not hasattr(tm, "shape") or node.kwargs:
+    return module_step_op(node, f"{type(module).__name__} ({node.target})",
+                          f"{gm._mucutlass_opaque[node.target]}: kept as one PyTorch step")
+
+
+def module_step_op(node, readable: str, why: str) -> Op:
+    """A call of the model's submodule as one ``module`` step (its outputs' shapes with it): every tensor it gives,
+    a tuple's flattened. Unsupported where the call passes keywords or gives something other than tensors."""
+    leaves = _meta_leaves(node.meta.get("tensor_meta"))
+    shapes = [tuple(int(d) for d in m.shape) for m in leaves if hasattr(m, "shape")]
+    if node.kwargs or not shapes or len(shapes) != len(leaves):
         return Op(node, "unsupported", readable,
-                  reason=f"{gm._mucutlass_opaque[node.target]}; kept whole it would need one tensor output and "
-                         "positional tensor inputs")
+                  reason=f"{why}; kept whole it would need tensor outputs and positional tensor inputs")
+    kwargs: dict[str, Any] = {"path": str(node.target), "shape": tuple(d for s in shapes for d in s)}
+    if len(shapes) > 1 or isinstance(node.meta.get("tensor_meta"), (tuple, list)):
+        kwargs["ranks"] = tuple(len(s) for s in shapes)
     return Op(node, "torch", readable, name="module", torch_fn="module", torch_args=list(node.args),
-              torch_kwargs={"path": str(node.target), "shape": tuple(tm.shape)},
-              reason=f"{gm._mucutlass_opaque[node.target]}: kept as one PyTorch step")
+              torch_kwargs=kwargs, reason=why)
+
+
+def _meta_leaves(meta) -> list[Any]:
+    """A result's tensor metadata, nested tuples flattened (TensorMetadata, a NamedTuple, is one leaf)."""
+    if isinstance(meta, (tuple, list)) and not hasattr(meta, "shape"):
+        return [leaf for item in meta for leaf in _meta_leaves(item)]
+    return [meta]
 
 
 # Readers of a call_function / call_method node, tried in order: each fills in ``op`` and returns True when the call
@@ -539,7 +554,8 @@ def _normalize_module(node, module) -> Op:
     if isinstance(module, nn.Dropout):
         op.kind, op.reason = "unsupported", "dropout with p > 0 in training mode is random: no program can match it"
     elif op.torch_fn is None:
-        op.kind, op.reason = "unsupported", f"nn.{cls} has no μCUTLASS or PyTorch-step form"
+        return module_step_op(node, readable, f"nn.{cls} has no μCUTLASS or PyTorch-step form: the model's own "
+                                              f"module ({node.target}), kept as one PyTorch step")
     else:
         op.reason = f"nn.{cls} has no μCUTLASS kernel form"
     return op

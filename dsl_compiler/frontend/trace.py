@@ -6,8 +6,9 @@ from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic, kernels_named
 from dsl_compiler.frontend.lower import lower
-from dsl_compiler.frontend.reference import TraceError, build_and_trace, load_reference
-from dsl_compiler.frontend.results import TraceOptions, TraceResult
+from dsl_compiler.frontend.reference import LoadedReference, TraceError, build_and_trace, load_reference
+from dsl_compiler.frontend.results import CoverageRow, TraceOptions, TraceResult
+from dsl_compiler.frontend.whole_model import whole_model_program
 from dsl_compiler.ir import Acc, Kernel
 
 
@@ -28,9 +29,13 @@ def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback
     try:
         traced = build_and_trace(ref)
     except TraceError as exc:
-        return TraceResult(program=None, diagnostics=[exc.diagnostic])
+        if exc.diagnostic.code != "trace":  # not a runnable problem (Model() raises)
+            return TraceResult(program=None, diagnostics=[exc.diagnostic])
+        return _whole_model(ref, exc.diagnostic, [])
     result = lower(traced, options, ref)
-    if not fallback or result.program is None:
+    if result.program is None:
+        return _whole_model(ref, next((d for d in result.diagnostics if d.severity == "error"), None), result.coverage)
+    if not fallback:
         return result
     from dsl_compiler.checks import check
 
@@ -46,7 +51,7 @@ def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback
             options = options.model_copy(update={"kmajor": options.kmajor + kmajor})
             result = lower(traced, options, ref, why)
             if result.program is None:
-                return result
+                return _whole_model(ref, next((d for d in result.diagnostics if d.severity == "error"), None), result.coverage)
             continue
         culprit = next((names[0] for d in diags for names in [kernels_named(d.message)] if names), None)
         names = {k.name for k in result.program.kernels}
@@ -65,8 +70,21 @@ def trace_problem(problem: Any, options: TraceOptions | None = None, *, fallback
             why[culprit] = f"demoted to PyTorch: {message}"
         result = lower(traced, options, ref, why)
         if result.program is None:
-            return result
+            return _whole_model(ref, next((d for d in result.diagnostics if d.severity == "error"), None), result.coverage)
     return result
+
+
+def _whole_model(ref: LoadedReference, cause: Diagnostic | None, coverage: list[CoverageRow]) -> TraceResult:
+    """A model the lowering cannot take apart runs as one ``module`` step of the whole model (coverage 0); the
+    per-op rows of a lowering that failed stay, saying which op stopped it. Refused only where the model does not
+    run on its own inputs, or its inputs or outputs have no program form."""
+    why = cause.message.splitlines()[0] if cause is not None else "the lowering gave no program"
+    found = whole_model_program(ref, why)
+    if found is None or found.program is None:
+        diagnostics = ([cause] if cause is not None else []) + (found.diagnostics if found is not None else [])
+        return TraceResult(program=None, coverage=coverage, diagnostics=diagnostics)
+    kept = [r for r in coverage if r.placement == "unsupported" and not r.reason.startswith("not lowered:")]
+    return found.model_copy(update={"coverage": found.coverage + kept})
 
 
 def _has_epilogue(kernel: Kernel) -> bool:

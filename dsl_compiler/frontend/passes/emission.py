@@ -21,6 +21,14 @@ from dsl_compiler.ir import Kwarg, LiteralArg, TensorArg, TensorDecl, TorchStep
 _BAD = object()  # an argument that has no program form (the step fails)
 
 
+def _flat_names(nested) -> list[str]:
+    return [leaf for item in nested for leaf in _flat_names(item)] if isinstance(nested, tuple) else [nested]
+
+
+def _first_name(nested) -> str:
+    return _flat_names(nested)[0]
+
+
 class ProgramBuilder:
     """The program being written, and what was written for which traced value."""
 
@@ -166,8 +174,14 @@ class ProgramBuilder:
             if base is None:
                 self.fail(f"{n.name} indexes a value that is not a tuple of tensors")
                 return
-            self.tensor_name[n] = self.tuple_outputs[src][op.index]
-            graph.cover(n, "folded", where=self.tensor_name[n], reason="tuple element of a PyTorch step")
+            picked = self.tuple_outputs[src][op.index]
+            if isinstance(picked, tuple):  # a tuple inside a module's result (an LSTM's (h, c))
+                self.tuple_outputs[n] = picked
+                self.tensor_name[("tuple", n)] = _first_name(picked)
+                picked = _first_name(picked)
+            else:
+                self.tensor_name[n] = picked
+            graph.cover(n, "folded", where=picked, reason="tuple element of a PyTorch step")
             return
         if op.kind == "unsupported":
             graph.cover(n, "unsupported", reason=op.reason)
@@ -251,6 +265,17 @@ class ProgramBuilder:
         """The step's output names: one tensor, or each element of a tuple result."""
         tm = n.meta.get("tensor_meta")
         single = fn in ("amax", "amin")  # a torch.max(x, dim) whose indices are unused
+        if fn == "module" and isinstance(tm, (list, tuple)) and not hasattr(tm, "shape"):
+            # one output per tensor of the module's result; the result's nesting kept for its getitems
+            def names(meta, prefix):
+                if isinstance(meta, (list, tuple)) and not hasattr(meta, "shape"):
+                    return tuple(names(m, f"{prefix}_{i}") for i, m in enumerate(meta))
+                return self.namer(prefix)
+
+            nested = names(tm, n.name)
+            self.tuple_outputs[n] = nested
+            self.tensor_name[("tuple", n)] = _first_name(nested)
+            return tuple(_flat_names(nested))
         if isinstance(tm, (list, tuple)) and not hasattr(tm, "shape") and not single:  # TensorMetadata is a NamedTuple
             outs = tuple(self.namer(f"{n.name}_{i}") for i in range(len(tm)))
             self.tuple_outputs[n] = outs
