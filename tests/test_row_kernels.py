@@ -225,3 +225,20 @@ def test_a_long_reduction_over_few_rows_is_split_across_ctas():
     split = p.model_copy(update={"steps": (p.steps[0].model_copy(update={"config": best}),)})
     assert estimate_program(split, gpu).t_us < estimate_program(p, gpu).t_us
 
+
+
+def test_group_norm_counts_x_per_pass_and_its_per_channel_affine():
+    from sol_models.counting import count_program
+    from sol_models.estimate import best_row_config, estimate_program
+    from sol_models.hardware import get_gpu
+
+    decls = "input x: f32[16, 6, 64, 64]\n" + CHANNELS
+    x_bytes, affine_bytes = 16 * 6 * 64 * 64 * 4, 2 * 6 * 4
+    for passes in (1, 2):
+        p = checked(program("group_norm(x, gw, gb, groups=3, eps=1e-05)", decls=decls, knobs=f"passes = {passes}"))
+        assert count_program(p).bytes_program == (passes + 1) * x_bytes + affine_bytes
+    gpu = get_gpu("h200")
+    best = best_row_config(p, p.row_kernels[0], gpu)
+    tuned = p.model_copy(update={"steps": (p.steps[0].model_copy(update={"config": best}),)})
+    assert estimate_program(tuned, gpu).t_us <= estimate_program(p, gpu).t_us
+    assert estimate_program(tuned, gpu).t_us >= 2 * x_bytes / gpu.dram_bw_bytes_per_s * 1e6

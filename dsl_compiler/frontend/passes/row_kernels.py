@@ -115,7 +115,9 @@ def _grouped_norm(fn: str, positional: list[Any], kw: dict[str, Any], rank: int)
 def _tail_of(step: ir.TorchStep, value: str) -> ir.Expr | None:
     """The expression of an element-wise step over ``value`` (acc) and literals, or None."""
     form = next((op for op in ops.OPS.values() if step.fn in op.torch), None)
-    if form is None or step.kwargs and form.form != "param":
+    # F.silu(x) and friends trace with inplace=False, which changes nothing here
+    kwargs = [kw for kw in step.kwargs if not (kw.key == "inplace" and kw.value is False)]
+    if form is None or kwargs and form.form != "param":
         return None
     args = []
     for a in step.args:
