@@ -317,11 +317,15 @@ class _ToIR(Transformer_NonRecursive):
     def _row(self, name, operands, kwargs, span):
         fn = str(name)
         spec = ROW_FNS[fn]
-        keys = ("dim", "eps") if spec.kind == "norm" else ("dim", "p", "keepdim") if fn == "norm" else (
-            ("dim", "keepdim") if spec.kind == "reduce" else ("dim",))
-        tensors = {"layer_norm": 3, "rms_norm": 2}.get(fn, 1)
+        grouped = fn in ("group_norm", "instance_norm")
+        keys = (("groups", "eps") if fn == "group_norm" else ("eps",) if grouped else ("dim", "eps")
+                if spec.kind == "norm" else ("dim", "p", "keepdim") if fn == "norm" else
+                ("dim", "keepdim") if spec.kind == "reduce" else ("dim",))
+        tensors = {"layer_norm": 3, "rms_norm": 2, "group_norm": 3, "instance_norm": 3}.get(fn, 1)
         like = (f"{fn}(x, w, b, dim=-1, eps=1e-05)" if fn == "layer_norm" else f"{fn}(x, w, dim=-1, eps=1e-06)"
-                if fn == "rms_norm" else f"{fn}(x, dim=1, p=2)" if fn == "norm" else f"{fn}(x, dim=1)")
+                if fn == "rms_norm" else "group_norm(x, w, b, groups=8, eps=1e-05)" if fn == "group_norm" else
+                "instance_norm(x, w, b, eps=1e-05)" if grouped else f"{fn}(x, dim=1, p=2)" if fn == "norm"
+                else f"{fn}(x, dim=1)")
         if not 1 <= len(operands) <= tensors:
             raise _err(f"{fn} takes {'1 to ' + str(tensors) if tensors > 1 else 1} tensor(s), got {len(operands)}",
                        name, found=f"{len(operands)} tensors", expected=like, hint=f"write {like}")
@@ -330,6 +334,13 @@ class _ToIR(Transformer_NonRecursive):
                 raise _err(f"{fn} reads '{o.name}' as stored; ^T has no meaning here", o.span or span,
                            found=f"{o.name}^T", expected=o.name, hint="transpose in a torch step, or reduce over the other dim")
         self._no_kwargs(name, kwargs, keys)
+        if grouped:  # over (sample, group) segments: the channel dim, implied
+            kwargs = {**kwargs, "dim": (name, 1)}
+        if fn == "group_norm":
+            tok, groups = kwargs.get("groups", (name, None))
+            if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+                raise _err("group_norm needs groups, a positive integer", tok, found=repr(groups),
+                           expected="groups=8", hint=f"write {like}")
         if "dim" not in kwargs:
             raise _err(f"{fn} needs dim", name, found="no dim", expected=like,
                        hint="name the reduced dim (dim=-1: the last; dim=(1, 2): adjacent dims)")
@@ -357,6 +368,8 @@ class _ToIR(Transformer_NonRecursive):
                 raise _err(f"eps of {fn} must be a number >= 0", tok, found=repr(eps), expected="eps=1e-05",
                            hint="eps is added to the variance before the square root")
             values["eps"] = float(eps)
+        if fn == "group_norm":
+            values["groups"] = groups
         extra = dict(zip(("weight", "bias"), operands[1:]))
         return ir.RowOp(fn=fn, x=operands[0], span=span, **values, **extra)
 

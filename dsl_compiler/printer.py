@@ -103,12 +103,15 @@ def format_row_op(op: ir.RowOp) -> str:
     """``softmax(x, dim=-1)``: the tensors, then dim, then only the options away from their defaults."""
     tensors = [o for o in (op.x, op.weight, op.bias) if o is not None]
     parts = [_operand(o) for o in tensors]
-    parts.append(f"dim={_tuple(op.dim) if len(op.dim) == 1 else format_literal(op.dim)}")
+    if op.fn == "group_norm":
+        parts.append(f"groups={op.groups}")
+    elif op.fn != "instance_norm":  # the grouped norms' dim is the channel dim, implied
+        parts.append(f"dim={_tuple(op.dim) if len(op.dim) == 1 else format_literal(op.dim)}")
     if op.fn == "norm":
         parts.append(f"p={op.p}")
     if op.keepdim:
         parts.append("keepdim=True")
-    if op.fn in ("layer_norm", "rms_norm"):
+    if op.fn in ("layer_norm", "rms_norm", "group_norm", "instance_norm"):
         parts.append(f"eps={format_number(op.eps)}")
     return f"{op.fn}({', '.join(parts)})"
 

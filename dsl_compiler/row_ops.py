@@ -48,7 +48,11 @@ ROW_FNS: dict[str, RowFn] = {f.name: f for f in (
     RowFn("log_softmax", "softmax", 5, ("log_softmax",)),
     RowFn("layer_norm", "norm", 8, ("layer_norm",)),
     RowFn("rms_norm", "norm", 6, ("rms_norm",)),
+    RowFn("group_norm", "norm", 8, ("group_norm",)),
+    RowFn("instance_norm", "norm", 8, ("instance_norm",)),
 )}
+# normalizations over (sample, group) segments of x [N, C, *spatial], whatever their dim says
+GROUPED = ("group_norm", "instance_norm")
 assert tuple(ROW_FNS) == ir.RowFn.__args__  # type: ignore[attr-defined]  # one list, in the IR's order
 
 # the knobs, what each allows (a diagnostic's "expected") and an example (its hint)
@@ -85,17 +89,35 @@ def reduced_dims(op: ir.RowOp, rank: int) -> tuple[int, ...]:
     return tuple(dims)
 
 
+def groups_of(op: ir.RowOp, shape: tuple[int, ...]) -> int:
+    """The groups of a group_norm (instance_norm: one per channel); raises ShapeError where x has no channel dim
+    or the groups do not divide it."""
+    if len(shape) < 2:
+        raise ShapeError(f"{op.fn} of a rank-{len(shape)} tensor", op.span, found=f"shape {list(shape)}",
+                         expected="x shaped [N, C, *spatial]", hint="add the batch dim (torch t = unsqueeze(x, 0))")
+    groups = shape[1] if op.fn == "instance_norm" else op.groups
+    if shape[1] % groups:
+        raise ShapeError(f"group_norm: {groups} groups of {shape[1]} channels", op.span, found=f"groups={groups}",
+                         expected=f"a divisor of {shape[1]}", hint="nn.GroupNorm needs C divisible by its groups")
+    return groups
+
+
 def geometry(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[int, int, int]:
-    """(outer, R, inner) of x's shape under the op."""
+    """(outer, R, inner) of x's shape under the op; a group_norm's segment is its group's channels and spatial
+    extent, contiguous: (N · groups, C / groups · spatial, 1)."""
+    if op.fn in GROUPED:
+        groups = groups_of(op, shape)
+        return shape[0] * groups, math.prod(shape[1:]) // groups, 1
     dims = reduced_dims(op, len(shape))
     return (math.prod(shape[:dims[0]]), math.prod(shape[dims[0]:dims[-1] + 1]), math.prod(shape[dims[-1] + 1:]))
 
 
 def output_shape(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[int, ...]:
     """A reduction drops the reduced dims (keepdim: extent 1); softmax and the norms keep x's shape."""
-    dims = reduced_dims(op, len(shape))
     if ROW_FNS[op.fn].kind != "reduce":
+        geometry(op, shape)  # raises for dims out of range, as a reduction's
         return tuple(shape)
+    dims = reduced_dims(op, len(shape))
     if op.keepdim:
         return tuple(1 if i in dims else s for i, s in enumerate(shape))
     return tuple(s for i, s in enumerate(shape) if i not in dims)
@@ -112,8 +134,7 @@ def op_output(kernel: ir.RowKernel, types: dict[str, Any]) -> tuple[int, ...]:
         raise ShapeError(f"{op.fn} of a scalar '{op.x.name}'", op.span, found="shape []",
                          expected="a tensor of rank >= 1", hint="reduce a tensor with a dim to reduce")
     out = output_shape(op, tx.shape)
-    dims = reduced_dims(op, len(tx.shape))
-    want = tuple(tx.shape[d] for d in dims)
+    want = (tx.shape[1],) if op.fn in GROUPED else tuple(tx.shape[d] for d in reduced_dims(op, len(tx.shape)))
     for what, operand in (("weight", op.weight), ("bias", op.bias)):
         if operand is None:
             continue
@@ -121,7 +142,8 @@ def op_output(kernel: ir.RowKernel, types: dict[str, Any]) -> tuple[int, ...]:
         if math.prod(t.shape) != math.prod(want):
             raise ShapeError(f"{op.fn}'s {what} '{operand.name}' is {list(t.shape)}; the normalized dims are {list(want)}",
                              operand.span or op.span, found=str(list(t.shape)), expected=str(list(want)),
-                             hint="the affine has one value per element of the normalized dims, as nn.LayerNorm's")
+                             hint="the affine has one value per channel, as nn.GroupNorm's" if op.fn in GROUPED
+                             else "the affine has one value per element of the normalized dims, as nn.LayerNorm's")
     return out
 
 
@@ -221,6 +243,15 @@ def interpret(op: ir.RowOp, x: Any, weight: Any = None, bias: Any = None) -> Any
         out = torch.softmax(v, dim=1)
     elif fn == "log_softmax":
         out = torch.log_softmax(v, dim=1)
+    elif fn in GROUPED:
+        mean = v.mean(dim=1, keepdim=True)
+        var = (v - mean).square().mean(dim=1, keepdim=True)
+        out = ((v - mean) * torch.rsqrt(var + op.eps)).reshape(xf.shape)
+        channel = (1, xf.shape[1]) + (1,) * (xf.dim() - 2)  # the affine is per channel
+        if weight is not None:
+            out = out * weight.float().reshape(channel)
+        if bias is not None:
+            out = out + bias.float().reshape(channel)
     else:
         if fn == "layer_norm":
             mean = v.mean(dim=1, keepdim=True)

@@ -99,8 +99,9 @@ def _table() -> dict[str, Callable[..., Any]]:
         torch.mul(w, scale.reshape(view).to(w.dtype), out=w2)
         return w2, shift
 
-    def instance_norm(x, weight=None, bias=None, eps=1e-5):
-        return F.instance_norm(x, weight=weight, bias=bias, eps=eps)
+    def instance_norm(x, weight=None, bias=None, eps=1e-5, use_input_stats=True, momentum=0.1):
+        # F.instance_norm's trace passes use_input_stats and momentum; with no running stats both are moot
+        return F.instance_norm(x, weight=weight, bias=bias, eps=eps, use_input_stats=use_input_stats, momentum=momentum)
 
     def to(x, dtype):
         if dtype not in _DTYPES:

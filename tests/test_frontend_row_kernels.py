@@ -38,6 +38,10 @@ MODELS = [
     ("layer_norm module", lambda m, x: m.ln(x), lambda m: setattr(m, "ln", nn.LayerNorm((6, 32)))),
     ("rms_norm module", lambda m, x: m.rms(x), lambda m: setattr(m, "rms", nn.RMSNorm(32, eps=1e-6))),
     ("layer_norm functional gelu", lambda m, x: F.gelu(F.layer_norm(x, (32,))), None),
+    ("group_norm module relu", lambda m, x: torch.relu(m.gn(x)), lambda m: setattr(m, "gn", nn.GroupNorm(3, 6))),
+    ("group_norm functional", lambda m, x: F.group_norm(x, 2, eps=1e-3), None),
+    ("instance_norm1d affine", lambda m, x: m.inn(x), lambda m: setattr(m, "inn", nn.InstanceNorm1d(6, affine=True))),
+    ("instance_norm functional", lambda m, x: F.instance_norm(x, eps=1e-3) * 2.0, None),
 ]
 
 

@@ -74,6 +74,47 @@ def test_layer_norm_affine_and_tail_match_pytorch():
     torch.testing.assert_close(y.float(), want.float(), rtol=1e-2, atol=1e-2)
 
 
+CHANNELS = 'param gw: f32[6] = "gn.weight"\nparam gb: f32[6] = "gn.bias"\n'
+
+
+@pytest.mark.parametrize("op,ref", [
+    ("group_norm(x, gw, gb, groups=3, eps=1e-05)", lambda x, w, b: F.group_norm(x, 3, w, b)),
+    ("group_norm(x, groups=2, eps=0.001)", lambda x, w, b: F.group_norm(x, 2, eps=1e-3)),
+    ("instance_norm(x, gw, gb, eps=1e-05)", lambda x, w, b: F.instance_norm(x, weight=w, bias=b)),
+    ("instance_norm(x, eps=1e-05)", lambda x, w, b: F.instance_norm(x)),
+])
+@pytest.mark.parametrize("shape", [(8, 6, 32), (2, 6, 4, 5)])
+def test_group_and_instance_norm_match_pytorch_per_channel_affine_and_tail(op, ref, shape):
+    decls = f"input x: f32[{', '.join(map(str, shape))}]\n" + CHANNELS
+    p = checked(program(op, "store y: f32 = relu(acc) + 0.5", decls=decls))
+    assert parse(format_program(p))[0] == p
+    x, w, b = torch.randn(shape), torch.rand(6) + 0.5, torch.randn(6)
+    (y,) = interpreter.run(p, [x], {"gw": w, "gb": b})
+    torch.testing.assert_close(y, torch.relu(ref(x, w, b)) + 0.5, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,decls,fragment,hint", [
+    ("group_norm(x, groups=4, eps=1e-05)", X, "4 groups of 6 channels", "divisible"),
+    ("group_norm(x, w, groups=3, eps=1e-05)", X + AFFINE, "weight 'w' is [32]", "per channel"),
+    ("instance_norm(x, eps=1e-05)", "input x: f32[32]\n", "rank-1", "batch dim"),
+])
+def test_bad_group_norms_get_a_located_diagnostic_with_a_hint(op, decls, fragment, hint):
+    d = first_error(program(op, decls=decls))
+    assert d.code == "shape-mismatch" and fragment in d.message, d
+    assert d.span is not None and hint in (d.hint or ""), d
+
+
+@pytest.mark.parametrize("text,fragment", [
+    (program("group_norm(x, eps=1e-05)"), "needs groups"),
+    (program("group_norm(x, groups=0)"), "needs groups"),
+    (program("instance_norm(x, dim=1)"), "no option 'dim'"),
+])
+def test_parser_rejects_bad_group_norms(text, fragment):
+    p, diags = parse(text)
+    assert p is None and diags[0].span is not None
+    assert fragment in diags[0].message, diags[0]
+
+
 @pytest.mark.parametrize("knobs", ["", "vector = 1", "vector = 4; rows_per_block = 4", "split = 4", "vector = 2; split = 16"])
 def test_knobs_do_not_change_the_value(knobs):
     x = torch.randn(4, 1024)
@@ -184,3 +225,20 @@ def test_a_long_reduction_over_few_rows_is_split_across_ctas():
     split = p.model_copy(update={"steps": (p.steps[0].model_copy(update={"config": best}),)})
     assert estimate_program(split, gpu).t_us < estimate_program(p, gpu).t_us
 
+
+
+def test_group_norm_counts_x_per_pass_and_its_per_channel_affine():
+    from sol_models.counting import count_program
+    from sol_models.estimate import best_row_config, estimate_program
+    from sol_models.hardware import get_gpu
+
+    decls = "input x: f32[16, 6, 64, 64]\n" + CHANNELS
+    x_bytes, affine_bytes = 16 * 6 * 64 * 64 * 4, 2 * 6 * 4
+    for passes in (1, 2):
+        p = checked(program("group_norm(x, gw, gb, groups=3, eps=1e-05)", decls=decls, knobs=f"passes = {passes}"))
+        assert count_program(p).bytes_program == (passes + 1) * x_bytes + affine_bytes
+    gpu = get_gpu("h200")
+    best = best_row_config(p, p.row_kernels[0], gpu)
+    tuned = p.model_copy(update={"steps": (p.steps[0].model_copy(update={"config": best}),)})
+    assert estimate_program(tuned, gpu).t_us <= estimate_program(p, gpu).t_us
+    assert estimate_program(tuned, gpu).t_us >= 2 * x_bytes / gpu.dram_bw_bytes_per_s * 1e6

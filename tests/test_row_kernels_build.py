@@ -9,12 +9,16 @@ from dsl_compiler.build import build_program
 from dsl_compiler.checks import check_text
 from dsl_compiler.cutlass.emit import emit_program
 
-# every statistic, both paths (contiguous rows, strided segments), both passes, a split, an affine and a tail
+# every statistic, both paths (contiguous rows, strided segments), both passes, a split, an affine and a tail,
+# a per-channel affine (group_norm)
 PROGRAM = '''
 input x: f32[16, 512]
 input z: bf16[8, 64, 32]
 param w: f32[512] = "ln.weight"
 param b: f32[512] = "ln.bias"
+input v: f16[4, 64, 6, 10]
+param gw: f32[64] = "gn.weight"
+param gb: f32[64] = "gn.bias"
 kernel ln = layer_norm(x, w, b, dim=-1, eps=1e-05) { passes = 1
   store y: f32 = relu(acc) * 2.0 + x }
 kernel rms = rms_norm(x, w, dim=-1, eps=1e-06) { passes = 2
@@ -29,7 +33,10 @@ kernel lse = logsumexp(x, dim=-1) { store l: f32 = acc }
 kernel n2 = norm(z, dim=(1, 2), p=2) { store f: f32 = acc }
 kernel pr = prod(x, dim=-1) { vector = 1
   store pp: f32 = acc }
-output y, r, t, i, q, u, l, f, pp
+kernel gn = group_norm(v, gw, gb, groups=8, eps=1e-05) { store g: f16 = silu(acc) }
+kernel inn = instance_norm(v, eps=1e-05) { rows_per_block = 8
+  store h: f32 = acc }
+output y, r, t, i, q, u, l, f, pp, g, h
 '''
 
 

@@ -11,6 +11,8 @@ columns and walks the reduced dim, coalesced across the warp.
 
 from __future__ import annotations
 
+import math
+
 from dsl_compiler import row_ops
 from dsl_compiler.cutlass.common import CPP_ELEMENT, AbiTensor, EmittedKernel, KernelAbi, MU_FAIL, namespace_for, unsupported
 from dsl_compiler.cutlass.epilogue import ExprWriter
@@ -56,6 +58,8 @@ _APPLY = {
     "log_softmax": "v - s.a - logf(s.b)",
     "layer_norm": "(v - mean) * rstd",
     "rms_norm": "v * rstd",
+    "group_norm": "(v - mean) * rstd",
+    "instance_norm": "(v - mean) * rstd",
 }
 
 _BODY = r"""
@@ -191,6 +195,8 @@ __global__ void __launch_bounds__(THREADS) mu_strided(Ptrs P, Scalars p, long lo
   long long col = ((long long)blockIdx.x * THREADS + threadIdx.x) * VEC;
   if (col >= outer * inner) return;
   long long o = col / inner, j = col % inner;
+  long long row = o;  // the segment's outer index, as mu_rows names it for the per-element step
+  (void)row;
   const TX* base = x + o * n * inner + j;
   State st[VEC];
 #pragma unroll
@@ -255,6 +261,7 @@ _STATS = {
     "layer_norm": "float mean = s.a / float(n); float rstd = rsqrtf(fmaxf(s.b / float(n) - mean * mean, 0.f) + p.c[EPS_SLOT]);",
     "rms_norm": "float rstd = rsqrtf(s.b / float(n) + p.c[EPS_SLOT]);",
 }
+_STATS["group_norm"] = _STATS["instance_norm"] = _STATS["layer_norm"]
 
 
 def _statistic(kernel: RowKernel) -> str:
@@ -263,7 +270,7 @@ def _statistic(kernel: RowKernel) -> str:
         return f"norm{op.p}"
     if op.fn in ("softmax", "log_softmax"):
         return "logsumexp"
-    if op.fn in ("layer_norm", "rms_norm"):
+    if op.fn in ("layer_norm", "rms_norm", *row_ops.GROUPED):
         return "moments"
     return op.fn
 
@@ -320,10 +327,13 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
         apply = _APPLY[op.fn]
         stats = _STATS[op.fn]
         affine = []
+        # a grouped norm's affine is per channel: the segment (sample, group) holds channels of SPATIAL elements
+        at = "(((row % GROUPS) * n + r) / SPATIAL)" if op.fn in row_ops.GROUPED else "r"
         if op.weight is not None:
-            affine.append(f"* float(reinterpret_cast<const {CPP_ELEMENT[dtypes[op.weight.name]]}*>(P.p[1])[r])")
+            affine.append(f"* float(reinterpret_cast<const {CPP_ELEMENT[dtypes[op.weight.name]]}*>(P.p[1])[{at}])")
         if op.bias is not None:
-            affine.append(f"+ float(reinterpret_cast<const {CPP_ELEMENT[dtypes[op.bias.name]]}*>(P.p[2])[r])")
+            slot = 1 + (op.weight is not None)
+            affine.append(f"+ float(reinterpret_cast<const {CPP_ELEMENT[dtypes[op.bias.name]]}*>(P.p[{slot}])[{at}])")
         if affine:
             apply = f"(({apply}) {' '.join(affine)})"
         finish = "0.f"
@@ -333,6 +343,8 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
         "SPLIT": plan.split, "CHUNKS": chunks, "IS_REDUCTION": int(reduction), "MAX_SCALARS": MAX_SCALARS,
         "MAX_PTRS": len(tensors), "NPTRS": len(tensors), "NSCALARS": len(scalars), "EPS_SLOT": len(scalars) - 1,
         "KEEP": int(not reduction and plan.passes == 1),
+        "GROUPS": row_ops.groups_of(op, shape) if op.fn in row_ops.GROUPED else 1,
+        "SPATIAL": max(1, math.prod(shape[2:])) if op.fn in row_ops.GROUPED else 1,
     }
     body = (_BODY.replace("@@INIT@@", init).replace("@@FOLD@@", fold).replace("@@COMBINE@@", combine)
             .replace("@@FINISH@@", finish).replace("@@APPLY@@", apply).replace("@@STATS@@", stats)

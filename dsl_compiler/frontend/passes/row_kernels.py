@@ -12,7 +12,8 @@ from dsl_compiler import ir, ops, row_ops, shapes
 # torch-step function -> the row function it is (norm is decided by its p)
 _ROW_STEPS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "logsumexp": "logsumexp",
               "norm": "norm", "softmax": "softmax", "log_softmax": "log_softmax", "layer_norm": "layer_norm",
-              "rms_norm": "rms_norm", "argmax": "argmax", "argmin": "argmin"}
+              "rms_norm": "rms_norm", "argmax": "argmax", "argmin": "argmin", "group_norm": "group_norm",
+              "instance_norm": "instance_norm"}
 
 
 def _kwargs(step: ir.TorchStep) -> dict[str, Any]:
@@ -37,7 +38,12 @@ def row_op_of(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.Row
     if "dtype" in kw:
         return None
     values: dict[str, Any] = {}
-    if fn in ("layer_norm", "rms_norm"):
+    if fn in row_ops.GROUPED:
+        grouped = _grouped_norm(fn, positional, kw, rank)
+        if grouped is None:
+            return None
+        values.update(grouped)
+    elif fn in ("layer_norm", "rms_norm"):
         shape = kw.get("normalized_shape", positional[0] if positional else None)
         shape = (shape,) if isinstance(shape, int) else shape
         rest = [p for p in positional[1:]]
@@ -76,16 +82,42 @@ def row_op_of(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.Row
             values["keepdim"] = keep
     op = ir.RowOp(fn=fn, x=ir.Operand(name=x), **values)
     try:
-        row_ops.reduced_dims(op, rank)
+        row_ops.geometry(op, types[x].shape)
     except Exception:  # noqa: BLE001 - dims with no row form (not adjacent): the step stays
         return None
     return op
 
 
+def _grouped_norm(fn: str, positional: list[Any], kw: dict[str, Any], rank: int) -> dict[str, Any] | None:
+    """A group_norm / instance_norm step's row-op fields: ``group_norm(x, G, w, b, eps=)``,
+    ``instance_norm(x, w, b, eps=)``; None for running statistics or a rank without channels."""
+    rest = list(positional)
+    values: dict[str, Any] = {"dim": (1,)}
+    if fn == "group_norm":
+        groups = kw.get("num_groups", rest.pop(0) if rest else None)
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+            return None
+        values["groups"] = groups
+    elif kw.get("running_mean") is not None or kw.get("running_var") is not None or not kw.get("use_input_stats", True):
+        return None  # normalizing with running statistics is an affine map, not a row kernel
+    weight, bias = kw.get("weight", rest[0] if rest else None), kw.get("bias", rest[1] if len(rest) > 1 else None)
+    for key, arg in (("weight", weight), ("bias", bias)):
+        if arg is not None and not isinstance(arg, ir.TensorArg):
+            return None
+        values[key] = ir.Operand(name=arg.name) if arg is not None else None
+    eps = kw.get("eps", 1e-5)
+    if rank < 2 or isinstance(eps, bool) or not isinstance(eps, int | float):
+        return None
+    values["eps"] = float(eps)
+    return values
+
+
 def _tail_of(step: ir.TorchStep, value: str) -> ir.Expr | None:
     """The expression of an element-wise step over ``value`` (acc) and literals, or None."""
     form = next((op for op in ops.OPS.values() if step.fn in op.torch), None)
-    if form is None or step.kwargs and form.form != "param":
+    # F.silu(x) and friends trace with inplace=False, which changes nothing here
+    kwargs = [kw for kw in step.kwargs if not (kw.key == "inplace" and kw.value is False)]
+    if form is None or kwargs and form.form != "param":
         return None
     args = []
     for a in step.args:

@@ -1,0 +1,25 @@
+"""InstanceNorm1d with its affine, many short segments."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOLERANCE = 1e-2
+ALLOWED_PRECISIONS = ("f32", "tf32", "bf16", "f16")
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.InstanceNorm1d(256, affine=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+def get_inputs():
+    return [(torch.randn(64, 256, 2048))]
+
+
+def get_init_inputs():
+    return []
