@@ -23,6 +23,7 @@ from dsl_compiler.ir import Kernel, Program
 
 # --- portable begin: torch and the standard library only; export.py copies this block, with this module's plain imports, into ModelNew files ---
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+STORE_DTYPE = {**TORCH_DTYPE, "i64": torch.int64}  # a row kernel's stores (argmax / argmin write indices)
 _MSG_LEN = 512
 _LIBS: dict = {}
 _LIBS_LOCK = threading.Lock()
@@ -319,15 +320,14 @@ _OUTPUT_ROLES = ("d", "store", "reduce")  # ABI tensors the kernel writes (alloc
 
 def row_call_args(kernel_name, op, abi, env, outputs):
     """A row kernel's pointers (x, affine, tail tensors, stores), its ints (outer, rows, inner) and its stores."""
-    from dsl_compiler import ir, row_ops
-    from dsl_compiler.torch_steps import torch_dtype
-
-    row_op = ir.RowOp.model_validate(op)
-    x = env[row_op.x.name]
+    x = env[op["x"]["name"]]
     if not x.is_contiguous():
         x = x.contiguous()
-    outer, rows, inner = row_ops.geometry(row_op, tuple(x.shape))
-    out_shape = row_ops.output_shape(row_op, tuple(x.shape))
+    outer, rows, inner = abi["row_geometry"]  # fixed with the program's shapes when it was emitted
+    out_shape = tuple(abi["row_out_shape"])
+    if x.numel() != outer * rows * inner:
+        raise CutlassError(f"kernel '{kernel_name}': '{op['x']['name']}' has {x.numel()} elements, the program "
+                           f"declares {outer * rows * inner}")
     tensors, results = [], {}
     for spec in abi["tensors"]:
         name, role = spec["name"], spec["role"]
@@ -336,7 +336,7 @@ def row_call_args(kernel_name, op, abi, env, outputs):
         elif role == "store":
             t = outputs.get(name)
             if t is None:
-                t = torch.empty(out_shape, dtype=torch_dtype(spec["dtype"]), device=x.device)
+                t = torch.empty(out_shape, dtype=STORE_DTYPE[spec["dtype"]], device=x.device)
             results[name] = t
             tensors.append(t)
         else:

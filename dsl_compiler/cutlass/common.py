@@ -56,6 +56,10 @@ class KernelAbi:
     # values of ints that are run-time knobs, not sizes (raster order, swizzle, splits): the source reads
     # them from ``ints`` like the sizes, so kernels differing only in them share one build
     knob_values: tuple[tuple[str, int], ...] = ()
+    # a row kernel's (outer, rows, inner) and its stores' shape, fixed by the program's shapes: the call reads them
+    # here (a standalone ModelNew file carries no compiler to work them out)
+    row_geometry: tuple[int, ...] = ()
+    row_out_shape: tuple[int, ...] = ()
 
     def index(self, role: str, name: str | None = None) -> int:
         for i, t in enumerate(self.tensors):

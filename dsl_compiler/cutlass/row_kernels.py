@@ -354,6 +354,8 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
     core = head + CPP_HELPERS + MU_FAIL + body + undef
     ns = namespace_for(core)
     source = ROW_PREAMBLE + f"\nnamespace {ns} {{\n" + core + f"}}  // namespace {ns}\n"
-    abi = KernelAbi("row", tuple(tensors), ROW_INTS, tuple(scalars))
+    abi = KernelAbi("row", tuple(tensors), ROW_INTS, tuple(scalars),
+                    row_geometry=tuple(int(v) for v in row_ops.geometry(op, tuple(shape))),
+                    row_out_shape=tuple(int(v) for v in row_ops.output_shape(op, tuple(shape))))
     knobs = {"vector": "VecX", "rows_per_block": "ROWS_PER_BLOCK", "passes": "keep[CHUNKS]", "split": "mu_split_finish"}
     return EmittedKernel(kernel.name, ns, source, abi, knobs)
