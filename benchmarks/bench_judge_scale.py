@@ -19,6 +19,7 @@ import argparse
 import datetime as dt
 import queue
 import sys
+import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -199,12 +200,23 @@ def run(problems: list, programs: dict, judges: int, budget_s: float, watchdog_s
     return sorted(rows, key=lambda r: (r["problem"], r["candidate"])), {"not_reached": left}
 
 
+def lock_wait_s(row: dict) -> float:
+    """Seconds the row's operations waited at the GPU's timing lock for the other judges' measurements."""
+    return round(sum(float((hold or {}).get("waited_s") or 0.0) for hold in (row.get("timing_lock") or {}).values()), 2)
+
+
 def summary(rows: list) -> dict:
     judged = [r for r in rows if "correct" in r]
+    for r in judged:  # the judge's own overhead beside what it waited for the others' measurements
+        r["lock_wait_s"] = lock_wait_s(r)
+        r["overhead_own_s"] = round(max(0.0, float(r["overhead_s"]) - r["lock_wait_s"]), 2)
     return {
         "judged": len(judged), "verdicts_right": sum(r["verdict_right"] for r in judged),
         "correct": sum(r["correct"] for r in judged),
         "overhead_within_target": sum(bool(r["overhead_ok"]) for r in judged),
+        "own_overhead_within_target": sum(r["overhead_own_s"] <= r["overhead_target_s"] for r in judged),
+        "median_overhead_s": round(statistics.median([r["overhead_s"] for r in judged]), 2) if judged else None,
+        "median_own_overhead_s": round(statistics.median([r["overhead_own_s"] for r in judged]), 2) if judged else None,
         "max_judge_peak_gpu_mb": max((r["judge_peak_gpu_mb"] or 0 for r in judged), default=None),
         "max_candidate_peak_gpu_mb": max((r["candidate_peak_gpu_mb"] or 0 for r in judged), default=None),
         "max_candidate_peak_host_mb": max((r["candidate_peak_host_mb"] or 0 for r in judged), default=None),
@@ -219,22 +231,26 @@ def to_markdown(doc: dict) -> str:
              f"{doc['judges']} judges sharing the GPU. Versions: " + ", ".join(f"{k} {v}" for k, v in doc["versions"].items()
                                                                               if v), "",
              f"Verdicts right: {s['verdicts_right']} of {s['judged']} honest candidates (correct {s['correct']}); "
-             f"overhead within its target: {s['overhead_within_target']} of {s['judged']}. Peak GPU memory: judge "
+             f"overhead within its target: {s['overhead_within_target']} of {s['judged']} (median "
+             f"{s.get('median_overhead_s')} s; without the waits for the other judges' measurements "
+             f"{s.get('own_overhead_within_target')} of {s['judged']}, median {s.get('median_own_overhead_s')} s). "
+             f"Peak GPU memory: judge "
              f"{s['max_judge_peak_gpu_mb']} MB, candidate {s['max_candidate_peak_gpu_mb']} MB; candidate host "
              f"{s['max_candidate_peak_host_mb']} MB.", "",
              "| problem | candidate | correct | rule / flags | t (us) | eager fp32 (us) | validate (s) | profile (s) | "
-             "overhead (s) | target (s) | judge GPU (MB) | cand. GPU (MB) | cand. host (MB) | refs kept | timed sets |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+             "overhead (s) | lock wait (s) | target (s) | judge GPU (MB) | cand. GPU (MB) | cand. host (MB) | refs kept | timed sets |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for r in doc["rows"]:
         if "correct" not in r:
             lines.append(f"| {r['problem']} | {r['candidate']} | - | {r.get('skipped') or r.get('error')} |"
-                         + " |" * 11)
+                         + " |" * 12)
             continue
         rule = r["rule"] or ", ".join(r["flags"]) or ""
         t = f"{r['t_us']:.0f}" if r["t_us"] else "-"
         e = f"{r['eager_fp32_us']:.0f}" if r["eager_fp32_us"] else "-"
         lines.append(f"| {r['problem']} | {r['candidate']} | {'yes' if r['correct'] else 'NO'} | {rule} | {t} | {e} | "
                      f"{r['validate_s']} | {r['profile_s'] if r['profile_s'] is not None else '-'} | {r['overhead_s']} | "
+                     f"{r.get('lock_wait_s', lock_wait_s(r))} | "
                      f"{r['overhead_target_s']} | {r['judge_peak_gpu_mb']} | {r['candidate_peak_gpu_mb']} | "
                      f"{r['candidate_peak_host_mb']} | {r['hold_references']} | {r['timing_sets']} |")
     if doc.get("note"):
