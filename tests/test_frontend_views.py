@@ -133,3 +133,14 @@ def test_a_200_layer_mlp_lowers_without_deep_recursion_and_matches_the_model():
     model = Model()
     got = interpreter.run(program, [x], runtime.bind_params(program, model))[0]
     torch.testing.assert_close(got, model(x), rtol=1e-2, atol=1e-3)
+
+
+def test_every_tail_suite_problem_traces_to_kernels_without_a_whole_model_step():
+    from evals.problems import load_suite
+
+    problems = load_suite("tail")
+    assert len(problems) == 3
+    for problem in problems:
+        result = trace_problem(problem)
+        assert result.program is not None and result.program.kernels, (problem.name, result.diagnostics)
+        assert not any(s.fn == "module" for s in result.program.torch_steps), problem.name
