@@ -21,6 +21,10 @@ STEPS: dict[str, str] = {
     "reshape": "reshape(x, (d0, d1, ...))", "flatten": "flatten(x, start_dim=1)", "permute": "permute(x, (0, 2, 1))",
     "transpose": "transpose(x, 0, 1)", "unsqueeze": "unsqueeze(x, 1)", "select": "select(x, 1, t): index t of dim 1", "squeeze": "squeeze(x, 1)",
     "cat": "cat(a, b, ..., dim=1)", "stack": "stack(a, b, ..., dim=0)", "chunk": "torch a, b = chunk(x, 2, dim=1)",
+    "split": "torch a, b = split(x, (16, 48), dim=1)", "unbind": "torch a, b = unbind(x, dim=0)",
+    "narrow": "narrow(x, 1, start, length)",
+    "index": 'index(x, (":", "0:32", 3)): basic indexing x[:, 0:32, 3], one entry per leading dim: an integer picks '
+             '(the dim goes), "a:b" / "a:b:s" slices, "..." fills, None adds a dim of 1',
     "pad": "pad(x, (l, r, t, b), value=0.0)",
     "forward_filter": "forward_filter(w): a transposed conv's filter [C, K, *filter] as the forward conv's [K, C, *filter], "
                       "flipped in every spatial dim, channels-last: the stride-1 transposed conv with padding p is the "
@@ -64,6 +68,41 @@ STEPS: dict[str, str] = {
 }
 
 WHITELIST: tuple[str, ...] = tuple(sorted(STEPS))
+
+
+def index_key(spec) -> tuple:
+    """The Python index of an ``index`` step's spec: integers, "a:b:s" slices, "..." and None, as written."""
+    def entry(e):
+        if isinstance(e, str) and e == "...":
+            return Ellipsis
+        if isinstance(e, str):
+            parts = e.split(":")
+            if not 2 <= len(parts) <= 3:
+                raise ValueError(f"index entry {e!r} is not a slice 'a:b' or 'a:b:s'")
+            return slice(*(int(p) if p.strip() else None for p in parts))
+        if e is None or (isinstance(e, int) and not isinstance(e, bool)):
+            return e
+        raise ValueError(f"index entry {e!r} is not an integer, a slice string, '...' or None")
+
+    return tuple(entry(e) for e in (spec if isinstance(spec, (tuple, list)) else (spec,)))
+
+
+def index_spec(key) -> tuple | None:
+    """An ``index`` step's spec of a Python index (ints, slices, Ellipsis, None); None when it has none
+    (a tensor or a list index)."""
+    out = []
+    for e in (key if isinstance(key, tuple) else (key,)):
+        if e is Ellipsis:
+            out.append("...")
+        elif isinstance(e, slice) and all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                                          for v in (e.start, e.stop, e.step)):
+            text = f"{'' if e.start is None else e.start}:{'' if e.stop is None else e.stop}"
+            out.append(text + (f":{e.step}" if e.step is not None else ""))
+        elif e is None or (isinstance(e, int) and not isinstance(e, bool)):
+            out.append(e)
+        else:
+            return None
+    return tuple(out)
 
 
 def is_allowed(fn: str) -> bool:
@@ -132,7 +171,8 @@ def _table() -> dict[str, Callable[..., Any]]:
         "contiguous": lambda x: x.contiguous(),
         "reshape": torch.reshape, "flatten": torch.flatten, "permute": torch.permute, "transpose": torch.transpose,
         "unsqueeze": torch.unsqueeze, "select": torch.select, "squeeze": torch.squeeze, "cat": torch.cat, "stack": torch.stack,
-        "chunk": torch.chunk, "pad": F.pad,
+        "chunk": torch.chunk, "pad": F.pad, "split": torch.split, "unbind": torch.unbind, "narrow": torch.narrow,
+        "index": lambda x, spec: x[index_key(spec)],
         "relu": F.relu, "gelu": F.gelu, "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
         "softplus": F.softplus, "mish": F.mish, "elu": F.elu, "selu": F.selu, "hardtanh": F.hardtanh,
         "leaky_relu": F.leaky_relu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "softsign": F.softsign,

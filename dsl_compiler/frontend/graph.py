@@ -94,11 +94,13 @@ class OpGraph:
         return DTYPES.get(str(found[1])) if found is not None else None
 
     def users(self, node) -> list[Any]:
-        """Users of a value, looking through aliases."""
+        """Users of a value, looking through aliases (a walk, not recursion: alias chains may be long)."""
         out = []
-        for u in node.users:
+        stack = list(reversed(list(node.users)))
+        while stack:
+            u = stack.pop()
             if self.ops[u].kind == "alias":
-                out.extend(self.users(u))
+                stack.extend(reversed(list(u.users)))
             else:
                 out.append(u)
         return out
@@ -150,20 +152,32 @@ class OpGraph:
         return None
 
     def depends_on(self, x, group: KernelGroup, memo=None) -> bool:
-        """Whether x (transitively) reads a value of the group."""
+        """Whether x (transitively) reads a value of the group. A walk over the inputs with a stack, so a model
+        hundreds of layers deep needs no deep recursion; ``memo`` keeps what earlier calls found."""
         import torch.fx
 
         if not isinstance(x, torch.fx.Node):
             return False
         memo = {} if memo is None else memo
-        if x in memo:
-            return memo[x]
-        memo[x] = False
-        x = self.resolve(x)
-        if x is group.anchor or x in group.members:
-            memo[x] = True
-            return True
-        found = any(self.depends_on(i, group, memo) for i in x.all_input_nodes)
+        seen: set[Any] = set()
+        stack = [x]
+        found = False
+        while stack and not found:
+            n = self.resolve(stack.pop())
+            if n in seen:
+                continue
+            seen.add(n)
+            if memo.get(n):
+                found = True
+            elif n in memo:
+                continue  # known not to read the group
+            elif n is group.anchor or n in group.members:
+                found = True
+            else:
+                stack.extend(n.all_input_nodes)
+        if not found:  # nothing reachable from x reads the group
+            for n in seen:
+                memo[n] = False
         memo[x] = found
         return found
 

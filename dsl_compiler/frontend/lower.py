@@ -60,6 +60,7 @@ def _lower(graph: OpGraph, options: TraceOptions, ref: LoadedReference, why: dic
     plan_kernels(graph, settings)
     out_node = next(n for n in graph.nodes if n.op == "output")
     b.live = _live(out_node)
+    _emit_deep_stack(b)
     outputs = _outputs(b, out_node)
     _cover_the_rest(b)
     program = _assemble(b, outputs, ref.name)
@@ -85,6 +86,22 @@ def _live(out_node) -> set[Any]:
         live.add(n)
         stack.extend(n.all_input_nodes)
     return live
+
+
+_DEEP_KERNELS = 48  # emission from the output back recurses through ~8 frames a kernel: past this, emit in order
+
+
+def _emit_deep_stack(b: ProgramBuilder) -> None:
+    """A model of many kernels (a 200-layer MLP or ResNet-like stack): its live kernels emitted first, in the traced
+    (topological) order, so each kernel finds its operands emitted and the emission's recursion stays one layer
+    deep. Shallower models keep the output-back order, which puts each step next to its reader."""
+    live = [g for g in b.graph.groups if g.anchor in b.live]
+    if len(live) <= _DEEP_KERNELS:
+        return
+    for g in live:
+        if b.failed:
+            return
+        b.emit_kernel(b, g)
 
 
 def _outputs(b: ProgramBuilder, out_node) -> list[str]:

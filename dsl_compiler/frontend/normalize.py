@@ -223,7 +223,13 @@ def _read_getitem(op: Op, name: str, args: list, kwargs: dict) -> bool:
         if picked is not None:  # x[:, t]: one index of one dim
             op.kind, op.torch_fn, op.torch_args, op.torch_kwargs = "torch", "select", [args[0], *picked], {}
             return True
-        op.kind, op.reason = "unsupported", "indexing a tensor other than x[..., i] (one integer index of one dim) has no program form"
+        from dsl_compiler.torch_steps import index_spec
+
+        spec = index_spec(args[1])
+        if spec is None:
+            op.kind, op.reason = "unsupported", "indexing by a tensor or a list (advanced indexing) has no program form"
+            return True
+        op.kind, op.torch_fn, op.torch_args, op.torch_kwargs = "torch", "index", [args[0], spec], {}
     elif op.index < 0:
         op.kind, op.reason = "unsupported", "indexing by slices has no μCUTLASS form"
     return True
