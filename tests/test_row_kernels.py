@@ -46,6 +46,9 @@ CASES = [
     ("layer_norm(x, dim=-1, eps=1e-05)", lambda x: F.layer_norm(x, (32,)), "f32"),
     ("layer_norm(x, dim=(1, 2), eps=1e-05)", lambda x: F.layer_norm(x, (6, 32)), "f32"),
     ("rms_norm(x, dim=-1, eps=1e-06)", lambda x: F.rms_norm(x, (32,), eps=1e-6), "f32"),
+    ("normalize(x, dim=1, p=2)", lambda x: F.normalize(x, p=2, dim=1), "f32"),
+    ("normalize(x, dim=-1, p=1, eps=0.5)", lambda x: F.normalize(x, p=1, dim=-1, eps=0.5), "f32"),
+    ("normalize(x, dim=(1, 2), p=2)", lambda x: F.normalize(x.reshape(8, -1), dim=1).reshape(8, 6, 32), "f32"),
 ]
 
 
@@ -173,6 +176,7 @@ def test_two_pass_is_required_for_a_row_longer_than_the_registers():
     (program("sum(x)"), "needs dim"),
     (program("sum(x, dim=1, p=2)"), "no option 'p'"),
     (program("norm(x, dim=1, p=3)"), "p must be 1 or 2"),
+    (program("normalize(x, dim=1, p=3)"), "normalize's p must be 1 or 2"),
     (program("sum(x^T, dim=1)"), "^T"),
     (program("layer_norm(x, dim=1, eps=-1.0)"), "eps"),
     (program("softmax(x, dim=1)", knobs="tile = 128x128x32"), "GEMM knob"),
