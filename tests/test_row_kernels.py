@@ -246,3 +246,18 @@ def test_group_norm_counts_x_per_pass_and_its_per_channel_affine():
     tuned = p.model_copy(update={"steps": (p.steps[0].model_copy(update={"config": best}),)})
     assert estimate_program(tuned, gpu).t_us <= estimate_program(p, gpu).t_us
     assert estimate_program(tuned, gpu).t_us >= 2 * x_bytes / gpu.dram_bw_bytes_per_s * 1e6
+
+
+def test_normalize_counts_x_per_pass_and_its_flops_and_the_estimate_is_memory_bound():
+    from sol_models.counting import count_program
+    from sol_models.estimate import estimate_program
+    from sol_models.hardware import get_gpu
+
+    decls = "input x: f32[64, 8192]\n"
+    x_bytes = 64 * 8192 * 4
+    for passes in (1, 2):
+        p = checked(program("normalize(x, dim=-1, p=2)", decls=decls, knobs=f"passes = {passes}"))
+        counted = count_program(p)
+        assert counted.bytes_program == (passes + 1) * x_bytes  # x read per pass, y written
+    estimate = estimate_program(p, get_gpu("h200")).kernels[0]
+    assert "memory-bound" in " ".join(estimate.reasons)
