@@ -295,15 +295,15 @@ class Kernel(Node):
 
 # The row functions, in the language's order (``row_ops.ROW_FNS`` describes each).
 RowFn = Literal["sum", "mean", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "norm",
-                "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "instance_norm"]
+                "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "instance_norm", "normalize"]
 
 
 class RowOp(Node):
     """``fn`` over the dims ``dim`` of x (one dim, or adjacent dims; as written, negative from the end).
 
     x is seen as [outer, R, inner]: R the product of the reduced dims. A reduction (sum .. norm) gives x's
-    shape without them (``keepdim``: with extent 1); softmax and the norms give x's shape. ``p`` is norm's
-    order (1 or 2); ``eps``, ``weight`` and ``bias`` belong to layer_norm and rms_norm (weight and bias have
+    shape without them (``keepdim``: with extent 1); softmax and the norms give x's shape. ``p`` is the order
+    (1 or 2) of norm and of normalize (x / max(norm, eps), F.normalize's); ``eps``, ``weight`` and ``bias`` belong to layer_norm and rms_norm (weight and bias have
     the reduced dims' shape, as nn.LayerNorm's). group_norm (``groups``) and instance_norm (a group per channel)
     normalize x [N, C, *spatial] over each (sample, group) segment, contiguous; their dim is (1,), the channel
     dim, and weight and bias have C values, as nn.GroupNorm's."""

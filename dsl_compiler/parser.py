@@ -318,13 +318,14 @@ class _ToIR(Transformer_NonRecursive):
         fn = str(name)
         spec = ROW_FNS[fn]
         grouped = fn in ("group_norm", "instance_norm")
-        keys = (("groups", "eps") if fn == "group_norm" else ("eps",) if grouped else ("dim", "eps")
-                if spec.kind == "norm" else ("dim", "p", "keepdim") if fn == "norm" else
+        keys = (("groups", "eps") if fn == "group_norm" else ("eps",) if grouped else ("dim", "p", "eps")
+                if fn == "normalize" else ("dim", "eps") if spec.kind == "norm" else ("dim", "p", "keepdim") if fn == "norm" else
                 ("dim", "keepdim") if spec.kind == "reduce" else ("dim",))
         tensors = {"layer_norm": 3, "rms_norm": 2, "group_norm": 3, "instance_norm": 3}.get(fn, 1)
         like = (f"{fn}(x, w, b, dim=-1, eps=1e-05)" if fn == "layer_norm" else f"{fn}(x, w, dim=-1, eps=1e-06)"
                 if fn == "rms_norm" else "group_norm(x, w, b, groups=8, eps=1e-05)" if fn == "group_norm" else
                 "instance_norm(x, w, b, eps=1e-05)" if grouped else f"{fn}(x, dim=1, p=2)" if fn == "norm"
+                else "normalize(x, dim=1, p=2, eps=1e-12)" if fn == "normalize"
                 else f"{fn}(x, dim=1)")
         if not 1 <= len(operands) <= tensors:
             raise _err(f"{fn} takes {'1 to ' + str(tensors) if tensors > 1 else 1} tensor(s), got {len(operands)}",
@@ -350,6 +351,8 @@ class _ToIR(Transformer_NonRecursive):
             raise _err(f"dim of {fn} must be an integer or a tuple of integers", tok, found=repr(dim),
                        expected="dim=1, dim=-1 or dim=(1, 2)", hint="name the reduced dims by position")
         values: dict[str, Any] = {"dim": tuple(dims)}
+        if fn == "normalize":
+            values["eps"] = 1e-12  # F.normalize's default
         if "keepdim" in kwargs:
             tok, keep = kwargs["keepdim"]
             if not isinstance(keep, bool):
@@ -359,7 +362,7 @@ class _ToIR(Transformer_NonRecursive):
         if "p" in kwargs:
             tok, p = kwargs["p"]
             if p not in (1, 2) or isinstance(p, bool):
-                raise _err("norm's p must be 1 or 2", tok, found=repr(p), expected="p=1 (L1) or p=2 (L2, Frobenius)",
+                raise _err(f"{fn}'s p must be 1 or 2", tok, found=repr(p), expected="p=1 (L1) or p=2 (L2, Frobenius)",
                            hint="other orders can be a torch step")
             values["p"] = p
         if "eps" in kwargs:

@@ -107,11 +107,11 @@ def format_row_op(op: ir.RowOp) -> str:
         parts.append(f"groups={op.groups}")
     elif op.fn != "instance_norm":  # the grouped norms' dim is the channel dim, implied
         parts.append(f"dim={_tuple(op.dim) if len(op.dim) == 1 else format_literal(op.dim)}")
-    if op.fn == "norm":
+    if op.fn in ("norm", "normalize"):
         parts.append(f"p={op.p}")
     if op.keepdim:
         parts.append("keepdim=True")
-    if op.fn in ("layer_norm", "rms_norm", "group_norm", "instance_norm"):
+    if op.fn in ("layer_norm", "rms_norm", "group_norm", "instance_norm", "normalize"):
         parts.append(f"eps={format_number(op.eps)}")
     return f"{op.fn}({', '.join(parts)})"
 

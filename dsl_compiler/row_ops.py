@@ -50,6 +50,7 @@ ROW_FNS: dict[str, RowFn] = {f.name: f for f in (
     RowFn("rms_norm", "norm", 6, ("rms_norm",)),
     RowFn("group_norm", "norm", 8, ("group_norm",)),
     RowFn("instance_norm", "norm", 8, ("instance_norm",)),
+    RowFn("normalize", "norm", 3, ("normalize",)),
 )}
 # normalizations over (sample, group) segments of x [N, C, *spatial], whatever their dim says
 GROUPED = ("group_norm", "instance_norm")
@@ -239,6 +240,9 @@ def interpret(op: ir.RowOp, x: Any, weight: Any = None, bias: Any = None) -> Any
             "norm": lambda: v.abs().sum(dim=1) if op.p == 1 else v.square().sum(dim=1).sqrt(),
         }[fn]()
         return value.reshape(output_shape(op, tuple(xf.shape)))
+    if fn == "normalize":  # F.normalize: x / max(||x||_p, eps)
+        size = v.abs().sum(dim=1, keepdim=True) if op.p == 1 else v.square().sum(dim=1, keepdim=True).sqrt()
+        return (v / size.clamp_min(op.eps)).reshape(xf.shape)
     if fn == "softmax":
         out = torch.softmax(v, dim=1)
     elif fn == "log_softmax":

@@ -42,6 +42,12 @@ MODELS = [
     ("group_norm functional", lambda m, x: F.group_norm(x, 2, eps=1e-3), None),
     ("instance_norm1d affine", lambda m, x: m.inn(x), lambda m: setattr(m, "inn", nn.InstanceNorm1d(6, affine=True))),
     ("instance_norm functional", lambda m, x: F.instance_norm(x, eps=1e-3) * 2.0, None),
+    ("max values", lambda m, x: torch.max(x, dim=1).values * 2.0, None),
+    ("min indices", lambda m, x: torch.min(x, -1).indices, None),
+    ("vector_norm", lambda m, x: torch.linalg.vector_norm(x, 2, dim=-1), None),
+    ("vector_norm l1 two dims", lambda m, x: torch.linalg.vector_norm(x, ord=1, dim=(1, 2), keepdim=True), None),
+    ("normalize", lambda m, x: F.normalize(x, p=2, dim=1), None),
+    ("normalize l1 tail", lambda m, x: torch.relu(F.normalize(x, p=1.0, dim=-1, eps=1e-3)), None),
 ]
 
 
@@ -62,6 +68,30 @@ def test_torch_reductions_and_norms_become_row_kernels_that_match_the_model(name
     assert got.dtype == want.dtype and got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert any(r.placement == "kernel" and r.where == program.row_kernels[0].name for r in result.coverage)
+
+
+def _min_pair(m, x):
+    values, indices = torch.min(x, 2)
+    return torch.relu(values * 2.0), indices
+
+
+def _max_pair(m, x):
+    result = x.max(dim=1, keepdim=True)
+    return result.values + 1.0, result.indices
+
+
+@pytest.mark.parametrize("forward", [_min_pair, _max_pair], ids=["tuple unpacking", "values and indices"])
+def test_max_and_min_with_indices_become_a_value_kernel_with_its_tail_and_an_index_kernel(forward):
+    torch.manual_seed(0)
+    x = torch.randn(8, 6, 32)
+    problem = problem_of(forward, [x])
+    program = trace_problem(problem).program
+    assert program is not None and not program.torch_steps, program
+    assert sorted(k.op.fn for k in program.row_kernels) in (["amin", "argmin"], ["amax", "argmax"])
+    got = interpreter.run(program, [x], {})
+    want = problem.Model()(x)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-6)
+    assert got[1].dtype == torch.int64 and torch.equal(got[1], want[1])
 
 
 def test_builtin_ops_traces_to_row_kernels_alone_with_knobs_from_the_estimate():

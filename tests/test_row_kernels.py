@@ -46,6 +46,9 @@ CASES = [
     ("layer_norm(x, dim=-1, eps=1e-05)", lambda x: F.layer_norm(x, (32,)), "f32"),
     ("layer_norm(x, dim=(1, 2), eps=1e-05)", lambda x: F.layer_norm(x, (6, 32)), "f32"),
     ("rms_norm(x, dim=-1, eps=1e-06)", lambda x: F.rms_norm(x, (32,), eps=1e-6), "f32"),
+    ("normalize(x, dim=1, p=2)", lambda x: F.normalize(x, p=2, dim=1), "f32"),
+    ("normalize(x, dim=-1, p=1, eps=0.5)", lambda x: F.normalize(x, p=1, dim=-1, eps=0.5), "f32"),
+    ("normalize(x, dim=(1, 2), p=2)", lambda x: F.normalize(x.reshape(8, -1), dim=1).reshape(8, 6, 32), "f32"),
 ]
 
 
@@ -173,6 +176,7 @@ def test_two_pass_is_required_for_a_row_longer_than_the_registers():
     (program("sum(x)"), "needs dim"),
     (program("sum(x, dim=1, p=2)"), "no option 'p'"),
     (program("norm(x, dim=1, p=3)"), "p must be 1 or 2"),
+    (program("normalize(x, dim=1, p=3)"), "normalize's p must be 1 or 2"),
     (program("sum(x^T, dim=1)"), "^T"),
     (program("layer_norm(x, dim=1, eps=-1.0)"), "eps"),
     (program("softmax(x, dim=1)", knobs="tile = 128x128x32"), "GEMM knob"),
@@ -242,3 +246,18 @@ def test_group_norm_counts_x_per_pass_and_its_per_channel_affine():
     tuned = p.model_copy(update={"steps": (p.steps[0].model_copy(update={"config": best}),)})
     assert estimate_program(tuned, gpu).t_us <= estimate_program(p, gpu).t_us
     assert estimate_program(tuned, gpu).t_us >= 2 * x_bytes / gpu.dram_bw_bytes_per_s * 1e6
+
+
+def test_normalize_counts_x_per_pass_and_its_flops_and_the_estimate_is_memory_bound():
+    from sol_models.counting import count_program
+    from sol_models.estimate import estimate_program
+    from sol_models.hardware import get_gpu
+
+    decls = "input x: f32[64, 8192]\n"
+    x_bytes = 64 * 8192 * 4
+    for passes in (1, 2):
+        p = checked(program("normalize(x, dim=-1, p=2)", decls=decls, knobs=f"passes = {passes}"))
+        counted = count_program(p)
+        assert counted.bytes_program == (passes + 1) * x_bytes  # x read per pass, y written
+    estimate = estimate_program(p, get_gpu("h200")).kernels[0]
+    assert "memory-bound" in " ".join(estimate.reasons)

@@ -60,6 +60,7 @@ _APPLY = {
     "rms_norm": "v * rstd",
     "group_norm": "(v - mean) * rstd",
     "instance_norm": "(v - mean) * rstd",
+    "normalize": "v * inv",
 }
 
 _BODY = r"""
@@ -262,11 +263,12 @@ _STATS = {
     "rms_norm": "float rstd = rsqrtf(s.b / float(n) + p.c[EPS_SLOT]);",
 }
 _STATS["group_norm"] = _STATS["instance_norm"] = _STATS["layer_norm"]
+_NORMALIZE_STATS = "float inv = 1.f / fmaxf({}, p.c[EPS_SLOT]);"  # F.normalize: x / max(||x||_p, eps)
 
 
 def _statistic(kernel: RowKernel) -> str:
     op = kernel.op
-    if op.fn == "norm":
+    if op.fn in ("norm", "normalize"):
         return f"norm{op.p}"
     if op.fn in ("softmax", "log_softmax"):
         return "logsumexp"
@@ -325,7 +327,7 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
     stats = ""
     if not reduction:
         apply = _APPLY[op.fn]
-        stats = _STATS[op.fn]
+        stats = _NORMALIZE_STATS.format(finish) if op.fn == "normalize" else _STATS[op.fn]
         affine = []
         # a grouped norm's affine is per channel: the segment (sample, group) holds channels of SPATIAL elements
         at = "(((row % GROUPS) * n + r) / SPATIAL)" if op.fn in row_ops.GROUPED else "r"

@@ -158,6 +158,9 @@ def normalize(node, gm, state) -> Op:
             op.torch_fn = "t"
         elif attr == "mT":
             op.torch_fn, op.torch_args = "transpose", [args[0], -2, -1]
+        elif attr in ("values", "indices"):  # torch.max(x, dim).values: the tuple's element
+            op.kind, op.operands, op.index = "getitem", [args[0]], 0 if attr == "values" else 1
+            return op
         else:
             op.kind, op.reason = "unsupported", f"attribute .{attr}"
             return op

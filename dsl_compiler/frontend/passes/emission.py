@@ -410,8 +410,14 @@ def _whitelist_form(fn: str, args: list, kwargs: dict, shape) -> tuple[str | Non
         return fn, [args[0], tuple(args[1:])], kwargs
     if fn in ("permute", "reshape") and len(args) == 2 and isinstance(args[1], list):
         return fn, [args[0], tuple(args[1])], kwargs
+    if fn in ("max", "min") and (len(args) > 1 and isinstance(args[1], int) or "dim" in kwargs):
+        return fn, args, kwargs  # torch.max(x, dim): (values, indices)
     if fn in ("max", "min"):
         return ("maximum" if fn == "max" else "minimum"), args, kwargs
+    if fn == "linalg_vector_norm":  # torch.norm's spelling: ord -> p, every dim when dim is None
+        return "norm", [args[0]], {"p": args[1] if len(args) > 1 else kwargs.get("ord", 2),
+                                   **{k: v for k, v in kwargs.items() if k in ("dim", "keepdim")},
+                                   **dict(zip(("dim", "keepdim"), args[2:]))}
     if fn in ("clamp_min", "clamp_max"):
         return "clamp", [args[0]], {("min" if fn == "clamp_min" else "max"): args[1]}
     if fn == "clip":

@@ -13,7 +13,9 @@ from dsl_compiler import ir, ops, row_ops, shapes
 _ROW_STEPS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "logsumexp": "logsumexp",
               "norm": "norm", "softmax": "softmax", "log_softmax": "log_softmax", "layer_norm": "layer_norm",
               "rms_norm": "rms_norm", "argmax": "argmax", "argmin": "argmin", "group_norm": "group_norm",
-              "instance_norm": "instance_norm"}
+              "instance_norm": "instance_norm", "normalize": "normalize"}
+# torch.max / torch.min over a dim give (values, indices): a value kernel and an index kernel, each read of x once
+_PAIR_STEPS = {"max": ("amax", "argmax"), "min": ("amin", "argmin")}
 
 
 def _kwargs(step: ir.TorchStep) -> dict[str, Any]:
@@ -60,6 +62,12 @@ def row_op_of(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.Row
         values.update(dim=tuple(range(rank - len(shape), rank)), eps=float(eps),
                       weight=ir.Operand(name=names[0]) if names[0] else None,
                       bias=ir.Operand(name=names[1]) if names[1] else None)
+    elif fn == "normalize":  # F.normalize(x, p=2.0, dim=1, eps=1e-12)
+        p, dim = kw.get("p", positional[0] if positional else 2.0), kw.get("dim", positional[1] if len(positional) > 1 else 1)
+        eps = kw.get("eps", positional[2] if len(positional) > 2 else 1e-12)
+        if isinstance(p, bool) or p not in (1, 2) or not isinstance(dim, int) or not isinstance(eps, int | float):
+            return None
+        values.update(p=int(p), dim=(dim,), eps=float(eps))
     else:
         dim = kw.get("dim", positional[0] if positional and fn not in ("norm",) else None)
         if fn == "norm":
@@ -86,6 +94,19 @@ def row_op_of(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.Row
     except Exception:  # noqa: BLE001 - dims with no row form (not adjacent): the step stays
         return None
     return op
+
+
+def _split_pair(step: Any, types: dict[str, shapes.TensorType], readers: dict[str, int], outputs: set[str]) -> list:
+    """``torch v, i = max(x, dim=1)`` as ``argmax`` giving i, then ``amax`` giving v (next to v's element-wise
+    followers, which fuse into its tail); an output nobody reads is dropped. Any other step: itself."""
+    fns = _PAIR_STEPS.get(step.fn) if isinstance(step, ir.TorchStep) else None
+    if fns is None or len(step.outputs) != 2 or step.channels is not None:
+        return [step]
+    singles = [step.model_copy(update={"fn": fn, "outputs": (name,)})
+               for fn, name in zip(reversed(fns), reversed(step.outputs))]
+    if row_op_of(singles[1], types) is None:
+        return [step]
+    return [s for s in singles if readers.get(s.outputs[0]) or s.outputs[0] in outputs]
 
 
 def _grouped_norm(fn: str, positional: list[Any], kw: dict[str, Any], rank: int) -> dict[str, Any] | None:
@@ -161,7 +182,7 @@ def row_kernels(program: ir.Program, namer=None) -> tuple[ir.Program, dict[str, 
         for n in names:
             readers[n] = readers.get(n, 0) + 1
     outputs = set(program.outputs)
-    steps = list(program.steps)
+    steps = [single for step in program.steps for single in _split_pair(step, types, readers, outputs)]
     moved: dict[str, str] = {}
     out: list[Any] = []
     i = 0
