@@ -129,7 +129,12 @@ def test_probe_signatures_tell_rounding_from_a_wrong_answer():
         assert probes.judge([o.float() for o in bf16], probe, ("f32", "tf32"))[0] == "bf16"
         assert probes.judge(ref, probe, ("f32",))[0] is None  # true fp32 is never taken for less
         scaled = [ref[0] * (1 + 2 * errs["tf32"])]
-        assert probes.judge(scaled, probe, ("f32",))[0] is None  # parallel to the result: a mismatch, not tf32
+        # parallel to the result: no level's signature (a mismatch, not tf32); on an f32-only problem its size is past
+        # what f32 makes, so it is named by magnitude, never as a precision's rounding
+        level, numbers = probes.judge(scaled, probe, ("f32",))
+        assert level is None or numbers.get("beyond_budget") is True
+        level, numbers = probes.judge(scaled, probe, ("f32", "tf32"))  # within TF32's budget: nothing found
+        assert level is None and not numbers.get("beyond_budget")
         # the range probe: f16 overflows where TF32 and bf16 do not
         big = probes.range_probe(x)
         rprobe = probes.signatures(model, big, [model(*big)])
