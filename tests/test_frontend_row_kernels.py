@@ -48,6 +48,10 @@ MODELS = [
     ("vector_norm l1 two dims", lambda m, x: torch.linalg.vector_norm(x, ord=1, dim=(1, 2), keepdim=True), None),
     ("normalize", lambda m, x: F.normalize(x, p=2, dim=1), None),
     ("normalize l1 tail", lambda m, x: torch.relu(F.normalize(x, p=1.0, dim=-1, eps=1e-3)), None),
+    # a tail over the op's value twice: GroupNorm then Swish, x * sigmoid(x)
+    ("group_norm swish", lambda m, x: (lambda y: y * torch.sigmoid(y))(m.gn(x)),
+     lambda m: setattr(m, "gn", nn.GroupNorm(3, 6))),
+    ("softmax then its square plus itself", lambda m, x: (lambda y: y * y + y)(F.softmax(x, dim=-1)), None),
 ]
 
 
@@ -111,3 +115,25 @@ def test_builtin_ops_traces_to_row_kernels_alone_with_knobs_from_the_estimate():
         assert all(k.config.vector is not None for k in program.row_kernels), problem.name
         coverage, _ = coverage_of(program, count_problem(problem).flops)
         assert coverage > 0, problem.name
+
+
+def test_a_tail_value_read_outside_the_tail_stays_a_store_of_its_own():
+    """The op's value is read by the tail and by a second output: the tail may not swallow it."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 6, 32)
+
+    class Model(nn.Module):
+        def forward(self, x):
+            y = F.softmax(x, dim=-1)
+            return y * torch.sigmoid(y), y
+
+    problem = types.SimpleNamespace(Model=Model, get_inputs=lambda: [x], get_init_inputs=lambda: [])
+    program = trace_problem(problem).program
+    assert program is not None
+    got = interpreter.run(program, [x], runtime.bind_params(program, Model()))
+    want = Model()(x)
+    assert len(got) == 2
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    stores = [s.name for k in program.row_kernels for s in k.stores]
+    assert program.outputs[1] in stores  # softmax's own value is stored, not fused away

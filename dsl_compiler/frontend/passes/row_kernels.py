@@ -1,7 +1,7 @@
 """Reductions, softmax and normalizations the lowering wrote as PyTorch steps become row kernels
-(``dsl_compiler.row_ops``), and the element-wise steps that follow one (each read only by the next) become its
-tail: ``softmax`` then ``mul`` then ``relu`` is one kernel storing ``relu(acc * 2.0)``. A step whose arguments
-have no row-kernel form (a dtype, a norm order other than 1, 2 or "fro", dims that are not adjacent) stays."""
+(``dsl_compiler.row_ops``), and the element-wise steps that follow one (over its value and each other's, read
+by nothing else) become its tail: ``softmax`` then ``mul`` then ``relu`` is one kernel storing ``relu(acc * 2.0)``,
+a GroupNorm then Swish one storing ``acc * sigmoid(acc)``. A step whose arguments have no row-kernel form (a dtype, a norm order other than 1, 2 or "fro", dims that are not adjacent) stays."""
 
 from __future__ import annotations
 
@@ -133,39 +133,56 @@ def _grouped_norm(fn: str, positional: list[Any], kw: dict[str, Any], rank: int)
     return values
 
 
-def _tail_of(step: ir.TorchStep, value: str) -> ir.Expr | None:
-    """The expression of an element-wise step over ``value`` (acc) and literals, or None."""
+def _tail_of(step: ir.TorchStep, env: dict[str, Any]) -> ir.Expr | None:
+    """The expression of an element-wise step whose tensors are all values of the tail so far (``env``: value ->
+    its expression over acc) and literals, or None."""
     form = next((op for op in ops.OPS.values() if step.fn in op.torch), None)
     # F.silu(x) and friends trace with inplace=False, which changes nothing here
     kwargs = [kw for kw in step.kwargs if not (kw.key == "inplace" and kw.value is False)]
     if form is None or kwargs and form.form != "param":
         return None
-    args = []
+    args, tensors = [], 0
     for a in step.args:
         if isinstance(a, ir.TensorArg):
-            if a.name != value or a.channels is not None:
+            if a.name not in env or a.channels is not None:
                 return None
-            args.append(ir.Acc())
+            args.append(env[a.name])
+            tensors += 1
         elif isinstance(a.value, int | float) and not isinstance(a.value, bool):
             args.append(ir.Const(value=float(a.value)))
         else:
             return None
-    if form.form == "unary" and len(args) == 1 and isinstance(args[0], ir.Acc):
+    if form.form == "unary" and len(args) == 1 and tensors == 1:
         return ir.Unary(fn=form.name, arg=args[0])
-    if form.form == "binary" and len(args) == 2 and any(isinstance(a, ir.Acc) for a in args):
+    if form.form == "binary" and len(args) == 2 and tensors:
         return ir.Binary(fn=form.name, lhs=args[0], rhs=args[1])
     return None
 
 
-def _substitute(expr: Any, inner: Any) -> Any:
-    """``expr`` with its acc replaced by ``inner``."""
-    if isinstance(expr, ir.Acc):
-        return inner
-    if isinstance(expr, ir.Unary):
-        return expr.model_copy(update={"arg": _substitute(expr.arg, inner)})
-    if isinstance(expr, ir.Binary):
-        return expr.model_copy(update={"lhs": _substitute(expr.lhs, inner), "rhs": _substitute(expr.rhs, inner)})
-    return expr
+def _fused_tail(steps: list, start: int, value: str, readers: dict[str, int], outputs: set[str]) -> tuple[int, list]:
+    """How many steps from ``start`` fuse into the tail of the row op storing ``value``, and (name, expression over
+    acc) of each value they make: each step element-wise over the tail's values (``x * sigmoid(x)`` reads the op's
+    value twice), the longest run after which every value but the last is read by the run alone and is no output."""
+    env: dict[str, Any] = {value: ir.Acc()}
+    made: list = []
+    read: dict[str, int] = {}
+    best = 0
+    j = start
+    while j < len(steps) and isinstance(steps[j], ir.TorchStep) and len(steps[j].outputs) == 1:
+        expr = _tail_of(steps[j], env)
+        if expr is None:
+            break
+        for a in steps[j].args:
+            if isinstance(a, ir.TensorArg):
+                read[a.name] = read.get(a.name, 0) + 1
+        name = steps[j].outputs[0]
+        env[name] = expr
+        made.append((name, expr))
+        j += 1
+        inner = [value] + [n for n, _ in made[:-1]]  # every value the run made but its last one
+        if all(readers.get(n, 0) == read.get(n, 0) and n not in outputs for n in inner):
+            best = len(made)
+    return best, made[:best]
 
 
 def row_kernels(program: ir.Program, namer=None) -> tuple[ir.Program, dict[str, str]]:
@@ -202,16 +219,13 @@ def row_kernels(program: ir.Program, namer=None) -> tuple[ir.Program, dict[str, 
         used_names.add(kernel_name)
         fused = [value]
         j = i + 1
+        if not row_ops.ROW_FNS[op.fn].index:
+            count, made = _fused_tail(steps, j, value, readers, outputs)
+            if count:
+                value, expr = made[-1]
+                fused += [name for name, _ in made]
+                j += count
         index_op = row_ops.ROW_FNS[op.fn].index
-        while (not index_op and j < len(steps) and isinstance(steps[j], ir.TorchStep) and readers.get(value) == 1
-               and value not in outputs):
-            tail = _tail_of(steps[j], value)
-            if tail is None:
-                break
-            expr = _substitute(tail, expr)
-            value = steps[j].outputs[0]
-            fused.append(value)
-            j += 1
         dtype = "i64" if index_op else types[value].dtype
         out.append(ir.RowKernel(name=kernel_name, op=op, stores=(ir.Store(name=value, dtype=dtype, expr=expr),)))
         for name in fused:
