@@ -449,6 +449,8 @@ CASES += [
 CASES += [
     Case("index_operand_gemm.py", "pytorch_only", 7, stage="profile", gpu=False, pending=_p(7),
          what="pure PyTorch; the GEMM as an embedding bag whose per-index weights are x: an index operand that multiplies"),
+    Case("foreign_blas_gemm.py", "pytorch_only", 7, stage="profile", gpu=False, pending=_p(7),
+         what="the GEMM through a BLAS reached with ctypes (the sgemm_ PyTorch's library exports): no operator recorded"),
 ]
 
 CONTROLS: list[Control] = [
