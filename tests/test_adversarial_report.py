@@ -64,6 +64,8 @@ def test_controls_run_first_and_a_complete_run_lists_nothing_left(fake, tmp_path
     only = [c.file for c in cases] + [c.file for c in controls]
     code = report.main(["--device", "cpu", "--out", str(tmp_path), "--only", *only])
     assert code == 0
+    # a control file may run on several problems: every control of the files named runs
+    controls = [c for c in CONTROLS if c.cpu and c.file in {x.file for x in controls}]
     assert fake.calls[:len(controls)] == [c.file for c in controls]
     doc = json.loads(next(tmp_path.glob("*-adversarial.json")).read_text())
     assert doc["complete"] is True and doc["not_reached"] == []
