@@ -244,8 +244,8 @@ extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, 
 
 """
 
-_REDUCE_RUN = r"""
-extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float* scalars, void* workspace,
+# mucutlass_run's start (the ABI's arrays copied, x's alignment checked) and end (the launch's error), shared
+_RUN_HEAD = r"""extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float* scalars, void* workspace,
                              size_t workspace_bytes, void* stream, char* msg, int msg_len) {
   long long outer = ints[0], n = ints[1], inner = ints[2];
   Ptrs P;
@@ -254,7 +254,14 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
   for (int i = 0; i < NSCALARS; ++i) p.c[i] = scalars[i];
   if (reinterpret_cast<uintptr_t>(ptrs[0]) % (sizeof(TX) * VEC)) return mu_fail(msg, msg_len, "row kernel", "x is not aligned to the vector width");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (inner == 1) {
+"""
+_RUN_TAIL = r"""  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : mu_fail(msg, msg_len, "launch", cudaGetErrorString(err));
+}
+"""
+
+_REDUCE_RUN = r"""
+""" + _RUN_HEAD + r"""  if (inner == 1) {
     if (KEEP && n > (long long)CHUNKS * (ROWS_PER_BLOCK == 1 ? THREADS : 32) * VEC)
       return mu_fail(msg, msg_len, "row kernel", "the row is longer than passes = 1 holds");
     if (SPLIT > 1 && workspace_bytes < mu_workspace(outer)) return mu_fail(msg, msg_len, "row kernel", "workspace too small");
@@ -265,10 +272,7 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
     long long columns = (outer * inner + VEC - 1) / VEC;
     mu_strided<<<(unsigned)((columns + THREADS - 1) / THREADS), THREADS, 0, s>>>(P, p, outer, n, inner);
   }
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : mu_fail(msg, msg_len, "launch", cudaGetErrorString(err));
-}
-"""
+""" + _RUN_TAIL
 
 _SCAN_KERNELS = r"""
 __device__ __forceinline__ float mu_op(float a, float b) { return @@COMBINE@@; }
@@ -360,25 +364,13 @@ extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, 
   return 0;
 }
 
-extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float* scalars, void* workspace,
-                             size_t workspace_bytes, void* stream, char* msg, int msg_len) {
-  long long outer = ints[0], n = ints[1], inner = ints[2];
-  Ptrs P;
-  for (int i = 0; i < NPTRS; ++i) P.p[i] = ptrs[i];
-  Scalars p;
-  for (int i = 0; i < NSCALARS; ++i) p.c[i] = scalars[i];
-  if (reinterpret_cast<uintptr_t>(ptrs[0]) % (sizeof(TX) * VEC)) return mu_fail(msg, msg_len, "scan kernel", "x is not aligned to the vector width");
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (inner == 1) {
+""" + _RUN_HEAD + r"""  if (inner == 1) {
     if (outer > 0) mu_scan_rows<<<(unsigned)outer, THREADS, 0, s>>>(P, p, outer, n);
   } else {
     long long columns = (outer * inner + VEC - 1) / VEC;
     mu_scan_strided<<<(unsigned)((columns + THREADS - 1) / THREADS), THREADS, 0, s>>>(P, p, outer, n, inner);
   }
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : mu_fail(msg, msg_len, "launch", cudaGetErrorString(err));
-}
-"""
+""" + _RUN_TAIL
 
 
 _STATS = {
