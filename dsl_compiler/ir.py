@@ -295,7 +295,8 @@ class Kernel(Node):
 
 # The row functions, in the language's order (``row_ops.ROW_FNS`` describes each).
 RowFn = Literal["sum", "mean", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "norm",
-                "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "instance_norm", "normalize"]
+                "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "instance_norm", "normalize",
+                "cumsum", "cumprod"]
 
 
 class RowOp(Node):
@@ -306,7 +307,8 @@ class RowOp(Node):
     (1 or 2) of norm and of normalize (x / max(norm, eps), F.normalize's); ``eps``, ``weight`` and ``bias`` belong to layer_norm and rms_norm (weight and bias have
     the reduced dims' shape, as nn.LayerNorm's). group_norm (``groups``) and instance_norm (a group per channel)
     normalize x [N, C, *spatial] over each (sample, group) segment, contiguous; their dim is (1,), the channel
-    dim, and weight and bias have C values, as nn.GroupNorm's."""
+    dim, and weight and bias have C values, as nn.GroupNorm's. A scan (cumsum, cumprod) gives x's shape over one
+    dim: inclusive from the start, ``reverse`` from the end, ``exclusive`` without the element itself."""
 
     kind: Literal["row"] = "row"
     fn: RowFn
@@ -318,6 +320,8 @@ class RowOp(Node):
     groups: int = 1
     weight: Operand | None = None
     bias: Operand | None = None
+    reverse: bool = False
+    exclusive: bool = False
 
 
 class RowConfig(Node):

@@ -320,7 +320,8 @@ class _ToIR(Transformer_NonRecursive):
         grouped = fn in ("group_norm", "instance_norm")
         keys = (("groups", "eps") if fn == "group_norm" else ("eps",) if grouped else ("dim", "p", "eps")
                 if fn == "normalize" else ("dim", "eps") if spec.kind == "norm" else ("dim", "p", "keepdim") if fn == "norm" else
-                ("dim", "keepdim") if spec.kind == "reduce" else ("dim",))
+                ("dim", "keepdim") if spec.kind == "reduce" else ("dim", "reverse", "exclusive") if spec.kind == "scan"
+                else ("dim",))
         tensors = {"layer_norm": 3, "rms_norm": 2, "group_norm": 3, "instance_norm": 3}.get(fn, 1)
         like = (f"{fn}(x, w, b, dim=-1, eps=1e-05)" if fn == "layer_norm" else f"{fn}(x, w, dim=-1, eps=1e-06)"
                 if fn == "rms_norm" else "group_norm(x, w, b, groups=8, eps=1e-05)" if fn == "group_norm" else
@@ -359,6 +360,13 @@ class _ToIR(Transformer_NonRecursive):
                 raise _err("keepdim must be True or False", tok, found=repr(keep), expected="True or False",
                            hint="keepdim=True keeps the reduced dims with extent 1")
             values["keepdim"] = keep
+        for flag in ("reverse", "exclusive"):
+            if flag in kwargs:
+                tok, on = kwargs[flag]
+                if not isinstance(on, bool):
+                    raise _err(f"{flag} of {fn} must be True or False", tok, found=repr(on), expected="True or False",
+                               hint="reverse=True scans from the end; exclusive=True leaves each element out of its value")
+                values[flag] = on
         if "p" in kwargs:
             tok, p = kwargs["p"]
             if p not in (1, 2) or isinstance(p, bool):

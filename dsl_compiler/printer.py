@@ -111,6 +111,7 @@ def format_row_op(op: ir.RowOp) -> str:
         parts.append(f"p={op.p}")
     if op.keepdim:
         parts.append("keepdim=True")
+    parts += [f"{flag}=True" for flag in ("reverse", "exclusive") if getattr(op, flag)]
     if op.fn in ("layer_norm", "rms_norm", "group_norm", "instance_norm", "normalize"):
         parts.append(f"eps={format_number(op.eps)}")
     return f"{op.fn}({', '.join(parts)})"

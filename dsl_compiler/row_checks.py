@@ -1,4 +1,4 @@
-"""Static checks of a row kernel (a reduction, softmax or normalization; ``row_ops``): its shapes, its tail
+"""Static checks of a row kernel (a reduction, softmax, normalization or scan; ``row_ops``): its shapes, its tail
 expressions, its store types and its knobs, each a Diagnostic with a location and a one-line fix."""
 
 from __future__ import annotations
@@ -104,6 +104,14 @@ def _check_knobs(kernel: ir.RowKernel, types: dict[str, Any]) -> list[Diagnostic
                                f"{what} {contiguous}", cfg.span_of("vector"), found=f"{contiguous} elements",
                                expected=f"a multiple of {cfg.vector}",
                                hint=f"use vector = {row_ops.max_vector(tx.dtype, contiguous)}"))
+    if row_ops.is_scan(op):  # a CTA scans a contiguous row, a thread a strided column
+        for knob, wrong in (("rows_per_block", cfg.rows_per_block not in (None, 1)), ("passes", cfg.passes is not None),
+                            ("split", cfg.split > 1)):
+            if wrong:
+                diags.append(_diag("config", f"kernel '{kernel.name}': {knob} on {op.fn}, a scan", cfg.span_of(knob),
+                                   found=f"{knob} = {getattr(cfg, knob)}", expected=f"no {knob} knob (a CTA scans a row, "
+                                   "reading x once)", hint="a scan takes vector (elements per thread per chunk) only"))
+        return diags
     if cfg.rows_per_block is not None and cfg.rows_per_block > 1 and inner != 1:
         diags.append(_diag("config", f"kernel '{kernel.name}': rows_per_block = {cfg.rows_per_block} on a strided "
                            f"reduction (dim {op.dim} is not the last)", cfg.span_of("rows_per_block"),

@@ -1,4 +1,4 @@
-"""Row kernels: a reduction, softmax or normalization over one dim (or adjacent dims) of a tensor, with an
+"""Row kernels: a reduction, softmax, normalization or scan over one dim (or adjacent dims) of a tensor, with an
 element-wise tail in the epilogue language. Everything the readers share about them lives here: the function
 table, the [outer, R, inner] view, output shapes, the checks, the interpreter's exact semantics, the knobs the
 compiler picks when left at auto, and their FLOPs and bytes.
@@ -17,7 +17,7 @@ from typing import Any, Literal
 from dsl_compiler import ir
 from dsl_compiler.tensor_types import ShapeError
 
-RowKind = Literal["reduce", "softmax", "norm"]
+RowKind = Literal["reduce", "softmax", "norm", "scan"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ ROW_FNS: dict[str, RowFn] = {f.name: f for f in (
     RowFn("group_norm", "norm", 8, ("group_norm",)),
     RowFn("instance_norm", "norm", 8, ("instance_norm",)),
     RowFn("normalize", "norm", 3, ("normalize",)),
+    # scans: the running combine along the dim (identity and combine as a reduction's)
+    RowFn("cumsum", "scan", 1, ("cumsum",)),
+    RowFn("cumprod", "scan", 1, ("cumprod",), "1.f", "a * b"),
 )}
 # normalizations over (sample, group) segments of x [N, C, *spatial], whatever their dim says
 GROUPED = ("group_norm", "instance_norm")
@@ -59,7 +62,7 @@ assert tuple(ROW_FNS) == ir.RowFn.__args__  # type: ignore[attr-defined]  # one 
 # the knobs, what each allows (a diagnostic's "expected") and an example (its hint)
 ROW_KNOB_VALUES: dict[str, tuple[str, str]] = {
     "vector": ("1, 2, 4 or 8 elements, or auto (at most 16 bytes)", "4"),
-    "rows_per_block": ("1, 2, 4, 8, 16 or 32, or auto", "4"),
+    "rows_per_block": ("1, 2, 4, 8, 16 or 32, or auto (scans: 1)", "4"),
     "passes": ("1 (the row in registers), 2 (x read again), or auto", "2"),
     "split": ("a CTA count per row like 4 (reductions only)", "4"),
 }
@@ -80,6 +83,9 @@ def reduced_dims(op: ir.RowOp, rank: int) -> tuple[int, ...]:
                              expected=f"a dim in {-rank}..{rank - 1}", hint="count dims from 0, or from -1 at the end")
         dims.append(d % rank)
     dims = sorted(set(dims))
+    if is_scan(op) and len(op.dim) != 1:
+        raise ShapeError(f"{op.fn} over dims {op.dim}: a scan runs along one dim", op.span, found=f"dim={op.dim}",
+                         expected="one dim, like dim=-1", hint="flatten the dims first (torch t = flatten(x, 1, 2))")
     if len(dims) != len(op.dim):
         raise ShapeError(f"{op.fn} names a dim twice", op.span, found=f"dim={op.dim}", expected="distinct dims",
                          hint="name each dim once")
@@ -114,7 +120,7 @@ def geometry(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 def output_shape(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """A reduction drops the reduced dims (keepdim: extent 1); softmax and the norms keep x's shape."""
+    """A reduction drops the reduced dims (keepdim: extent 1); softmax, the norms and the scans keep x's shape."""
     if ROW_FNS[op.fn].kind != "reduce":
         geometry(op, shape)  # raises for dims out of range, as a reduction's
         return tuple(shape)
@@ -150,6 +156,10 @@ def op_output(kernel: ir.RowKernel, types: dict[str, Any]) -> tuple[int, ...]:
 
 def is_reduction(op: ir.RowOp) -> bool:
     return ROW_FNS[op.fn].kind == "reduce"
+
+
+def is_scan(op: ir.RowOp) -> bool:
+    return ROW_FNS[op.fn].kind == "scan"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,6 +207,8 @@ def plan(kernel: ir.RowKernel, shape: tuple[int, ...], dtype: str, sm_count: int
         rpb = 1 << (rpb.bit_length() - 1)
     else:
         rpb = 1
+    if is_scan(op):  # a CTA per contiguous row (its threads scan it in chunks), or a thread per strided column
+        return RowPlan(outer, rows, inner, vector, 1, 1, 1)
     warp_values = (THREADS if rpb == 1 else 32) * MAX_VALUES_PER_THREAD
     if is_reduction(op):
         passes = 1  # a reduction reads x once
@@ -225,6 +237,8 @@ def interpret(op: ir.RowOp, x: Any, weight: Any = None, bias: Any = None) -> Any
     outer, rows, inner = geometry(op, tuple(xf.shape))
     v = xf.reshape(outer, rows, inner)
     fn = op.fn
+    if fn in ("cumsum", "cumprod"):
+        return scan(v, fn, op.reverse, op.exclusive).reshape(xf.shape)
     if fn in ("argmax", "argmin"):
         # PyTorch gives the flat position within the reduced dims; for one dim that is the index along it
         idx = (torch.argmax if fn == "argmax" else torch.argmin)(v, dim=1)
@@ -270,6 +284,20 @@ def interpret(op: ir.RowOp, x: Any, weight: Any = None, bias: Any = None) -> Any
     return out.reshape(xf.shape)
 
 
+def scan(v: Any, fn: str, reverse: bool, exclusive: bool) -> Any:
+    """cumsum / cumprod of v [outer, R, inner] along dim 1: from the end where ``reverse``, and ``exclusive`` of
+    the element itself (the first value is the identity)."""
+    import torch
+
+    if reverse:
+        v = v.flip(1)
+    out = torch.cumsum(v, dim=1) if fn == "cumsum" else torch.cumprod(v, dim=1)
+    if exclusive:
+        first = torch.zeros_like(out[:, :1]) if fn == "cumsum" else torch.ones_like(out[:, :1])
+        out = torch.cat([first, out[:, :-1]], dim=1)
+    return out.flip(1) if reverse else out
+
+
 # ---------------------------------------------------------------------------------------------
 # Counting: FLOPs and the bytes a kernel must move
 
@@ -281,7 +309,7 @@ def flops(op: ir.RowOp, x_numel: int) -> float:
 
 def x_reads(kernel: ir.RowKernel, shape: tuple[int, ...], dtype: str) -> int:
     """How often the kernel reads x from memory: twice for a two-pass normalization, else once."""
-    if is_reduction(kernel.op):
+    if is_reduction(kernel.op) or is_scan(kernel.op):
         return 1
     return plan(kernel, shape, dtype).passes
 

@@ -373,7 +373,7 @@ ROW_CTAS_PER_SM_FOR_FULL_BW = 4
 
 
 def estimate_row_kernel(kernel: Any, types: dict[str, Any], dram_bytes: float, flops: float, gpu: GpuSpec) -> KernelEstimate:
-    """A row kernel (reduction, softmax, norm) is memory-bound: its bytes over the DRAM bandwidth it reaches. The
+    """A row kernel (reduction, softmax, norm, scan) is memory-bound: its bytes over the DRAM bandwidth it reaches. The
     knobs set how much of it: narrow vectors issue more loads per byte, a CTA on a row shorter than its threads
     idles the rest, too few CTAs leave SMs without loads in flight; a split adds the combining launch."""
     from dsl_compiler import row_ops
@@ -417,7 +417,7 @@ def best_row_config(program: Any, kernel: Any, gpu: GpuSpec) -> Any:
 
     types = shapes.infer(program, upto=kernel)
     best, best_t = kernel.config, float("inf")
-    passes = (None,) if row_ops.is_reduction(kernel.op) else (1, 2)
+    passes = (None,) if row_ops.is_reduction(kernel.op) or row_ops.is_scan(kernel.op) else (1, 2)
     for vector, rpb, npass, split in itertools.product(row_ops.VECTORS, row_ops.ROWS_PER_BLOCK, passes, (1, 4, 16, 64)):
         config = ir.RowConfig(vector=vector, rows_per_block=rpb, passes=npass, split=split)
         candidate = kernel.model_copy(update={"config": config})

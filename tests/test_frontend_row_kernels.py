@@ -1,4 +1,4 @@
-"""The frontend writes reductions, softmax and norms as row kernels (their element-wise followers as the tail), the
+"""The frontend writes reductions, softmax, norms and scans as row kernels (their element-wise followers as the tail), the
 offline tier gives them knobs from the estimate, and every builtin-ops problem traces to row kernels alone."""
 
 from __future__ import annotations
@@ -52,6 +52,13 @@ MODELS = [
     ("group_norm swish", lambda m, x: (lambda y: y * torch.sigmoid(y))(m.gn(x)),
      lambda m: setattr(m, "gn", nn.GroupNorm(3, 6))),
     ("softmax then its square plus itself", lambda m, x: (lambda y: y * y + y)(F.softmax(x, dim=-1)), None),
+    ("cumsum", lambda m, x: torch.cumsum(x, dim=1), None),
+    ("cumsum method tail", lambda m, x: torch.relu(x.cumsum(-1)) * 2.0, None),
+    ("cumprod", lambda m, x: torch.cumprod(x, -1), None),
+    ("reverse cumsum", lambda m, x: x.flip(1).cumsum(1).flip(1), None),
+    ("reverse cumprod negative dim", lambda m, x: torch.flip(torch.cumprod(torch.flip(x, [-1]), dim=-1), [-1]), None),
+    ("exclusive cumsum", lambda m, x: torch.cumsum(x, dim=-1) - x, None),
+    ("reverse exclusive cumsum", lambda m, x: x.flip(2).cumsum(2).flip(2) - x, None),
 ]
 
 
@@ -137,3 +144,27 @@ def test_a_tail_value_read_outside_the_tail_stays_a_store_of_its_own():
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
     stores = [s.name for k in program.row_kernels for s in k.stores]
     assert program.outputs[1] in stores  # softmax's own value is stored, not fused away
+
+
+@pytest.mark.parametrize("forward,reverse,exclusive", [
+    (lambda m, x: x.flip(1).cumsum(1).flip(1), True, False),
+    (lambda m, x: torch.cumsum(x, dim=-1) - x, False, True),
+    (lambda m, x: x.flip(-1).cumsum(-1).flip(-1) - x, True, True),
+], ids=["reverse", "exclusive", "both"])
+def test_flip_and_sub_around_a_cumsum_become_one_scan_kernel(forward, reverse, exclusive):
+    program = trace_problem(problem_of(forward, [torch.randn(8, 6, 32)])).program
+    assert program is not None and not program.torch_steps, program
+    (kernel,) = program.row_kernels
+    assert (kernel.op.fn, kernel.op.reverse, kernel.op.exclusive) == ("cumsum", reverse, exclusive)
+
+
+def test_a_flip_read_elsewhere_stays_a_step_before_its_scan():
+    """The flipped input is also an output: the scan may not take it in, and both flips run as torch steps."""
+    x = torch.randn(8, 6, 32)
+    problem = problem_of(lambda m, x: (lambda f: (f.cumsum(1).flip(1), f))(x.flip(1)), [x])
+    program = trace_problem(problem).program
+    assert program is not None
+    assert [s.fn for s in program.torch_steps] == ["flip", "flip"]
+    assert not program.row_kernels[0].op.reverse
+    for got, want in zip(interpreter.run(program, [x], {}), problem.Model()(x)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Row kernels (reductions, softmax, normalizations): parsing, canonical printing, checks with located
+"""Row kernels (reductions, softmax, normalizations, scans): parsing, canonical printing, checks with located
 diagnostics, the interpreter against PyTorch, and their FLOPs, bytes and estimate."""
 
 from __future__ import annotations
@@ -49,6 +49,13 @@ CASES = [
     ("normalize(x, dim=1, p=2)", lambda x: F.normalize(x, p=2, dim=1), "f32"),
     ("normalize(x, dim=-1, p=1, eps=0.5)", lambda x: F.normalize(x, p=1, dim=-1, eps=0.5), "f32"),
     ("normalize(x, dim=(1, 2), p=2)", lambda x: F.normalize(x.reshape(8, -1), dim=1).reshape(8, 6, 32), "f32"),
+    # scans: torch's own order of fp32 additions is the interpreter's, so 1e-5 covers what the kernel's order changes
+    ("cumsum(x, dim=-1)", lambda x: x.cumsum(-1), "f32"),
+    ("cumprod(x, dim=1)", lambda x: torch.cumprod(x, 1), "f32"),
+    ("cumsum(x, dim=1, reverse=True)", lambda x: x.flip(1).cumsum(1).flip(1), "f32"),
+    ("cumsum(x, dim=-1, exclusive=True)", lambda x: x.cumsum(-1) - x, "f32"),
+    ("cumprod(x, dim=0, reverse=True, exclusive=True)",
+     lambda x: torch.cat([torch.ones(1, 6, 32), x.flip(0).cumprod(0)[:-1]]).flip(0), "f32"),
 ]
 
 
@@ -154,6 +161,11 @@ BAD = [
     ("sum(x, dim=-1)", "store y: f32 = acc", "passes = 2", "config", "split"),
     ("softmax(x, dim=-1)", "store y: f32 = acc", "split = 2", "config", "split = 1"),
     ("sum(x, dim=-1)", "store y: f32 = acc", "split = 64", "config", "smaller"),
+    ("cumsum(x, dim=(1, 2))", "store y: f32 = acc", "", "shape-mismatch", "flatten"),
+    ("cumsum(x, dim=-1)", "store y: f32 = acc", "rows_per_block = 4", "config", "vector"),
+    ("cumprod(x, dim=1)", "store y: f32 = acc", "split = 2", "config", "vector"),
+    ("cumsum(x, dim=-1)", "store y: f32 = acc", "passes = 2", "config", "vector"),
+    ("cumsum(x, dim=-1)", "store y: i64 = acc", "", "dtype", "argmax"),
 ]
 
 
@@ -181,6 +193,9 @@ def test_two_pass_is_required_for_a_row_longer_than_the_registers():
     (program("layer_norm(x, dim=1, eps=-1.0)"), "eps"),
     (program("softmax(x, dim=1)", knobs="tile = 128x128x32"), "GEMM knob"),
     (program("softmax(x, dim=1)", knobs="vector = 3"), "bad value for vector"),
+    (program("cumsum(x, dim=1, reverse=1)"), "reverse of cumsum must be True or False"),
+    (program("cumsum(x, dim=1, keepdim=True)"), "no option 'keepdim'"),
+    (program("cumprod(x)"), "needs dim"),
     (program("gemm(a, a)", "store y: i64 = acc", decls="input a: f32[64, 64]\n", knobs="math = tf32"), None),
 ])
 def test_parser_rejects_bad_row_ops(text, fragment):
@@ -261,3 +276,22 @@ def test_normalize_counts_x_per_pass_and_its_flops_and_the_estimate_is_memory_bo
         assert counted.bytes_program == (passes + 1) * x_bytes  # x read per pass, y written
     estimate = estimate_program(p, get_gpu("h200")).kernels[0]
     assert "memory-bound" in " ".join(estimate.reasons)
+
+
+def test_a_scan_reads_x_once_writes_y_once_and_the_estimate_is_memory_bound():
+    from sol_models.counting import count_program
+    from sol_models.estimate import best_row_config, estimate_program
+    from sol_models.hardware import get_gpu
+
+    x_bytes = 32 * 32768 * 4
+    gpu = get_gpu("h200")
+    for op in ("cumsum(x, dim=-1)", "cumprod(x, dim=0, reverse=True, exclusive=True)"):
+        p = checked(program(op, decls="input x: f32[32, 32768]\n"))
+        assert count_program(p).bytes_program == 2 * x_bytes
+        estimate = estimate_program(p, gpu).kernels[0]
+        assert "memory-bound" in " ".join(estimate.reasons)
+        assert estimate.t_us >= 2 * x_bytes / gpu.dram_bw_bytes_per_s * 1e6
+        best = best_row_config(p, p.row_kernels[0], gpu)
+        assert best.rows_per_block in (None, 1) and best.passes is None and best.split == 1  # a scan's only knob
+        if op.startswith("cumsum"):  # a contiguous row: 16-byte loads
+            assert best.vector == 4

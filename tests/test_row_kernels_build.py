@@ -10,7 +10,8 @@ from dsl_compiler.checks import check_text
 from dsl_compiler.cutlass.emit import emit_program
 
 # every statistic, both paths (contiguous rows, strided segments), both passes, a split, an affine and a tail,
-# a per-channel affine (group_norm), F.normalize (a norm, then each element divided by it)
+# a per-channel affine (group_norm), F.normalize (a norm, then each element divided by it), scans (a block-wide
+# one over contiguous rows, a sequential one per strided column; reverse, exclusive, a vector and a tail)
 PROGRAM = '''
 input x: f32[16, 512]
 input z: bf16[8, 64, 32]
@@ -39,7 +40,11 @@ kernel inn = instance_norm(v, eps=1e-05) { rows_per_block = 8
 kernel nz = normalize(z, dim=1, p=2, eps=1e-12) { store nzv: f32 = acc }
 kernel nx = normalize(x, dim=-1, p=1, eps=1e-12) { passes = 1
   store nxv: bf16 = acc * 2.0 }
-output y, r, t, i, q, u, l, f, pp, g, h, nzv, nxv
+kernel cs = cumsum(x, dim=-1) { store csv: f32 = acc * 0.5 + x }
+kernel cp = cumprod(z, dim=1, reverse=True, exclusive=True) { store cpv: bf16 = acc }
+kernel csr = cumsum(v, dim=-1, reverse=True) { vector = 2
+  store csrv: f16 = acc }
+output y, r, t, i, q, u, l, f, pp, g, h, nzv, nxv, csv, cpv, csrv
 '''
 
 

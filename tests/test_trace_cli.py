@@ -24,7 +24,7 @@ def test_json_has_coverage_program_torch_ops_and_estimate():
 
 
 def test_ops_left_to_pytorch_are_listed_with_their_reason(tmp_path):
-    path = tmp_path / "cumsum_after_linear.py"
+    path = tmp_path / "flip_after_linear.py"
     path.write_text(textwrap.dedent("""
         import torch
         import torch.nn as nn
@@ -35,7 +35,7 @@ def test_ops_left_to_pytorch_are_listed_with_their_reason(tmp_path):
                 self.fc = nn.Linear(256, 512)
 
             def forward(self, x):
-                return torch.cumsum(self.fc(x), dim=0)  # a scan: no kernel of the language
+                return torch.flip(self.fc(x), [0])  # a reordering: no kernel of the language
 
         def get_inputs():
             return [torch.rand(64, 256)]
@@ -45,11 +45,19 @@ def test_ops_left_to_pytorch_are_listed_with_their_reason(tmp_path):
     """))
     done = trace(str(path))
     assert done.returncode == 0, done.stderr
-    assert "coverage" in done.stdout and "cumsum" in done.stdout
+    assert "coverage" in done.stdout and "flip" in done.stdout
     report = json.loads(trace(str(path), "--json").stdout)
-    assert report["coverage"] > 0.5  # the GEMM is a kernel; the scan, left to PyTorch, is listed below
+    assert report["coverage"] > 0.5  # the GEMM is a kernel; the flip, left to PyTorch, is listed below
     (op,) = report["torch_ops"]
-    assert op["target"] == "torch.cumsum" and op["reason"]
+    assert op["target"] == "torch.flip" and op["reason"]
+
+
+def test_a_scan_is_a_kernel_of_the_trace():
+    done = trace("evals/suites/builtin-ops/38_cumsum_long_rows.py", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["coverage"] > 0 and report["torch_ops"] == []
+    assert "cumsum(" in report["program"]
 
 
 def test_an_untraceable_model_runs_whole_as_one_step_naming_the_construct(tmp_path):

@@ -6,7 +6,8 @@ One state type carries every reduction: (a, b, i) with an init, a fold of one el
 states (warp shuffles, then shared memory across warps, then across CTAs for a split) and a finish.
 Softmax and the norms reduce their statistics so, then apply them per element: from registers (passes = 1)
 or by reading x again (passes = 2). A strided reduction (inner > 1) gives each thread ``vector`` adjacent
-columns and walks the reduced dim, coalesced across the warp.
+columns and walks the reduced dim, coalesced across the warp. A scan has kernels of its own (``_SCAN_KERNELS``):
+a block-wide scan of a contiguous row in chunks with a running carry, or a sequential one per strided column.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ _APPLY = {
     "normalize": "v * inv",
 }
 
-_BODY = r"""
+_STATE_FNS = r"""
 struct State { float a; float b; long long i; };
 __device__ __forceinline__ void mu_lse_fold(State& s, float v) {
   if (v == -INFINITY) return;
@@ -108,6 +109,10 @@ __device__ __forceinline__ State mu_row_reduce(State s) {
   __syncthreads();
   return total;
 }
+"""
+
+# what every row kernel's source shares: the ABI's arrays, x's element and vector types, the tail's stores
+_COMMON = r"""
 struct Scalars { float c[MAX_SCALARS]; };
 struct Ptrs { void* p[MAX_PTRS]; };
 using TX = @@TX@@;
@@ -117,6 +122,9 @@ __device__ __forceinline__ void mu_store(const Ptrs& P, const Scalars& p, long l
 @@STORES@@
 }
 
+"""
+
+_REDUCE_KERNELS = r"""
 // contiguous rows: a CTA per row (ROWS_PER_BLOCK == 1) or a warp per row
 __global__ void __launch_bounds__(THREADS) mu_rows(Ptrs P, Scalars p, long long outer, long long n, long long inner,
                                                    State* partial) {
@@ -222,6 +230,9 @@ __global__ void __launch_bounds__(THREADS) mu_strided(Ptrs P, Scalars p, long lo
   }
 }
 
+"""
+
+_WORKSPACE = r"""
 static size_t mu_workspace(long long outer) { return SPLIT > 1 ? size_t(outer) * SPLIT * sizeof(State) : 0; }
 
 extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, const float* scalars, size_t* bytes,
@@ -231,7 +242,10 @@ extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, 
   return 0;
 }
 
-extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float* scalars, void* workspace,
+"""
+
+# mucutlass_run's start (the ABI's arrays copied, x's alignment checked) and end (the launch's error), shared
+_RUN_HEAD = r"""extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float* scalars, void* workspace,
                              size_t workspace_bytes, void* stream, char* msg, int msg_len) {
   long long outer = ints[0], n = ints[1], inner = ints[2];
   Ptrs P;
@@ -240,7 +254,14 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
   for (int i = 0; i < NSCALARS; ++i) p.c[i] = scalars[i];
   if (reinterpret_cast<uintptr_t>(ptrs[0]) % (sizeof(TX) * VEC)) return mu_fail(msg, msg_len, "row kernel", "x is not aligned to the vector width");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (inner == 1) {
+"""
+_RUN_TAIL = r"""  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : mu_fail(msg, msg_len, "launch", cudaGetErrorString(err));
+}
+"""
+
+_REDUCE_RUN = r"""
+""" + _RUN_HEAD + r"""  if (inner == 1) {
     if (KEEP && n > (long long)CHUNKS * (ROWS_PER_BLOCK == 1 ? THREADS : 32) * VEC)
       return mu_fail(msg, msg_len, "row kernel", "the row is longer than passes = 1 holds");
     if (SPLIT > 1 && workspace_bytes < mu_workspace(outer)) return mu_fail(msg, msg_len, "row kernel", "workspace too small");
@@ -251,10 +272,106 @@ extern "C" int mucutlass_run(void* const* ptrs, const int64_t* ints, const float
     long long columns = (outer * inner + VEC - 1) / VEC;
     mu_strided<<<(unsigned)((columns + THREADS - 1) / THREADS), THREADS, 0, s>>>(P, p, outer, n, inner);
   }
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : mu_fail(msg, msg_len, "launch", cudaGetErrorString(err));
+""" + _RUN_TAIL
+
+_SCAN_KERNELS = r"""
+__device__ __forceinline__ float mu_op(float a, float b) { return @@COMBINE@@; }
+constexpr float MU_IDENTITY = @@IDENTITY@@;
+__device__ __forceinline__ float mu_warp_scan(float v, int lane) {  // inclusive, over the warp's lanes
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    float t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v = mu_op(t, v);
+  }
+  return v;
 }
-"""
+
+// a CTA per contiguous row, in chunks of THREADS * VEC: each thread scans its VEC consecutive elements in
+// registers, the threads' totals are scanned across the block (warp shuffles, then the warps' totals), and a
+// running carry joins the chunks. Positions q count from the end where REVERSE; n % VEC == 0 (the checks').
+__global__ void __launch_bounds__(THREADS) mu_scan_rows(Ptrs P, Scalars p, long long outer, long long n) {
+  const TX* x = reinterpret_cast<const TX*>(P.p[0]);
+  __shared__ float warp_before[THREADS / 32];
+  __shared__ float chunk_total;
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  long long row = blockIdx.x;
+  const TX* xr = x + row * n;
+  float carry = MU_IDENTITY;
+  for (long long base = 0; base < n; base += (long long)THREADS * VEC) {
+    long long q0 = base + (long long)threadIdx.x * VEC;
+    float v[VEC];
+    float run = MU_IDENTITY;
+    if (q0 < n) {
+      VecX vx = *reinterpret_cast<const VecX*>(xr + (REVERSE ? n - VEC - q0 : q0));
+#pragma unroll
+      for (int u = 0; u < VEC; ++u) {
+        float e = float(vx.v[REVERSE ? VEC - 1 - u : u]);
+        if (EXCLUSIVE) v[u] = run;
+        run = mu_op(run, e);
+        if (!EXCLUSIVE) v[u] = run;
+      }
+    }
+    float inclusive = mu_warp_scan(run, lane);
+    float before = __shfl_up_sync(0xffffffffu, inclusive, 1);
+    if (lane == 0) before = MU_IDENTITY;
+    if (lane == 31) warp_before[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+      float w = lane < THREADS / 32 ? warp_before[lane] : MU_IDENTITY;
+      float wi = mu_warp_scan(w, lane);
+      float wb = __shfl_up_sync(0xffffffffu, wi, 1);
+      if (lane < THREADS / 32) warp_before[lane] = lane == 0 ? MU_IDENTITY : wb;
+      if (lane == THREADS / 32 - 1) chunk_total = wi;
+    }
+    __syncthreads();
+    float offset = mu_op(carry, mu_op(warp_before[warp], before));
+    if (q0 < n) {
+#pragma unroll
+      for (int u = 0; u < VEC; ++u) {
+        long long q = q0 + u;
+        mu_store(P, p, row * n + (REVERSE ? n - 1 - q : q), mu_op(offset, v[u]), 0);
+      }
+    }
+    carry = mu_op(carry, chunk_total);
+    __syncthreads();  // every thread has read this chunk's shared values before the next writes them
+  }
+}
+
+// strided segments (inner > 1): a thread per VEC adjacent columns, a sequential scan down the dim
+__global__ void __launch_bounds__(THREADS) mu_scan_strided(Ptrs P, Scalars p, long long outer, long long n, long long inner) {
+  const TX* x = reinterpret_cast<const TX*>(P.p[0]);
+  long long col = ((long long)blockIdx.x * THREADS + threadIdx.x) * VEC;
+  if (col >= outer * inner) return;
+  long long o = col / inner, j = col % inner;
+  float run[VEC];
+#pragma unroll
+  for (int u = 0; u < VEC; ++u) run[u] = MU_IDENTITY;
+  for (long long q = 0; q < n; ++q) {
+    long long at = o * n * inner + (REVERSE ? n - 1 - q : q) * inner + j;
+    VecX vx = *reinterpret_cast<const VecX*>(x + at);
+#pragma unroll
+    for (int u = 0; u < VEC; ++u) {
+      float before = run[u];
+      run[u] = mu_op(run[u], float(vx.v[u]));
+      mu_store(P, p, at + u, EXCLUSIVE ? before : run[u], 0);
+    }
+  }
+}
+
+extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, const float* scalars, size_t* bytes,
+                                        char* msg, int msg_len) {
+  *bytes = 0;
+  return 0;
+}
+
+""" + _RUN_HEAD + r"""  if (inner == 1) {
+    if (outer > 0) mu_scan_rows<<<(unsigned)outer, THREADS, 0, s>>>(P, p, outer, n);
+  } else {
+    long long columns = (outer * inner + VEC - 1) / VEC;
+    mu_scan_strided<<<(unsigned)((columns + THREADS - 1) / THREADS), THREADS, 0, s>>>(P, p, outer, n, inner);
+  }
+""" + _RUN_TAIL
+
 
 _STATS = {
     "softmax": "",
@@ -322,10 +439,12 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
     scalars.append(op.eps)
     if len(scalars) > MAX_SCALARS:
         raise unsupported(kernel, f"{len(scalars)} constants in the tail", f"keep at most {MAX_SCALARS - 1} literal numbers")
-    init, fold, combine, finish = _STATE[_statistic(kernel)]
+    scan, fn = row_ops.is_scan(op), row_ops.ROW_FNS[op.fn]
+    # a scan's running value combines as its reduction would (sum: a + b, prod: a * b)
+    init, fold, combine, finish = ("", "", fn.combine, "") if scan else _STATE[_statistic(kernel)]
     apply = "0.f"
     stats = ""
-    if not reduction:
+    if not reduction and not scan:
         apply = _APPLY[op.fn]
         stats = _NORMALIZE_STATS.format(finish) if op.fn == "normalize" else _STATS[op.fn]
         affine = []
@@ -348,7 +467,10 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
         "GROUPS": row_ops.groups_of(op, shape) if op.fn in row_ops.GROUPED else 1,
         "SPATIAL": max(1, math.prod(shape[2:])) if op.fn in row_ops.GROUPED else 1,
     }
-    body = (_BODY.replace("@@INIT@@", init).replace("@@FOLD@@", fold).replace("@@COMBINE@@", combine)
+    template = (_COMMON + _SCAN_KERNELS if scan else _STATE_FNS + _COMMON + _REDUCE_KERNELS + _WORKSPACE + _REDUCE_RUN)
+    if scan:
+        defines.update(REVERSE=int(op.reverse), EXCLUSIVE=int(op.exclusive))
+    body = (template.replace("@@IDENTITY@@", fn.identity).replace("@@INIT@@", init).replace("@@FOLD@@", fold).replace("@@COMBINE@@", combine)
             .replace("@@FINISH@@", finish).replace("@@APPLY@@", apply).replace("@@STATS@@", stats)
             .replace("@@TX@@", CPP_ELEMENT[x_dt]).replace("@@STORES@@", "\n".join(lines)))
     head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
@@ -359,5 +481,6 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
     abi = KernelAbi("row", tuple(tensors), ROW_INTS, tuple(scalars),
                     row_geometry=tuple(int(v) for v in row_ops.geometry(op, tuple(shape))),
                     row_out_shape=tuple(int(v) for v in row_ops.output_shape(op, tuple(shape))))
-    knobs = {"vector": "VecX", "rows_per_block": "ROWS_PER_BLOCK", "passes": "keep[CHUNKS]", "split": "mu_split_finish"}
+    knobs = {"vector": "VecX"} if scan else {"vector": "VecX", "rows_per_block": "ROWS_PER_BLOCK",
+                                             "passes": "keep[CHUNKS]", "split": "mu_split_finish"}
     return EmittedKernel(kernel.name, ns, source, abi, knobs)

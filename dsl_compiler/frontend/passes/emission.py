@@ -410,6 +410,9 @@ def _whitelist_form(fn: str, args: list, kwargs: dict, shape) -> tuple[str | Non
         return fn, [args[0], tuple(args[1:])], kwargs
     if fn in ("permute", "reshape") and len(args) == 2 and isinstance(args[1], list):
         return fn, [args[0], tuple(args[1])], kwargs
+    if fn == "flip" and len(args) > 1:  # x.flip(1), x.flip(1, 2), torch.flip(x, [1]): the dims as one tuple
+        dims = args[1] if len(args) == 2 and isinstance(args[1], list | tuple) else args[1:]
+        return fn, [args[0], tuple(dims)], kwargs
     if fn in ("max", "min") and (len(args) > 1 and isinstance(args[1], int) or "dim" in kwargs):
         return fn, args, kwargs  # torch.max(x, dim): (values, indices)
     if fn in ("max", "min"):

@@ -1,7 +1,8 @@
-"""Reductions, softmax and normalizations the lowering wrote as PyTorch steps become row kernels
+"""Reductions, softmax, normalizations and scans the lowering wrote as PyTorch steps become row kernels
 (``dsl_compiler.row_ops``), and the element-wise steps that follow one (over its value and each other's, read
 by nothing else) become its tail: ``softmax`` then ``mul`` then ``relu`` is one kernel storing ``relu(acc * 2.0)``,
-a GroupNorm then Swish one storing ``acc * sigmoid(acc)``. A step whose arguments have no row-kernel form (a dtype, a norm order other than 1, 2 or "fro", dims that are not adjacent) stays."""
+a GroupNorm then Swish one storing ``acc * sigmoid(acc)``. A scan takes in the steps that make it reverse
+(``x.flip(d).cumsum(d).flip(d)``) or exclusive (``cumsum(x, d) - x``). A step whose arguments have no row-kernel form (a dtype, a norm order other than 1, 2 or "fro", dims that are not adjacent) stays."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from dsl_compiler import ir, ops, row_ops, shapes
 _ROW_STEPS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "prod": "prod", "logsumexp": "logsumexp",
               "norm": "norm", "softmax": "softmax", "log_softmax": "log_softmax", "layer_norm": "layer_norm",
               "rms_norm": "rms_norm", "argmax": "argmax", "argmin": "argmin", "group_norm": "group_norm",
-              "instance_norm": "instance_norm", "normalize": "normalize"}
+              "instance_norm": "instance_norm", "normalize": "normalize", "cumsum": "cumsum", "cumprod": "cumprod"}
+# reductions whose second positional argument is keepdim
+_KEEPDIM_POSITIONAL = ("sum", "mean", "amax", "amin", "prod", "logsumexp", "argmax", "argmin")
 # torch.max / torch.min over a dim give (values, indices): a value kernel and an index kernel, each read of x once
 _PAIR_STEPS = {"max": ("amax", "argmax"), "min": ("amin", "argmin")}
 
@@ -79,11 +82,11 @@ def row_op_of(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.Row
             values["p"] = int(p)
             dim = kw.get("dim", positional[1] if len(positional) > 1 else None)
         if dim is None:
-            if fn in ("softmax", "log_softmax"):
+            if fn in ("softmax", "log_softmax", "cumsum", "cumprod"):
                 return None
             dim = tuple(range(rank))  # every dim: one value
         values["dim"] = tuple(dim) if isinstance(dim, tuple | list) else (dim,)
-        keep = kw.get("keepdim", positional[1] if fn not in ("norm", "softmax", "log_softmax") and len(positional) > 1 else False)
+        keep = kw.get("keepdim", positional[1] if fn in _KEEPDIM_POSITIONAL and len(positional) > 1 else False)
         if not isinstance(keep, bool):
             return None
         if row_ops.ROW_FNS[fn].kind == "reduce":
@@ -219,6 +222,9 @@ def row_kernels(program: ir.Program, namer=None) -> tuple[ir.Program, dict[str, 
         used_names.add(kernel_name)
         fused = [value]
         j = i + 1
+        if row_ops.is_scan(op):
+            op, value, j, taken = _scan_pattern(op, steps, out, i, types, readers, outputs)
+            fused += taken
         if not row_ops.ROW_FNS[op.fn].index:
             count, made = _fused_tail(steps, j, value, readers, outputs)
             if count:
@@ -232,6 +238,45 @@ def row_kernels(program: ir.Program, namer=None) -> tuple[ir.Program, dict[str, 
             moved[name] = kernel_name
         i = j
     return program.model_copy(update={"steps": tuple(out)}), moved
+
+
+def _only_reader(name: str, readers: dict[str, int], outputs: set[str]) -> bool:
+    return readers.get(name, 0) == 1 and name not in outputs
+
+
+def _flip_of(step: Any, name: str, dim: int, rank: int) -> bool:
+    """Whether ``step`` is ``flip(name, (dim,))``."""
+    if not isinstance(step, ir.TorchStep) or step.fn != "flip" or len(step.args) != 2 or step.kwargs:
+        return False
+    dims = step.args[1].value if isinstance(step.args[1], ir.LiteralArg) else None
+    return (_tensor(step.args[0]) == name and isinstance(dims, tuple) and len(dims) == 1
+            and isinstance(dims[0], int) and dims[0] % rank == dim % rank)
+
+
+def _scan_pattern(op: ir.RowOp, steps: list, out: list, i: int, types: dict[str, shapes.TensorType],
+                  readers: dict[str, int], outputs: set[str]) -> tuple[ir.RowOp, str, int, list[str]]:
+    """A scan at ``steps[i]`` with the steps around it that make it reverse (a flip of its input just before,
+    read by it alone, and a flip of its value just after) or exclusive (``cumsum(x) - x`` just after): the op,
+    the value it then stores, the index of the next step, and the values taken in. The flip before leaves
+    ``out``."""
+    value, j = steps[i].outputs[0], i + 1
+    rank, dim = len(types[op.x.name].shape), op.dim[0]
+    taken: list[str] = []
+    before = out[-1] if out else None
+    if (before is not None and _flip_of(before, _tensor(before.args[0]) or "", dim, rank) and before.outputs == (op.x.name,)
+            and _only_reader(op.x.name, readers, outputs) and j < len(steps) and _flip_of(steps[j], value, dim, rank)
+            and _only_reader(value, readers, outputs)):
+        out.pop()
+        taken += [op.x.name, steps[j].outputs[0]]
+        op = op.model_copy(update={"x": ir.Operand(name=_tensor(before.args[0])), "reverse": True})
+        value, j = steps[j].outputs[0], j + 1
+    nxt = steps[j] if j < len(steps) else None
+    if (op.fn == "cumsum" and isinstance(nxt, ir.TorchStep) and nxt.fn == "sub" and len(nxt.args) == 2 and not nxt.kwargs
+            and [_tensor(a) for a in nxt.args] == [value, op.x.name] and _only_reader(value, readers, outputs)):
+        op = op.model_copy(update={"exclusive": True})
+        taken.append(nxt.outputs[0])
+        value, j = nxt.outputs[0], j + 1
+    return op, value, j, taken
 
 
 def _refs(expr: Any) -> list[ir.Ref]:
