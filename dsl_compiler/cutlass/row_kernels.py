@@ -394,19 +394,9 @@ def _statistic(kernel: RowKernel) -> str:
     return op.fn
 
 
-def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int, ...]) -> EmittedKernel:
-    """The kernel's translation unit; raises EmitError for what this emitter does not build."""
-    op = kernel.op
-    x_dt = dtypes[op.x.name]
-    plan = row_ops.plan(kernel, shape, x_dt)
-    reduction = row_ops.is_reduction(op)
-    if plan.inner > 1 and plan.split > 1:
-        raise unsupported(kernel, "split on a strided reduction", "use split = 1", span=kernel.config.span_of("split"))
-    tensors = [AbiTensor(op.x.name, "x", x_dt)]
-    for role, operand in (("w", op.weight), ("bias", op.bias)):
-        if operand is not None:
-            tensors.append(AbiTensor(operand.name, role, dtypes[operand.name]))
-    scalars: list[float] = []  # the tail's constants, then eps
+def _tail_lines(kernel: RowKernel, dtypes: dict[str, str], tensors: list, scalars: list[float]) -> list[str]:
+    """The C++ lines that compute a row kernel's lets and write its stores for one element (``acc`` its value),
+    the tensors they read and write appended to ``tensors`` and their literal numbers to ``scalars``."""
     leaves: list = [("acc",)]
     lets = {let.name for let in kernel.lets}
     reads = []  # tail tensors: (leaf key, ptr index)
@@ -436,6 +426,23 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
         else:
             value = writer.write(store.expr) if not isinstance(store.expr, Acc) else "v0"
             lines.append(f"  reinterpret_cast<{CPP_ELEMENT[store.dtype]}*>(P.p[{index}])[o] = {CPP_ELEMENT[store.dtype]}({value});")
+    return lines
+
+
+def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int, ...]) -> EmittedKernel:
+    """The kernel's translation unit; raises EmitError for what this emitter does not build."""
+    op = kernel.op
+    x_dt = dtypes[op.x.name]
+    plan = row_ops.plan(kernel, shape, x_dt)
+    reduction = row_ops.is_reduction(op)
+    if plan.inner > 1 and plan.split > 1:
+        raise unsupported(kernel, "split on a strided reduction", "use split = 1", span=kernel.config.span_of("split"))
+    tensors = [AbiTensor(op.x.name, "x", x_dt)]
+    for role, operand in (("w", op.weight), ("bias", op.bias)):
+        if operand is not None:
+            tensors.append(AbiTensor(operand.name, role, dtypes[operand.name]))
+    scalars: list[float] = []  # the tail's constants, then eps
+    lines = _tail_lines(kernel, dtypes, tensors, scalars)
     scalars.append(op.eps)
     if len(scalars) > MAX_SCALARS:
         raise unsupported(kernel, f"{len(scalars)} constants in the tail", f"keep at most {MAX_SCALARS - 1} literal numbers")
