@@ -1,10 +1,14 @@
 """Baselines of a problem suite on the present GPU: the reference timed as eager fp32 (PyTorch's
 default precision), eager with TF32 allowed and torch.compile (compiled once per problem), beside
-t_SOL. Writes benchmarks/results/<date>-<gpu>-baselines.{json,md}.
+t_SOL, and each variant's outputs checked against the reference at the problem's tolerance
+(``evals.baseline_checks``, the judge's rule): a variant that fails is shown failing ("fails 1e-4")
+and counts in no geomean and as no problem's best. Writes
+benchmarks/results/<date>-<gpu>-baselines[-<suite>].{json,md}.
 
     python benchmarks/bench_baselines.py                       # the builtin suite, H200 bound
+    python benchmarks/bench_baselines.py --suite builtin-strict  # KernelBench's fp32 rule (1e-4)
     python benchmarks/bench_baselines.py --suite smoke --out /tmp/x
-    python benchmarks/bench_baselines.py --kernelbench ~/KernelBench --level 1 --ids 1-18
+    python benchmarks/bench_baselines.py --kernelbench ~/KernelBench --level 1 --ids 1-18 --tolerance-rule kernelbench
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from evals.judge import Harness, HarnessSettings  # noqa: E402
-from evals.harness_cli import bench_rows, fmt_frac, fmt_us, summarize  # noqa: E402
-from evals.problems import ProblemError, load_problems  # noqa: E402
+from evals.harness_cli import bench_rows, fmt_frac, fmt_timed, fmt_us, summarize  # noqa: E402
+from evals.problems import ProblemError, apply_tolerance_rule, load_problems  # noqa: E402
 from evals.environment import collect_environment, versions_text  # noqa: E402
+from run_vocabulary.floor import tolerance_text  # noqa: E402
 
 
 def to_markdown(doc: dict) -> str:
@@ -34,13 +39,18 @@ def to_markdown(doc: dict) -> str:
         f"t_SOL at {doc['precision']} for {doc['gpu']}. Median of CUDA-event timings, L2 flushed before every call, "
         "inputs rotated; eager fp32 is PyTorch's default precision (matmul fp32, cuDNN TF32).",
         "",
-        "| problem | eager fp32 | eager TF32 | torch.compile | t_SOL | bound | fp32/SOL | TF32/SOL | compile/SOL | best/SOL |",
-        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+        "Each variant's outputs are checked against the reference (true fp32) at the problem's tolerance, atol = rtol, "
+        "on fresh input sets: a variant that fails says so beside its time (\"fails 1e-4\") and counts in no "
+        "geomean and as no problem's best; a TF32 variant that was not checked counts only at 1e-3 or looser.",
+        "",
+        "| problem | tolerance | eager fp32 | eager TF32 | torch.compile | t_SOL | bound | fp32/SOL | TF32/SOL | compile/SOL | best/SOL |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in doc["rows"]:
         lines.append(
-            f"| {r['problem']} | {fmt_us(r.get('eager_fp32_us'))} | {fmt_us(r.get('eager_tf32_us'))} | "
-            f"{fmt_us(r.get('compile_us'))} | {fmt_us(r.get('t_sol_us'))} | {r.get('bound') or '-'} | "
+            f"| {r['problem']} | {tolerance_text(r.get('tolerance'))} | {fmt_timed(r, 'eager_fp32')} | "
+            f"{fmt_timed(r, 'eager_tf32')} | "
+            f"{fmt_timed(r, 'compile')} | {fmt_us(r.get('t_sol_us'))} | {r.get('bound') or '-'} | "
             f"{fmt_frac(r.get('eager_fp32_sol_fraction'))} | {fmt_frac(r.get('eager_tf32_sol_fraction'))} | "
             f"{fmt_frac(r.get('compile_sol_fraction'))} | {fmt_frac(r.get('best_sol_fraction'))} |"
         )
@@ -51,7 +61,11 @@ def to_markdown(doc: dict) -> str:
         f"eager TF32 {fmt_frac(s['eager_tf32_geomean_sol_fraction'])}, "
         f"torch.compile {fmt_frac(s['compile_geomean_sol_fraction'])}, "
         f"best of three {fmt_frac(s['best_geomean_sol_fraction'])}; "
-        f"TF32 over fp32 eager: {fmt_frac(s['eager_tf32_over_fp32_geomean_speedup'])}x.",
+        f"TF32 over fp32 eager: {fmt_frac(s['eager_tf32_over_fp32_geomean_speedup'])}x "
+        "(each over the problems where the variant counts).",
+        "",
+        f"Failing their tolerance: eager fp32 on {s.get('eager_fp32_fails', 0)}, eager TF32 on "
+        f"{s.get('eager_tf32_fails', 0)}, torch.compile on {s.get('compile_fails', 0)} of {s.get('problems', 0)} problems.",
         "",
     ]
     return "\n".join(lines)
@@ -67,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="h200", help="GPU of the SOL bound and of the file names")
     ap.add_argument("--precision", default="tf32")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--tolerance-rule", choices=("default", "kernelbench"), default="default",
+                    help="kernelbench: fp32 problems at 1e-4, fp16 / bf16 at 1e-2 (evals.problems.TOLERANCE_RULES)")
+    ap.add_argument("--no-check", action="store_true",
+                    help="time only: do not check each variant's outputs at the tolerance (a TF32 variant that is "
+                         "not checked counts only at 1e-3 or looser)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--allow-cpu", action="store_true", help="write the file even without a GPU (bounds only)")
     args = ap.parse_args(argv)
@@ -74,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         args.suite = "builtin"
     try:
         problems = load_problems(args.problem, suite=args.suite, kernelbench=args.kernelbench, level=args.level, ids=args.ids)
+        problems = apply_tolerance_rule(problems, args.tolerance_rule)
     except ProblemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -87,12 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
 
     def progress(i, n, row, seconds):
-        print(f"[{i}/{n}] {row['problem']}: fp32 {fmt_us(row.get('eager_fp32_us'))}, tf32 {fmt_us(row.get('eager_tf32_us'))}, "
-              f"compile {fmt_us(row.get('compile_us'))}, t_SOL {fmt_us(row.get('t_sol_us'))} ({seconds:.0f} s)",
+        print(f"[{i}/{n}] {row['problem']}: fp32 {fmt_timed(row, 'eager_fp32')}, tf32 {fmt_timed(row, 'eager_tf32')}, "
+              f"compile {fmt_timed(row, 'compile')}, t_SOL {fmt_us(row.get('t_sol_us'))} ({seconds:.0f} s)",
               file=sys.stderr, flush=True)
 
     try:
-        rows = bench_rows(problems, harness if info.get("cuda") else None, args.gpu, args.precision, progress)
+        rows = bench_rows(problems, harness if info.get("cuda") else None, args.gpu, args.precision, progress,
+                          check=not args.no_check)
     finally:
         harness.close()
     date = dt.date.today().isoformat()
@@ -112,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{date}-{args.gpu}-baselines"
+    stem = out / (f"{date}-{args.gpu}-baselines" + (f"-{args.suite}" if args.suite and args.suite != "builtin" else "")
+                  + (f"-{args.tolerance_rule}" if args.tolerance_rule != "default" else ""))
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2))
     stem.with_suffix(".md").write_text(to_markdown(doc))
     print(f"wrote {stem}.json and {stem}.md", file=sys.stderr)

@@ -182,13 +182,17 @@ def sol_at_precision_us(t_sol_us: float | None, sol: dict, precision: str | None
 
 def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
     """One table row from a finished run of the offline tier on ``problem``."""
-    from run_vocabulary.floor import VARIANT_LABEL, kept_result
+    from run_vocabulary.floor import VARIANT_LABEL, kept_result, variant_statuses
 
     refs = summary.reference_us
+    checks = summary.reference_checks  # each variant's outputs at the tolerance: one that fails counts for nothing
+    allowed, tolerance = getattr(problem, "allowed_precisions", ()), getattr(problem, "tolerance", None)
+    statuses = variant_statuses(refs, checks, allowed, tolerance)
+    eligible = {v: st.t_us for v, st in statuses.items() if st.eligible}
     best = summary.best
     t_ours = summary.best_t_us
-    # the floor: PyTorch's fastest allowed variant, measured in the same run, is kept when it beats ours
-    kept = kept_result(t_ours, refs, getattr(problem, "allowed_precisions", ()))
+    # the floor: PyTorch's fastest eligible variant, measured in the same run, is kept when it beats ours
+    kept = kept_result(t_ours, refs, allowed, checks, tolerance)
     t = kept.t_us
     t_sol = sol.get("t_sol_us") or summary.t_sol_us
     precision = best.precision if best else None
@@ -197,16 +201,20 @@ def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
         "problem": problem.name, "correct": best is not None,
         "eager_fp32_us": refs.get("eager_fp32"), "eager_tf32_us": refs.get("eager_tf32"),
         "compile_us": refs.get("compile"), "ours_us": t_ours, "kept_us": t, "t_sol_us": t_sol, "bound": sol.get("bound"),
-        # a fallback row's time is PyTorch's (its fastest allowed variant), never a speedup of ours
+        # a fallback row's time is PyTorch's (its fastest eligible variant), never a speedup of ours
         "fallback": kept.source if kept.fallback else None,
         "floor_variant": kept.floor_variant, "floor_us": kept.floor_us,
         "ours_vs_floor": (kept.floor_us / t_ours) if (t_ours and kept.floor_us) else None,
         "sol_fraction": (t_sol / t) if (t and t_sol) else None,
         "t_sol_at_precision_us": t_sol_at,
         "sol_fraction_at_precision": (t_sol_at / t) if (t and t_sol_at) else None,
-        "speedup_vs_eager_fp32": refs["eager_fp32"] / t if t and refs.get("eager_fp32") else None,
-        "speedup_vs_eager_tf32": refs["eager_tf32"] / t if t and refs.get("eager_tf32") else None,
-        "speedup_vs_compile": refs["compile"] / t if t and refs.get("compile") else None,
+        # over the variants that count only: a TF32 baseline that fails 1e-4 is no baseline (the row says so)
+        "speedup_vs_eager_fp32": eligible["eager_fp32"] / t if t and eligible.get("eager_fp32") else None,
+        "speedup_vs_eager_tf32": eligible["eager_tf32"] / t if t and eligible.get("eager_tf32") else None,
+        "speedup_vs_compile": eligible["compile"] / t if t and eligible.get("compile") else None,
+        "tolerance": getattr(problem, "tolerance", None), "reference_checks": checks,
+        # why a measured variant does not count ("fails 1e-4", "not checked at 1e-4", "TF32 not allowed")
+        **{f"{v}_excluded": st.label for v, st in statuses.items() if st.t_us is not None and not st.eligible},
         "timing_source": best.timing_source if best else None,
         "precision": precision, "flags": best.flags if best else [],
         "attempts": len(summary.attempts), "best_attempt": summary.best_index, "stop_reason": summary.stop_reason,
@@ -240,13 +248,21 @@ def summarize(rows: list[dict]) -> dict:
         "precisions": {p: sum(1 for r in correct if r.get("precision") == p)
                        for p in sorted({r.get("precision") or "-" for r in correct})},
         # PyTorch's own reach on the same bound: the fastest of eager fp32, eager TF32 and torch.compile per problem
+        # that passes its tolerance
         "geomean_sol_fraction_pytorch_best": geomean([
-            r["t_sol_us"] / min(t for t in (r.get("eager_fp32_us"), r.get("eager_tf32_us"), r.get("compile_us")) if t)
-            for r in rows if r.get("t_sol_us") and any((r.get("eager_fp32_us"), r.get("eager_tf32_us"), r.get("compile_us")))]),
+            r["t_sol_us"] / min(counted) for r in rows for counted in [_counted_us(r)] if r.get("t_sol_us") and counted]),
+        "baseline_fails": {v: [r["problem"] for r in rows if str(r.get(f"{v}_excluded") or "").startswith("fails")]
+                           for v in ("eager_fp32", "eager_tf32", "compile")},
         "faster_than_eager_tf32": sum(1 for r in correct if (r.get("speedup_vs_eager_tf32") or 0) > 1),
         "correct": sum(1 for r in rows if r.get("correct")), "total": len(rows),
         "short_of_target": [r["problem"] for r in rows if not r.get("correct") or (r.get("sol_fraction") or 0) < TARGET_SOL_FRACTION],
     }
+
+
+def _counted_us(row: dict) -> list[float]:
+    """The row's PyTorch times that count (measured, and not marked as failing or unchecked at its tolerance)."""
+    return [row[f"{v}_us"] for v in ("eager_fp32", "eager_tf32", "compile")
+            if row.get(f"{v}_us") and not row.get(f"{v}_excluded")]
 
 
 def _sol(problem, gpu: str, calibrated: bool = False) -> dict:
@@ -319,6 +335,12 @@ def _fmt(v, kind="us") -> str:
     return f"{v:.0%}" if kind == "pct" else str(v)
 
 
+def _timed(row: dict, variant: str) -> str:
+    """A PyTorch time, and why it does not count where it does not ("25.1, fails 1e-4")."""
+    why = row.get(f"{variant}_excluded")
+    return _fmt(row.get(f"{variant}_us")) + (f", {why}" if why else "")
+
+
 def to_markdown(doc: dict) -> str:
     s = doc["summary"]
     lines = [
@@ -330,8 +352,12 @@ def to_markdown(doc: dict) -> str:
         "computing in f16 may beat it honestly), and the bound of the precision the kept program computed in; "
         "speedups over PyTorch eager fp32 (its default), eager with TF32 allowed, and torch.compile.",
         "",
-        "The kept time is the faster of our best program and PyTorch's fastest allowed variant (the floor); where "
+        "The kept time is the faster of our best program and PyTorch's fastest eligible variant (the floor); where "
         "PyTorch's is kept the row says **fallback** and its speedups are PyTorch's, not ours.",
+        "",
+        "A PyTorch variant counts (as the floor, as a speedup's baseline, in PyTorch's best) only where its outputs "
+        "pass the problem's tolerance, checked on the GPU beside its timing; one that fails says so beside its time "
+        "(\"fails 1e-4\") and its speedup column is empty.",
         "",
         "| problem | eager fp32 | eager TF32 | torch.compile | ours | ours / PyTorch best | kept | fallback | precision | t_SOL | % of SOL | t_SOL at precision | "
         "% of it | vs fp32 | vs TF32 | vs compile | correct |",
@@ -339,8 +365,8 @@ def to_markdown(doc: dict) -> str:
     ]
     for r in doc["rows"]:
         lines.append(
-            f"| {r['problem']} | {_fmt(r.get('eager_fp32_us'))} | {_fmt(r.get('eager_tf32_us'))} | "
-            f"{_fmt(r.get('compile_us'))} | {_fmt(r.get('ours_us'))} | {_fmt(r.get('ours_vs_floor'), 'x')} | "
+            f"| {r['problem']} | {_timed(r, 'eager_fp32')} | {_timed(r, 'eager_tf32')} | "
+            f"{_timed(r, 'compile')} | {_fmt(r.get('ours_us'))} | {_fmt(r.get('ours_vs_floor'), 'x')} | "
             f"{_fmt(r.get('kept_us', r.get('ours_us')))} | {('**' + r['fallback'] + '**') if r.get('fallback') else '-'} | "
             f"{r.get('precision') or '-'} | "
             f"{_fmt(r.get('t_sol_us'))} | {_fmt(r.get('sol_fraction'), 'pct')} | "

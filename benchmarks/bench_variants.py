@@ -58,7 +58,8 @@ def row_of(kind: str, variant: str, problem: str, summary, build: dict | None = 
         "t_us": shown.t_us if shown else None, "t_sol_us": summary.t_sol_us,
         "sol_fraction": shown.sol_fraction if shown else None,
         **{f"speedup_vs_{b}": getattr(shown, f"speedup_vs_{b}", None) if shown else None for b in BASELINES},
-        "reference_us": summary.reference_us, "precision": shown.precision if shown else None,
+        "reference_us": summary.reference_us, "reference_checks": summary.reference_checks,
+        "precision": shown.precision if shown else None,
         "flags": shown.flags if shown else [], "attempts": len(summary.attempts),
         "failure": (shown.failure_reason if shown else summary.stop_reason) or None,
         "build_s": (build or {}).get("build_s", shown.build_s if shown else None),
@@ -140,10 +141,16 @@ def to_markdown(doc: dict) -> str:
             f"{_fmt(r['sol_fraction'], 'pct')} | {_fmt(r['speedup_vs_eager_fp32'], 'x')} | "
             f"{_fmt(r['speedup_vs_eager_tf32'], 'x')} | {_fmt(r['speedup_vs_compile'], 'x')} | "
             f"{_fmt(r.get('build_s'))} | {note[:120]} |")
-    refs = {r["problem"]: r["reference_us"] for r in doc["rows"] if r.get("reference_us")}
-    lines += ["", "PyTorch on the same problems (us): " + "; ".join(
-        f"{p}: eager fp32 {_fmt(v.get('eager_fp32'))}, eager TF32 {_fmt(v.get('eager_tf32'))}, "
-        f"torch.compile {_fmt(v.get('compile'))}" for p, v in refs.items()), "",
+    from run_vocabulary.floor import cell
+
+    refs = {r["problem"]: (r["reference_us"], r.get("reference_checks")) for r in doc["rows"] if r.get("reference_us")}
+
+    def timed(v: dict, checks: dict | None, key: str) -> str:  # a variant failing the tolerance says so
+        return _fmt(v.get(key)) + (f" ({cell(key, checks)})" if cell(key, checks) else "")
+
+    lines += ["", "PyTorch on the same problems (us; a variant that fails the tolerance is no speedup's baseline): "
+              + "; ".join(f"{p}: eager fp32 {timed(v, c, 'eager_fp32')}, eager TF32 {timed(v, c, 'eager_tf32')}, "
+                          f"torch.compile {timed(v, c, 'compile')}" for p, (v, c) in refs.items()), "",
         f"Versions: {doc.get('versions_text', '')}. Wall time {doc['wall_s']} s.", ""]
     return "\n".join(lines)
 

@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any, Callable
 
+VARIANTS = ("eager_fp32", "eager_tf32", "compile")  # run_vocabulary.floor.VARIANTS
+
 
 def register(subparsers: Any) -> None:
     b = subparsers.add_parser(
@@ -46,8 +48,12 @@ def register(subparsers: Any) -> None:
 # rows
 
 
-def baseline_row(problem, harness, gpu: str, precision: str = "tf32") -> dict:
-    """One problem: its SOL bound and its reference timings, with the fraction of SOL each reaches."""
+def baseline_row(problem, harness, gpu: str, precision: str = "tf32", check: bool | None = None,
+                 checker: Callable[[Any, list[str]], dict] | None = None) -> dict:
+    """One problem: its SOL bound and its reference timings, with the fraction of SOL each reaches, and beside
+    each timing its outputs checked at the problem's tolerance (``evals.baseline_checks``; ``check`` None:
+    where ``baseline_checks.wanted`` says, below 1e-3 by default). ``best_us`` is the fastest variant that counts
+    (``run_vocabulary.floor``: measured, allowed, and passing where it was checked)."""
     row: dict[str, Any] = {"problem": problem.key, "path": problem.path, "tolerance": problem.tolerance}
     try:
         from sol_models.bounds import sol_report
@@ -66,37 +72,65 @@ def baseline_row(problem, harness, gpu: str, precision: str = "tf32") -> dict:
                    compile_spread_pct=ref.compile_spread_pct, compile_s=ref.compile_s)
         if ref.reason:
             row["note"] = ref.reason
+        row.update(baseline_checks_of(problem, row, check, checker))
         t_sol = row.get("t_sol_us")
-        for key in ("eager_fp32", "eager_tf32", "compile"):
+        for key in VARIANTS:
             t = row.get(f"{key}_us")
             row[f"{key}_sol_fraction"] = (t_sol / t) if (t and t_sol) else None
-        best = [row[f"{k}_us"] for k in ("eager_fp32", "eager_tf32", "compile") if row.get(f"{k}_us")]
+        best = [row[f"{k}_us"] for k in VARIANTS if row.get(f"{k}_us") and row.get(f"{k}_eligible", True)]
         row["best_us"] = min(best) if best else None
         row["best_sol_fraction"] = (t_sol / row["best_us"]) if (t_sol and row["best_us"]) else None
     return row
 
 
+def baseline_checks_of(problem, row: dict, check: bool | None = None,
+                       checker: Callable[[Any, list[str]], dict] | None = None) -> dict:
+    """The row's ``reference_checks`` (``floor.reference_record``) and per variant ``<v>_eligible`` and
+    ``<v>_check`` (its label: "passes 0.0001", "fails 0.0001", "not checked"), from ``checker`` (default: the
+    variants run in a child process on the GPU, ``baseline_checks.checks_in_child``)."""
+    from evals.baseline_checks import checks_in_child, wanted
+    from run_vocabulary.floor import reference_record
+
+    refs = {v: row.get(f"{v}_us") for v in VARIANTS}
+    timed = [v for v in VARIANTS if refs.get(v)]
+    checks: dict = {}
+    if timed and (wanted(problem.tolerance) if check is None else check):
+        checker = checker or (lambda p, variants: checks_in_child(p.path, float(p.tolerance), variants))
+        checks = checker(problem, timed)
+    record = reference_record(refs, checks, getattr(problem, "allowed_precisions", ()), problem.tolerance)
+    out: dict[str, Any] = {"reference_checks": record}
+    for v, rec in record.items():
+        out[f"{v}_eligible"], out[f"{v}_check"] = rec["eligible"], rec["label"]
+    return out
+
+
 def summarize(rows: list[dict]) -> dict:
-    """Geomean fraction of SOL reached by each baseline (t_SOL / t), as in the project's facts."""
+    """Geomean fraction of SOL reached by each baseline (t_SOL / t), as in the project's facts, over the rows where
+    the baseline counts (a variant that fails the tolerance is counted apart: ``<v>_fails``)."""
     from evals.metrics import geomean
 
+    def counts(r: dict, key: str) -> bool:
+        return bool(r.get(f"{key}_us")) and r.get(f"{key}_eligible", True)
+
     out: dict[str, Any] = {"problems": len(rows)}
-    for key in ("eager_fp32", "eager_tf32", "compile", "best"):
-        out[f"{key}_geomean_sol_fraction"] = geomean([r.get(f"{key}_sol_fraction") for r in rows])
+    for key in VARIANTS:
+        out[f"{key}_geomean_sol_fraction"] = geomean([r.get(f"{key}_sol_fraction") for r in rows if counts(r, key)])
+        out[f"{key}_fails"] = sum(1 for r in rows if str(r.get(f"{key}_check") or "").startswith("fails"))
+    out["best_geomean_sol_fraction"] = geomean([r.get("best_sol_fraction") for r in rows])
     out["eager_tf32_over_fp32_geomean_speedup"] = geomean(
-        [r["eager_fp32_us"] / r["eager_tf32_us"] for r in rows if r.get("eager_fp32_us") and r.get("eager_tf32_us")])
+        [r["eager_fp32_us"] / r["eager_tf32_us"] for r in rows if r.get("eager_fp32_us") and counts(r, "eager_tf32")])
     return out
 
 
 def bench_rows(problems, harness, gpu: str, precision: str = "tf32",
                progress: Callable[[int, int, dict, float], None] | None = None,
-               starting: Callable[[int, int, Any], None] | None = None) -> list[dict]:
+               starting: Callable[[int, int, Any], None] | None = None, check: bool | None = None) -> list[dict]:
     rows = []
     for i, problem in enumerate(problems, 1):
         if starting is not None:
             starting(i, len(problems), problem)
         start = time.perf_counter()
-        row = baseline_row(problem, harness, gpu, precision)
+        row = baseline_row(problem, harness, gpu, precision, check=check)
         rows.append(row)
         if progress is not None:
             progress(i, len(problems), row, time.perf_counter() - start)
@@ -111,6 +145,14 @@ def fmt_us(v: float | None) -> str:
     return f"{v:.1f} us" if v >= 10 else f"{v:.3f} us"
 
 
+def fmt_timed(row: dict, variant: str) -> str:
+    """A variant's time, and beside it why it does not count where it does not ("12.0 us, fails 1e-4")."""
+    from run_vocabulary.floor import cell
+
+    why = cell(variant, row.get("reference_checks"))
+    return fmt_us(row.get(f"{variant}_us")) + (f", {why}" if why else "")
+
+
 def fmt_frac(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
@@ -123,9 +165,8 @@ def render_table(rows: list[dict], title: str) -> None:
     for col in ("problem", "eager fp32", "eager TF32", "compile", "t_SOL", "bound", "best/SOL"):
         table.add_column(col, justify="left" if col == "problem" else "right", no_wrap=True)
     for r in rows:
-        table.add_row(r["problem"], fmt_us(r.get("eager_fp32_us")), fmt_us(r.get("eager_tf32_us")),
-                      fmt_us(r.get("compile_us")), fmt_us(r.get("t_sol_us")), r.get("bound") or "-",
-                      fmt_frac(r.get("best_sol_fraction")))
+        table.add_row(r["problem"], *(fmt_timed(r, v) for v in VARIANTS), fmt_us(r.get("t_sol_us")),
+                      r.get("bound") or "-", fmt_frac(r.get("best_sol_fraction")))
     console = Console()
     natural = console.measure(table, options=console.options.update_width(1000)).maximum  # no cell cut
     if natural > console.width:  # a narrow terminal, or a file or pipe (80 columns): widen rather than cut
@@ -184,7 +225,8 @@ def _bench(args: argparse.Namespace, status) -> int:
             print(f"[{i}/{n}] {row['problem']} ({seconds:.1f} s)", file=sys.stderr)
 
     def starting(i, n, problem):
-        status.show(f"[{i}/{n}] {problem.key}: " + ("timing eager fp32, eager TF32 and torch.compile" if has_gpu
+        status.show(f"[{i}/{n}] {problem.key}: " + ("timing eager fp32, eager TF32 and torch.compile, then checking "
+                                                     "their outputs at the tolerance" if has_gpu
                                                      else "counting its speed-of-light bound"))
 
     try:

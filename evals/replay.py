@@ -51,7 +51,7 @@ def truncate(summary: RunSummary, n: int, policy: str, stop_reason: str) -> RunS
 def replay_run(summary: RunSummary, policy: str, settings: PolicySettings) -> RunSummary:
     """One finished run re-judged under ``policy``."""
     history = sorted(summary.attempts, key=lambda a: a.index)
-    n, reason = stop_index(policy, history, summary.t_sol_us, summary.reference_us, settings)
+    n, reason = stop_index(policy, history, summary.t_sol_us, summary.baselines_us, settings)
     return truncate(summary, n, policy, reason or f"{policy}: the log ended after {n} attempts without a stop")
 
 

@@ -531,7 +531,8 @@ def results_document(store) -> dict[str, Any]:
             "correct": r.correct, "flags": r.flags,
             **{f"speedup_vs_{b}": r.speedups.get(b) for b in metrics.BASELINES},
             "sol_fraction": r.sol_fraction, "t_us": s.best_t_us, "t_sol_us": s.t_sol_us,
-            "reference_us": s.reference_us, "attempts": r.attempts, "tokens": r.tokens, "cost_usd": r.cost_usd,
+            "reference_us": s.reference_us, "reference_checks": s.reference_checks, "attempts": r.attempts,
+            "tokens": r.tokens, "cost_usd": r.cost_usd,
             "stop_reason": s.stop_reason, "policy_settings": s.policy_settings, "precision": best.precision if best else None,
             "timing_source": best.timing_source if best else None,
         })

@@ -10,7 +10,7 @@ from dsl_compiler.diagnostics import Diagnostic, failure
 from run_vocabulary.budgets import Spend, budget_stop
 from run_vocabulary.policies import stop_reason
 from run_vocabulary.records import AttemptRecord
-from graph.state import OptimizeState, history, program_of
+from graph.state import OptimizeState, baselines_us, history, program_of
 
 if TYPE_CHECKING:
     from graph.context import RunContext
@@ -68,7 +68,7 @@ def stop_decision(state: OptimizeState, ctx: RunContext, *, nothing_left: str | 
         if over:
             return over
     return stop_reason(ctx.stop_policy, history(state), state.get("sol", {}).get("t_sol_us"),
-                       state.get("reference_us", {}), ctx.policy_settings, nothing_left=nothing_left)
+                       baselines_us(state), ctx.policy_settings, nothing_left=nothing_left)
 
 
 def fail(
@@ -93,7 +93,7 @@ TIE_REL = 1e-4
 def judge(state: OptimizeState, attempt: AttemptRecord, node_s: float, flags: list[str]) -> dict[str, Any]:
     """Finish a profiled attempt: SOL fraction, speedups, flags; a new best when it is one."""
     t_sol = state.get("sol", {}).get("t_sol_us")
-    refs = state.get("reference_us", {})
+    refs = baselines_us(state)  # a variant that fails the tolerance is no baseline
     t = attempt.t_us
     # the judge's flags (validator, profiler: pytorch_only) stay; the SOL ceiling's are added to them
     flags = [*attempt.flags, *(f for f in flags if f not in attempt.flags)]

@@ -31,6 +31,7 @@ class Services:
         self._sol: dict[tuple[str, str], dict] = {}
         self._references: dict[str, dict[str, float]] = {}
         self._reference_reasons: dict[str, str] = {}  # why a problem's references were not timed
+        self._reference_checks: dict[str, dict[str, dict]] = {}  # per timed variant: its check at the tolerance
         self._harness = None
         self._harness_settings = harness_settings
         self.work_s = 0.0  # time spent inside library calls, to measure the graph's own overhead
@@ -88,6 +89,24 @@ class Services:
             self._references[path] = dict(timings.as_reference_us())
             self._reference_reasons[path] = getattr(timings, "reason", "") or ""
         return self._references[path]
+
+    def reference_checks(self, path: str) -> dict[str, dict]:
+        """Each timed variant's outputs against the reference at the problem's tolerance
+        (``evals.baseline_checks``: the judge's rule, on the GPU, in a child process), as ``VariantCheck`` dicts;
+        {} where nothing was timed or no check is wanted (``baseline_checks.wanted``: by default below 1e-3,
+        where TF32 is in doubt; ``MUCUTLASS_BASELINE_CHECKS=on`` everywhere, ``off`` never)."""
+        if path not in self._reference_checks:
+            refs = self.reference_timings(path)
+            problem = self.problem(path)
+            checks: dict[str, dict] = {}
+            variants = [v for v in ("eager_fp32", "eager_tf32", "compile") if refs.get(v)]
+            from evals.baseline_checks import checks_in_child, wanted
+
+            if variants and wanted(getattr(problem, "tolerance", None)):
+                found = self._timed(checks_in_child, problem.path, float(problem.tolerance), variants)
+                checks = {v: c.to_dict() for v, c in found.items()}
+            self._reference_checks[path] = checks
+        return self._reference_checks[path]
 
     def reference_reason(self, path: str) -> str:
         """Why ``reference_timings(path)`` timed nothing (no GPU, the reference failed), or ""."""

@@ -9,6 +9,8 @@ import json
 import sys
 from typing import Any, Callable, TextIO
 
+from graph.state import baselines_us
+from run_vocabulary.floor import cell
 from run_vocabulary.policies import baseline_us
 
 EventSink = Callable[[dict[str, Any]], None]
@@ -39,6 +41,7 @@ class EventTracker:
             sol = self.state["sol"]
             self.emit({"event": "setup", "problem": self.state.get("problem_name"), "t_sol_us": sol.get("t_sol_us"),
                        "bound": sol.get("bound"), "reference_us": self.state.get("reference_us", {}),
+                       "reference_checks": self.state.get("reference_checks") or {},
                        "reference_reason": self.state.get("reference_reason") or "",
                        "backend": self.state.get("backend")})
         if node == "planner" and update.get("hypothesis"):
@@ -63,10 +66,10 @@ class EventTracker:
         self.emit({"event": "stage", "node": node, "text": text})
 
     def attempt_event(self, a: dict[str, Any]) -> dict[str, Any]:
-        refs = self.state.get("reference_us", {})
+        refs = baselines_us(self.state)  # the variants that pass the tolerance
         t_sol = self.state.get("sol", {}).get("t_sol_us")
         best = self.state.get("best_t_us")
-        ref = baseline_us(refs)  # the fastest reference timed
+        ref = baseline_us(refs)  # the fastest of them
         return {
             "event": "attempt", "index": a["index"], "of": self.max_attempts, "hypothesis": a.get("hypothesis"),
             "reached": a.get("reached"), "correct": a.get("correct"), "t_us": a.get("t_us"),
@@ -137,7 +140,9 @@ def rich_printer(console: Any = None) -> EventSink:
         elif kind == "setup":
             why = e.get("reference_reason") or ("the interpreter backend times nothing"
                                                  if e.get("backend") == "interpreter" else "no GPU timing")
-            refs = ", ".join(f"{k} {v:.4g} us" for k, v in (e.get("reference_us") or {}).items()) or f"none timed ({why})"
+            checks = e.get("reference_checks") or {}
+            refs = ", ".join(f"{k} {v:.4g} us" + (f" ({cell(k, checks)})" if cell(k, checks) else "")
+                             for k, v in (e.get("reference_us") or {}).items()) or f"none timed ({why})"
             console.print(f"  t_SOL {_fmt(e.get('t_sol_us'), '.4g', ' us')} ({e.get('bound')}-bound); reference: {refs}")
         elif kind == "plan":
             console.print(f"  [dim]plan:[/] {e['hypothesis']} (gain {_fmt(e.get('expected_gain'))}x, "

@@ -259,10 +259,12 @@ def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, ba
     from run_vocabulary.floor import kept_result
 
     try:
-        allowed = getattr(ctx.services.problem(state.get("problem_path", "")), "allowed_precisions", ())
+        problem = ctx.services.problem(state.get("problem_path", ""))
+        allowed, tolerance = getattr(problem, "allowed_precisions", ()), getattr(problem, "tolerance", None)
     except Exception:  # a problem that did not load has no floor beyond its default
-        allowed = ()
-    kept = kept_result(state.get("best_t_us"), state.get("reference_us", {}), allowed)
+        allowed, tolerance = (), None
+    checks = state.get("reference_checks") or {}
+    kept = kept_result(state.get("best_t_us"), state.get("reference_us", {}), allowed, checks, tolerance)
     return RunSummary(
         fallback=kept.source if kept.fallback else "", kept_t_us=kept.t_us,
         problem=state.get("problem_name") or Path(state.get("problem_path", "")).stem,
@@ -270,6 +272,7 @@ def summarize(state: dict, ctx: RunContext, wall_s: float, overhead_s: float, ba
         attempts=[AttemptRecord.model_validate(a) for a in state.get("attempts", [])],
         best_index=state.get("best_index"), best_t_us=state.get("best_t_us"),
         t_sol_us=state.get("sol", {}).get("t_sol_us"), reference_us=state.get("reference_us", {}),
+        reference_checks=checks,
         stop_reason=state.get("stop_reason", ""), policy_settings=ctx.policy_settings.model_dump(), tokens_in=state.get("tokens_in", 0),
         tokens_out=state.get("tokens_out", 0), cost_usd=state.get("cost_usd", 0.0), wall_s=wall_s,
         work_s=state.get("work_s", 0.0),

@@ -8,6 +8,7 @@ from typing import Any, TypedDict
 
 from dsl_compiler.diagnostics import Diagnostic, as_diagnostic
 from dsl_compiler.ir import Program
+from run_vocabulary.floor import eligible_us
 from run_vocabulary.records import AttemptRecord, Hypothesis
 
 
@@ -18,6 +19,8 @@ class OptimizeState(TypedDict, total=False):
     sol: dict[str, Any]  # SolReport as a dict: t_sol_us, bound, ...
     reference_us: dict[str, float]  # eager_fp32, eager_tf32, compile
     reference_reason: str  # why nothing was timed there ("" when timed)
+    # per timed variant: its check at the tolerance, eligible, label (run_vocabulary.floor.reference_record)
+    reference_checks: dict[str, dict]
     backend: str
     # the plan
     plan: list[dict]  # ranked Hypothesis dicts
@@ -46,6 +49,12 @@ class OptimizeState(TypedDict, total=False):
     spend_by_node: dict[str, dict[str, float]]  # planner, writer -> {tokens_in, tokens_out, cost_usd, seconds, calls}
     stop_reason: str
     memory_noted: int  # attempts whose notes are in the memory store (graph.memory)
+
+
+def baselines_us(state: OptimizeState) -> dict[str, float]:
+    """The reference times that count (``run_vocabulary.floor.eligible_us``): a variant that fails the problem's
+    tolerance is no speedup's baseline and no time a stop rule must beat."""
+    return eligible_us(state.get("reference_us", {}), state.get("reference_checks"))
 
 
 def history(state: OptimizeState) -> list[AttemptRecord]:
@@ -78,7 +87,8 @@ def hypothesis(state: OptimizeState) -> Hypothesis | None:
 
 def initial_state(problem_path: str, backend: str) -> OptimizeState:
     return OptimizeState(
-        problem_path=problem_path, problem_name="", sol={}, reference_us={}, backend=backend,
+        problem_path=problem_path, problem_name="", sol={}, reference_us={}, reference_checks={},
+        backend=backend,
         plan=[], hypothesis=None, current=None, program=None, candidate_source=None, artifacts={}, sources={}, diagnostics=[],
         attempts=[], best_index=None, best_t_us=None, best_program_text=None, best_program=None,
         best_artifacts={}, best_sources={}, tokens_in=0, tokens_out=0, cost_usd=0.0, tokens_by_model={}, work_s=0.0,

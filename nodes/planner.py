@@ -14,6 +14,7 @@ from graph.state import OptimizeState, history, initial_state, program_of
 from nodes.dsl_writer import writer_request
 from nodes.tier_types import ProposingTier
 from nodes.tiers import tier_of
+from run_vocabulary.floor import reference_record
 
 
 def planner(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
@@ -39,6 +40,10 @@ def _plan(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
             update["sol"] = svc.sol_report(path, ctx.gpu)
             update["reference_us"] = svc.reference_timings(path)
             update["reference_reason"] = svc.reference_reason(path)
+            # each timed variant's check at the tolerance, and whether it counts (floor, speedups, stop rules)
+            update["reference_checks"] = reference_record(update["reference_us"], svc.reference_checks(path),
+                                                          getattr(problem, "allowed_precisions", ()),
+                                                          getattr(problem, "tolerance", None))
         except Exception as exc:  # a broken problem or library failure ends the run with its reason
             return {**update, "stop_reason": f"setup failed: {type(exc).__name__}: {exc}"}
         state = {**state, **update}

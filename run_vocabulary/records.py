@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from dsl_compiler.diagnostics import Diagnostic, as_diagnostic
 
+from run_vocabulary.floor import eligible_us
 from run_vocabulary.variants import DEFAULT_VARIANT
 
 Stage = Literal["write", "compile", "validate", "profile", "done"]
@@ -77,7 +78,11 @@ class RunSummary(BaseModel):
     best_t_us: float | None = None
     t_sol_us: float | None = None
     reference_us: dict[str, float] = Field(default_factory=dict)  # eager_fp32, eager_tf32, compile
-    # the floor (run_vocabulary.floor): when PyTorch's fastest allowed variant beats every correct program (or none is
+    # beside each timed variant: its outputs checked at the problem's tolerance (passed, errors), whether it counts
+    # (eligible) and its word for a table (label: "fails 0.0001"); run_vocabulary.floor.reference_record. Empty in
+    # records written before checks were kept (every timed variant counted then)
+    reference_checks: dict[str, dict] = Field(default_factory=dict)
+    # the floor (run_vocabulary.floor): when PyTorch's fastest eligible variant beats every correct program (or none is
     # correct), the run keeps it: ``fallback`` names it and ``kept_t_us`` is its time, never a speedup of ours
     fallback: str = ""
     kept_t_us: float | None = None
@@ -106,6 +111,11 @@ class RunSummary(BaseModel):
     kernel_cache: dict[str, float | None] = Field(default_factory=dict)
     backend_reason: str = ""  # why this backend (``--backend auto`` explains its choice)
     run_id: str = ""
+
+    @property
+    def baselines_us(self) -> dict[str, float]:
+        """The reference times that count: those of variants that pass the tolerance (``floor.eligible_us``)."""
+        return eligible_us(self.reference_us, self.reference_checks)
 
     @property
     def best(self) -> AttemptRecord | None:

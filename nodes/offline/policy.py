@@ -18,7 +18,11 @@ order of the config-aware estimate (``search``):
 3. when a program fails to check or build, the kernel named in the diagnostic first loses its
    epilogue to PyTorch steps, then runs as a PyTorch step; when a program gives wrong results,
    every epilogue goes to PyTorch, then every kernel. Each precision earns its own fallbacks,
-   and one wrong result of a 16-bit program drops that precision: the TF32 programs remain.
+   and one wrong result of a 16-bit program drops that precision: the TF32 programs remain;
+   below 1e-3 (KernelBench's fp32 rule is 1e-4) one wrong result of a TF32 program moves the
+   fp32 plan to tf32x3 with the same fusion (``failed_maths``: a precision that failed a problem
+   is not retried for it). There the first attempt is the fastest admitted math the error model
+   predicts to pass (TF32, else tf32x3; a 16-bit one only where allowed and predicted).
 
 Everything is a pure function of the problem, the history and the record, so a run replays the
 same way. Its hypotheses and programs flow through the same planner, compiler, validator,
@@ -37,6 +41,7 @@ from dsl_compiler.diagnostics import kernels_named
 from dsl_compiler.frontend import TraceOptions, TraceResult, trace_problem
 from dsl_compiler.ir import Program
 from dsl_compiler.parser import parse
+from dsl_compiler.precision import admitted
 from dsl_compiler.printer import program_key
 from run_vocabulary.records import AttemptRecord, Hypothesis
 from nodes.tier_types import WriterReply, WriterRequest
@@ -88,27 +93,31 @@ def _problem_key(problem: Any) -> str:
 
 
 def half_math(allowed_precisions, tolerance) -> str | None:
-    """The 16-bit math a problem allows over fp32 data: f16 before bf16, and only at a tolerance
-    of at least HALF_MIN_TOLERANCE (half-precision operands fail tighter ones)."""
+    """The 16-bit math a problem allows over fp32 data without a prediction: f16 before bf16, and only at a
+    tolerance of at least HALF_MIN_TOLERANCE (half-precision operands fail tighter ones)."""
     if tolerance is None or float(tolerance) < HALF_MIN_TOLERANCE:
         return None
     return next((m for m in HALF_MATHS if m in tuple(allowed_precisions or ())), None)
 
 
-def choose_half_math(problem: Any, allowed_precisions, tolerance) -> tuple[str | None, dict]:
-    """The 16-bit math the tier tries beside TF32, and the predicted errors behind the choice: the first of
-    ``half_math``'s candidates (f16, then bf16) that the error model (``dsl_compiler.frontend.error_model``,
-    the reference run with its GEMM / conv operands rounded) predicts within the tolerance; None when none
-    is. Without a prediction (a reference that does not run on the CPU) the rule of ``half_math`` stands."""
+def choose_half_math(problem: Any, allowed_precisions, tolerance, failed: tuple[str, ...] = ()) -> tuple[str | None, dict]:
+    """The 16-bit math the tier tries beside TF32, and the predicted errors behind the choice: the first of the
+    problem's 16-bit maths (f16, then bf16), less those that gave it a wrong result (``failed``), that the error
+    model (``dsl_compiler.frontend.error_model``, the reference run with its GEMM / conv operands rounded)
+    predicts within the tolerance; None when none is. Below HALF_MIN_TOLERANCE only a prediction proposes one
+    (at KernelBench's 1e-4 that takes data a 16-bit operand holds exactly); without a prediction (a reference
+    that does not run on the CPU) the rule of ``half_math`` stands."""
     from dsl_compiler.frontend.error_model import predict_errors
 
-    first = half_math(allowed_precisions, tolerance)
-    if first is None:
+    if tolerance is None:
         return None, {}
-    candidates = tuple(m for m in HALF_MATHS if m in tuple(allowed_precisions or ()))
+    candidates = tuple(m for m in HALF_MATHS if m in tuple(allowed_precisions or ()) and m not in failed)
+    if not candidates:
+        return None, {}
     errors = predict_errors(problem, candidates, float(tolerance), until_pass=True)
     if not errors:
-        return first, {}
+        first = half_math(allowed_precisions, tolerance)
+        return (first if first in candidates else None), {}
     return next((m for m in candidates if m in errors and errors[m].passes), None), errors
 
 
@@ -117,29 +126,62 @@ def choose_half_math(problem: Any, allowed_precisions, tolerance) -> tuple[str |
 FP32_MATHS = ("tf32", "tf32x3")
 
 
-def choose_fp32_math(problem: Any, allowed_precisions, tolerance) -> tuple[str | None, dict]:
+def choose_fp32_math(problem: Any, allowed_precisions, tolerance, failed: tuple[str, ...] = ()) -> tuple[str | None, dict]:
     """The math of the tier's fp32 kernels below HALF_MIN_TOLERANCE, and the predicted errors behind it: the
-    fastest of FP32_MATHS the problem admits that the error model predicts within the tolerance, else the most
-    precise it admits. None (the storage types' own rule: TF32 where allowed) at looser tolerances or without a
-    prediction."""
+    fastest of FP32_MATHS the problem admits, less those that gave it a wrong result (``failed``), that the
+    error model predicts within the tolerance, else the most precise of them. None (the storage types' own rule:
+    TF32 where allowed) at looser tolerances or without a prediction, unless TF32 failed: then tf32x3."""
     from dsl_compiler.frontend.error_model import predict_errors
     from dsl_compiler.precision import admitted
 
     if tolerance is None or float(tolerance) >= HALF_MIN_TOLERANCE:
         return None, {}
-    candidates = tuple(m for m in FP32_MATHS if admitted(m, tuple(allowed_precisions or ())))
+    candidates = tuple(m for m in FP32_MATHS if admitted(m, tuple(allowed_precisions or ())) and m not in failed)
     if not candidates:
         return None, {}
     errors = predict_errors(problem, candidates, float(tolerance), until_pass=True)
     if not errors:
-        return None, {}
+        return ("tf32x3" if "tf32" in failed and "tf32x3" in candidates else None), {}
     return next((m for m in candidates if m in errors and errors[m].passes), candidates[-1]), errors
+
+
+def failed_maths(history: list[AttemptRecord], tolerance) -> tuple[str, ...]:
+    """The maths not retried for this problem: both 16-bit maths once one of their programs gave a wrong result
+    (at any tolerance: the precision, not the program, is the first suspect, and the other 16-bit math lost to it
+    in the prediction already), and TF32 after a wrong result below HALF_MIN_TOLERANCE (at KernelBench's 1e-4
+    TF32's rounding is the first suspect; at looser tolerances the program is, and its epilogues and kernels
+    fall back to PyTorch as before). tf32x3 is fp32-accurate: its wrong results are the program's."""
+    strict = tolerance is not None and float(tolerance) < HALF_MIN_TOLERANCE
+    out: list[str] = []
+    for a in history:
+        if a.correct or not (a.failure_reason or "").startswith("validate"):
+            continue
+        if attempt_math(a) in HALF_MATHS:
+            out += [m for m in HALF_MATHS if m not in out]
+        elif strict and attempt_fp32_math(a) == "tf32" and "tf32" not in out:
+            out.append("tf32")
+    return tuple(out)
 
 
 def attempt_math(a: AttemptRecord) -> str | None:
     """The 16-bit math an attempt's program computed in (None: TF32 / the storage types' own)."""
     program = _program_of(a)
     return next((k.config.math for k in program.kernels if k.config.math in HALF_MATHS), None) if program else None
+
+
+def attempt_fp32_math(a: AttemptRecord) -> str | None:
+    """The math an attempt's fp32 kernels computed in: "tf32x3" where any kernel splits, "tf32" where any runs
+    TF32, None (no kernel, or none over fp32 data)."""
+    from dsl_compiler.precision import kernel_maths
+
+    program = _program_of(a)
+    if program is None or not program.kernels:
+        return None
+    try:
+        maths = kernel_maths(program)
+    except Exception:  # a program whose shapes do not infer: its declared knobs only
+        maths = [k.config.math for k in program.kernels]
+    return "tf32x3" if "tf32x3" in maths else ("tf32" if "tf32" in maths else None)
 
 
 def _program_of(a: AttemptRecord) -> Program | None:
@@ -295,16 +337,20 @@ class OfflineTier:
         The first plan's trace is the one that explains the program."""
         first = self.plan_for(problem, gpu, TraceOptions())
         kernel_names = {k.name for k in first.trace.program.kernels} if first.trace.program else set()
-        own = [a for a in history if attempt_math(a) is None]
-        options = self.fallback_options(own, kernel_names)
         if allowed_precisions is None:
             allowed_precisions = getattr(problem, "allowed_precisions", ())
         if tolerance is None:
             tolerance = getattr(problem, "tolerance", None)
+        failed = failed_maths(history, tolerance)  # a precision that gave this problem a wrong result is not retried
+        # the fp32 plan's own history: its fallbacks are earned by its programs, not by a precision that failed
+        own = [a for a in history if attempt_math(a) is None and attempt_fp32_math(a) not in failed]
+        options = self.fallback_options(own, kernel_names)
         if self.error_model and kernel_names:  # below 1e-3: TF32, or the split product where TF32 would miss
-            fp32_math, _ = self.precision_choice(problem, allowed_precisions, tolerance, choose_fp32_math)
+            fp32_math, _ = self.precision_choice(problem, allowed_precisions, tolerance, choose_fp32_math, failed)
             if fp32_math == "tf32x3":
                 options = options.model_copy(update={"math": fp32_math})
+        elif "tf32" in failed and admitted("tf32x3", tuple(allowed_precisions or ())):
+            options = options.model_copy(update={"math": "tf32x3"})
         plans = [self.plan_for(problem, gpu, options)]
         # tf32 operands that are not K-major: read as stored (CUTLASS's register-sourced mainloop) or
         # after one transposing copy each (the K-major mainloop); the estimate ranks the two
@@ -314,9 +360,10 @@ class OfflineTier:
                 copied.trace.program != plans[0].trace.program:
             plans.append(copied)
         if self.error_model and kernel_names:
-            half, _ = self.precision_choice(problem, allowed_precisions, tolerance)
+            half, _ = self.precision_choice(problem, allowed_precisions, tolerance, choose_half_math, failed)
         else:
             half = half_math(allowed_precisions, tolerance)
+            half = half if half not in failed else None
         if half is None or not kernel_names:
             return plans
         tried = [a for a in history if attempt_math(a) == half]
@@ -331,12 +378,12 @@ class OfflineTier:
             plans.append(plan)
         return plans
 
-    def precision_choice(self, problem: Any, allowed_precisions, tolerance,
-                         choose=choose_half_math) -> tuple[str | None, dict]:
-        """``choose`` (``choose_half_math``, ``choose_fp32_math``) once per problem and tolerance."""
-        key = (choose.__name__, _problem_key(problem), tuple(allowed_precisions or ()), tolerance)
+    def precision_choice(self, problem: Any, allowed_precisions, tolerance, choose=choose_half_math,
+                         failed: tuple[str, ...] = ()) -> tuple[str | None, dict]:
+        """``choose`` (``choose_half_math``, ``choose_fp32_math``) once per problem, tolerance and failed maths."""
+        key = (choose.__name__, _problem_key(problem), tuple(allowed_precisions or ()), tolerance, tuple(failed))
         if key not in self._precision:
-            self._precision[key] = choose(problem, allowed_precisions, tolerance)
+            self._precision[key] = choose(problem, allowed_precisions, tolerance, failed)
         return self._precision[key]
 
     def _state(self, request: WriterRequest) -> tuple[_Plan, list[tuple[Candidate, float]], dict[str, AttemptRecord]]:
@@ -417,8 +464,7 @@ class OfflineTier:
                 title=title,
                 rationale=("configuration ranked by the config-aware SOL estimate"
                            + (f"; varies kernel {c.varied}" if c.varied else f"; traced: {_coverage_text(plan.trace)}")
-                           + (f"; computes in {c.math} (params converted once, other operands by a `to` step; "
-                              "fp32 accumulation and epilogue)" if c.math else "")
+                           + (_math_text(c.math) if c.math else "")
                            + (f"; measured times of similar configurations predict {_ms(t_pred)}"
                               if abs(t_pred - c.t_est_us) > 1e-9 * max(1.0, c.t_est_us) else "")),
                 expected_gain=max(gain, 1e-3), risk=1.0 + 0.01 * rank_, ))
@@ -444,6 +490,14 @@ class OfflineTier:
         return WriterReply(chosen.program_text, tokens_in=0, tokens_out=0, model=MODEL_NAME, cost_usd=0.0,
                            hypothesis=Hypothesis(title=chosen.title, rationale="offline configuration search",
                                                  expected_gain=1.0, risk=1.0), ahead=ahead)
+
+
+def _math_text(math: str) -> str:
+    if math == "tf32x3":
+        return ("; computes in tf32x3 (three TF32 MMAs a product over the operands' big and small parts: "
+                "fp32-accurate, for a tolerance TF32 misses)")
+    return (f"; computes in {math} (params converted once, other operands by a `to` step; "
+            "fp32 accumulation and epilogue)")
 
 
 def _merged(plans: list[_Plan]) -> list[Candidate]:
