@@ -78,41 +78,13 @@ def check_of(cmps: Sequence[Mapping[str, Any]] | BaseException | str, tolerance:
                         sets=len(cmps), text=text, source=source)
 
 
-CHUNK_ELEMENTS = 1 << 24  # float64 temporaries of 128 MB at most, as the judge's comparison
-
-
 def compare_tensors(outs: Sequence, refs: Sequence, tolerance: float) -> dict:
-    """The judge's rule (``evals.judge.compare.compare``, which this package reaches only through its door, so
-    the rule is written again here and a test holds the two to the same verdicts): a non-finite value where the
+    """The judge's rule, through its door (``evals.judge.compare_to_reference``): a non-finite value where the
     reference is finite fails, then any element outside ``torch.isclose(atol = rtol = tolerance)``; with the
-    largest absolute and relative errors (float64, in chunks)."""
-    import torch
+    largest absolute and relative errors."""
+    from evals.judge import compare_to_reference
 
-    max_abs = max_rel = 0.0
-    for i, (o, r) in enumerate(zip(outs, refs)):
-        of, rf = o.to(r.device).reshape(-1), r.reshape(-1)
-        n_nonfinite = n_far = 0
-        floating = r.is_floating_point() or r.is_complex()
-        for a in range(0, rf.numel(), CHUNK_ELEMENTS):
-            oc, rc = of[a:a + CHUNK_ELEMENTS], rf[a:a + CHUNK_ELEMENTS]
-            rd = rc.double()
-            diff = (oc.double() - rd).abs()
-            if floating:
-                finite = torch.isfinite(rc)
-                n_nonfinite += int((finite & ~torch.isfinite(oc)).sum())
-                diff = diff.masked_fill(~finite, 0.0)
-            if diff.numel():
-                max_abs = max(max_abs, float(diff.max()))
-                max_rel = max(max_rel, float((diff / rd.abs().clamp_min(1e-12)).max()))
-            n_far += int((~torch.isclose(oc, rc, atol=tolerance, rtol=tolerance, equal_nan=True)).sum())
-        if n_nonfinite:
-            return {"correct": False, "max_abs_error": None, "max_rel_error": None, "rule": "nonfinite",
-                    "text": f"output {i} has {n_nonfinite} non-finite values where the reference is finite"}
-        if n_far:
-            return {"correct": False, "max_abs_error": max_abs, "max_rel_error": max_rel, "rule": "mismatch",
-                    "text": f"output {i}: {n_far} of {r.numel()} elements differ from the reference beyond "
-                            f"atol = rtol = {tolerance:g} (max abs error {max_abs:.3g})"}
-    return {"correct": True, "max_abs_error": max_abs, "max_rel_error": max_rel, "rule": None, "text": ""}
+    return compare_to_reference([o.to(r.device) for o, r in zip(outs, refs)], list(refs), tolerance)
 
 
 def compare_set(outs: Sequence, refs: Sequence, tolerance: float) -> dict:

@@ -40,8 +40,8 @@ def _problem(tmp_path, body=LONG_K, name="long_k"):
 
 
 def test_the_comparison_is_the_judges():
-    """compare_tensors writes the judge's rule again (the judge is reached only through its door): the same
-    verdicts and errors as evals.judge.compare.compare on a pass, a mismatch and a non-finite value."""
+    """compare_tensors is the judge's rule, reached through its door (outputs moved to the reference's device first):
+    the same verdicts and errors as evals.judge.compare.compare on a pass, a mismatch and a non-finite value."""
     from evals.judge.compare import compare
 
     g = torch.Generator().manual_seed(0)

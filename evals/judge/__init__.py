@@ -21,5 +21,15 @@ from evals.judge.client import (
 )
 from evals.judge.integrity import CheckResult, sol_ceiling_check
 
+
+def compare_to_reference(outs, refs, tolerance: float) -> dict:
+    """The judge's comparison of outputs with the reference's (``evals.judge.compare.compare``: a non-finite value
+    where the reference is finite, then any element outside atol = rtol = ``tolerance``), for callers that check
+    outputs of their own (PyTorch's variants at a problem's tolerance). Imports torch when called, not before."""
+    from evals.judge.compare import compare
+
+    return compare(list(outs), list(refs), tolerance)
+
+
 __all__ = ["Candidate", "CheckResult", "Harness", "HarnessSettings", "ReferenceTimings", "SetResult", "Timing",
-           "Validation", "WorkerFailure", "sol_ceiling_check"]
+           "Validation", "WorkerFailure", "compare_to_reference", "sol_ceiling_check"]
