@@ -24,7 +24,6 @@ was timed on a GPU.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -33,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from evals.judge import tf32_mode
 from run_vocabulary.floor import UNCHECKED_MIN_TOLERANCE, VARIANTS, VariantCheck
 
 MODE_ENV = "MUCUTLASS_BASELINE_CHECKS"  # auto (below UNCHECKED_MIN_TOLERANCE), on (always), off
@@ -123,19 +123,6 @@ def compare_outputs(outputs: Mapping[str, Sequence[Sequence] | BaseException | s
 
 def _as_list(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-@contextlib.contextmanager
-def tf32_mode(matmul: bool, cudnn: bool):
-    """TF32 allowed (or not) in matmuls and in cuDNN convolutions, restored on exit (as the judge times them)."""
-    import torch
-
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 Runner = Callable[[Any, list], Any]  # (model, inputs) -> outputs

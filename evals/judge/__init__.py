@@ -9,6 +9,8 @@ attribution (``attribution``) and timing (``timing``) are its own modules. docs/
 and threat model.
 """
 
+import contextlib
+
 from evals.judge.client import (
     Candidate,
     Harness,
@@ -22,6 +24,16 @@ from evals.judge.client import (
 from evals.judge.integrity import CheckResult, sol_ceiling_check
 
 
+@contextlib.contextmanager
+def tf32_mode(matmul: bool, cudnn: bool):
+    """TF32 allowed (or not) in matmuls and in cuDNN convolutions, restored on exit: the mode the judge times
+    PyTorch's variants under (``evals.judge.process.tf32_mode``), for callers that run them again."""
+    from evals.judge.process import tf32_mode as judge_tf32_mode
+
+    with judge_tf32_mode(matmul, cudnn):
+        yield
+
+
 def compare_to_reference(outs, refs, tolerance: float) -> dict:
     """The judge's comparison of outputs with the reference's (``evals.judge.compare.compare``: a non-finite value
     where the reference is finite, then any element outside atol = rtol = ``tolerance``), for callers that check
@@ -32,4 +44,4 @@ def compare_to_reference(outs, refs, tolerance: float) -> dict:
 
 
 __all__ = ["Candidate", "CheckResult", "Harness", "HarnessSettings", "ReferenceTimings", "SetResult", "Timing",
-           "Validation", "WorkerFailure", "compare_to_reference", "sol_ceiling_check"]
+           "Validation", "WorkerFailure", "compare_to_reference", "sol_ceiling_check", "tf32_mode"]
