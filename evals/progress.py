@@ -31,6 +31,10 @@ class Status:
             self._status.start()
         else:
             self._status.update(f"{text}...")
+        # drawn now, not at the next of the spinner's ticks: a stage shorter than a tick is still shown once
+        live = getattr(self._status, "_live", None)
+        if live is not None:
+            live.refresh()
 
     def stop(self) -> None:
         if self._status is not None:
