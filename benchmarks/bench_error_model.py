@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results_io import write_result  # noqa: E402
+from results_io import suite_problems, write_result  # noqa: E402
 
 
 def problem_row(problem) -> dict:
@@ -109,15 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="problem names (or parts of them)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args(argv)
-    from evals.problems import ProblemError, load_suite
-
-    try:
-        problems = load_suite(args.suite)
-    except ProblemError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    problems = suite_problems(args.suite, args.only)
+    if problems is None:
         return 1
-    if args.only:
-        problems = [p for p in problems if any(o in p.name for o in args.only)]
     rows = []
     for p in problems:
         rows.append(problem_row(p))

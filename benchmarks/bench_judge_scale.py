@@ -205,18 +205,20 @@ def lock_wait_s(row: dict) -> float:
     return round(sum(float((hold or {}).get("waited_s") or 0.0) for hold in (row.get("timing_lock") or {}).values()), 2)
 
 
+def own_overhead_s(row: dict) -> float:
+    """The row's overhead without its waits for the other judges' measurements."""
+    return round(max(0.0, float(row["overhead_s"]) - lock_wait_s(row)), 2)
+
+
 def summary(rows: list) -> dict:
     judged = [r for r in rows if "correct" in r]
-    for r in judged:  # the judge's own overhead beside what it waited for the others' measurements
-        r["lock_wait_s"] = lock_wait_s(r)
-        r["overhead_own_s"] = round(max(0.0, float(r["overhead_s"]) - r["lock_wait_s"]), 2)
     return {
         "judged": len(judged), "verdicts_right": sum(r["verdict_right"] for r in judged),
         "correct": sum(r["correct"] for r in judged),
         "overhead_within_target": sum(bool(r["overhead_ok"]) for r in judged),
-        "own_overhead_within_target": sum(r["overhead_own_s"] <= r["overhead_target_s"] for r in judged),
+        "own_overhead_within_target": sum(own_overhead_s(r) <= r["overhead_target_s"] for r in judged),
         "median_overhead_s": round(statistics.median([r["overhead_s"] for r in judged]), 2) if judged else None,
-        "median_own_overhead_s": round(statistics.median([r["overhead_own_s"] for r in judged]), 2) if judged else None,
+        "median_own_overhead_s": round(statistics.median([own_overhead_s(r) for r in judged]), 2) if judged else None,
         "max_judge_peak_gpu_mb": max((r["judge_peak_gpu_mb"] or 0 for r in judged), default=None),
         "max_candidate_peak_gpu_mb": max((r["candidate_peak_gpu_mb"] or 0 for r in judged), default=None),
         "max_candidate_peak_host_mb": max((r["candidate_peak_host_mb"] or 0 for r in judged), default=None),
@@ -250,7 +252,7 @@ def to_markdown(doc: dict) -> str:
         e = f"{r['eager_fp32_us']:.0f}" if r["eager_fp32_us"] else "-"
         lines.append(f"| {r['problem']} | {r['candidate']} | {'yes' if r['correct'] else 'NO'} | {rule} | {t} | {e} | "
                      f"{r['validate_s']} | {r['profile_s'] if r['profile_s'] is not None else '-'} | {r['overhead_s']} | "
-                     f"{r.get('lock_wait_s', lock_wait_s(r))} | "
+                     f"{lock_wait_s(r)} | "
                      f"{r['overhead_target_s']} | {r['judge_peak_gpu_mb']} | {r['candidate_peak_gpu_mb']} | "
                      f"{r['candidate_peak_host_mb']} | {r['hold_references']} | {r['timing_sets']} |")
     if doc.get("note"):

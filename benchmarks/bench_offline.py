@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from evals.metrics import geomean  # noqa: E402
-from results_io import write_result  # noqa: E402
+from results_io import suite_problems, write_result  # noqa: E402
 
 TARGET_SOL_FRACTION = 0.75
 
@@ -413,15 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.date = dt.date.today().isoformat()
 
-    from evals.problems import ProblemError, load_suite
-
-    try:
-        problems = load_suite(args.suite)
-    except ProblemError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    problems = suite_problems(args.suite, args.only)
+    if problems is None:
         return 1
-    if args.only:
-        problems = [p for p in problems if any(o in p.name for o in args.only)]
     if not problems:
         print("error: no problem selected", file=sys.stderr)
         return 2

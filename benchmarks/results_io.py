@@ -1,4 +1,5 @@
-"""A benchmark's result file pair: ``<stem>.json`` (the document) and ``<stem>.md`` (its table)."""
+"""A benchmark's result file pair: ``<stem>.json`` (the document) and ``<stem>.md`` (its table); and the problems a
+benchmark runs (a suite, narrowed by name)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,18 @@ def gpu_slug(gpu_name: str | None) -> str:
         return "cpu"
     words = [w for w in gpu_name.lower().replace("nvidia", " ").split() if w]
     return "-".join(words) or "gpu"
+
+
+def suite_problems(suite: str, only: list[str] | None) -> list | None:
+    """The problems of ``suite`` whose name holds one of ``only`` (all without it); None, after one line on stderr,
+    where the suite cannot be loaded."""
+    import sys
+
+    from evals.problems import ProblemError, load_suite
+
+    try:
+        problems = load_suite(suite)
+    except ProblemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    return [p for p in problems if any(o in p.name for o in only)] if only else problems

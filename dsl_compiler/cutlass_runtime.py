@@ -334,10 +334,7 @@ def row_call_args(kernel_name, op, abi, env, outputs):
         if role == "x":
             tensors.append(x)
         elif role == "store":
-            t = outputs.get(name)
-            if t is None:
-                t = torch.empty(out_shape, dtype=STORE_DTYPE[spec["dtype"]], device=x.device)
-            results[name] = t
+            t = results[name] = _output(outputs, name, out_shape, STORE_DTYPE[spec["dtype"]], x.device)
             tensors.append(t)
         else:
             t = env[name]

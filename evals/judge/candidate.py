@@ -371,15 +371,8 @@ def _storage_bytes(t) -> int:
 
 
 def _overlaps(o, others) -> bool:
-    if not _storage_bytes(o):
-        return False
-    lo, hi = _storage_range(o)
-    for x in others:
-        if _type(x) is _Tensor and x.device == o.device and _storage_bytes(x):
-            x_lo, x_hi = _storage_range(x)
-            if lo < x_hi and x_lo < hi:
-                return True
-    return False
+    return _overlaps_range(o, [_storage_range(x) for x in others
+                               if _type(x) is _Tensor and x.device == o.device and _storage_bytes(x)])
 
 
 EARLIER_WEAK_MAX = 64  # earlier outputs per instance whose storage is followed by a weak reference
