@@ -382,3 +382,59 @@ output y
     prog, _ = parse(text)
     out = work_share({"aten_flops": 0}, GEMM, prog, ref_products=[GEMM])
     assert out["candidate_work_share"] == 1.0 and "split_products" not in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the time went (a Python candidate on the CPU): only operators of its own compiled code are its work
+
+def _op(name, parent, span_us):
+    return [name, [], parent, None, [], span_us]
+
+
+def test_time_outside_every_operator_is_not_the_candidates_however_few_flops_were_recorded():
+    # a GEMM through ctypes or numpy: 90 us of the call in no operator, 10 us in a ReLU
+    ops = [_op("aten::relu", -1, 10.0)]
+    share = work_share({"ops": ops, "call_us": 100.0, "compiled_ops": []}, GEMM)
+    assert share["candidate_work_share"] == 0.0
+    assert "outside operators of the candidate's own compiled code" in share["work_reason"]
+
+
+def test_an_operator_of_its_own_compiled_extension_is_its_work_less_what_it_dispatched_to_torch():
+    ops = [_op("ext::gemm", -1, 80.0), _op("aten::mm", 0, 30.0), _op("aten::relu", -1, 10.0)]
+    share = work_share({"ops": ops, "call_us": 100.0, "compiled_ops": ["ext::gemm"]}, GEMM)
+    assert share["compiled_own_us"] == 50.0
+    assert share["candidate_work_share"] == 0.5  # its own 50 us of the call's 100
+    alone = [_op("ext::gemm", -1, 80.0), _op("aten::relu", -1, 10.0)]
+    own = work_share({"ops": alone, "call_us": 100.0, "compiled_ops": ["ext::gemm"]}, GEMM)
+    assert own["candidate_work_share"] == 0.8 and "work_reason" not in own
+    # the same operator with a Python body (not in compiled_ops): its time is Python's, whatever it reached
+    python_body = work_share({"ops": alone, "call_us": 100.0, "compiled_ops": []}, GEMM)
+    assert python_body["candidate_work_share"] == 0.0
+
+
+def test_a_gemm_inside_a_library_operator_no_formula_sizes_is_found_by_its_time():
+    # an embedding bag whose per-index weights are x: its FLOPs read as a gather, its time is the call's
+    ops = [_op("aten::embedding_bag", -1, 95.0)]
+    share = work_share({"ops": ops, "call_us": 100.0, "compiled_ops": []}, GEMM)
+    assert share["candidate_work_share"] == 0.0
+
+
+def test_compiled_operators_tells_a_cpp_registration_from_a_python_body(monkeypatch):
+    from evals.judge import candidate
+
+    dumps = {
+        "ext::gemm": "name: ext::gemm\nCPU: registered at /build/ext/gemm.cpp:12 :: (none) [ boxed unboxed ]\n",
+        "mine::py": "name: mine::py\nCPU: registered at /src/model_new.py:30 :: (none) [ boxed ]\n",
+        "mine::str": "name: mine::str\nCPU: registered at <string>:6 :: (none) [ boxed ]\n",
+        "mine::co": "name: mine::co\nCompositeExplicitAutograd[alias]: registered at /torch/_library/custom_ops.py:1104 "
+                    ":: (none) [ boxed ]\n",
+    }
+
+    def dump(name):
+        if name not in dumps:
+            raise RuntimeError("no such operator")
+        return dumps[name]
+
+    monkeypatch.setitem(candidate._ORIGINALS, "torch._C._dispatch_dump", dump)
+    names = set(dumps) | {"aten::mm", "label::not_an_op"}
+    assert candidate.compiled_operators(names) == ["ext::gemm"]

@@ -366,6 +366,22 @@ def op_flops(ops, library: frozenset[str] | None = None) -> float:
     return float(sum(counted.get(i, 0.0) for i in roots))
 
 
+def compiled_own_us(ops, compiled: Iterable[str]) -> float:
+    """The time (us) a forward spent in operators of the candidate's own compiled code: each recorded operator of
+    ``compiled`` (namespaces torch does not register, kernels registered from C++: ``Runner.counted``) by its own
+    time, what it dispatched beneath it taken out. Time outside every operator (Python, numpy, a library called
+    through ctypes) and in torch's operators is nobody's the judge can name as the candidate's: where the executed
+    code lives, not what an operator is called, says whose work it was."""
+    compiled = set(compiled)
+    spans = [float(o[5]) if len(o) > 5 and isinstance(o[5], (int, float)) else 0.0 for o in ops]
+    below = [0.0] * len(ops)
+    for i, o in enumerate(ops):
+        parent = o[2] if len(o) > 2 else -1
+        if isinstance(parent, int) and 0 <= parent < len(ops) and parent != i:
+            below[parent] += spans[i]
+    return float(sum(max(0.0, spans[i] - below[i]) for i, o in enumerate(ops) if str(o[0]) in compiled))
+
+
 def plain_arg(a):
     """A non-tensor argument as plain data, as the profiler's concrete inputs spell it (ints, floats, bools,
     strings, lists; anything else None): the reference's recorder and the candidate process record alike."""
@@ -516,6 +532,15 @@ def work_share(work: dict, ref_flops: float, program=None, problem=None, ref_pro
                 out.setdefault("work_reason", f"a torch product step ran {100 * worst:.0f}% of one of the reference's "
                                f"products (more than {100 * SPLIT_SHARE:.0f}%): a product split between the program's "
                                f"kernels and PyTorch's library counts as the library's")
+    if program is None and work.get("call_us") and not kernels:  # a Python candidate on the CPU: where the time went
+        own_us = compiled_own_us(work.get("ops") or [], work.get("compiled_ops") or [])
+        out.update(call_us=float(work["call_us"]), compiled_own_us=own_us)
+        time_share = min(1.0, own_us / float(work["call_us"]))
+        if time_share < 0.5 and (not shares or time_share < min(shares)):
+            out["work_reason"] = (f"{100 * (1 - time_share):.0f}% of the counted call's CPU time ran outside operators "
+                                  f"of the candidate's own compiled code (in PyTorch's operators, in Python, or in "
+                                  f"libraries reached without the dispatcher: numpy, ctypes)")
+        shares.append(time_share)
     share = min(shares) if shares else out.get("candidate_time_share")
     other_s = float(work.get("other_processes_cpu_s") or 0.0)
     out["other_processes_cpu_s"] = other_s

@@ -93,12 +93,16 @@ _GUARDED = {
                                                                  "get_total_flops"),
     "torch.profiler.profile": (torch.profiler, "profile"),
     "torch.utils._python_dispatch._disable_current_modes": (torch.utils._python_dispatch, "_disable_current_modes"),
+    # what says where an operator's kernel was registered (compiled code or Python: Runner.counted)
+    "torch._C._dispatch_dump": (torch._C, "_dispatch_dump"),
 }
 # the C entry points underneath (torch.cuda.synchronize calls torch._C._cuda_synchronize when it runs)
 for _name in ("_cuda_synchronize", "_cuda_getCurrentStream", "_cuda_setStream"):
     if hasattr(torch._C, _name):
         _GUARDED[f"torch._C.{_name}"] = (torch._C, _name)
 _ORIGINALS = {name: getattr(owner, attr) for name, (owner, attr) in _GUARDED.items()}
+# torch's own operator namespaces, read before any code of the candidate's is loaded
+_TORCH_NAMESPACES = attribution.library_namespaces()
 _sleep = time.sleep
 
 
@@ -279,6 +283,27 @@ def candidate_threads() -> list[str]:
 # computes beside the timed calls, spends that work's CPU time.
 THREAD_CPU_S = 0.002
 THREAD_CPU_SHARE = 0.02  # of the timed region's wall time, for long measurements
+
+
+def compiled_operators(names) -> list[str]:
+    """Of the operators ``names`` of namespaces torch does not register (the candidate's), those whose CPU kernel
+    was registered from compiled code: the dispatcher names the file of each registration, a C++ source for an
+    extension's ``TORCH_LIBRARY``, a Python file or ``<string>`` for a body in Python (whatever that body then
+    reaches: numpy, a library through ctypes)."""
+    dump = _ORIGINALS["torch._C._dispatch_dump"]
+    out = []
+    for name in sorted(n for n in names if "::" in n and n.split("::", 1)[0] not in _TORCH_NAMESPACES):
+        try:
+            text = str(dump(name))
+        except Exception:  # noqa: BLE001 - not a registered operator (a record_function label): not compiled code
+            continue
+        kernels = [ln.split("registered at ", 1)[1] for ln in text.splitlines()
+                   if ln.startswith(("CPU:", "CompositeImplicitAutograd", "CompositeExplicitAutograd"))
+                   and "registered at " in ln]
+        if kernels and all(not k.split(" :: ")[0].split(":")[0].endswith(".py") and not k.startswith("<")
+                           for k in kernels):
+            out.append(name)
+    return out
 
 
 def thread_cpu_s() -> dict[int, tuple[str, float]]:
@@ -704,9 +729,11 @@ class Runner:
                                                        experimental_config=_all_threads_config() if record_ops else None))
                 if counter is not None:
                     stack.enter_context(counter)
+                t_call = _perf()
                 out = model(*inputs)
                 if self.cuda:
                     _cuda_sync()
+                work["call_us"] = (_perf() - t_call) * 1e6
         except RuntimeError as exc:  # the profiler stopped under it (the candidate ended it): nothing counted
             if prof is None or "profiler" not in str(exc).lower():
                 raise
@@ -727,6 +754,7 @@ class Runner:
                           [str(d) for d in (getattr(e, "input_dtypes", None) or [])]]  # index operands multiply nothing
                     if "conv" in e.name:  # stride, padding and dilation: a strided conv's output positions
                         op[3] = [attribution.plain_arg(a) for a in (getattr(e, "concrete_inputs", None) or [])]
+                    op.append(float(e.time_range.elapsed_us()))  # its CPU time span (us): where the call's time went
                     work["ops"].append(op)
                 if kernels and e.device_type == DeviceType.CUDA:
                     work["kernels"].append([e.name, float(e.time_range.elapsed_us())])
@@ -735,6 +763,8 @@ class Runner:
                     for k in getattr(e, "kernels", []) or []:
                         work["kernels"].append([k.name, float(getattr(k, "duration", 0.0))])
             work["ops_truncated"] = len(events) > MAX_OPS
+            if record_ops and not self.cuda:
+                work["compiled_ops"] = compiled_operators({op[0] for op in work["ops"]})
         return out, work
 
     def op_time(self, req: dict) -> dict:
