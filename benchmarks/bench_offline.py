@@ -180,6 +180,25 @@ def sol_at_precision_us(t_sol_us: float | None, sol: dict, precision: str | None
     return t_sol_us * at / tf32 if (at and tf32) else t_sol_us
 
 
+# Why PyTorch's variant was kept (the brief's causes, most specific first): a harness failure is the judge's, not the
+# program's; a program that never compiled is a coverage gap; a correct one PyTorch beats is a speed gap
+FALLBACK_CAUSES = ("slower than PyTorch", "judge", "no compiled program", "no correct program")
+_JUDGE_FAILURE = ("the judge failed", "harness:")
+
+
+def fallback_cause(summary, t_ours_us: float | None) -> str:
+    """The cause of a fallback row, one of ``FALLBACK_CAUSES``: a correct program slower than PyTorch's best; else
+    the judge's own failure on any attempt; else no attempt that compiled; else none correct."""
+    if t_ours_us:
+        return "slower than PyTorch"
+    attempts = list(summary.attempts)
+    if any(str(a.failure_reason or "").startswith(_JUDGE_FAILURE) for a in attempts):
+        return "judge"
+    if not any(a.compile_ok for a in attempts):
+        return "no compiled program"
+    return "no correct program"
+
+
 def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
     """One table row from a finished run of the offline tier on ``problem``."""
     from run_vocabulary.floor import VARIANT_LABEL, kept_result, variant_statuses
@@ -203,6 +222,7 @@ def problem_row(problem, summary, sol: dict, gpu: str) -> dict:
         "compile_us": refs.get("compile"), "ours_us": t_ours, "kept_us": t, "t_sol_us": t_sol, "bound": sol.get("bound"),
         # a fallback row's time is PyTorch's (its fastest eligible variant), never a speedup of ours
         "fallback": kept.source if kept.fallback else None,
+        "fallback_cause": fallback_cause(summary, t_ours) if kept.fallback else None,
         "floor_variant": kept.floor_variant, "floor_us": kept.floor_us,
         "ours_vs_floor": (kept.floor_us / t_ours) if (t_ours and kept.floor_us) else None,
         "sol_fraction": (t_sol / t) if (t and t_sol) else None,
@@ -237,6 +257,8 @@ def summarize(rows: list[dict]) -> dict:
     ours = [r for r in correct if not r.get("fallback")]
     return {
         "fallbacks": [r["problem"] for r in rows if r.get("fallback")],
+        "fallbacks_by_cause": {c: n for c in FALLBACK_CAUSES
+                               if (n := sum(1 for r in rows if r.get("fallback") and r.get("fallback_cause") == c))},
         "ours_kept": len(ours),
         "geomean_speedup_vs_eager_tf32_ours_only": geomean([r["speedup_vs_eager_tf32"] for r in ours]),
         "slowest_vs_pytorch_best": min((r["ours_vs_floor"] for r in rows if r.get("ours_vs_floor")), default=None),
@@ -383,6 +405,9 @@ def to_markdown(doc: dict) -> str:
         f"**{_fmt(s['geomean_speedup_vs_compile'], 'x')}** | {s['correct']}/{s['total']} |",
         "",
     ]
+    causes = s.get("fallbacks_by_cause") or {}
+    if causes:
+        lines += ["Fallbacks by cause: " + ", ".join(f"{c} {n}" for c, n in causes.items()) + ".", ""]
     short = [r for r in doc["rows"] if r.get("why")]
     if short:
         lines += [f"## Short of {TARGET_SOL_FRACTION:.0%} of SOL, and why", ""]

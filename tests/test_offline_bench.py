@@ -167,8 +167,28 @@ def test_a_slower_program_is_kept_as_a_fallback_to_pytorch(tmp_path):
     s = doc["summary"]
     assert s["fallbacks"] == ["02_linear_relu_tiny"] and s["ours_kept"] == 1
     assert s["slowest_vs_pytorch_best"] == pytest.approx(100.0 / 150.0)
+    assert slow_row["fallback_cause"] == "slower than PyTorch" and fast_row["fallback_cause"] is None
+    assert s["fallbacks_by_cause"] == {"slower than PyTorch": 1}
     md = next(out.glob("*-offline-smoke.md")).read_text()
-    assert "**eager_tf32**" in md and "1 fallback(s)" in md
+    assert "**eager_tf32**" in md and "1 fallback(s)" in md and "Fallbacks by cause: slower than PyTorch 1." in md
+
+
+def test_a_fallback_without_a_correct_program_names_the_judge_where_the_harness_failed():
+    from run_vocabulary.records import AttemptRecord, RunSummary
+
+    bench = load_bench()
+
+    def summary(*attempts):
+        return RunSummary(problem="p", tier="offline", policy="fixed", backend="cutlass", gpu="h200",
+                          attempts=list(attempts))
+
+    judge = AttemptRecord(index=1, compile_ok=True, failure_reason="the judge failed: OutOfMemoryError: ...")
+    wrong = AttemptRecord(index=2, compile_ok=True, failure_reason="mismatch: max abs error 3.1")
+    unbuilt = AttemptRecord(index=1, compile_ok=False, failure_reason="E201 at 3:5: unknown op")
+    assert bench.fallback_cause(summary(wrong, judge), None) == "judge"
+    assert bench.fallback_cause(summary(wrong), None) == "no correct program"
+    assert bench.fallback_cause(summary(unbuilt), None) == "no compiled program"
+    assert bench.fallback_cause(summary(wrong), 120.0) == "slower than PyTorch"
 
 
 def test_kernel_count_and_build_estimate(tmp_path, capsys, monkeypatch):
