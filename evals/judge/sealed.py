@@ -421,17 +421,12 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def measured_floor_us(inputs: list, outputs: list, k: int = 1, repeats: int = 3, call=None) -> float:
+def measured_floor_us(inputs: list, outputs: list, k: int = 1, repeats: int = 3) -> float:
     """The unmask and checksum passes of one call among ``k`` (no forward), run in the judge's own process,
     per call, best of ``repeats``: the floor on a CPU, and on a GPU where the passes' host launches take
     longer than their bytes at the device's bandwidth (small sets). Timed on the CPU by
     this thread's CPU clock, on one thread as the candidate's calls are timed (a shared host's other work
-    does not count), by the wall clock on a GPU.
-
-    ``call(inputs)``: a forward of the problem (the reference's) run between the passes as the candidate's is, its
-    own back-to-back time taken out. Each call's fresh outputs and what it leaves in the caches make the passes
-    around it dearer than around nothing: on a CPU, 64x128 Linear calls of 32 us paid about 40 us more per call
-    than the bare passes (175 us) predicted, and honest calls were flagged. Never below the bare passes' time."""
+    does not count), by the wall clock on a GPU."""
     import time
 
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
@@ -445,35 +440,20 @@ def measured_floor_us(inputs: list, outputs: list, k: int = 1, repeats: int = 3,
     entry = {"inputs": [x if isinstance(x, torch.Tensor) and x.is_contiguous() else
                         torch.empty_like(x) if isinstance(x, torch.Tensor) else x for x in inputs],
              "run": lambda: None, "outputs": lambda: list(outputs)}
+    best = math.inf
     threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(1)
-
-    def best_of(run) -> float:
-        best = math.inf
+    try:
         for i in range(max(1, repeats)):
             t0 = clock()
-            run(i)
+            run_go(staged, [entry], [1] * len(inputs), i + 2)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             best = min(best, clock() - t0)
-        return best
-
-    try:
-        bare = best_of(lambda i: run_go(staged, [entry], [1] * len(inputs), i + 2))
-        if call is None:
-            return bare * 1e6 / k
-        held: dict = {}
-
-        def forward() -> None:
-            held["outputs"] = call(entry["inputs"])
-
-        with_calls = dict(entry, run=forward, outputs=lambda: held["outputs"])
-        around = best_of(lambda i: run_go(staged, [with_calls], [1] * len(inputs), i + 2))
-        alone = best_of(lambda i: [forward() for _ in range(k)])
-        return max(bare, around - alone) * 1e6 / k
     finally:
         torch.set_num_threads(threads)
+    return best * 1e6 / k
 
 
 def tree_cpu_s(root_pid: int) -> float | None:

@@ -35,10 +35,7 @@ def sealed_calls(p) -> None:
     # passes' host launches, not their bytes, set their time (an honest launch-bound candidate was flagged
     # without this)
     if (where, k) not in judge.sealed_floor_us:
-        # on the CPU around the reference's calls, as the candidate's passes run around its own (the GPU's floor
-        # is set by bytes where it matters: large sets)
-        reference = (lambda x: judge.reference(problem, p.model_seed, x)) if device.type == "cpu" else None
-        judge.sealed_floor_us[(where, k)] = sealed.measured_floor_us(x0, ref0, k, call=reference)
+        judge.sealed_floor_us[(where, k)] = sealed.measured_floor_us(x0, ref0, k)
     floor_us = judge.sealed_floor_us[(where, k)]
     if device.type == "cuda":
         floor_us = max(floor_us, sealed.floor_us(sealed.overhead_bytes(in_bytes, out_numel, out_bytes), gbps))
