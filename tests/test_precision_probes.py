@@ -123,15 +123,27 @@ def timing_harness(tmp_path_factory):
     yield from cpu_harness(tmp_path_factory, cpu_timing=True, n_input_sets=3)
 
 
-@pytest.fixture(scope="module")
-def tf32_problem(tmp_path_factory):
+def _tf32_problem(tmp_path_factory, name: str, source: str):
     from evals.problems import load_problem
 
-    path = tmp_path_factory.mktemp("problem") / "linear_relu_128.py"
-    path.write_text(_PROBLEM)
+    path = tmp_path_factory.mktemp("problem") / name
+    path.write_text(source)
     p = load_problem(path)
     p.allowed_precisions = ("f32", "tf32")
     return p
+
+
+@pytest.fixture(scope="module")
+def tf32_problem(tmp_path_factory):
+    return _tf32_problem(tmp_path_factory, "linear_relu_128.py", _PROBLEM)
+
+
+@pytest.fixture(scope="module")
+def tf32_ms_problem(tmp_path_factory):
+    """A call of milliseconds on one CPU thread: where a test needs an honest time to stand, since on a loaded
+    two-core host the sealed bound of a 30 us call is noise (docs/harness.md: the CPU)."""
+    return _tf32_problem(tmp_path_factory, "linear_relu_512.py",
+                         _PROBLEM.replace("64, 128, 96", "256, 512, 512"))
 
 
 def test_a_precision_switched_on_for_the_timed_calls_is_measured_on_their_outputs(timing_harness, tf32_problem):
@@ -159,10 +171,10 @@ def test_f16_switched_on_for_a_later_instance_overflows_on_a_range_probe_run_as_
     assert "f16" in t.reason and "as a timed call" in t.reason
 
 
-def test_an_honest_candidates_timed_outputs_carry_no_lower_precision(timing_harness, tf32_problem):
+def test_an_honest_candidates_timed_outputs_carry_no_lower_precision(timing_harness, tf32_ms_problem):
     from evals.judge.client import Candidate
 
-    t = timing_harness.profile(tf32_problem, Candidate.from_source(_HONEST))
+    t = timing_harness.profile(tf32_ms_problem, Candidate.from_source(_HONEST))
     assert t.valid, t.reason
     assert t.rule in (None, "pytorch_only")
 
@@ -207,10 +219,10 @@ threading.Thread(target=_spin, name="prefetch", daemon=True).start()
 '''
 
 
-def test_an_idle_thread_of_the_runtime_is_not_timing_tampering(timing_harness, tf32_problem):
+def test_an_idle_thread_of_the_runtime_is_not_timing_tampering(timing_harness, tf32_ms_problem):
     from evals.judge.client import Candidate
 
-    t = timing_harness.profile(tf32_problem, Candidate.from_source(_IDLE_THREAD))
+    t = timing_harness.profile(tf32_ms_problem, Candidate.from_source(_IDLE_THREAD))
     assert t.valid, t.reason
 
 

@@ -31,7 +31,11 @@ from dataclasses import dataclass, field
 import torch
 
 ALPHA = 0.5  # a reported time under half of the judge-clocked bound (less beta) is flagged
-BETA_US = {"cuda": 20.0, "cpu": 1.0}  # per call: host launch and loop overhead the go request adds
+# per call: host launch and loop overhead the go request adds, and on the CPU what an honest call costs the passes
+# around it beyond the bare passes the floor times (its fresh outputs, the caches it takes: about 40 us on a 32 us
+# Linear, which was flagged about one run in three with 1 us). The floor itself stays the bare passes: one timed
+# around the reference's calls let a memo through (a cheat's calls cost the passes less than an honest one's).
+BETA_US = {"cuda": 20.0, "cpu": 20.0}
 TARGET_US = 5000.0  # K calls span at least this much time (of the reported or the I/O floor's)
 K_MIN, K_MAX = 3, 200
 REPEATS = {"cuda": 3, "cpu": 5}  # go requests at most (fresh sets each) before a time is flagged
