@@ -438,3 +438,17 @@ def test_compiled_operators_tells_a_cpp_registration_from_a_python_body(monkeypa
     monkeypatch.setitem(candidate._ORIGINALS, "torch._C._dispatch_dump", dump)
     names = set(dumps) | {"aten::mm", "label::not_an_op"}
     assert candidate.compiled_operators(names) == ["ext::gemm"]
+
+
+def test_products_recorded_on_a_precision_the_problem_does_not_admit_are_named():
+    from evals.judge.attribution import low_precision_products
+
+    ops = [["aten::linear", [[8, 16], [4, 16], [4]], -1, None, ["c10::Half", "c10::Half", "c10::Half"]],
+           ["aten::addmm", [[4], [8, 16], [16, 4]], 0, None, ["c10::Half", "c10::Half", "c10::Half"]],
+           ["aten::to", [[8, 16]], -1, None, ["c10::Half"]],  # a cast computes nothing
+           ["aten::mm", [[8, 16], [16, 4]], -1, None, ["float", "float"]]]
+    assert low_precision_products(ops, ("f32", "tf32")) == ["aten::addmm on c10::Half"]
+    assert low_precision_products(ops, ("f32", "tf32", "f16")) == []
+    bf16 = [["aten::bmm", [[2, 8, 16], [2, 16, 4]], -1, None, ["c10::BFloat16", "c10::BFloat16"]]]
+    assert low_precision_products(bf16, ("f32", "f16")) == ["aten::bmm on c10::BFloat16"]
+    assert low_precision_products(bf16, ("f32", "bf16")) == []

@@ -366,6 +366,32 @@ def op_flops(ops, library: frozenset[str] | None = None) -> float:
     return float(sum(counted.get(i, 0.0) for i in roots))
 
 
+def _math_of_dtype(dtype: str) -> str | None:
+    """The math a product runs in with operands of ``dtype`` (as the profiler spells it), where it is below fp32."""
+    if dtype == "c10::Half":
+        return "f16"
+    if dtype == "c10::BFloat16":
+        return "bf16"
+    return "f8" if dtype.startswith("c10::Float8") else None
+
+
+def low_precision_products(ops, allowed_precisions) -> list[str]:
+    """The recorded product operators (GEMMs, convolutions, attention) whose operands are in a precision the problem
+    does not admit, as "aten::mm on c10::Half": what ran, not what its error looks like (f16 used only where the
+    values fit it has TF32's error on a TF32 problem and reads as allowed by error alone)."""
+    from dsl_compiler.precision import admitted
+
+    found = []
+    for o in ops:
+        name, dtypes = str(o[0]), (o[4] if len(o) > 4 and o[4] else [])
+        if product_flops(name, o[1] if len(o) > 1 else [], o[3] if len(o) > 3 else None) is None:
+            continue
+        low = [d for d in dtypes if (m := _math_of_dtype(str(d))) and not admitted(m, allowed_precisions)]
+        if low:
+            found.append(f"{name} on {low[0]}")
+    return found
+
+
 def compiled_own_us(ops, compiled: Iterable[str]) -> float:
     """The time (us) a forward spent in operators of the candidate's own compiled code: each recorded operator of
     ``compiled`` (namespaces torch does not register, kernels registered from C++: ``Runner.counted``) by its own

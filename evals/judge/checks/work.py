@@ -4,14 +4,28 @@
 from __future__ import annotations
 
 from evals.judge import verdicts
-from evals.judge.attribution import WorkSplit, pytorch_only_reason, split_kernel_time, work_share
+from evals.judge.attribution import (WorkSplit, low_precision_products, pytorch_only_reason, split_kernel_time,
+                                     work_share)
 from evals.judge.findings import Finding
+
+
+def products_in_allowed_precision(attempt, problem) -> None:
+    """A Python candidate's recorded products must run in a precision the problem admits: their operands' dtypes say
+    what ran (a program's precision is read from its text)."""
+    if attempt.is_program:
+        return
+    low = low_precision_products((attempt.work or {}).get("ops") or [], problem.allowed_precisions)
+    if low:
+        more = f" (and {len(low) - 1} more)" if len(low) > 1 else ""
+        raise Finding(verdicts.PRECISION, f"the counted call ran {low[0]}{more}: not a precision this problem allows "
+                      f"({', '.join(problem.allowed_precisions)})")
 
 
 def attributed_work(v) -> None:
     work = v.attempt.work or {"error": "no call was counted"}
     with v.judge.stages("attribution"):
         v.info.update(work_share(work, v.counted_flops, v.attempt.program, v.problem, v.counted_products))
+    products_in_allowed_precision(v.attempt, v.problem)
 
 
 def validation_flags(info: dict) -> list[dict]:
@@ -65,6 +79,7 @@ def counted_call(p) -> None:
                             products)
         if p.timed_kernels:
             p.work["timed_split_us"] = split_kernel_time(p.timed_kernels, program=p.attempt.is_program)._asdict()
+    products_in_allowed_precision(p.attempt, p.problem)
 
 
 def profile_flags(p, candidate: dict) -> list[dict]:
