@@ -221,3 +221,26 @@ def test_an_rnn_cell_of_one_gate_fuses_its_whole_step(options):
     fns = [s.fn for s in result.program.torch_steps]
     assert fns.count("tanh") == (0 if state else 1)
     assert fns.count("add") == 1  # b_ih + b_hh, once: the projection's bias
+
+
+def test_a_second_lstm_starts_from_the_first_ones_final_state():
+    class Stacked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = nn.LSTM(INPUT, HIDDEN, batch_first=True)
+            self.second = nn.LSTM(HIDDEN, HIDDEN, batch_first=True)
+
+        def forward(self, x):
+            out, state = self.first(x)
+            out, (h, c) = self.second(out, state)
+            return out, h, c
+
+    result = traced_and_checked(Stacked, [torch.randn(2, 5, INPUT)])
+    assert module_steps(result) == []
+
+
+def test_an_unbatched_input_stays_a_module_step_saying_why():
+    result = traced_and_checked(lambda: Recurrent(nn.GRU), [torch.randn(5, INPUT)])
+    (step,) = module_steps(result)
+    row = next(r for r in result.coverage if r.op == "rnn")
+    assert "unbatched" in row.reason

@@ -125,15 +125,17 @@ def recurrent_kind(module: Any) -> str | None:
 
 def rewrite_recurrent(gm: Any) -> int:
     """Replace each recurrent module call of ``gm`` (shapes propagated) by its unrolled ops, in place; returns how
-    many calls it rewrote (the caller then propagates shapes again). A call kept whole says why in its module step."""
+    many calls it rewrote. A call that reads what an earlier rewrite made (an LSTM fed by another) waits for the
+    next round, once the caller has propagated shapes again; a call kept whole says why in its module step."""
     import operator
 
     import torch.fx
 
     rewritten = 0
     graph = gm.graph
+    shaped = set(graph.nodes)
     for node in list(graph.nodes):
-        if node.op != "call_module":
+        if node.op != "call_module" or any(a not in shaped for a in node.all_input_nodes):
             continue
         module = gm.get_submodule(node.target)
         kind = recurrent_kind(module)

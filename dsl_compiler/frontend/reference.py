@@ -281,7 +281,7 @@ def _build_and_trace(ref: LoadedReference) -> Traced:
                                  "program by hand") from None
             gm, opaque = kept
     gm, state = _propagate_shapes(gm, inputs, state)
-    if rewrite_recurrent(gm):  # LSTM / GRU / RNN calls unrolled into elementary ops: their shapes anew
+    while rewrite_recurrent(gm):  # LSTM / GRU / RNN calls unrolled into elementary ops: their shapes anew
         gm, state = _propagate_shapes(gm, inputs, state)
     gm._mucutlass_opaque = opaque  # normalize reads it: each such call_module is one `module` torch step
     return Traced(gm, state, inputs, opaque)
