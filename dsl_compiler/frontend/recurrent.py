@@ -114,11 +114,12 @@ def unroll(kind: str, module: Any, x: Any, hx: Any, sequence_length: int, param:
 
 
 def recurrent_kind(module: Any) -> str | None:
-    """"LSTM", "GRU" or "RNN" for a module of that class (subclasses included), else None."""
+    """"LSTM", "GRU" or "RNN" for a module of that class, else None: a subclass too, unless it has a forward() of
+    its own (what it computes is then not the class's)."""
     import torch.nn as nn
 
     for kind, cls in (("LSTM", nn.LSTM), ("GRU", nn.GRU), ("RNN", nn.RNN)):
-        if isinstance(module, cls):
+        if isinstance(module, cls) and type(module).forward is cls.forward:
             return kind
     return None
 
