@@ -1,5 +1,5 @@
-"""A runnable model is never refused: a module with no program form (LSTM, MultiheadAttention) becomes a `module`
-step, a forward torch.fx cannot follow becomes one step of the whole model (coverage 0), and each program runs
+"""A runnable model is never refused: a module with no program form (MultiheadAttention, an LSTM with projections)
+becomes a `module` step, a forward torch.fx cannot follow becomes one step of the whole model (coverage 0), and each program runs
 on the interpreter to the model's values."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from sol_models.trace import coverage_of
 
 
 class LSTMHead(nn.Module):
-    def __init__(self):
+    def __init__(self, proj_size=0):
         super().__init__()
-        self.lstm = nn.LSTM(16, 32, batch_first=True)
-        self.fc = nn.Linear(32, 8)
+        self.lstm = nn.LSTM(16, 32, batch_first=True, proj_size=proj_size)
+        self.fc = nn.Linear(proj_size or 32, 8)
 
     def forward(self, x):
         out, (h, c) = self.lstm(x)
@@ -68,15 +68,29 @@ def run_both(module):
     return result
 
 
-@pytest.mark.parametrize("model_cls, shape, path", [(LSTMHead, (4, 5, 16), "lstm"), (AttentionHead, (2, 6, 32), "attn")])
-def test_a_module_with_no_program_form_is_a_module_step_beside_kernels(model_cls, shape, path):
+class ProjectedLSTMHead(LSTMHead):
+    def __init__(self):
+        super().__init__(proj_size=12)
+
+
+@pytest.mark.parametrize("model_cls, shape, path, reason", [
+    (AttentionHead, (2, 6, 32), "attn", "no μCUTLASS or PyTorch-step form"),
+    (ProjectedLSTMHead, (4, 5, 16), "lstm", "proj_size > 0"),
+])
+def test_a_module_with_no_program_form_is_a_module_step_beside_kernels(model_cls, shape, path, reason):
     result = run_both(problem(model_cls, *shape))
     steps = [s for s in result.program.torch_steps if s.fn == "module"]
     assert [dict((k.key, k.value) for k in s.kwargs)["path"] for s in steps] == [path]
     assert len(steps[0].outputs) > 1  # every tensor of its tuple result (an LSTM's (y, (h, c)), attention's weights)
     assert result.program.kernels  # the Linear after it is still a kernel
     row = next(r for r in result.coverage if r.op == path)
-    assert row.placement == "torch_step" and "no μCUTLASS or PyTorch-step form" in row.reason
+    assert row.placement == "torch_step" and reason in row.reason
+
+
+def test_an_lstm_is_unrolled_into_kernels_not_a_module_step():
+    result = run_both(problem(LSTMHead, 4, 5, 16))
+    assert not [s for s in result.program.torch_steps if s.fn == "module"]
+    assert len(result.program.kernels) == 1 + 4 * 4 + 1  # the projection, 4 gates x 4 steps after the first, fc
 
 
 def test_a_forward_with_a_branch_on_values_is_one_step_of_the_whole_model():

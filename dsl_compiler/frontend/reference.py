@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic
+from dsl_compiler.frontend.recurrent import rewrite_recurrent
 from run_vocabulary.problem import ALL_PRECISIONS, Problem
 
 
@@ -221,6 +222,26 @@ def _shape_prop(gm: Any) -> Any:
     return _Prop(gm)
 
 
+def _propagate_shapes(gm: Any, inputs: list[Any], state: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``gm`` with every node's shape recorded, and its state; on small real tensors where a meta kernel is missing
+    (the module then moves to the CPU, and the state with it)."""
+    import torch
+
+    try:
+        _shape_prop(gm).run(*inputs)
+    except Exception:
+        # meta kernels are missing for a few ops: propagate on small real tensors of the same shapes
+        real_inputs = [torch.rand(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
+        gm = gm.to_empty(device="cpu") if any(p.is_meta for p in gm.parameters()) else gm
+        try:
+            _shape_prop(gm).run(*real_inputs)
+        except Exception as exc:
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise TraceError("trace", f"shape propagation failed: {first}", "check get_inputs() against forward()") from None
+        state = dict(gm.state_dict(keep_vars=True))
+    return gm, state
+
+
 def _build_and_trace(ref: LoadedReference) -> Traced:
     import torch
     import torch.fx
@@ -259,18 +280,9 @@ def _build_and_trace(ref: LoadedReference) -> Traced:
                                  "trace what runs on every input (move a branch on values outside Model), or write the "
                                  "program by hand") from None
             gm, opaque = kept
-    try:
-        _shape_prop(gm).run(*inputs)
-    except Exception:
-        # meta kernels are missing for a few ops: propagate on small real tensors of the same shapes
-        real_inputs = [torch.rand(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
-        gm = gm.to_empty(device="cpu") if any(p.is_meta for p in gm.parameters()) else gm
-        try:
-            _shape_prop(gm).run(*real_inputs)
-        except Exception as exc:
-            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-            raise TraceError("trace", f"shape propagation failed: {first}", "check get_inputs() against forward()") from None
-        state = dict(gm.state_dict(keep_vars=True))
+    gm, state = _propagate_shapes(gm, inputs, state)
+    while rewrite_recurrent(gm):  # LSTM / GRU / RNN calls unrolled into elementary ops: their shapes anew
+        gm, state = _propagate_shapes(gm, inputs, state)
     gm._mucutlass_opaque = opaque  # normalize reads it: each such call_module is one `module` torch step
     return Traced(gm, state, inputs, opaque)
 
