@@ -244,3 +244,17 @@ def test_an_unbatched_input_stays_a_module_step_saying_why():
     (step,) = module_steps(result)
     row = next(r for r in result.coverage if r.op == "rnn")
     assert "unbatched" in row.reason
+
+
+def test_a_sequence_too_long_to_unroll_stays_one_module_step_with_its_reason():
+    from dsl_compiler.frontend import recurrent as rec
+
+    steps = rec.MAX_UNROLLED_GEMMS // 4 + 1  # one LSTM layer: four recurrent GEMMs a step
+
+    def make_model():
+        return Recurrent(nn.LSTM, batch_first=True)
+
+    result = traced_and_checked(make_model, [torch.randn(2, steps, INPUT)])
+    (step,) = module_steps(result)
+    row = next(r for r in result.coverage if r.op == "rnn")
+    assert row.placement == "torch_step" and f"{4 * steps} recurrent GEMMs" in row.reason

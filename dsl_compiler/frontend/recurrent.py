@@ -13,6 +13,10 @@ from typing import Any, Callable
 
 # gates per layer, in the order PyTorch stacks their rows in weight_ih / weight_hh
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+# recurrent GEMMs an unrolled call may make (layers x directions x steps x gates): past it the call stays one
+# module step. KernelBench's 6-layer LSTMs over 512 steps would be 12,288 launch-bound GEMMs of a few
+# microseconds each, a program no model can read and slower than the library's fused cell
+MAX_UNROLLED_GEMMS = 1024
 
 
 def kept_whole(module: Any, node: Any) -> str | None:
@@ -31,6 +35,11 @@ def kept_whole(module: Any, node: Any) -> str | None:
         return "its input is not one tensor (a PackedSequence)"
     if len(meta.shape) != 3:
         return "an unbatched (2-D) input"
+    steps = int(meta.shape[1 if module.batch_first else 0])
+    gemms = module.num_layers * (2 if module.bidirectional else 1) * steps * GATES[recurrent_kind(module) or "LSTM"]
+    if gemms > MAX_UNROLLED_GEMMS:
+        return (f"unrolled it would be {gemms} recurrent GEMMs ({steps} steps; at most {MAX_UNROLLED_GEMMS}): "
+                f"launch-bound steps the library's fused cell runs faster")
     return None
 
 
