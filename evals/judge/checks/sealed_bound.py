@@ -35,7 +35,10 @@ def sealed_calls(p) -> None:
     # passes' host launches, not their bytes, set their time (an honest launch-bound candidate was flagged
     # without this)
     if (where, k) not in judge.sealed_floor_us:
-        judge.sealed_floor_us[(where, k)] = sealed.measured_floor_us(x0, ref0, k)
+        # best of as many runs as go requests: a busy host's caches only lengthen a run, and a floor read too long
+        # shortens U (the rewritten-timing cheat passed once on a loaded host with 3)
+        judge.sealed_floor_us[(where, k)] = sealed.measured_floor_us(x0, ref0, k,
+                                                                     repeats=sealed.REPEATS.get(device.type, 3))
     floor_us = judge.sealed_floor_us[(where, k)]
     if device.type == "cuda":
         floor_us = max(floor_us, sealed.floor_us(sealed.overhead_bytes(in_bytes, out_numel, out_bytes), gbps))
