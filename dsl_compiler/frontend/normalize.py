@@ -565,7 +565,7 @@ def _normalize_module(node, module) -> Op:
         op.kind, op.reason = "unsupported", "dropout with p > 0 in training mode is random: no program can match it"
     elif op.torch_fn is None and recurrent_kind(module) is not None:  # a call frontend.recurrent did not unroll
         return module_step_op(node, readable, f"nn.{cls} kept as one PyTorch step ({node.target}): "
-                                              f"{kept_whole(module, node)}")
+                                              f"{kept_whole(module, node) or 'its call was not unrolled'}")
     elif op.torch_fn is None:
         return module_step_op(node, readable, f"nn.{cls} has no μCUTLASS or PyTorch-step form: the model's own "
                                               f"module ({node.target}), kept as one PyTorch step")
