@@ -344,7 +344,7 @@ def test_cpu_timed_calls_each_get_values_no_earlier_call_saw():
     originals = [s[0].clone() for s in sets]
     method = timing.TimingMethod(warmup=3, min_trials=6, max_trials=6)
     r = timing.time_candidate_cpu(model, sets, method)
-    assert r["method"] == "cpu_thread" and r["trials"] == 6
+    assert r["method"] == "cpu_process" and r["trials"] == 6
     timed = hits[:3 + 6]  # the warm-up and the timed calls; the restoring calls after them repeat the originals
     assert len(calls) >= 9 and not any(timed), hits
     for s, o, last in zip(sets, originals, r["last_outputs"]):

@@ -331,7 +331,7 @@ def test_honest_candidate_records_the_bound(cpu_timing_harness, medium_problem):
 
     t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_HONEST))
     assert t.valid, t.reason
-    assert t.timing_source == "cpu" and t.method == "cpu_thread"
+    assert t.timing_source == "cpu" and t.method == "cpu_process"
     s = t.sealed
     assert s["k"] >= sealed.K_MIN and s["bound_us"] > 0 and s["flagged"] is False
     assert "sealed calls" in s["method"] and s["t_us"] == pytest.approx(t.median_us)
@@ -358,7 +358,7 @@ def test_rewritten_runner_timing_is_timing_tampered(cpu_timing_harness, medium_p
     from evals.judge.client import Candidate
 
     t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_REWRITES_TIMING))
-    assert not t.valid and t.rule == "timing_tampered", t.reason
+    assert not t.valid and t.rule == "timing_tampered", (t.median_us, t.sealed)
     assert t.sealed.get("flagged") is True and "sealed calls" in t.reason
 
 
@@ -448,3 +448,19 @@ def test_a_named_order_must_be_a_permutation_of_the_dims():
         assert sealed.valid_order(bad, 4) is None
     assert sealed.memory_order(torch.tensor(1.0)) == []
     assert sealed.memory_order(torch.zeros(1, 3, 1, 2)) in ([0, 1, 2, 3], [1, 3, 0, 2], [0, 1, 3, 2])
+
+
+_SHORT_LIVED = (HERE_ADV / "short_lived_threads.py").read_text()
+
+
+def test_work_in_threads_that_end_inside_the_call_is_counted(cpu_timing_harness, medium_problem):
+    """The adversarial case short_lived_threads.py: the work of a thread that ended before anything read its
+    clock still counts, in the reported time (the process's clock) and in the sealed bound (the kernel's count of
+    every thread the candidate's processes ran, ended ones too): either the time is the work's or it is flagged."""
+    from evals.judge.client import Candidate
+
+    honest = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_HONEST))
+    t = cpu_timing_harness.profile(medium_problem, Candidate.from_source(_SHORT_LIVED))
+    assert honest.valid, honest.reason
+    assert (not t.valid and t.rule == "timing_tampered") or (t.valid and t.median_us >= 0.5 * honest.median_us), \
+        (t.median_us, honest.median_us, t.sealed)

@@ -47,8 +47,14 @@ def sealed_calls(p) -> None:
     res["sealed"] = info
     # a few go requests with fresh sets, the least disturbed one judged: the host's other work can only
     # lengthen a request, never shorten it
+    # the round trip taken out of each request is the least any ping took: a ping a busy host delayed, taken out
+    # whole, shortened U by its delay over K (up to 1.7 ms per call on the CPU, and the rewritten-timing cheat passed)
+    least_ping_s, least_ping_cpu_s = float("inf"), float("inf")
     for _ in range(sealed.REPEATS.get(device.type, 1)):
         wall_s, ping_s, cpu_s, ping_cpu_s = sealed_go(p, x0, ref0, k)
+        least_ping_s = ping_s = min(least_ping_s, ping_s)
+        if ping_cpu_s is not None:
+            least_ping_cpu_s = ping_cpu_s = min(least_ping_cpu_s, ping_cpu_s)
         # the judge's clock; on the CPU also the kernel's count of the candidate's processes' CPU time (a
         # shared host's waits for a core lengthen the first, not the second); the smaller bound is judged
         pairs = [(wall_s, ping_s)] + ([(cpu_s, ping_cpu_s)] if cpu_s is not None and ping_cpu_s is not None else [])
