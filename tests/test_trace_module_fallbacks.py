@@ -1,4 +1,4 @@
-"""A runnable model is never refused: a module with no program form (MultiheadAttention, an LSTM with projections)
+"""A runnable model is never refused: a module with no program form (an attention with add_zero_attn, an LSTM with projections)
 becomes a `module` step, a forward torch.fx cannot follow becomes one step of the whole model (coverage 0), and each program runs
 on the interpreter to the model's values."""
 
@@ -28,9 +28,11 @@ class LSTMHead(nn.Module):
 
 
 class AttentionHead(nn.Module):
+    """An attention whose call the trace does not rewrite (add_zero_attn): a module step with its tuple result."""
+
     def __init__(self):
         super().__init__()
-        self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+        self.attn = nn.MultiheadAttention(32, 4, batch_first=True, add_zero_attn=True)
         self.fc = nn.Linear(32, 16)
 
     def forward(self, x):
@@ -74,7 +76,7 @@ class ProjectedLSTMHead(LSTMHead):
 
 
 @pytest.mark.parametrize("model_cls, shape, path, reason", [
-    (AttentionHead, (2, 6, 32), "attn", "no μCUTLASS or PyTorch-step form"),
+    (AttentionHead, (2, 6, 32), "attn", "add_zero_attn are not rewritten"),
     (ProjectedLSTMHead, (4, 5, 16), "lstm", "proj_size > 0"),
 ])
 def test_a_module_with_no_program_form_is_a_module_step_beside_kernels(model_cls, shape, path, reason):

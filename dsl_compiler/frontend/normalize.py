@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsl_compiler.frontend.reference import ParamRef
-from dsl_compiler.frontend.recurrent import kept_whole, recurrent_kind
+from dsl_compiler.frontend.library_modules import kept_whole, rule_for
 from dsl_compiler.ops import EPILOGUE_OPS, OPS, EpilogueOp
 
 
@@ -563,9 +563,9 @@ def _normalize_module(node, module) -> Op:
         return op
     if isinstance(module, nn.Dropout):
         op.kind, op.reason = "unsupported", "dropout with p > 0 in training mode is random: no program can match it"
-    elif op.torch_fn is None and recurrent_kind(module) is not None:  # a call frontend.recurrent did not unroll
+    elif op.torch_fn is None and rule_for(module) is not None:  # a call frontend.library_modules did not take
         return module_step_op(node, readable, f"nn.{cls} kept as one PyTorch step ({node.target}): "
-                                              f"{kept_whole(module, node) or 'its call was not unrolled'}")
+                                              f"{kept_whole(module, node) or 'its call was not rewritten'}")
     elif op.torch_fn is None:
         return module_step_op(node, readable, f"nn.{cls} has no μCUTLASS or PyTorch-step form: the model's own "
                                               f"module ({node.target}), kept as one PyTorch step")

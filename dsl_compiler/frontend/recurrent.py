@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from dsl_compiler.frontend.module_rewrites import Rule
+
 # gates per layer, in the order PyTorch stacks their rows in weight_ih / weight_hh
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 # recurrent GEMMs an unrolled call may make (layers x directions x steps x gates): past it the call stays one
@@ -133,79 +135,30 @@ def recurrent_kind(module: Any) -> str | None:
     return None
 
 
-def rewrite_recurrent(gm: Any) -> int:
-    """Replace each recurrent module call of ``gm`` (shapes propagated) by its unrolled ops, in place; returns how
-    many calls it rewrote. A call that reads what an earlier rewrite made (an LSTM fed by another) waits for the
-    next round, once the caller has propagated shapes again; a call kept whole says why in its module step."""
+def _build(call: Any) -> tuple:
     import operator
 
     import torch.fx
 
-    rewritten = 0
-    graph = gm.graph
-    shaped = set(graph.nodes)
-    for node in list(graph.nodes):
-        if node.op != "call_module" or any(a not in shaped for a in node.all_input_nodes):
-            continue
-        module = gm.get_submodule(node.target)
-        kind = recurrent_kind(module)
-        if kind is None:
-            continue
-        if kept_whole(module, node) is not None:
-            continue
-        tracer = torch.fx.proxy.GraphAppendingTracer(graph)
-
-        def proxy(a):
-            return torch.fx.Proxy(a, tracer) if isinstance(a, torch.fx.Node) else a
-
-        x = node.args[0]
-        hx = node.args[1] if len(node.args) > 1 else node.kwargs.get("hx")
-        sequence_length = int(x.meta["tensor_meta"].shape[1 if module.batch_first else 0])
-        with graph.inserting_before(node):
-            attrs: dict[str, Any] = {}
-
-            def param(name, path=str(node.target)):
-                if name not in attrs:
-                    attrs[name] = proxy(graph.get_attr(f"{path}.{name}"))
-                return attrs[name]
-
-            if isinstance(hx, (tuple, list)):
-                hx_value = tuple(proxy(a) for a in hx)
-            elif isinstance(hx, torch.fx.Node) and kind == "LSTM":
-                hx_value = (proxy(graph.call_function(operator.getitem, (hx, 0))),
-                            proxy(graph.call_function(operator.getitem, (hx, 1))))
-            else:
-                hx_value = proxy(hx)
-            result = unroll(kind, module, proxy(x), hx_value, sequence_length, param)
-        _replace_uses(node, _nodes_of(result))
-        graph.erase_node(node)
-        rewritten += 1
-    if rewritten:
-        graph.lint()
-        gm.recompile()
-    return rewritten
+    module, node = call.module, call.node
+    kind = recurrent_kind(module)
+    x = node.args[0]
+    hx = node.args[1] if len(node.args) > 1 else node.kwargs.get("hx")
+    sequence_length = int(x.meta["tensor_meta"].shape[1 if module.batch_first else 0])
+    if isinstance(hx, (tuple, list)):
+        hx_value: Any = tuple(call.proxy(a) for a in hx)
+    elif isinstance(hx, torch.fx.Node) and kind == "LSTM":
+        hx_value = (call.proxy(call.graph.call_function(operator.getitem, (hx, 0))),
+                    call.proxy(call.graph.call_function(operator.getitem, (hx, 1))))
+    else:
+        hx_value = call.proxy(hx)
+    return unroll(kind, module, call.proxy(x), hx_value, sequence_length, call.param)
 
 
-def _nodes_of(value: Any) -> Any:
-    import torch.fx
+def _classes() -> tuple:
+    import torch.nn as nn
 
-    if isinstance(value, torch.fx.Proxy):
-        return value.node
-    return tuple(_nodes_of(v) for v in value)
+    return (nn.LSTM, nn.GRU, nn.RNN)
 
 
-def _replace_uses(node: Any, value: Any) -> None:
-    """Every use of ``node`` reads ``value`` instead (a node, or a nested tuple of nodes): a constant-index getitem
-    of a tuple is replaced by the element it picks."""
-    import operator
-
-    import torch.fx
-
-    for user in list(node.users):
-        if (user.op == "call_function" and user.target is operator.getitem and user.args[0] is node
-                and isinstance(user.args[1], int) and isinstance(value, tuple)):
-            _replace_uses(user, value[user.args[1]])
-            user.graph.erase_node(user)
-        else:
-            user.args = torch.fx.node.map_arg(user.args, lambda a: value if a is node else a)
-            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a: value if a is node else a)
+RULE = Rule("recurrent", _classes, kept_whole, _build)

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic
-from dsl_compiler.frontend.recurrent import rewrite_recurrent
+from dsl_compiler.frontend import library_modules
 from run_vocabulary.problem import ALL_PRECISIONS, Problem
 
 
@@ -281,7 +281,9 @@ def _build_and_trace(ref: LoadedReference) -> Traced:
                                  "program by hand") from None
             gm, opaque = kept
     gm, state = _propagate_shapes(gm, inputs, state)
-    while rewrite_recurrent(gm):  # LSTM / GRU / RNN calls unrolled into elementary ops: their shapes anew
+    # LSTM / GRU / RNN calls unrolled, attention and Transformer layers decomposed into elementary ops (or into calls
+    # of their children, taken next round): their shapes anew
+    while library_modules.rewrite(gm):
         gm, state = _propagate_shapes(gm, inputs, state)
     gm._mucutlass_opaque = opaque  # normalize reads it: each such call_module is one `module` torch step
     return Traced(gm, state, inputs, opaque)

@@ -350,6 +350,7 @@ def _shape_outputs(b: ProgramBuilder, group: KernelGroup, anchor_op: Op, stores:
     reduction with its dim."""
     graph = b.graph
     out_shape = graph.shape_of(group.anchor)
+    stored = {s.name: _stored_value(b, s.name) for s in stores}  # before a padding cut renames what they hold
     if gemm_1x1:
         _conv_gemm_outputs(b, stores, out_shape)
     elif anchor_op.kind == "conv":
@@ -358,8 +359,9 @@ def _shape_outputs(b: ProgramBuilder, group: KernelGroup, anchor_op: Op, stores:
         _cut_padding(b, anchor_op, stores, len(out_shape), pad)
     if anchor_op.flatten_a or anchor_op.flatten_batch:
         for s in stores:
-            v = next(k for k, nm in b.tensor_name.items() if nm in (s.name, b.pads.get((s.name, (-pad.d_m, -pad.d_n)))))
-            b.tensor_name[v] = b.reshape(b.tensor_name[v], f"{s.name}_nd", tuple(out_shape))
+            v = stored[s.name]
+            if v is not None:  # a padded batched product's cut named it anew: the cut is what is reshaped
+                b.tensor_name[v] = b.reshape(b.tensor_name[v], f"{s.name}_nd", tuple(out_shape))
     for m in group.reduces:
         if m in b.tensor_name and graph.ops[m].keepdim:
             shaped = b.namer(f"{b.tensor_name[m]}_kd")
