@@ -183,7 +183,6 @@ def sol_at_precision_us(t_sol_us: float | None, sol: dict, precision: str | None
 # Why PyTorch's variant was kept (the brief's causes, most specific first): a harness failure is the judge's, not the
 # program's; a program that never compiled is a coverage gap; a correct one PyTorch beats is a speed gap
 FALLBACK_CAUSES = ("slower than PyTorch", "judge", "no compiled program", "no correct program")
-_JUDGE_FAILURE = ("the judge failed", "harness:")
 
 
 def fallback_cause(summary, t_ours_us: float | None) -> str:
@@ -192,7 +191,7 @@ def fallback_cause(summary, t_ours_us: float | None) -> str:
     if t_ours_us:
         return "slower than PyTorch"
     attempts = list(summary.attempts)
-    if any(str(a.failure_reason or "").startswith(_JUDGE_FAILURE) for a in attempts):
+    if any(a.judge_failed for a in attempts):
         return "judge"
     if not any(a.compile_ok for a in attempts):
         return "no compiled program"

@@ -185,17 +185,18 @@ class Services:
         return self.candidate(program_of(state), state["backend"], state.get("artifacts"))
 
     def validate(self, path: str, candidate: Any) -> dict[str, Any]:
-        """-> {correct, max_abs_error, reason, flags}"""
+        """-> {correct, max_abs_error, reason, rule, judge_failed, flags}"""
         v = self._timed_as("validate", self.harness().validate, self.problem(path), candidate)
         return {"correct": bool(v.correct), "max_abs_error": v.max_abs_error, "reason": v.reason or None,
-                "flags": list(v.flags)}
+                "rule": v.rule, "judge_failed": bool(v.judge_failed), "flags": list(v.flags)}
 
     def profile(self, path: str, candidate: Any) -> dict[str, Any]:
-        """-> {t_us, t_spread_pct, timing_source, reason, flags}; t_us None when the time cannot be
-        trusted (a timing check failed) or was not taken."""
+        """-> {t_us, t_spread_pct, timing_source, reason, rule, judge_failed, flags}; t_us None when the time cannot
+        be trusted (a timing check failed) or was not taken."""
         t = self._timed_as("profile", self.harness().profile, self.problem(path), candidate)
         return {"t_us": t.median_us if t.valid else None, "t_spread_pct": t.spread_pct,
-                "timing_source": t.timing_source, "reason": t.reason, "flags": list(t.flags)}
+                "timing_source": t.timing_source, "reason": t.reason, "rule": t.rule,
+                "judge_failed": bool(t.judge_failed), "flags": list(t.flags)}
 
     def ceiling_check(self, t_us: float, t_sol_us: float) -> tuple[bool, str]:
         from evals.judge import sol_ceiling_check

@@ -26,7 +26,8 @@ def profiler(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
     node_s = time.perf_counter() - start
     work_s = state.get("work_s", 0.0) + (svc.work_s - work0)
     if not ok:
-        return {**fail(state, attempt, node_s, f"profile: {reason}", [failure(reason)], ctx),
+        return {**fail(state, attempt, node_s, f"profile: {reason}", [failure(reason)], ctx,
+                       failure_rule=timing.get("rule"), judge_failed=bool(timing.get("judge_failed"))),
                 "work_s": work_s}
     return {"current": advance(attempt, node_s, reached="profile", t_us=float(timing["t_us"]),
                                t_spread_pct=timing.get("t_spread_pct"), timing_source=timing.get("timing_source"),

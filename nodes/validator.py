@@ -28,7 +28,8 @@ def validator(state: OptimizeState, runtime: Runtime[RunContext]) -> dict:
         reason = result.get("reason") or "outputs differ from the reference"
         return {**fail(state, attempt, node_s, f"validate: {reason}", [failure(f"wrong result: {reason}")],
                        ctx, reached="compile", max_abs_error=result.get("max_abs_error"),
-                       flags=flags),
+                       flags=flags, failure_rule=result.get("rule"),
+                       judge_failed=bool(result.get("judge_failed"))),
                 "work_s": work_s}
     return {"current": advance(attempt, node_s, reached="validate", correct=True,
                                max_abs_error=result.get("max_abs_error"), flags=flags),

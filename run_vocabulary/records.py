@@ -40,6 +40,8 @@ class AttemptRecord(BaseModel):
     correct: bool = False
     max_abs_error: float | None = None
     failure_reason: str | None = None
+    failure_rule: str | None = None  # the judge's verdict rule (evals.judge.verdicts) of a rejected candidate
+    judge_failed: bool = False  # the judge itself failed on this attempt: no verdict on the program
     t_us: float | None = None  # candidate time (median)
     t_spread_pct: float | None = None
     timing_source: Literal["gpu", "estimate"] | None = None

@@ -2,7 +2,7 @@
 context, plus scripted chat models. The graph, its nodes, policies and tiers run for real.
 
 Fake programs carry their fate in comments: ``# broken`` fails the check with a located
-diagnostic, ``# wrong`` fails validation, ``# t_us = 40`` is the time the fake profiler reports.
+diagnostic, ``# wrong`` fails validation (``# judge fails``: the judge itself fails on it), ``# t_us = 40`` is the time the fake profiler reports.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def get_init_inputs():
 BROKEN = "program p  # broken\ninput x: f32[16, 64]\nkernel k = gemm(x, w^T) { store y: f32 = acc }\noutput y\n"
 SLOW = "program p  # t_us = 80\ninput x: f32[16, 64]\nkernel k = gemm(x, w^T) { tile = 64x64x32; store y: f32 = acc }\noutput y\n"
 GOOD = "program p  # t_us = 12\ninput x: f32[16, 64]\nkernel k = gemm(x, w^T) { math = tf32; store y: f32 = acc }\noutput y\n"
+JUDGE_FAILS = "program p  # judge fails\ninput x: f32[16, 64]\nkernel k = gemm(x, w^T) { store y: f32 = acc }\noutput y\n"
 WRONG = "program p  # wrong\ninput x: f32[16, 64]\nkernel k = gemm(x, w^T) { store y: f32 = acc }\noutput y\n"
 
 SOL = {"t_sol_us": 10.0, "bound": "compute", "intensity_flop_per_byte": 20.0, "flops": 65536.0}
@@ -113,7 +114,11 @@ class FakeServices(Services):
         self._count("validate")
         text = self._text_of(candidate)
         if "# wrong" in text:
-            return {"correct": False, "max_abs_error": 3.5, "reason": "max abs error 3.5 > tolerance 0.01"}
+            return {"correct": False, "max_abs_error": 3.5, "reason": "max abs error 3.5 > tolerance 0.01",
+                    "rule": "mismatch"}
+        if "# judge fails" in text:
+            return {"correct": False, "max_abs_error": None, "judge_failed": True,
+                    "reason": "the judge failed: OutOfMemoryError: CUDA out of memory"}
         return {"correct": True, "max_abs_error": 1e-4, "reason": None}
 
     def profile(self, path, candidate):

@@ -12,7 +12,7 @@ from graph.context import RunContext
 from graph.runner import run_optimize
 from nodes.playback import PlaybackTier
 from nodes.tiers import ChatTier, TierSpec
-from test_graph_fakes import BROKEN, GOOD, SLOW, WRONG, TextTrackingServices, reply, write_problem
+from test_graph_fakes import BROKEN, GOOD, JUDGE_FAILS, SLOW, WRONG, TextTrackingServices, reply, write_problem
 
 
 class RecordingChat(GenericFakeChatModel):
@@ -93,6 +93,17 @@ def test_wrong_result_goes_back_to_the_writer(tmp_path):
     assert summary.attempts[0].failure_reason.startswith("validate: max abs error 3.5")
     assert "wrong result" in chat.seen[1][1]
     assert summary.best_index == 2
+
+
+def test_an_attempt_says_whether_the_program_or_the_judge_failed(tmp_path):
+    """The verdict's rule travels with a rejected attempt, and the judge's own failure is told apart from it (a
+    table of fallbacks counts it as the judge's, not the program's), whatever its reason's wording."""
+    tier, _ = chat_tier(WRONG, JUDGE_FAILS, GOOD)
+    summary, _, _ = run(tmp_path, tier, max_attempts=3)
+    wrong, judged, good = summary.attempts
+    assert (wrong.failure_rule, wrong.judge_failed) == ("mismatch", False)
+    assert judged.judge_failed and judged.failure_rule is None and "the judge failed" in judged.failure_reason
+    assert not good.judge_failed and good.failure_rule is None and summary.best_index == 3
 
 
 def test_sol_stop(tmp_path):

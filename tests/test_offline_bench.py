@@ -182,7 +182,8 @@ def test_a_fallback_without_a_correct_program_names_the_judge_where_the_harness_
         return RunSummary(problem="p", tier="offline", policy="fixed", backend="cutlass", gpu="h200",
                           attempts=list(attempts))
 
-    judge = AttemptRecord(index=1, compile_ok=True, failure_reason="the judge failed: OutOfMemoryError: ...")
+    judge = AttemptRecord(index=1, compile_ok=True, judge_failed=True,
+                          failure_reason="validate: the judge failed: OutOfMemoryError: ...")
     wrong = AttemptRecord(index=2, compile_ok=True, failure_reason="mismatch: max abs error 3.1")
     unbuilt = AttemptRecord(index=1, compile_ok=False, failure_reason="E201 at 3:5: unknown op")
     assert bench.fallback_cause(summary(wrong, judge), None) == "judge"

@@ -99,6 +99,7 @@ class Validation(BaseModel):
     max_rel_error: float | None = None
     reason: str = ""  # "rule: why" (evals.judge.verdicts) when not correct
     rule: str | None = None  # the verdict's rule (evals.judge.verdicts.RULES); when correct, a flag's rule or None
+    judge_failed: bool = False  # the judge itself failed (its error, its memory): no verdict on the candidate
     sets: list[SetResult] = Field(default_factory=list)
     checks: list[CheckResult] = Field(default_factory=list)
     precision: str | None = None  # the lowest math precision the candidate uses (static, programs)
@@ -130,6 +131,7 @@ class Timing(BaseModel):
     valid: bool = True  # False when a timing check failed (the number cannot be trusted)
     reason: str = ""
     rule: str | None = None  # the verdict's rule when not valid (evals.judge.verdicts.RULES)
+    judge_failed: bool = False  # the judge itself failed (its error, its memory): no verdict on the candidate
     method: str | None = None  # how the time was taken: cuda_graph, events_device_sync, estimate
     calls_per_trial: int | None = None  # back-to-back calls averaged in one trial (median_us is the median trial)
     wall_bound_us: float | None = None  # the judge's own clock over back-to-back timed calls, per call
@@ -443,7 +445,7 @@ class Harness:
                               crashed=True, wall_s=time.perf_counter() - start, **base)
         if not reply.get("ok"):
             return Validation(correct=False, reason=reply.get("error", "the judge failed"), checks=static,
-                              wall_s=time.perf_counter() - start, **base)
+                              judge_failed=True, wall_s=time.perf_counter() - start, **base)
         res = reply["result"]
         sets = [SetResult(**{k: v for k, v in s.items() if k in SetResult.model_fields}) for s in res["sets"]]
         checks = list(static)
@@ -482,7 +484,8 @@ class Harness:
                 return Timing(valid=False, reason=exc.reason, rule=verdicts.rule_of(exc.reason), crashed=True,
                               wall_s=time.perf_counter() - start)
             if not reply.get("ok"):
-                return Timing(valid=False, reason=reply.get("error", "the judge failed"), wall_s=time.perf_counter() - start)
+                return Timing(valid=False, reason=reply.get("error", "the judge failed"), judge_failed=True,
+                              wall_s=time.perf_counter() - start)
             res = reply["result"]
             checks = []
             verdict = res.get("verdict")
