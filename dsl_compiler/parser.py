@@ -65,6 +65,7 @@ TOKEN_WORDS: dict[str, str] = {
     "NAME": "a name",
     "INT": "an integer",
     "FLOAT": "a number",
+    "INF": "inf",
     "TILE": "a tile like 128x128x32",
     "STRING": 'a quoted string like "fc.weight"',
     "TRUE": "True",
@@ -711,7 +712,7 @@ _STATEMENT_FORMS = {
 }
 _STATEMENT_KEYWORD = re.compile(r"\b(" + "|".join(_STATEMENT_FORMS) + r")\b")
 # The grammar's keywords: a name cannot be one of them.
-_RESERVED = {*_STATEMENT_FORMS, "acc", "True", "False", "None"}
+_RESERVED = {*_STATEMENT_FORMS, "acc", "inf", "True", "False", "None"}
 
 
 # a keyword argument inside an epilogue function call: `leaky_relu(acc, slope=0.1)`

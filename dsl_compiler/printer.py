@@ -16,9 +16,9 @@ _ROW_DEFAULTS = ir.RowConfig()
 
 
 def format_number(value: float) -> str:
-    if not math.isfinite(value):
-        raise ValueError(f"a constant must be finite, got {value}")
-    return repr(float(value))
+    if math.isnan(value):
+        raise ValueError("a constant cannot be NaN")
+    return repr(float(value))  # inf and -inf print as the language writes them
 
 
 def format_expr(expr: Any) -> str:

@@ -26,6 +26,9 @@ STEPS: dict[str, str] = {
     "index": 'index(x, (":", "0:32", 3)): basic indexing x[:, 0:32, 3], one entry per leading dim: an integer picks '
              '(the dim goes), "a:b" / "a:b:s" slices, "..." fills, None adds a dim of 1',
     "pad": "pad(x, (l, r, t, b), value=0.0)",
+    "fill_where": 'fill_where(x, m, v, "eq", 0.0): x with v where m == 0.0 (comparisons eq, ne, lt, le, gt, ge; '
+                  'm broadcast to x; v a number, inf or -inf): a masked_fill by a comparison of a float mask, '
+                  "such as a causal attention's",
     "forward_filter": "forward_filter(w): a transposed conv's filter [C, K, *filter] as the forward conv's [K, C, *filter], "
                       "flipped in every spatial dim, channels-last: the stride-1 transposed conv with padding p is the "
                       "forward conv with padding dilation·(filter - 1) - p over it",
@@ -70,6 +73,19 @@ STEPS: dict[str, str] = {
 }
 
 WHITELIST: tuple[str, ...] = tuple(sorted(STEPS))
+
+
+_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def fill_where(x, m, value: float, comparison: str, than: float):
+    """``x.masked_fill(m <comparison> than, value)``: the ``fill_where`` step, and what the frontend's folded
+    masks call while tracing."""
+    import torch
+
+    if comparison not in _COMPARE:
+        raise ValueError(f"comparison must be one of {', '.join(_COMPARE)}, got {comparison!r}")
+    return x.masked_fill(getattr(torch, comparison)(m, than), value)
 
 
 def index_key(spec) -> tuple:
@@ -174,7 +190,7 @@ def _table() -> dict[str, Callable[..., Any]]:
         "reshape": torch.reshape, "flatten": torch.flatten, "permute": torch.permute, "transpose": torch.transpose,
         "unsqueeze": torch.unsqueeze, "select": torch.select, "squeeze": torch.squeeze, "cat": torch.cat, "stack": torch.stack,
         "chunk": torch.chunk, "pad": F.pad, "split": torch.split, "unbind": torch.unbind, "narrow": torch.narrow,
-        "index": lambda x, spec: x[index_key(spec)],
+        "index": lambda x, spec: x[index_key(spec)], "fill_where": fill_where,
         "relu": F.relu, "gelu": F.gelu, "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
         "softplus": F.softplus, "mish": F.mish, "elu": F.elu, "selu": F.selu, "hardtanh": F.hardtanh,
         "leaky_relu": F.leaky_relu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "softsign": F.softsign,

@@ -384,3 +384,39 @@ def test_checks_of_arbitrary_torch_steps_never_raise(fn, args, kwargs):
     for d in check(program):
         assert d.code != "internal", d.render()
         assert d.span is not None and d.hint
+
+
+def test_infinity_is_a_number_that_round_trips_and_a_reserved_word():
+    """`inf` (and `-inf`) are numbers in epilogues and torch-step literals (a clamp without a bound, a causal mask's
+    fill); the printer writes them back the same; a tensor cannot be named inf; NaN has no spelling."""
+    from dsl_compiler.printer import format_number
+
+    text = """program p
+input x: f32[16, 64]
+param w: f32[32, 64]
+param inf_scale: f32[32]
+kernel k = gemm(x, w^T) {
+  store y: f32 = min(acc, inf) + inf_scale[col] * -inf
+}
+torch z = clamp(y, min=-inf, max=inf)
+output z
+"""
+    program, diagnostics = parse(text)
+    assert not diagnostics, diagnostics
+    (kernel,) = program.kernels
+    consts = [e.value for e in _consts(kernel.stores[0].expr)]
+    assert consts == [math.inf, -math.inf]
+    step = program.torch_steps[0]
+    assert [k.value for k in step.kwargs] == [-math.inf, math.inf]
+    assert parse(format_program(program))[0] == program
+    _, bad = parse(text.replace("inf_scale", "inf"))
+    assert bad and bad[0].code == "syntax" and "reserved" in bad[0].hint
+    with pytest.raises(ValueError, match="NaN"):
+        format_number(float("nan"))
+
+
+def _consts(e):
+    if isinstance(e, ir.Const):
+        return [e]
+    return [c for child in (getattr(e, "arg", None), getattr(e, "lhs", None), getattr(e, "rhs", None))
+            if child is not None for c in _consts(child)]

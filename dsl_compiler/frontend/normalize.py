@@ -9,6 +9,7 @@ from typing import Any
 
 from dsl_compiler.frontend.reference import ParamRef
 from dsl_compiler.frontend.library_modules import kept_whole, rule_for
+from dsl_compiler.frontend.targets import target_name as _target_name
 from dsl_compiler.ops import EPILOGUE_OPS, OPS, EpilogueOp
 
 
@@ -76,29 +77,6 @@ class Op:
     batch_norm: dict[str, Any] = field(default_factory=dict)
 
 
-def _target_name(node) -> tuple[str, str]:
-    """(canonical op name, readable target) of a call_function / call_method node."""
-    t = node.target
-    if node.op == "call_method":
-        name = t
-        readable = f"Tensor.{t}"
-    else:
-        name = getattr(t, "__name__", str(t))
-        overload = getattr(t, "overloadpacket", None)
-        if overload is not None:  # aten op from torch.export
-            name = overload.__name__
-        mod = getattr(t, "__module__", "") or ""
-        prefix = "F" if mod.startswith("torch.nn.functional") else ("operator" if mod == "_operator" else "torch")
-        readable = f"{prefix}.{name}"
-        if name == "getattr":
-            name = str(node.args[1])
-            readable = f"Tensor.{name}"
-    name = name.lstrip("_")
-    if name.endswith("_"):
-        name = name.rstrip("_")  # in-place variants compute the same values here
-    return name, readable
-
-
 def _arg(node_args, node_kwargs, i, key, default=None):
     if key in node_kwargs:
         return node_kwargs[key]
@@ -147,7 +125,9 @@ def normalize(node, gm, state) -> Op:
     if node.op == "call_module":
         return _normalize_module(node, gm.get_submodule(node.target))
     name, readable = _target_name(node)
-    args, kwargs = list(node.args), dict(node.kwargs)
+    # a number computed from sizes (1 / sqrt(k.size(-1))) is that number: an epilogue constant, not a tensor
+    args = [_number(a) for a in node.args]
+    kwargs = {k: _number(v) for k, v in node.kwargs.items()}
     op = Op(node, "torch", readable, name=name, torch_fn=name, torch_args=args, torch_kwargs=kwargs)
     if "const" in node.meta:
         op.kind = "const"
@@ -215,11 +195,36 @@ def _meta_leaves(meta) -> list[Any]:
 # Readers of a call_function / call_method node, tried in order: each fills in ``op`` and returns True when the call
 # is its kind, else returns False and leaves ``op`` as it is.
 
+def _number(v):
+    """``v``, or the number a traced scalar (a size, or arithmetic on sizes) has by the shapes."""
+    import torch.fx
+
+    if isinstance(v, torch.fx.Node) and type(v.meta.get("const")) in (int, float):
+        return v.meta["const"]
+    return v
+
+
+def _constants_in_index(index):
+    """An index with each traced size in it (``x[:, :, :T, :T]``, T = x.size(1)) as the number the shapes gave."""
+    import torch.fx
+
+    def value(v):
+        return v.meta["const"] if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("const"), int) else v
+
+    def entry(e):
+        if isinstance(e, slice):
+            return slice(value(e.start), value(e.stop), value(e.step))
+        return value(e)
+
+    return tuple(entry(e) for e in index) if isinstance(index, tuple) else entry(index)
+
+
 def _read_getitem(op: Op, name: str, args: list, kwargs: dict) -> bool:
     import torch.fx
 
     if name != "getitem":
         return False
+    args = [args[0], _constants_in_index(args[1])]
     op.kind, op.operands, op.index = "getitem", [args[0]], args[1] if isinstance(args[1], int) else -1
     source_meta = args[0].meta.get("tensor_meta") if isinstance(args[0], torch.fx.Node) else None
     if hasattr(source_meta, "shape"):

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 
 from dsl_compiler.diagnostics import Diagnostic
 from dsl_compiler.frontend import library_modules
+from dsl_compiler.frontend.masks import fold_comparison_masks
 from run_vocabulary.problem import ALL_PRECISIONS, Problem
 
 
@@ -83,6 +85,20 @@ def _opaque_module(model: Any, error: BaseException) -> str | None:
     return found
 
 
+@functools.cache
+def _buffer_tracer() -> type:
+    import torch.fx
+
+    class _BufferTracer(torch.fx.Tracer):
+        """torch.fx's tracer with buffers as graph attributes: by default forward() reads a buffer as its value, and
+        what it computes from one (a causal mask `bias[:, :, :T, :T] == 0`) becomes a constant outside state_dict
+        that no program can bind."""
+
+        proxy_buffer_attributes = True
+
+    return _BufferTracer
+
+
 def _trace_keeping_opaque(model: Any, first_error: BaseException) -> tuple[Any, dict[str, str]] | None:
     """torch.fx with each submodule whose forward() stops it kept as one call (a leaf); None when what stops
     it is in the model's own forward()."""
@@ -97,7 +113,7 @@ def _trace_keeping_opaque(model: Any, first_error: BaseException) -> tuple[Any, 
         opaque[path] = untraceable_message(error, error).split(";")[0].replace("forward()", f"{path}.forward()", 1)
         keep = set(opaque)
 
-        class _Tracer(torch.fx.Tracer):
+        class _Tracer(_buffer_tracer()):
             def is_leaf_module(self, m, qualname):
                 return qualname in keep or super().is_leaf_module(m, qualname)
 
@@ -268,7 +284,7 @@ def _build_and_trace(ref: LoadedReference) -> Traced:
     state = dict(model.state_dict(keep_vars=True))
     opaque: dict[str, str] = {}
     try:
-        gm = torch.fx.symbolic_trace(model)
+        gm = torch.fx.GraphModule(model, _buffer_tracer()().trace(model))
     except Exception as fx_error:
         try:
             gm = torch.export.export(model, tuple(inputs), strict=False).module()
@@ -283,6 +299,8 @@ def _build_and_trace(ref: LoadedReference) -> Traced:
     gm, state = _propagate_shapes(gm, inputs, state)
     # LSTM / GRU / RNN calls unrolled, attention and Transformer layers decomposed into elementary ops (or into calls
     # of their children, taken next round): their shapes anew
+    if fold_comparison_masks(gm):  # masked_fill(x, m == 0, v): one step of float operands
+        gm, state = _propagate_shapes(gm, inputs, state)
     while library_modules.rewrite(gm):
         gm, state = _propagate_shapes(gm, inputs, state)
     gm._mucutlass_opaque = opaque  # normalize reads it: each such call_module is one `module` torch step

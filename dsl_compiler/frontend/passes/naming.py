@@ -8,7 +8,7 @@ _RESERVED = {
     "program", "input", "param", "kernel", "torch", "output", "let", "store", "acc", "row", "col", "gemm", "conv",
     "conv1d", "conv2d", "conv3d", "grouped_gemm", "math", "accum", "tile", "cluster", "stages", "schedule", "raster",
     "swizzle", "decomposition", "split_k", "alignment", "auto", "true", "false", "none", "channels_last", "contiguous",
-    "f32", "bf16", "f16", "tf32", "scalar", "full",
+    "f32", "bf16", "f16", "tf32", "scalar", "full", "inf",
 }
 
 
