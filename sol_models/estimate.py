@@ -382,7 +382,11 @@ def estimate_row_kernel(kernel: Any, types: dict[str, Any], dram_bytes: float, f
     tx = types[kernel.op.x.name]
     plan = row_ops.plan(kernel, tuple(tx.shape), tx.dtype, gpu.sm_count)
     es = ELEMENT_BYTES[tx.dtype]
-    if plan.inner == 1:
+    if row_ops.is_pool(kernel.op):  # a thread per output element, scalar loads
+        outs = math.prod(row_ops.output_shape(kernel.op, tuple(tx.shape)))
+        busy = 1.0
+        ctas = -(-outs // row_ops.THREADS)
+    elif plan.inner == 1:
         lanes = (row_ops.THREADS if plan.rows_per_block == 1 else 32) * plan.vector
         busy = min(1.0, plan.rows / plan.split / lanes)  # threads with elements to load
         ctas = -(-plan.outer // plan.rows_per_block) * plan.split
@@ -415,6 +419,8 @@ def best_row_config(program: Any, kernel: Any, gpu: GpuSpec) -> Any:
     from dsl_compiler.row_checks import check_row_kernel
     from sol_models.counting import row_traffic
 
+    if row_ops.is_pool(kernel.op):
+        return kernel.config  # a pool has no knobs
     types = shapes.infer(program, upto=kernel)
     best, best_t = kernel.config, float("inf")
     passes = (None,) if row_ops.is_reduction(kernel.op) or row_ops.is_scan(kernel.op) else (1, 2)
