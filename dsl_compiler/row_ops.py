@@ -256,6 +256,11 @@ def pool_spatial(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[tuple[int, ...],
         raise ShapeError(f"avg_pool's divisor_override {op.divisor_override}", op.span,
                          found=f"divisor_override={op.divisor_override}", expected="a positive integer or None",
                          hint="leave divisor_override out to divide by the window's size")
+    if fn == "avg_pool" and k == 3 and any(n < kk for n, kk in zip(spatial, op.kernel_size)):
+        # avg_pool3d alone refuses a window larger than the unpadded input
+        raise ShapeError(f"avg_pool of spatial extents {list(spatial)} with kernel {op.kernel_size}", op.span,
+                         found=f"kernel_size={op.kernel_size}", expected=f"a 3-D kernel within {list(spatial)}",
+                         hint="PyTorch's avg_pool3d needs kernel_size <= the input's extents; use a smaller kernel")
     out = tuple(pool_extent(n, kk, st, p, d, op.ceil_mode)
                 for n, kk, st, p, d in zip(spatial, op.kernel_size, op.stride, op.padding, params["dilation"]))
     if any(o < 1 for o in out):
