@@ -1,4 +1,4 @@
-"""Static checks of a row kernel (a reduction, softmax, normalization or scan; ``row_ops``): its shapes, its tail
+"""Static checks of a row kernel (a reduction, softmax, normalization, scan or pool; ``row_ops``): its shapes, its tail
 expressions, its store types and its knobs, each a Diagnostic with a location and a one-line fix."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Row kernels: a reduction, softmax, normalization or scan over one dim (or adjacent dims) of a tensor, with an
-element-wise tail in the epilogue language. Everything the readers share about them lives here: the function
-table, the [outer, R, inner] view, output shapes, the checks, the interpreter's exact semantics, the knobs the
-compiler picks when left at auto, and their FLOPs and bytes.
+"""Row kernels: a reduction, softmax, normalization or scan over one dim (or adjacent dims) of a tensor, or a pool
+over its spatial dims, with an element-wise tail in the epilogue language. Everything the readers share about
+them lives here: the function table, the [outer, R, inner] view, output shapes, the checks, the interpreter's
+exact semantics, the knobs the compiler picks when left at auto, and their FLOPs and bytes.
 
 x is seen as [outer, R, inner]: R the product of the reduced dims, inner what follows them. inner == 1 is a
 contiguous row (a CTA's threads share a row); inner > 1 is a strided segment (a thread per column of inner,

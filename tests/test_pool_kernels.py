@@ -435,3 +435,17 @@ def test_max_pool_with_indices_and_adaptive_max_pool_stay_as_before():
     assert row_op_of(step.model_copy(update={"kwargs": step.kwargs[:1]}), types_) is not None
     bad = step.model_copy(update={"kwargs": (ir.Kwarg(key="kernel_size", value=3), ir.Kwarg(key="padding", value=2))})
     assert row_op_of(bad, types_) is None  # PyTorch refuses padding > kernel // 2: the step stays to say so
+
+
+def test_the_language_reference_states_the_pool_syntax_and_its_checks():
+    import re
+    from pathlib import Path
+
+    doc = re.sub(r"\s+", " ", (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text())
+    for fragment in ("`max_pool(x, kernel_size=(2, 2), stride=, padding=, dilation=, ceil_mode=)`",
+                     "`adaptive_avg_pool(x, output_size=(1, 1))`", "count_include_pad=, divisor_override=",
+                     "padding <= kernel_size // 2", "(stride: kernel_size)"):
+        assert fragment in doc, fragment
+    # its examples, as written, check
+    checked(program("max_pool(x, kernel_size=(2, 2))", (2, 3, 8, 8)))
+    checked(program("adaptive_avg_pool(x, output_size=(1, 1))", (3, 8, 8)))

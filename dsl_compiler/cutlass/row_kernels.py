@@ -8,6 +8,7 @@ Softmax and the norms reduce their statistics so, then apply them per element: f
 or by reading x again (passes = 2). A strided reduction (inner > 1) gives each thread ``vector`` adjacent
 columns and walks the reduced dim, coalesced across the warp. A scan has kernels of its own (``_SCAN_KERNELS``):
 a block-wide scan of a contiguous row in chunks with a running carry, or a sequential one per strided column.
+A pool (``_POOL_KERNEL``) gives each output element a thread that walks its window.
 """
 
 from __future__ import annotations
