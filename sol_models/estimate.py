@@ -400,7 +400,8 @@ def estimate_row_kernel(kernel: Any, types: dict[str, Any], dram_bytes: float, f
     t_launch_us = gpu.launch_latency_us * (2 if plan.split > 1 else 1)
     t_us = t_dram_us + t_launch_us
     reasons = [f"memory-bound row kernel: {dram_bytes / 1e6:.3g} MB at {efficiency:.0%} of DRAM bandwidth "
-               f"(vector {plan.vector}, rows_per_block {plan.rows_per_block}, passes {plan.passes}, split {plan.split})"]
+               + ("(a pool: a thread per output element)" if row_ops.is_pool(kernel.op) else
+                  f"(vector {plan.vector}, rows_per_block {plan.rows_per_block}, passes {plan.passes}, split {plan.split})")]
     return KernelEstimate(
         name=kernel.name, op=kernel.op.fn, dims=(1, plan.outer, plan.rows, plan.inner), math="f32", tile=(0, 0, 0),
         cluster=(1, 1, 1), schedule="row", stages=plan.passes, decomposition="data_parallel", split_k=plan.split,

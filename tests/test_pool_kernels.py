@@ -356,29 +356,33 @@ def test_a_conv_then_max_pool_and_adaptive_avg_pool_modules_become_pool_row_kern
             super().__init__()
             self.conv = nn.Conv2d(4, 8, 3, padding=1)
             self.pool = nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True)
+            self.adapt = nn.AdaptiveAvgPool2d((2, 3))
             self.gap = nn.AdaptiveAvgPool2d((1, 1))
 
         def forward(self, x):
-            return torch.relu(self.gap(self.pool(torch.relu(self.conv(x))))) * 2.0
+            y = self.pool(torch.relu(self.conv(x)))
+            return torch.relu(self.adapt(y)) * 2.0, self.gap(y)
 
     torch.manual_seed(0)
     x = torch.randn(2, 4, 15, 15)
     result = trace_problem(_problem(Model, x))
     prog = result.program
     assert prog is not None, result.diagnostics
-    assert not prog.torch_steps or all(s.fn == "channels_last" for s in prog.torch_steps), prog
-    pools = [k for k in prog.row_kernels]
-    assert [k.op.fn for k in pools] == ["max_pool", "adaptive_avg_pool"]
-    assert pools[0].op.kernel_size == (3, 3) and pools[0].op.stride == (2, 2) and pools[0].op.ceil_mode
-    assert pools[1].op.output_size == (1, 1)
-    assert isinstance(pools[1].stores[0].expr, ir.Binary)  # relu(acc) * 2.0 fused into the tail
+    assert all(s.fn == "channels_last" for s in prog.torch_steps), prog
+    pool, adapt, gap = prog.row_kernels
+    assert (pool.op.fn, pool.op.kernel_size, pool.op.stride, pool.op.padding, pool.op.ceil_mode) == \
+        ("max_pool", (3, 3), (2, 2), (1, 1), True)
+    assert adapt.op.fn == "adaptive_avg_pool" and adapt.op.output_size == (2, 3)
+    assert isinstance(adapt.stores[0].expr, ir.Binary)  # relu(acc) * 2.0 fused into the tail
+    # a global average pool is the mean over the spatial dims (the reduction's CTA per plane)
+    assert (gap.op.fn, gap.op.dim, gap.op.keepdim) == ("mean", (2, 3), True)
     rows = {r.op: r for r in result.coverage}
-    assert rows["pool"].placement == rows["gap"].placement == "kernel"
+    assert rows["pool"].placement == rows["adapt"].placement == rows["gap"].placement == "kernel"
     model = Model()
-    (got,) = interpreter.run(prog, [x], runtime.bind_params(prog, model))
-    want = model(x)
-    assert got.shape == want.shape
-    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)  # the conv runs in tf32
+    got = interpreter.run(prog, [x], runtime.bind_params(prog, model))
+    for g, w in zip(got, model(x), strict=True):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)  # the conv runs in tf32
 
 
 FUNCTIONAL = [
@@ -392,6 +396,7 @@ FUNCTIONAL = [
     ("adaptive_avg_pool1d", lambda x: F.adaptive_avg_pool1d(x.flatten(2), 5)),
     ("adaptive_avg_pool2d none", lambda x: F.adaptive_avg_pool2d(x, (None, 3))),
     ("adaptive_avg_pool3d module", lambda x: nn.AdaptiveAvgPool3d(2)(x.unsqueeze(1))),
+    ("global adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, 1)),
 ]
 
 
@@ -407,10 +412,12 @@ def test_functional_and_module_pools_become_pool_kernels_that_match_pytorch(name
     x = torch.randn(2, 6, 7, 9)
     prog = trace_problem(_problem(Model, x)).program
     assert prog is not None
-    assert [k.op.fn for k in prog.row_kernels] and row_ops.is_pool(prog.row_kernels[-1].op), prog
+    (kernel,) = prog.row_kernels
+    assert row_ops.is_pool(kernel.op) or (name.startswith("global") and kernel.op.fn == "mean"), prog
     assert all(s.fn in ("reshape", "flatten", "unsqueeze") for s in prog.torch_steps), prog.torch_steps
     (got,) = interpreter.run(prog, [x], {})
-    torch.testing.assert_close(got, forward(x), rtol=0, atol=0)
+    exact = 0 if row_ops.is_pool(kernel.op) else 1e-6  # a mean sums in its own order
+    torch.testing.assert_close(got, forward(x), rtol=exact, atol=exact)
 
 
 def test_max_pool_with_indices_and_adaptive_max_pool_stay_as_before():

@@ -164,6 +164,9 @@ def _pool_op(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.RowO
         row_ops.output_shape(op, shape)
     except Exception:  # noqa: BLE001 - a pool PyTorch would refuse (or a rank it does not fit): the step stays
         return None
+    if fn == "adaptive_avg_pool" and all(o == 1 for o in op.output_size):
+        # a global average pool is a mean over the spatial dims: a CTA per plane, not a thread walking all of it
+        return ir.RowOp(fn="mean", x=op.x, dim=tuple(range(len(shape) - k, len(shape))), keepdim=True)
     return op
 
 
