@@ -410,6 +410,9 @@ class _ToIR(Transformer_NonRecursive):
 
         def ints(key, default, minimum):
             tok, value = kwargs.get(key, (name, default))
+            if key == first and not isinstance(value, tuple):  # its length is the pool's spatial rank
+                raise _err(f"{key} of {fn} must be a tuple", tok, found=repr(value),
+                           expected="one value per spatial dim, like (2, 2) or (3,)", hint=f"write {like}")
             vec = (value,) * len(base) if key != first and isinstance(value, int) and not isinstance(value, bool) else value
             if (not isinstance(vec, tuple) or not vec
                     or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in vec)):

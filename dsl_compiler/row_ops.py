@@ -225,7 +225,7 @@ def pool_spatial(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[tuple[int, ...],
     if len(shape) not in (k + 1, k + 2):
         raise ShapeError(f"{fn} over {k} spatial dim(s) of a rank-{len(shape)} tensor", op.span,
                          found=f"shape {list(shape)}", expected=f"rank {k + 2} ([N, C, *spatial]) or {k + 1} ([C, *spatial])",
-                         hint=f"give one kernel value per spatial dim ({len(shape) - 2} here), or reshape x first")
+                         hint="give one value per spatial dim of x (the dims after N and C), or reshape x first")
     lead, spatial = tuple(shape[:-k]), tuple(shape[-k:])
     if fn == "adaptive_avg_pool":
         if any(o < 1 for o in op.output_size):
@@ -250,7 +250,7 @@ def pool_spatial(op: ir.RowOp, shape: tuple[int, ...]) -> tuple[tuple[int, ...],
     if any(p > kk // 2 for p, kk in zip(op.padding, op.kernel_size)):
         half = tuple(kk // 2 for kk in op.kernel_size)
         raise ShapeError(f"{fn}'s padding {op.padding} is more than half its kernel {op.kernel_size}", op.span,
-                         found=f"padding={op.padding}", expected=f"padding <= kernel // 2, here at most {half}",
+                         found=f"padding={op.padding}", expected=f"padding <= kernel_size // 2, here at most {half}",
                          hint="PyTorch refuses such padding; use a smaller padding or pad x with a torch step (pad)")
     if fn == "avg_pool" and op.divisor_override is not None and op.divisor_override < 1:
         raise ShapeError(f"avg_pool's divisor_override {op.divisor_override}", op.span,

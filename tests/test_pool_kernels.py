@@ -151,7 +151,7 @@ def test_canonical_printing_fills_in_the_defaults_and_leaves_pytorchs_flags_out(
 
 
 BAD = [
-    ("max_pool(x, kernel_size=(3, 3), padding=(2, 0))", (2, 3, 8, 8), "half its kernel", "padding <= kernel // 2"),
+    ("max_pool(x, kernel_size=(3, 3), padding=(2, 0))", (2, 3, 8, 8), "half its kernel", "padding <= kernel_size // 2"),
     ("max_pool(x, kernel_size=(5, 5), dilation=(3, 3))", (2, 3, 8, 8), "gives [", "every output extent >= 1"),
     ("avg_pool(x, kernel_size=(4, 4))", (2, 3, 3, 8), "gives [", "every output extent >= 1"),
     ("max_pool(x, kernel_size=(2, 2), stride=(2, 2, 2))", (2, 3, 8, 8), "stride has 3 value(s)", "2 value(s)"),
@@ -170,7 +170,8 @@ def test_bad_pools_get_a_located_diagnostic_with_what_was_found_and_a_hint(op, s
 
 
 @pytest.mark.parametrize("text,fragment", [
-    (program("max_pool(x, kernel_size=2)", (2, 3, 8, 8)), "kernel_size of max_pool must be"),
+    (program("max_pool(x, kernel_size=2)", (2, 3, 8, 8)), "kernel_size of max_pool must be a tuple"),
+    (program("adaptive_avg_pool(x, output_size=1)", (2, 3, 8, 8)), "output_size of adaptive_avg_pool must be a tuple"),
     (program("max_pool(x, stride=(2, 2))", (2, 3, 8, 8)), "needs kernel_size"),
     (program("max_pool(x, kernel_size=(0, 2))", (2, 3, 8, 8)), "must be integers >= 1"),
     (program("max_pool(x, kernel_size=(2, 2), padding=-1)", (2, 3, 8, 8)), "must be integers >= 0"),
