@@ -296,7 +296,7 @@ class Kernel(Node):
 # The row functions, in the language's order (``row_ops.ROW_FNS`` describes each).
 RowFn = Literal["sum", "mean", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "norm",
                 "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "instance_norm", "normalize",
-                "cumsum", "cumprod"]
+                "cumsum", "cumprod", "max_pool", "avg_pool", "adaptive_avg_pool"]
 
 
 class RowOp(Node):
@@ -308,7 +308,13 @@ class RowOp(Node):
     the reduced dims' shape, as nn.LayerNorm's). group_norm (``groups``) and instance_norm (a group per channel)
     normalize x [N, C, *spatial] over each (sample, group) segment, contiguous; their dim is (1,), the channel
     dim, and weight and bias have C values, as nn.GroupNorm's. A scan (cumsum, cumprod) gives x's shape over one
-    dim: inclusive from the start, ``reverse`` from the end, ``exclusive`` without the element itself."""
+    dim: inclusive from the start, ``reverse`` from the end, ``exclusive`` without the element itself.
+
+    A pool (max_pool, avg_pool, adaptive_avg_pool) reads x [N, C, *spatial] (or [C, *spatial]) with 1 to 3
+    spatial dims and has no dim (``()``): ``kernel_size``, ``stride``, ``padding`` and ``dilation`` (max only) have one
+    value per spatial dim, as PyTorch's; ``ceil_mode`` rounds the output extent up; avg_pool divides by the
+    window clipped to the padded input (``count_include_pad``) or to the input, or by ``divisor_override``;
+    adaptive_avg_pool averages the windows [floor(i·In/Out), ceil((i+1)·In/Out)) giving ``output_size``."""
 
     kind: Literal["row"] = "row"
     fn: RowFn
@@ -322,6 +328,15 @@ class RowOp(Node):
     bias: Operand | None = None
     reverse: bool = False
     exclusive: bool = False
+    # pools (empty / default for every other function)
+    kernel_size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+    divisor_override: int | None = None
+    output_size: tuple[int, ...] = ()
 
 
 class RowConfig(Node):

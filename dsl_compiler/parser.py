@@ -318,6 +318,8 @@ class _ToIR(Transformer_NonRecursive):
     def _row(self, name, operands, kwargs, span):
         fn = str(name)
         spec = ROW_FNS[fn]
+        if spec.kind == "pool":
+            return self._pool(name, operands, kwargs, span)
         grouped = fn in ("group_norm", "instance_norm")
         keys = (("groups", "eps") if fn == "group_norm" else ("eps",) if grouped else ("dim", "p", "eps")
                 if fn == "normalize" else ("dim", "eps") if spec.kind == "norm" else ("dim", "p", "keepdim") if fn == "norm" else
@@ -384,6 +386,66 @@ class _ToIR(Transformer_NonRecursive):
             values["groups"] = groups
         extra = dict(zip(("weight", "bias"), operands[1:]))
         return ir.RowOp(fn=fn, x=operands[0], span=span, **values, **extra)
+
+    def _pool(self, name, operands, kwargs, span):
+        """``max_pool(x, kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False)``, avg_pool
+        (no dilation; count_include_pad, divisor_override) and ``adaptive_avg_pool(x, output_size=(1, 1))``. Only
+        the types are checked here; what x's shape makes of the values, ``row_ops.pool_spatial`` checks."""
+        fn = str(name)
+        adaptive = fn == "adaptive_avg_pool"
+        keys = (("output_size",) if adaptive else ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+                if fn == "max_pool" else ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"))
+        like = ("adaptive_avg_pool(x, output_size=(1, 1))" if adaptive
+                else f"{fn}(x, kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))")
+        if len(operands) != 1:
+            raise _err(f"{fn} takes 1 tensor, got {len(operands)}", name, found=f"{len(operands)} tensors",
+                       expected=like, hint=f"write {like}")
+        if operands[0].transpose:
+            raise _err(f"{fn} reads '{operands[0].name}' as stored; ^T has no meaning here", operands[0].span or span,
+                       found=f"{operands[0].name}^T", expected=operands[0].name, hint="permute in a torch step")
+        self._no_kwargs(name, kwargs, keys)
+        first = keys[0]
+        if first not in kwargs:
+            raise _err(f"{fn} needs {first}", name, found=f"no {first}", expected=like,
+                       hint=f"give one {first} value per spatial dim, as a tuple: (2,) for 1-D, (2, 2) for 2-D")
+
+        def ints(key, default, minimum):
+            tok, value = kwargs.get(key, (name, default))
+            if key == first and not isinstance(value, tuple):  # its length is the pool's spatial rank
+                raise _err(f"{key} of {fn} must be a tuple", tok, found=repr(value),
+                           expected="one value per spatial dim, like (2, 2) or (3,)", hint=f"write {like}")
+            vec = (value,) * len(base) if key != first and isinstance(value, int) and not isinstance(value, bool) else value
+            if (not isinstance(vec, tuple) or not vec
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in vec)):
+                raise _err(f"{key} of {fn} must be integers >= {minimum}", tok, found=repr(value),
+                           expected=("a tuple, one value per spatial dim, like (2, 2) or (3,)" if key == first
+                                     else "an integer or a tuple, one value per spatial dim"),
+                           hint=f"write {like}")
+            return tuple(vec)
+
+        base: tuple[int, ...] = ()
+        base = ints(first, None, 1)
+        values: dict[str, Any] = {first: base}
+        if not adaptive:
+            values["stride"] = ints("stride", base, 1)
+            values["padding"] = ints("padding", 0, 0)
+            if fn == "max_pool":
+                values["dilation"] = ints("dilation", 1, 1)
+            flags = ("ceil_mode",) if fn == "max_pool" else ("ceil_mode", "count_include_pad")
+            for flag in flags:
+                if flag in kwargs:
+                    tok, on = kwargs[flag]
+                    if not isinstance(on, bool):
+                        raise _err(f"{flag} of {fn} must be True or False", tok, found=repr(on),
+                                   expected="True or False", hint=f"write {flag}=True")
+                    values[flag] = on
+            if "divisor_override" in kwargs:
+                tok, div = kwargs["divisor_override"]
+                if div is not None and (not isinstance(div, int) or isinstance(div, bool) or div < 1):
+                    raise _err(f"divisor_override of {fn} must be a positive integer or None", tok, found=repr(div),
+                               expected="divisor_override=4", hint="leave it out to divide by the window's size")
+                values["divisor_override"] = div
+        return ir.RowOp(fn=fn, x=operands[0], dim=(), span=span, **values)
 
     def config_item(self, meta, children):
         key, value = children

@@ -99,10 +99,28 @@ def format_op(op: Any) -> str:
     raise TypeError(f"not an op: {type(op).__name__}")
 
 
+def _pool_tuple(values: tuple[int, ...]) -> str:
+    """Always a tuple: its length is the pool's spatial rank."""
+    return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
+
+
 def format_row_op(op: ir.RowOp) -> str:
     """``softmax(x, dim=-1)``: the tensors, then dim, then only the options away from their defaults."""
     tensors = [o for o in (op.x, op.weight, op.bias) if o is not None]
     parts = [_operand(o) for o in tensors]
+    if op.fn == "adaptive_avg_pool":
+        return f"{op.fn}({parts[0]}, output_size={_pool_tuple(op.output_size)})"
+    if op.fn in ("max_pool", "avg_pool"):  # every window value, then the flags away from PyTorch's defaults
+        parts += [f"{key}={_pool_tuple(getattr(op, key))}" for key in ("kernel_size", "stride", "padding")]
+        if op.fn == "max_pool":
+            parts.append(f"dilation={_pool_tuple(op.dilation)}")
+        if op.ceil_mode:
+            parts.append("ceil_mode=True")
+        if not op.count_include_pad:
+            parts.append("count_include_pad=False")
+        if op.divisor_override is not None:
+            parts.append(f"divisor_override={op.divisor_override}")
+        return f"{op.fn}({', '.join(parts)})"
     if op.fn == "group_norm":
         parts.append(f"groups={op.groups}")
     elif op.fn != "instance_norm":  # the grouped norms' dim is the channel dim, implied

@@ -1,4 +1,4 @@
-"""Static checks of a row kernel (a reduction, softmax, normalization or scan; ``row_ops``): its shapes, its tail
+"""Static checks of a row kernel (a reduction, softmax, normalization, scan or pool; ``row_ops``): its shapes, its tail
 expressions, its store types and its knobs, each a Diagnostic with a location and a one-line fix."""
 
 from __future__ import annotations
@@ -87,6 +87,14 @@ def _check_stores(kernel: ir.RowKernel) -> list[Diagnostic]:
 def _check_knobs(kernel: ir.RowKernel, types: dict[str, Any]) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
     op, cfg = kernel.op, kernel.config
+    if row_ops.is_pool(op):  # a thread per output element walks its window: nothing to choose
+        for knob in row_ops.ROW_KNOB_VALUES:
+            value = getattr(cfg, knob)
+            if value is not None and not (knob == "split" and value == 1):
+                diags.append(_diag("config", f"kernel '{kernel.name}': {knob} on {op.fn}, a pool", cfg.span_of(knob),
+                                   found=f"{knob} = {value}", expected="no knobs (a thread per output element)",
+                                   hint=f"remove the {knob} line"))
+        return diags
     tx = types[op.x.name]
     _, rows, inner = row_ops.geometry(op, tuple(tx.shape))
     contiguous = rows if inner == 1 else inner

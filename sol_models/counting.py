@@ -815,7 +815,7 @@ def row_traffic(kernel: Any, types: dict[str, Any]) -> StepTraffic:
     aux_bytes = sum(_bytes_of(types[n]) for n in aux if n in types)
     store_bytes = sum(_bytes_of(t) for t in row_ops.store_types(kernel, types).values())
     out_elems = math.prod(row_ops.output_shape(op, tuple(tx.shape)))
-    return StepTraffic(name=kernel.name, kind="row", op=op.fn, flops_other=row_ops.flops(op, tx.numel)
+    return StepTraffic(name=kernel.name, kind="row", op=op.fn, flops_other=row_ops.flops(op, tx.numel, tuple(tx.shape))
                        + _epilogue_cost_per_element(kernel) * out_elems,
                        operand_bytes=operand_bytes, aux_bytes=aux_bytes, store_bytes=store_bytes,
                        bytes_read=operand_bytes + aux_bytes, bytes_written=store_bytes)

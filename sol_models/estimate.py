@@ -382,7 +382,11 @@ def estimate_row_kernel(kernel: Any, types: dict[str, Any], dram_bytes: float, f
     tx = types[kernel.op.x.name]
     plan = row_ops.plan(kernel, tuple(tx.shape), tx.dtype, gpu.sm_count)
     es = ELEMENT_BYTES[tx.dtype]
-    if plan.inner == 1:
+    if row_ops.is_pool(kernel.op):  # a thread per output element, scalar loads
+        outs = math.prod(row_ops.output_shape(kernel.op, tuple(tx.shape)))
+        busy = 1.0
+        ctas = -(-outs // row_ops.THREADS)
+    elif plan.inner == 1:
         lanes = (row_ops.THREADS if plan.rows_per_block == 1 else 32) * plan.vector
         busy = min(1.0, plan.rows / plan.split / lanes)  # threads with elements to load
         ctas = -(-plan.outer // plan.rows_per_block) * plan.split
@@ -396,7 +400,8 @@ def estimate_row_kernel(kernel: Any, types: dict[str, Any], dram_bytes: float, f
     t_launch_us = gpu.launch_latency_us * (2 if plan.split > 1 else 1)
     t_us = t_dram_us + t_launch_us
     reasons = [f"memory-bound row kernel: {dram_bytes / 1e6:.3g} MB at {efficiency:.0%} of DRAM bandwidth "
-               f"(vector {plan.vector}, rows_per_block {plan.rows_per_block}, passes {plan.passes}, split {plan.split})"]
+               + ("(a pool: a thread per output element)" if row_ops.is_pool(kernel.op) else
+                  f"(vector {plan.vector}, rows_per_block {plan.rows_per_block}, passes {plan.passes}, split {plan.split})")]
     return KernelEstimate(
         name=kernel.name, op=kernel.op.fn, dims=(1, plan.outer, plan.rows, plan.inner), math="f32", tile=(0, 0, 0),
         cluster=(1, 1, 1), schedule="row", stages=plan.passes, decomposition="data_parallel", split_k=plan.split,
@@ -415,6 +420,8 @@ def best_row_config(program: Any, kernel: Any, gpu: GpuSpec) -> Any:
     from dsl_compiler.row_checks import check_row_kernel
     from sol_models.counting import row_traffic
 
+    if row_ops.is_pool(kernel.op):
+        return kernel.config  # a pool has no knobs
     types = shapes.infer(program, upto=kernel)
     best, best_t = kernel.config, float("inf")
     passes = (None,) if row_ops.is_reduction(kernel.op) or row_ops.is_scan(kernel.op) else (1, 2)

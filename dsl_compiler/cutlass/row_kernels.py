@@ -8,6 +8,7 @@ Softmax and the norms reduce their statistics so, then apply them per element: f
 or by reading x again (passes = 2). A strided reduction (inner > 1) gives each thread ``vector`` adjacent
 columns and walks the reduced dim, coalesced across the warp. A scan has kernels of its own (``_SCAN_KERNELS``):
 a block-wide scan of a contiguous row in chunks with a running carry, or a sequential one per strided column.
+A pool (``_POOL_KERNEL``) gives each output element a thread that walks its window.
 """
 
 from __future__ import annotations
@@ -372,6 +373,72 @@ extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, 
   }
 """ + _RUN_TAIL
 
+# a thread per output element walks its window over one (sample, channel) plane; PyTorch's rules: max skips the
+# padding (NaN wins, as its isnan test), avg divides by the window clipped to the padded input (count_include_pad)
+# or to the input, or by divisor_override; adaptive windows are [floor(i*In/Out), ceil((i+1)*In/Out))
+_POOL_KERNEL = r"""
+__global__ void __launch_bounds__(THREADS) mu_pool(Ptrs P, Scalars p, long long outer) {
+  const TX* x = reinterpret_cast<const TX*>(P.p[0]);
+  constexpr long long OUT_PLANE = (long long)POUT0 * POUT1 * POUT2;
+  constexpr long long IN_PLANE = (long long)PIN0 * PIN1 * PIN2;
+  long long o = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (o >= outer * OUT_PLANE) return;
+  long long plane = o / OUT_PLANE, q = o % OUT_PLANE;
+  int o0 = int(q / (POUT1 * POUT2)), o1 = int(q / POUT2 % POUT1), o2 = int(q % POUT2);
+  const TX* xp = x + plane * IN_PLANE;
+#if POOL_ADAPTIVE
+  int b0 = o0 * PIN0 / POUT0, e0 = ((o0 + 1) * PIN0 + POUT0 - 1) / POUT0;
+  int b1 = o1 * PIN1 / POUT1, e1 = ((o1 + 1) * PIN1 + POUT1 - 1) / POUT1;
+  int b2 = o2 * PIN2 / POUT2, e2 = ((o2 + 1) * PIN2 + POUT2 - 1) / POUT2;
+  float sum = 0.f;
+  for (int i0 = b0; i0 < e0; ++i0)
+    for (int i1 = b1; i1 < e1; ++i1)
+      for (int i2 = b2; i2 < e2; ++i2) sum += float(xp[((long long)i0 * PIN1 + i1) * PIN2 + i2]);
+  float value = sum / float((e0 - b0) * (e1 - b1) * (e2 - b2));
+#else
+  int b0 = o0 * PS0 - PP0, b1 = o1 * PS1 - PP1, b2 = o2 * PS2 - PP2;
+#if POOL_MAX
+  float value = -INFINITY;
+  for (int k0 = 0; k0 < PK0; ++k0) {
+    int i0 = b0 + k0 * PDIL0;
+    if (i0 < 0 || i0 >= PIN0) continue;
+    for (int k1 = 0; k1 < PK1; ++k1) {
+      int i1 = b1 + k1 * PDIL1;
+      if (i1 < 0 || i1 >= PIN1) continue;
+      for (int k2 = 0; k2 < PK2; ++k2) {
+        int i2 = b2 + k2 * PDIL2;
+        if (i2 < 0 || i2 >= PIN2) continue;
+        float v = float(xp[((long long)i0 * PIN1 + i1) * PIN2 + i2]);
+        if (v > value || v != v) value = v;
+      }
+    }
+  }
+#else
+  int e0 = min(b0 + PK0, PIN0 + PP0), e1 = min(b1 + PK1, PIN1 + PP1), e2 = min(b2 + PK2, PIN2 + PP2);
+  int padded = (e0 - b0) * (e1 - b1) * (e2 - b2);
+  b0 = max(b0, 0); b1 = max(b1, 0); b2 = max(b2, 0);
+  e0 = min(e0, PIN0); e1 = min(e1, PIN1); e2 = min(e2, PIN2);
+  float sum = 0.f;
+  for (int i0 = b0; i0 < e0; ++i0)
+    for (int i1 = b1; i1 < e1; ++i1)
+      for (int i2 = b2; i2 < e2; ++i2) sum += float(xp[((long long)i0 * PIN1 + i1) * PIN2 + i2]);
+  int count = POOL_DIVISOR > 0 ? POOL_DIVISOR : POOL_COUNT_PAD ? padded : (e0 - b0) * (e1 - b1) * (e2 - b2);
+  float value = sum / float(count);
+#endif
+#endif
+  mu_store(P, p, o, value, 0);
+}
+
+extern "C" int mucutlass_workspace_size(void* const* ptrs, const int64_t* ints, const float* scalars, size_t* bytes,
+                                        char* msg, int msg_len) {
+  *bytes = 0;
+  return 0;
+}
+
+""" + _RUN_HEAD + r"""  long long total = outer * POUT0 * POUT1 * POUT2;
+  if (total > 0) mu_pool<<<(unsigned)((total + THREADS - 1) / THREADS), THREADS, 0, s>>>(P, p, outer);
+""" + _RUN_TAIL
+
 
 _STATS = {
     "softmax": "",
@@ -446,6 +513,8 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
     scalars.append(op.eps)
     if len(scalars) > MAX_SCALARS:
         raise unsupported(kernel, f"{len(scalars)} constants in the tail", f"keep at most {MAX_SCALARS - 1} literal numbers")
+    if row_ops.is_pool(op):
+        return _emit_pool(kernel, tuple(shape), x_dt, tensors, scalars, lines)
     scan, fn = row_ops.is_scan(op), row_ops.ROW_FNS[op.fn]
     # a scan's running value combines as its reduction would (sum: a + b, prod: a * b)
     init, fold, combine, finish = ("", "", fn.combine, "") if scan else _STATE[_statistic(kernel)]
@@ -480,6 +549,15 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
     body = (template.replace("@@IDENTITY@@", fn.identity).replace("@@INIT@@", init).replace("@@FOLD@@", fold).replace("@@COMBINE@@", combine)
             .replace("@@FINISH@@", finish).replace("@@APPLY@@", apply).replace("@@STATS@@", stats)
             .replace("@@TX@@", CPP_ELEMENT[x_dt]).replace("@@STORES@@", "\n".join(lines)))
+    knobs = {"vector": "VecX"} if scan else {"vector": "VecX", "rows_per_block": "ROWS_PER_BLOCK",
+                                             "passes": "keep[CHUNKS]", "split": "mu_split_finish"}
+    return _translation_unit(kernel, shape, defines, body, tensors, scalars, knobs)
+
+
+def _translation_unit(kernel: RowKernel, shape: tuple[int, ...], defines: dict, body: str, tensors: list,
+                      scalars: list[float], knobs: dict[str, str]) -> EmittedKernel:
+    """The source (the defines around the helpers and the body, in a namespace of its own) and its ABI."""
+    op = kernel.op
     head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
     undef = "".join(f"#undef {k}\n" for k in defines)
     core = head + CPP_HELPERS + MU_FAIL + body + undef
@@ -488,6 +566,30 @@ def emit_row_kernel(kernel: RowKernel, dtypes: dict[str, str], shape: tuple[int,
     abi = KernelAbi("row", tuple(tensors), ROW_INTS, tuple(scalars),
                     row_geometry=tuple(int(v) for v in row_ops.geometry(op, tuple(shape))),
                     row_out_shape=tuple(int(v) for v in row_ops.output_shape(op, tuple(shape))))
-    knobs = {"vector": "VecX"} if scan else {"vector": "VecX", "rows_per_block": "ROWS_PER_BLOCK",
-                                             "passes": "keep[CHUNKS]", "split": "mu_split_finish"}
     return EmittedKernel(kernel.name, ns, source, abi, knobs)
+
+
+def _emit_pool(kernel: RowKernel, shape: tuple[int, ...], x_dt: str, tensors: list, scalars: list[float],
+               lines: list[str]) -> EmittedKernel:
+    """A pool: its sizes as defines, a 1-D or 2-D pool as a 3-D one with leading extents 1 (kernel 1, stride 1)."""
+    op = kernel.op
+    k = row_ops.pool_rank(op)
+    lead, out = row_ops.pool_spatial(op, tuple(shape))
+    pad3 = lambda values, fill: (fill,) * (3 - k) + tuple(values)  # noqa: E731
+    spatial = pad3(shape[len(lead):], 1)
+    adaptive = op.fn == "adaptive_avg_pool"
+    sizes = {
+        "PIN": spatial, "POUT": pad3(out, 1),
+        "PK": pad3(op.kernel_size, 1) if not adaptive else (1, 1, 1),
+        "PS": pad3(op.stride, 1) if not adaptive else (1, 1, 1),
+        "PP": pad3(op.padding, 0) if not adaptive else (0, 0, 0),
+        "PDIL": pad3(row_ops.pool_dilation(op), 1) if not adaptive else (1, 1, 1),
+    }
+    defines: dict = {"THREADS": row_ops.THREADS, "VEC": 1, "MAX_SCALARS": MAX_SCALARS, "MAX_PTRS": len(tensors),
+                     "NPTRS": len(tensors), "NSCALARS": len(scalars), "EPS_SLOT": len(scalars) - 1,
+                     "POOL_MAX": int(op.fn == "max_pool"), "POOL_ADAPTIVE": int(adaptive),
+                     "POOL_COUNT_PAD": int(op.count_include_pad), "POOL_DIVISOR": op.divisor_override or 0}
+    for name, values in sizes.items():
+        defines.update({f"{name}{i}": v for i, v in enumerate(values)})
+    body = (_COMMON + _POOL_KERNEL).replace("@@TX@@", CPP_ELEMENT[x_dt]).replace("@@STORES@@", "\n".join(lines))
+    return _translation_unit(kernel, shape, defines, body, tensors, scalars, {})

@@ -165,5 +165,5 @@ def _assemble(b: ProgramBuilder, outputs: list[str], name: str) -> Program | Non
     for n in graph.nodes:
         out = b.tensor_name.get(n)
         if out in moved:
-            graph.cover(n, "kernel", where=moved[out], reason="a row kernel (reduction, softmax or norm) or its tail")
+            graph.cover(n, "kernel", where=moved[out], reason="a row kernel (reduction, softmax, norm, scan or pool) or its tail")
     return program

@@ -2,7 +2,8 @@
 (``dsl_compiler.row_ops``), and the element-wise steps that follow one (over its value and each other's, read
 by nothing else) become its tail: ``softmax`` then ``mul`` then ``relu`` is one kernel storing ``relu(acc * 2.0)``,
 a GroupNorm then Swish one storing ``acc * sigmoid(acc)``. A scan takes in the steps that make it reverse
-(``x.flip(d).cumsum(d).flip(d)``) or exclusive (``cumsum(x, d) - x``). A step whose arguments have no row-kernel form (a dtype, a norm order other than 1, 2 or "fro", dims that are not adjacent) stays."""
+(``x.flip(d).cumsum(d).flip(d)``) or exclusive (``cumsum(x, d) - x``). Max, average and adaptive average
+pools (1-3 spatial dims, functional or module) become pool row kernels. A step whose arguments have no row-kernel form (a dtype, a norm order other than 1, 2 or "fro", dims that are not adjacent) stays."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ _ROW_STEPS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "pro
               "norm": "norm", "softmax": "softmax", "log_softmax": "log_softmax", "layer_norm": "layer_norm",
               "rms_norm": "rms_norm", "argmax": "argmax", "argmin": "argmin", "group_norm": "group_norm",
               "instance_norm": "instance_norm", "normalize": "normalize", "cumsum": "cumsum", "cumprod": "cumprod"}
+# pools: F.max_pool2d and friends (nn.MaxPool2d traces to the same step); the spatial rank is in the name
+_POOL_STEPS = {f"{kind}{k}d": (fn, k) for kind, fn in (("max_pool", "max_pool"), ("avg_pool", "avg_pool"),
+                                                      ("adaptive_avg_pool", "adaptive_avg_pool")) for k in (1, 2, 3)}
+# their arguments after x, in PyTorch's order
+_POOL_ARGS = {"max_pool": ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
+              "avg_pool": ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"),
+              "adaptive_avg_pool": ("output_size",)}
 # reductions whose second positional argument is keepdim
 _KEEPDIM_POSITIONAL = ("sum", "mean", "amax", "amin", "prod", "logsumexp", "argmax", "argmin")
 # torch.max / torch.min over a dim give (values, indices): a value kernel and an index kernel, each read of x once
@@ -31,6 +39,8 @@ def _tensor(arg: Any) -> str | None:
 
 def row_op_of(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.RowOp | None:
     """The row op a torch step computes, or None where it has no row-kernel form."""
+    if step.fn in _POOL_STEPS:
+        return _pool_op(step, types)
     fn = _ROW_STEPS.get(step.fn)
     if fn is None or step.channels is not None or len(step.outputs) != 1 or not step.args:
         return None
@@ -96,6 +106,67 @@ def row_op_of(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.Row
         row_ops.geometry(op, types[x].shape)
     except Exception:  # noqa: BLE001 - dims with no row form (not adjacent): the step stays
         return None
+    return op
+
+
+def _pool_op(step: ir.TorchStep, types: dict[str, shapes.TensorType]) -> ir.RowOp | None:
+    """The pool row op of a max_pool / avg_pool / adaptive_avg_pool step; None where it has none (indices asked
+    for, arguments that are not integers, or what PyTorch itself would refuse)."""
+    fn, k = _POOL_STEPS[step.fn]
+    if step.channels is not None or len(step.outputs) != 1 or not step.args:
+        return None
+    x = _tensor(step.args[0])
+    if x is None or x not in types or types[x].dtype == "i64":
+        return None
+    names = _POOL_ARGS[fn]
+    positional = [a.value if isinstance(a, ir.LiteralArg) else a for a in step.args[1:]]
+    if len(positional) > len(names) or any(kw.key not in names for kw in step.kwargs):
+        return None
+    args = dict(zip(names, positional)) | _kwargs(step)
+    shape = types[x].shape
+
+    def vec(value: Any, default: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
+        if value is None or value == () or value == []:
+            return default
+        v = tuple(value) if isinstance(value, tuple | list) else (value,) * k
+        if len(v) == 1 and k > 1:
+            v = v * k
+        return v if len(v) == k and all(isinstance(e, int) and not isinstance(e, bool) for e in v) else None
+
+    if fn == "adaptive_avg_pool":
+        size = args.get("output_size")
+        size = tuple(size) if isinstance(size, tuple | list) else (size,) * k
+        if len(size) != k or len(shape) < k:
+            return None
+        # None keeps the input's extent
+        size = tuple(shape[len(shape) - k + i] if s is None else s for i, s in enumerate(size))
+        values: dict[str, Any] = {"output_size": vec(size)}
+    else:
+        kernel = vec(args.get("kernel_size"))
+        values = {"kernel_size": kernel, "stride": vec(args.get("stride"), kernel), "padding": vec(args.get("padding", 0)),
+                  "ceil_mode": args.get("ceil_mode", False)}
+        if fn == "max_pool":
+            if args.get("return_indices", False) is not False:
+                return None  # the indices have no row-kernel form
+            values["dilation"] = vec(args.get("dilation", 1))
+        else:
+            values["count_include_pad"] = args.get("count_include_pad", True)
+            values["divisor_override"] = args.get("divisor_override")
+            if values["divisor_override"] is not None and (isinstance(values["divisor_override"], bool)
+                                                           or not isinstance(values["divisor_override"], int)):
+                return None
+        if not all(isinstance(values[f], bool) for f in values if f in ("ceil_mode", "count_include_pad")):
+            return None
+    if any(v is None for key, v in values.items() if key != "divisor_override"):
+        return None
+    op = ir.RowOp(fn=fn, x=ir.Operand(name=x), dim=(), **values)
+    try:
+        row_ops.output_shape(op, shape)
+    except Exception:  # noqa: BLE001 - a pool PyTorch would refuse (or a rank it does not fit): the step stays
+        return None
+    if fn == "adaptive_avg_pool" and all(o == 1 for o in op.output_size):
+        # a global average pool is a mean over the spatial dims: a CTA per plane, not a thread walking all of it
+        return ir.RowOp(fn="mean", x=op.x, dim=tuple(range(len(shape) - k, len(shape))), keepdim=True)
     return op
 
 
