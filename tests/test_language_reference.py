@@ -33,7 +33,7 @@ def kernel(body: str, decls: str = LINEAR, op: str = "gemm(x, w^T)") -> str:
 
 def test_the_reference_stays_about_2000_tokens():
     text = (ROOT / "docs" / "language.md").read_text()
-    assert 6000 < len(text) < 9000  # about 4 characters a token: 1,500 to 2,250 tokens (pools included)
+    assert 6000 < len(text) < 9400  # about 4 characters a token: 1,500 to 2,350 tokens (pools and masks included)
 
 
 def test_a_param_in_another_dtype_is_converted_once_at_load():
