@@ -4,15 +4,12 @@ tensors a program carries (a program has no bool tensors; the comparison alone c
 
 from __future__ import annotations
 
-
 import math
 from typing import Any
 
 from dsl_compiler.frontend.targets import target_name
 
-# the comparison's traced targets and the name a fill_where step gives each
-COMPARISONS = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
-# a comparison written the other way round (0 == m) is m == 0
+# a comparison written the other way round (0.5 > m) is the mirrored one (m < 0.5); the keys are the comparisons
 _MIRRORED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 
@@ -23,7 +20,7 @@ def _comparison(node: Any) -> tuple[Any, str, float] | None:
     if node.op not in ("call_function", "call_method"):
         return None
     name = target_name(node)[0]
-    if name not in COMPARISONS or len(node.args) != 2 or node.kwargs:
+    if name not in _MIRRORED or len(node.args) != 2 or node.kwargs:
         return None
     a, b = node.args
     if isinstance(a, torch.fx.Node) and isinstance(b, (int, float)) and not isinstance(b, bool):
@@ -61,6 +58,3 @@ def fold_comparison_masks(gm: Any) -> int:
         graph.lint()
         gm.recompile()
     return folded
-
-
-

@@ -192,9 +192,6 @@ def _meta_leaves(meta) -> list[Any]:
     return [meta]
 
 
-# Readers of a call_function / call_method node, tried in order: each fills in ``op`` and returns True when the call
-# is its kind, else returns False and leaves ``op`` as it is.
-
 def _number(v):
     """``v``, or the number a traced scalar (a size, or arithmetic on sizes) has by the shapes."""
     import torch.fx
@@ -218,6 +215,9 @@ def _constants_in_index(index):
 
     return tuple(entry(e) for e in index) if isinstance(index, tuple) else entry(index)
 
+
+# Readers of a call_function / call_method node, tried in order: each fills in ``op`` and returns True when the call
+# is its kind, else returns False and leaves ``op`` as it is.
 
 def _read_getitem(op: Op, name: str, args: list, kwargs: dict) -> bool:
     import torch.fx
