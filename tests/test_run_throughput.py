@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from test_build_units import _calls, nvcc_units  # noqa: F401 - the fixture
 
+from evals.judge.client import Timing, Validation
 from graph.context import RunContext, Services
 from graph.runner import run_optimize
 
@@ -27,12 +27,12 @@ class SlowFakeHarness:
 
     def validate(self, problem, candidate):
         time.sleep(0.2)
-        return SimpleNamespace(correct=True, max_abs_error=0.0, reason="", flags=[])
+        return Validation(correct=True, max_abs_error=0.0)
 
     def profile(self, problem, candidate):
         time.sleep(0.1)
         self.t_us -= 1.0
-        return SimpleNamespace(median_us=self.t_us, valid=True, spread_pct=1.0, timing_source="gpu", reason="", flags=[])
+        return Timing(median_us=self.t_us, valid=True, spread_pct=1.0, timing_source="gpu")
 
 
 class FakeGpuServices(Services):
