@@ -29,9 +29,10 @@ class BindError(ValueError):
 
 
 def bind_params(program: ir.Program, model: nn.Module) -> dict[str, torch.Tensor]:
-    """Each declared param from the model's ``state_dict`` (by its key), in the declared element type
-    and layout, laid out once here so that calls pay nothing."""
-    state = model.state_dict()
+    """Each declared param from the model's ``state_dict`` (by its key; else a plain tensor attribute of that path),
+    in the declared element type and layout, laid out once here so that calls pay nothing."""
+    # a plain tensor attribute (an initial state set in __init__) by its path, where no state_dict key has it
+    state = {**(plain_tensor_attributes(model) if isinstance(model, nn.Module) else {}), **model.state_dict()}
     params: dict[str, torch.Tensor] = {}
     for decl in program.params:
         key = decl.source if decl.source is not None else decl.name
@@ -53,6 +54,17 @@ def bind_params(program: ir.Program, model: nn.Module) -> dict[str, torch.Tensor
                                 f"but the model's is {list(tensor.shape)}")
         params[decl.name] = interpreter.as_declared(tensor, decl)
     return params
+
+
+def plain_tensor_attributes(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors held as plain attributes (not parameters or buffers, so outside its state_dict), by
+    dotted path: KernelBench's recurrent models draw their initial state ``self.h0 = torch.randn(...)`` in __init__."""
+    found = {}
+    for prefix, module in model.named_modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter) and not name.startswith("_"):
+                found[f"{prefix}.{name}" if prefix else name] = value
+    return found
 
 
 def module_paths(program: ir.Program) -> list[str]:

@@ -170,3 +170,17 @@ def test_the_state_a_program_is_built_from_is_the_one_its_references_came_from(p
         for x, refs in pairs:
             assert torch.equal(candidate_model(*x), refs[0])
     assert len(judge.models) == 1  # one reference instance for the seed, however the device is spelled
+
+
+def test_a_program_reading_a_plain_tensor_attribute_of_the_model_is_judged_with_it(harness):
+    """A tensor the model holds as a plain attribute (outside its state_dict) is a param of the traced program; the
+    judge hands it over with the state_dict, so the program validates; the same program reading a zero offset
+    instead is wrong (the attribute's values are what it is judged against)."""
+    problem = load_problem(Path(__file__).parent / "data" / "plain_attribute" / "offset_linear.py")
+    program = trace_problem(problem).program
+    assert "offset" in {d.source for d in program.params} and not program.torch_steps
+    v = harness.validate(problem, Candidate.from_program(program))
+    assert v.correct, v.reason
+    unshifted = format_program(program).replace(' = "offset"', ' = "fc.bias"')
+    w = harness.validate(problem, candidate(unshifted))
+    assert not w.correct and w.rule == verdicts.MISMATCH, w.reason

@@ -258,3 +258,28 @@ def test_a_sequence_too_long_to_unroll_stays_one_module_step_with_its_reason():
     (step,) = module_steps(result)
     row = next(r for r in result.coverage if r.op == "rnn")
     assert row.placement == "torch_step" and f"{4 * steps} recurrent GEMMs" in row.reason
+
+
+class StateAttributeLSTM(nn.Module):
+    """KernelBench Level 3's LSTMs: the initial state is a plain tensor attribute drawn in __init__ (outside
+    state_dict), moved to the input's device in forward."""
+
+    def __init__(self, move):
+        super().__init__()
+        self.lstm = nn.LSTM(INPUT, HIDDEN, batch_first=True)
+        self.fc = nn.Linear(HIDDEN, 4)
+        self.h0, self.c0 = torch.randn(1, 3, HIDDEN), torch.randn(1, 3, HIDDEN)
+        self.move = move
+
+    def forward(self, x):
+        h0, c0 = (self.h0.to(x.device), self.c0.to(x.device)) if self.move else (self.h0, self.c0)
+        out, _ = self.lstm(x, (h0, c0))
+        return self.fc(out[:, -1, :])
+
+
+@pytest.mark.parametrize("move", [False, True], ids=["as_is", "moved_to_the_input_device"])
+def test_an_initial_state_held_as_a_plain_attribute_is_a_param_of_the_program(move):
+    torch.manual_seed(4)
+    result = traced_and_checked(lambda: StateAttributeLSTM(move), [torch.randn(3, 5, INPUT)], name="state_attr")
+    assert module_steps(result) == []
+    assert {d.source for d in result.program.params} >= {"h0", "c0"}

@@ -244,9 +244,27 @@ def _read_getitem(op: Op, name: str, args: list, kwargs: dict) -> bool:
     return True
 
 
+def _is_device(v) -> bool:
+    """A device: a tensor's ``.device``, a torch.device or its name (a program runs where its inputs are)."""
+    import torch
+    import torch.fx
+
+    if isinstance(v, torch.fx.Node):
+        return v.op == "call_function" and v.target is getattr and len(v.args) == 2 and v.args[1] == "device"
+    return isinstance(v, torch.device) or (isinstance(v, str) and v.split(":")[0] in ("cpu", "cuda"))
+
+
+def _to_device_only(args: list, kwargs: dict) -> bool:
+    """``x.to(other.device)`` (or a device's name): the values as they are, on the device the program runs on."""
+    devices = list(args[1:]) + [v for k, v in kwargs.items() if k == "device"]
+    others = {k: v for k, v in kwargs.items() if k != "device"}
+    return bool(devices) and all(_is_device(d) for d in devices) and all(
+        k in ("non_blocking", "copy") and not v for k, v in others.items())
+
+
 def _read_alias(op: Op, name: str, args: list, kwargs: dict) -> bool:
     if name in _ALIASES or (name == "dropout" and _dropout_is_identity(args, kwargs)) or (
-            name == "to" and not kwargs and len(args) == 1):
+            name == "to" and not kwargs and len(args) == 1) or (name == "to" and _to_device_only(args, kwargs)):
         op.kind, op.operands = "alias", [args[0]]
         return True
     return False

@@ -258,6 +258,16 @@ def _propagate_shapes(gm: Any, inputs: list[Any], state: dict[str, Any]) -> tupl
     return gm, state
 
 
+def tensor_attributes(gm: Any, model: Any) -> dict[str, Any]:
+    """The tensors ``gm`` reads that ``model`` holds as plain attributes, outside its state_dict (an initial state
+    ``self.h0 = torch.randn(...)`` set in __init__), by dotted path: a program binds them as params
+    (``dsl_compiler.runtime.bind_params``), and the judge sends them with the state_dict."""
+    from dsl_compiler.runtime import plain_tensor_attributes
+
+    held = plain_tensor_attributes(model)
+    return {str(n.target): held[str(n.target)] for n in gm.graph.nodes if n.op == "get_attr" and str(n.target) in held}
+
+
 def _build_and_trace(ref: LoadedReference) -> Traced:
     import torch
     import torch.fx
@@ -297,12 +307,13 @@ def _build_and_trace(ref: LoadedReference) -> Traced:
                                  "program by hand") from None
             gm, opaque = kept
     gm, state = _propagate_shapes(gm, inputs, state)
-    # LSTM / GRU / RNN calls unrolled, attention and Transformer layers decomposed into elementary ops (or into calls
-    # of their children, taken next round): their shapes anew
     if fold_comparison_masks(gm):  # masked_fill(x, m == 0, v): one step of float operands
         gm, state = _propagate_shapes(gm, inputs, state)
+    # LSTM / GRU / RNN calls unrolled, attention and Transformer layers decomposed into elementary ops (or into calls
+    # of their children, taken next round): their shapes anew
     while library_modules.rewrite(gm):
         gm, state = _propagate_shapes(gm, inputs, state)
+    state.update(tensor_attributes(gm, model))
     gm._mucutlass_opaque = opaque  # normalize reads it: each such call_module is one `module` torch step
     return Traced(gm, state, inputs, opaque)
 

@@ -584,7 +584,13 @@ class Judge:
         req: dict[str, Any] = {"instance": attempt.instances, "model_seed": model_seed}
         if attempt.is_program:
             ref = self.model(problem, model_seed, attempt.device)
-            req["state_dict"] = {k: v.detach() for k, v in ref.state_dict().items()}  # through the arena
+            # through the arena; with the model's plain tensor attributes (an initial state drawn in __init__), which a
+            # program binds by their path as it binds state_dict keys
+            from dsl_compiler.runtime import plain_tensor_attributes
+
+            held = {**plain_tensor_attributes(ref), **ref.state_dict()} if isinstance(ref, torch.nn.Module) \
+                else ref.state_dict()
+            req["state_dict"] = {k: v.detach().to(attempt.device) for k, v in held.items()}
         attempt.request("build", req)
         return attempt.instances
 
