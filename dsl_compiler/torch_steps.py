@@ -47,6 +47,7 @@ STEPS: dict[str, str] = {
     "mean": "", "amax": "", "amin": "", "logsumexp": "logsumexp(x, dim=1)", "var": "var(x, dim=1, unbiased=False)",
     "std": "", "norm": "norm(x, p=2, dim=1)", "prod": "", "argmax": "argmax(x, dim=1)", "argmin": "", "cumsum": "cumsum(x, dim=1)",
     "cumprod": "", "flip": "flip(x, (1,)): x with the order of dim 1 reversed",
+    "triu": "triu(x, 1): the upper triangle of the last two dims, from diagonal 1", "tril": "",
     "max": "torch v, i = max(x, dim=1): values and indices", "min": "torch v, i = min(x, dim=1)",
     "batch_norm": "batch_norm(x, weight, bias, eps=1e-05): training-mode statistics of the batch, as KernelBench; "
                   "batch_norm(x, weight, bias, running_mean, running_var, eps=1e-05) normalises with the running ones",
@@ -201,7 +202,7 @@ def _table() -> dict[str, Callable[..., Any]]:
         "softmax": torch.softmax, "log_softmax": torch.log_softmax, "sum": torch.sum, "mean": torch.mean,
         "amax": torch.amax, "amin": torch.amin, "logsumexp": torch.logsumexp, "var": torch.var, "std": torch.std,
         "norm": torch.norm, "prod": torch.prod, "argmax": torch.argmax, "argmin": torch.argmin, "cumsum": torch.cumsum,
-        "cumprod": torch.cumprod, "flip": torch.flip,
+        "cumprod": torch.cumprod, "flip": torch.flip, "triu": torch.triu, "tril": torch.tril,
         "max": torch.max, "min": torch.min, "var_mean": torch.var_mean, "fold_batch_norm": fold_batch_norm,
         "batch_norm": batch_norm, "layer_norm": F.layer_norm, "rms_norm": F.rms_norm, "group_norm": F.group_norm,
         "instance_norm": instance_norm, "normalize": F.normalize,

@@ -1,7 +1,8 @@
 """masked_fill by a comparison of a float tensor with a number (a causal attention's `bias[:, :, :T, :T] == 0`) is
 folded at tracing into one fill_where step (a program carries no bool tensors, so the comparison alone had no
 form and took the whole model with it); the attention around it lowers to kernels, and the program matches the
-model on the interpreter, -inf and all. An infinite bound in an epilogue (clamp(max=inf)) is a number too."""
+model on the interpreter, -inf and all. An infinite bound in an epilogue (clamp(max=inf)) is a number too, and
+triu / tril are steps."""
 
 from __future__ import annotations
 
@@ -84,3 +85,19 @@ def test_an_infinite_clamp_bound_is_an_epilogue_number():
 
     result = traced_and_checked(Clamped, [torch.randn(4, 16)], name="clamped")
     assert len(result.program.kernels) == 1 and not result.program.torch_steps
+
+
+@pytest.mark.parametrize("fn, diagonal", [(torch.triu, 1), (torch.tril, 0), (torch.tril, -1)])
+def test_a_triangle_is_a_step_and_the_gemm_after_it_a_kernel(fn, diagonal):
+    class Triangle(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.fc(fn(x, diagonal))
+
+    torch.manual_seed(5)
+    result = traced_and_checked(Triangle, [torch.randn(16, 16)], name="triangle")
+    (step,) = result.program.torch_steps
+    assert step.fn == fn.__name__ and len(result.program.kernels) == 1
