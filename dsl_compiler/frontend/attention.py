@@ -85,7 +85,6 @@ def attention(call: Call) -> tuple:
 
     def heads_of(x, i):
         shape = call.shape(x)
-        batch, length = (shape[0], shape[1]) if m.batch_first else (shape[1], shape[0])
         y = F.linear(x, weights[i], biases[i]).reshape(*shape[:2], heads, head_dim)
         return y.transpose(1, 2) if m.batch_first else y.permute(1, 2, 0, 3)  # [batch, heads, length, head_dim]
 
