@@ -34,7 +34,8 @@ class Span(BaseModel):
 class Node(BaseModel):
     """Base of every IR node: frozen, forbids unknown fields, span excluded from equality."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # inf (a causal mask's fill, a clamp without a bound) crosses JSON as Infinity, not as null
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
     span: Span | None = Field(default=None, exclude=True, repr=False)
 
     def __eq__(self, other: object) -> bool:

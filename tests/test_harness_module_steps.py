@@ -184,3 +184,17 @@ def test_a_program_reading_a_plain_tensor_attribute_of_the_model_is_judged_with_
     unshifted = format_program(program).replace(' = "offset"', ' = "fc.bias"')
     w = harness.validate(problem, candidate(unshifted))
     assert not w.correct and w.rule == verdicts.MISMATCH, w.reason
+
+
+def test_a_causal_attention_program_is_judged_correct_with_its_infinite_fill(harness):
+    """The program crosses to the candidate as JSON: its -inf fill (and any infinite epilogue number) arrives as
+    -inf, not as null (a null fill made every call raise)."""
+    problem = load_problem(Path(__file__).resolve().parent.parent / "evals" / "suites" / "models" /
+                           "19_causal_self_attention.py")
+    program = trace_problem(problem).program
+    assert any(s.fn == "fill_where" for s in program.torch_steps)
+    from dsl_compiler import ir
+
+    assert ir.Program.model_validate_json(program.model_dump_json()) == program
+    v = harness.validate(problem, Candidate.from_program(program))
+    assert v.correct, v.reason
