@@ -203,15 +203,11 @@ def _number(v):
 
 def _constants_in_index(index):
     """An index with each traced size in it (``x[:, :, :T, :T]``, T = x.size(1)) as the number the shapes gave."""
-    import torch.fx
-
-    def value(v):
-        return v.meta["const"] if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("const"), int) else v
 
     def entry(e):
         if isinstance(e, slice):
-            return slice(value(e.start), value(e.stop), value(e.step))
-        return value(e)
+            return slice(_number(e.start), _number(e.stop), _number(e.step))
+        return _number(e)
 
     return tuple(entry(e) for e in index) if isinstance(index, tuple) else entry(index)
 

@@ -474,6 +474,9 @@ def measured_floor_us(inputs: list, outputs: list, k: int = 1, repeats: int = 3)
     return best * 1e6 / k
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 def process_cpu_s(pid: int) -> float | None:
     """The CPU time (seconds) of process ``pid``: every thread it ran, ended ones too (the kernel's process CPU
     clock, read from outside), plus the children it has reaped (to the clock tick). None where it is gone."""
@@ -488,9 +491,6 @@ def process_cpu_s(pid: int) -> float | None:
     except (OSError, ValueError, IndexError):
         reaped = 0.0
     return own + reaped
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def tree_cpu_s(root_pid: int) -> float | None:
