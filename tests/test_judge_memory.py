@@ -278,6 +278,17 @@ def test_the_reordered_set_of_a_large_input_is_drawn_block_by_block(monkeypatch,
             assert not torch.equal(fy[a:b], fx[a:b])
 
 
+def test_the_rotated_set_moves_every_interior_value_one_place_and_keeps_the_ends():
+    from evals.judge.checks import dependence
+
+    x = torch.randn(5, 7)
+    y, i = dependence.interior_rotation([x, torch.arange(3)])
+    fx, fy = x.reshape(-1), y.reshape(-1)
+    assert y.shape == x.shape and fy[0] == fx[0] and fy[-1] == fx[-1] and torch.equal(i, torch.arange(3))
+    assert torch.equal(fy[2:-1], fx[1:-2]) and fy[1] == fx[-2]
+    assert dependence.interior_rotation([torch.arange(10)]) is None  # no float tensor: no rotated set
+
+
 def test_each_stage_records_the_peak_the_judge_held_in_it_and_an_oom_names_the_largest_tensors():
     from evals.judge.attempt import Stages
     from evals.judge.process import _largest_tensors
