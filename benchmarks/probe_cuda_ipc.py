@@ -24,38 +24,6 @@ import sys
 import tempfile
 import time
 
-CHILD = r"""
-import ctypes, json, sys, time
-import torch
-torch.cuda.init(); torch.zeros(1, device="cuda")  # the primary context, current on this thread
-cuda = ctypes.CDLL("libcuda.so.1")
-class Handle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]
-h = Handle(); ctypes.memmove(ctypes.addressof(h), bytes.fromhex(sys.argv[1]), 64)
-n = int(sys.argv[2])
-ptr = ctypes.c_uint64(0)
-t0 = time.perf_counter()
-rc = cuda.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), h, ctypes.c_uint(1))
-open_s = time.perf_counter() - t0
-out = {"open_rc": rc, "open_s": open_s}
-if rc == 0:
-    class View:
-        __cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr.value, False), "version": 3}
-    t = torch.as_tensor(View(), device="cuda")
-    out["saw_judge_bytes"] = bool((t == 7).all().item())
-    t.fill_(42)
-    torch.cuda.synchronize()
-    out["close_rc"] = cuda.cuIpcCloseMemHandle(ctypes.c_uint64(ptr.value))
-sys.stderr.write("IPC_RESULT " + json.dumps(out) + "\n")
-sys.stderr.flush()
-"""
-
-
-def _driver():
-    cuda = ctypes.CDLL("libcuda.so.1")
-    return cuda
-
-
 class Handle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * 64)]
 
@@ -67,6 +35,29 @@ def _wrap(ptr: int, n: int):
         __cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 3}
 
     return torch.as_tensor(View(), device="cuda")
+
+
+def child(handle_hex: str, n: int) -> None:
+    """The candidate's side: open the judge's handle, check its bytes, write our own, close it."""
+    import torch
+
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    cuda = ctypes.CDLL("libcuda.so.1")
+    h = Handle()
+    ctypes.memmove(ctypes.addressof(h), bytes.fromhex(handle_hex), 64)
+    ptr = ctypes.c_uint64(0)
+    t0 = time.perf_counter()
+    rc = cuda.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), h, ctypes.c_uint(1))
+    out = {"open_rc": rc, "open_s": time.perf_counter() - t0}
+    if rc == 0:
+        t = _wrap(ptr.value, n)
+        out["saw_judge_bytes"] = bool((t == 7).all().item())
+        t.fill_(42)
+        torch.cuda.synchronize()
+        out["close_rc"] = cuda.cuIpcCloseMemHandle(ctypes.c_uint64(ptr.value))
+    sys.stderr.write("IPC_RESULT " + json.dumps(out) + "\n")
+    sys.stderr.flush()
 
 
 def _child_result(stderr: str) -> dict:
@@ -81,7 +72,7 @@ def probe(copy_gib: float) -> dict:
 
     torch.cuda.init()
     torch.zeros(1, device="cuda")
-    cuda = _driver()
+    cuda = ctypes.CDLL("libcuda.so.1")
     n = 64 << 20
     ptr = ctypes.c_uint64(0)
     report: dict = {"torch": torch.__version__, "cuda": torch.version.cuda,
@@ -94,11 +85,12 @@ def probe(copy_gib: float) -> dict:
 
     env = {**os.environ}
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    modes = {"plain": [sys.executable, "-c", CHILD, hexh, str(n)]}
+    me = [sys.executable, os.path.abspath(__file__), "--child", hexh, str(n)]
+    modes = {"plain": me}
     with tempfile.TemporaryDirectory() as work:
         # the candidate's folder is the supervisor's to remove
         modes["sandboxed"] = [sys.executable, "-m", "evals.judge.supervisor", "--workdir", tempfile.mkdtemp(), "--sandbox", "--",
-                              sys.executable, "-c", CHILD, hexh, str(n)]
+                              *me]
         from evals.judge.sandbox import sandbox_available
 
         report["sandbox_available"] = sandbox_available()
@@ -156,7 +148,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copy-gib", type=float, default=4.0)
     ap.add_argument("--out", default="")
+    ap.add_argument("--child", nargs=2, metavar=("HANDLE_HEX", "NBYTES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return 0
     report = probe(args.copy_gib)
     text = json.dumps(report, indent=2)
     print(text)

@@ -55,21 +55,24 @@ def _check_reordered(v, xs, ref_sh, how: str) -> None:
                       f"sum and shape kept): the result is cached by a digest of the content; {cmp['text']}")
 
 
+def _each_float_tensor(inputs: list, reorder):
+    """The inputs with ``reorder`` applied to every float tensor of 4 elements or more (None when there is none)."""
+    out = [reorder(x) if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() >= 4 else x
+           for x in inputs]
+    return out if any(o is not x for o, x in zip(out, inputs)) else None
+
+
 def interior_rotation(inputs: list):
     """The inputs with every float tensor's values between its first and last moved one place on (None when no
     tensor is large enough)."""
-    out, changed = [], False
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() >= 4:
-            src, flat = x.reshape(-1), torch.empty_like(x.reshape(-1))  # one copy: no roll's temporary
-            flat[0], flat[-1] = src[0], src[-1]
-            flat[2:-1] = src[1:-2]
-            flat[1] = src[-2]
-            out.append(flat.reshape(x.shape))
-            changed = True
-        else:
-            out.append(x)
-    return out if changed else None
+    def rotated(x):
+        src, flat = x.reshape(-1), torch.empty_like(x.reshape(-1))  # one copy: no roll's temporary
+        flat[0], flat[-1] = src[0], src[-1]
+        flat[2:-1] = src[1:-2]
+        flat[1] = src[-2]
+        return flat.reshape(x.shape)
+
+    return _each_float_tensor(inputs, rotated)
 
 
 PERMUTED_BLOCK_ELEMENTS = 1 << 24  # a larger tensor's interior is reordered block by block (one index of 128 MB)
@@ -81,21 +84,17 @@ def interior_permutation(inputs: list):
     order for all of them, the last block its own): an 8 GiB input's whole permutation would be a 16 GiB index."""
     import os
 
-    out, changed = [], False
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() >= 4:
-            flat = x.reshape(-1).clone()
-            n = flat.numel()
-            # drawn where the values are (a GPU draws millions in a millisecond, a CPU in a fraction of a second)
-            g = torch.Generator(device=flat.device).manual_seed(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
-            block = min(n - 2, PERMUTED_BLOCK_ELEMENTS)
-            perm = torch.randperm(block, generator=g, device=flat.device)
-            for a in range(1, n - 1, block):
-                b = min(n - 1, a + block)
-                p = perm if b - a == block else torch.randperm(b - a, generator=g, device=flat.device)
-                flat[a:b] = flat[a:b][p]
-            out.append(flat.reshape(x.shape))
-            changed = True
-        else:
-            out.append(x)
-    return out if changed else None
+    def permuted(x):
+        flat = x.reshape(-1).clone()
+        n = flat.numel()
+        # drawn where the values are (a GPU draws millions in a millisecond, a CPU in a fraction of a second)
+        g = torch.Generator(device=flat.device).manual_seed(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
+        block = min(n - 2, PERMUTED_BLOCK_ELEMENTS)
+        perm = torch.randperm(block, generator=g, device=flat.device)
+        for a in range(1, n - 1, block):
+            b = min(n - 1, a + block)
+            p = perm if b - a == block else torch.randperm(b - a, generator=g, device=flat.device)
+            flat[a:b] = flat[a:b][p]
+        return flat.reshape(x.shape)
+
+    return _each_float_tensor(inputs, permuted)
